@@ -1,0 +1,1 @@
+"""Reusable analysis modules (installed as ``interp_toolkit.analyses``)."""

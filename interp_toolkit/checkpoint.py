@@ -1,0 +1,122 @@
+"""Self-describing checkpoints: safetensors weights with the model config and metadata
+embedded in the file's header, so ``load_checkpoint(path)`` needs no other context.
+
+File format (``*.safetensors``): TransformerLens-style state-dict keys
+(``embed.weight``, ``blocks.0.attn.q.weight`` ...) and the header metadata
+
+* ``interp_toolkit.format``: format version (``"1"``);
+* ``interp_toolkit.model_config``: the :class:`~interp_toolkit.model.ModelConfig` as JSON;
+* ``interp_toolkit.metadata``: the user's metadata as JSON (epoch, metrics, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interp_toolkit.io import atomic_write_bytes
+from interp_toolkit.model import ModelConfig, build_model, model_config_of
+
+FORMAT_VERSION = "1"
+_KEY_FORMAT = "interp_toolkit.format"
+_KEY_CONFIG = "interp_toolkit.model_config"
+_KEY_META = "interp_toolkit.metadata"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, corrupted or does not match its config."""
+
+
+def save_checkpoint(model: Any, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
+    """Atomically write ``model``'s weights, config and ``metadata`` to one file.
+
+    Args:
+        model: A model made by :func:`build_model` or :func:`load_checkpoint`.
+        path: Destination file (``.safetensors`` by convention).
+        metadata: JSON-serializable extras (epoch, metrics, ...).
+
+    Returns:
+        The path written.
+    """
+    from safetensors.torch import save
+
+    cfg = model_config_of(model)
+    try:
+        meta_json = json.dumps(metadata or {}, sort_keys=True)
+    except TypeError as err:
+        raise ValueError(f"checkpoint metadata must be JSON-serializable: {err}") from err
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    header = {_KEY_FORMAT: FORMAT_VERSION, _KEY_CONFIG: cfg.to_json(), _KEY_META: meta_json}
+    return atomic_write_bytes(path, save(tensors, metadata=header))
+
+
+def read_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, Any]]:
+    """Parse a checkpoint file without building a model: (config, tensors, metadata)."""
+    from safetensors.torch import load
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    raw = path.read_bytes()
+    try:
+        tensors = load(raw)
+        header_len = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8 : 8 + header_len]).get("__metadata__", {})
+    except Exception as err:  # safetensors raises several types for bad files
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {err}") from err
+    if header.get(_KEY_FORMAT) != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} is not an interp_toolkit checkpoint of format {FORMAT_VERSION} "
+            f"(header format: {header.get(_KEY_FORMAT)!r})"
+        )
+    try:
+        cfg = ModelConfig.from_dict(json.loads(header[_KEY_CONFIG]))
+        metadata = json.loads(header.get(_KEY_META, "{}"))
+    except (KeyError, ValueError, TypeError) as err:
+        raise CheckpointError(f"checkpoint {path} has an invalid model config: {err}") from err
+    return cfg, tensors, metadata
+
+
+def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None = None) -> tuple[Any, dict[str, Any]]:
+    """Rebuild the model saved in ``path``: ``(model, metadata)``.
+
+    Every tensor is checked after loading: a missing, unexpected or mis-shaped key, or a
+    weight that did not actually arrive in the model, raises :class:`CheckpointError`
+    naming the file (TransformerLens 4 builds can accept a state dict and load nothing).
+    """
+    path = Path(path)
+    cfg, tensors, metadata = read_checkpoint(path)
+    model = build_model(cfg)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {path} does not match its model config: missing keys {missing[:5]}, "
+            f"unexpected keys {unexpected[:5]}"
+        )
+    for key, value in tensors.items():
+        if value.shape != expected[key].shape:
+            raise CheckpointError(
+                f"checkpoint {path}: tensor {key} has shape {tuple(value.shape)}, "
+                f"config expects {tuple(expected[key].shape)}"
+            )
+    try:
+        model.load_state_dict(tensors, strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"checkpoint {path} could not be loaded: {err}") from err
+    loaded = model.state_dict()
+    for key, value in tensors.items():
+        if not torch.equal(loaded[key].cpu(), value):
+            raise CheckpointError(f"checkpoint {path}: tensor {key} was not loaded into the model")
+    if device is not None:
+        model = model.to(device)
+    model.eval()
+    return model, metadata
+
+
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_checkpoint"]

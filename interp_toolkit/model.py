@@ -1,0 +1,163 @@
+"""Model configuration and construction on TransformerLens 4's ``TransformerBridge``.
+
+``build_model`` returns a native ``TransformerBridge`` (``boot_native``), so every
+TransformerLens hook point (``blocks.0.attn.hook_pattern`` ...), ``run_with_cache``,
+``run_with_hooks`` and weight accessor (``W_Q``, ``OV``, ``QK``) works on it, and no
+hub access is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_ACT_FNS = ("relu", "gelu", "gelu_new", "silu", "solu_ln", "gelu_fast")
+_POSITIONAL = ("standard", "rotary", "shortformer")
+_NORMALIZATION = ("LN", None)
+
+
+@dataclass
+class ModelConfig:
+    """Validated architecture of a small transformer.
+
+    Attributes:
+        n_layers: Number of transformer blocks (>= 1).
+        n_heads: Attention heads per block (>= 1).
+        d_vocab: Input vocabulary size (tokens are ``0 .. d_vocab - 1``).
+        n_ctx: Maximum sequence length.
+        d_vocab_out: Output classes of the unembedding (defaults to ``d_vocab``).
+        d_model: Residual stream width.
+        d_head: Width of each head; defaults to ``d_model // n_heads``.
+        d_mlp: Hidden width of each MLP (ignored when ``attn_only``).
+        act_fn: MLP activation, one of ``relu, gelu, gelu_new, silu, solu_ln, gelu_fast``.
+        normalization: ``"LN"`` (LayerNorm) or ``None`` (no normalization).
+        attn_only: If True, blocks have no MLP.
+        positional_embedding: ``"standard"`` (learned absolute), ``"rotary"`` or
+            ``"shortformer"``.
+        seed: Seed of the weight initialization; same seed, same weights.
+    """
+
+    n_layers: int
+    n_heads: int
+    d_vocab: int
+    n_ctx: int
+    d_vocab_out: int | None = None
+    d_model: int = 64
+    d_head: int | None = None
+    d_mlp: int = 128
+    act_fn: str = "relu"
+    normalization: str | None = "LN"
+    attn_only: bool = False
+    positional_embedding: str = "standard"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "n_heads", "d_vocab", "n_ctx", "d_model", "d_mlp"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+        if self.d_vocab_out is None:
+            self.d_vocab_out = self.d_vocab
+        if isinstance(self.d_vocab_out, bool) or not isinstance(self.d_vocab_out, int) or self.d_vocab_out < 1:
+            raise ValueError(f"ModelConfig.d_vocab_out must be a positive integer, got {self.d_vocab_out!r}")
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(
+                    f"ModelConfig.d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                    "set d_head explicitly"
+                )
+            self.d_head = self.d_model // self.n_heads
+        if isinstance(self.d_head, bool) or not isinstance(self.d_head, int) or self.d_head < 1:
+            raise ValueError(f"ModelConfig.d_head must be a positive integer, got {self.d_head!r}")
+        if self.act_fn not in _ACT_FNS:
+            raise ValueError(f"ModelConfig.act_fn must be one of {_ACT_FNS}, got {self.act_fn!r}")
+        if self.normalization not in _NORMALIZATION:
+            raise ValueError(
+                f"ModelConfig.normalization must be 'LN' or None, got {self.normalization!r}"
+            )
+        if self.positional_embedding not in _POSITIONAL:
+            raise ValueError(
+                f"ModelConfig.positional_embedding must be one of {_POSITIONAL}, "
+                f"got {self.positional_embedding!r}"
+            )
+        if not isinstance(self.attn_only, bool):
+            raise ValueError(f"ModelConfig.attn_only must be a bool, got {self.attn_only!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"ModelConfig.seed must be an integer, got {self.seed!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable dict; ``ModelConfig(**d)`` rebuilds the config."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        """Build from a dict, rejecting unknown keys by name."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig keys {unknown}; expected a subset of {sorted(known)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def bridge_config(cfg: ModelConfig) -> Any:
+    """The ``TransformerBridgeConfig`` that ``boot_native`` needs for ``cfg``."""
+    from transformer_lens.config import TransformerBridgeConfig
+
+    return TransformerBridgeConfig(
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        d_head=cfg.d_head,
+        n_heads=cfg.n_heads,
+        d_mlp=cfg.d_mlp,
+        d_vocab=cfg.d_vocab,
+        n_ctx=cfg.n_ctx,
+        act_fn=cfg.act_fn,
+        normalization_type=cfg.normalization,
+        d_vocab_out=cfg.d_vocab_out,
+        attn_only=cfg.attn_only,
+        positional_embedding_type=cfg.positional_embedding,
+        seed=cfg.seed,
+    )
+
+
+def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> Any:
+    """Build a freshly initialized TransformerLens ``TransformerBridge`` for ``cfg``.
+
+    The model carries its ``ModelConfig`` as ``model.interp_config`` so that
+    :func:`interp_toolkit.save_checkpoint` can make a self-describing file.
+
+    Args:
+        cfg: The architecture.
+        device: Optional device to place the model on.
+
+    Returns:
+        A ``transformer_lens.model_bridge.TransformerBridge`` built with ``boot_native``.
+    """
+    from transformer_lens.model_bridge import TransformerBridge
+
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"build_model expects a ModelConfig, got {type(cfg).__name__}")
+    model = TransformerBridge.boot_native(bridge_config(cfg), device=device)
+    model.interp_config = cfg
+    return model
+
+
+def model_config_of(model: Any) -> ModelConfig:
+    """The ``ModelConfig`` a toolkit model was built from."""
+    cfg = getattr(model, "interp_config", None)
+    if not isinstance(cfg, ModelConfig):
+        raise ValueError(
+            "model has no interp_toolkit ModelConfig (build it with interp_toolkit.build_model "
+            "or load it with load_checkpoint)"
+        )
+    return cfg
+
+
+__all__ = ["ModelConfig", "build_model", "bridge_config", "model_config_of"]

@@ -1,0 +1,407 @@
+"""Training with evaluation, checkpoints on a schedule, exact resume and run records.
+
+Run directory layout (written by :func:`train`)::
+
+    run_dir/
+      run.json            every config, seeds, data fingerprints, library versions, status
+      metrics.jsonl       one JSON line per evaluation: {"epoch", "<split>_loss", "<split>_acc"}
+      checkpoints/
+        epoch_000000.safetensors   self-describing (see interp_toolkit.checkpoint)
+        ...
+      resume.pt           optimizer + RNG state of the last saved epoch (deleted when done)
+      curves.png          loss/accuracy curves per split
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
+from interp_toolkit.io import append_jsonl, atomic_write_bytes, atomic_write_json, config_hash, read_jsonl
+from interp_toolkit.model import model_config_of
+
+import io as _io
+import json
+
+
+class Split(Protocol):
+    """Anything with model inputs and integer class labels (e.g. an ``MPSPSplit``)."""
+
+    tokens: Int[Tensor, "n pos"]
+    labels: Int[Tensor, " n"]
+
+
+@dataclass
+class TrainConfig:
+    """Validated optimization and bookkeeping settings.
+
+    Attributes:
+        epochs: Passes over the training split.
+        lr, betas, weight_decay: AdamW settings (defaults follow grokking-style setups:
+            lr 1e-3, betas (0.9, 0.98), weight decay 0.1).
+        batch_size: ``None`` for full-batch training, else minibatch size (reshuffled
+            each epoch from ``seed``).
+        eval_every: Evaluate every named split every this many epochs (and at the end).
+        checkpoint_every: Save a checkpoint every this many epochs (``None``: never on a
+            linear schedule).
+        checkpoint_log_spaced: Also save at epochs 1, 2, 4, 8, ... (Pythia-style early
+            checkpoints). Epoch 0 and the last epoch are always saved.
+        readout_position: Sequence position whose logits are trained and scored.
+        train_split: Name of the split to train on.
+        eval_batch_size: Batch size of evaluation passes.
+        seed: Seed of minibatch shuffling.
+        progress: Show a tqdm bar.
+    """
+
+    epochs: int = 2_000
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.1
+    batch_size: int | None = None
+    eval_every: int = 10
+    checkpoint_every: int | None = 100
+    checkpoint_log_spaced: bool = True
+    readout_position: int = -1
+    train_split: str = "train"
+    eval_batch_size: int = 8_192
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(float(b) for b in self.betas)  # JSON gives lists
+        for name in ("epochs", "eval_every", "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("batch_size", "checkpoint_every"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
+            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["betas"] = list(self.betas)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig keys {unknown}; expected a subset of {sorted(known)}")
+        return cls(**dict(data))
+
+    def checkpoint_epochs(self) -> list[int]:
+        """Every epoch at which a checkpoint is saved, sorted."""
+        epochs = {0, self.epochs}
+        if self.checkpoint_every:
+            epochs.update(range(0, self.epochs + 1, self.checkpoint_every))
+        if self.checkpoint_log_spaced:
+            power = 1
+            while power <= self.epochs:
+                epochs.add(power)
+                power *= 2
+        return sorted(epochs)
+
+
+# Fields that change how a run is displayed, not what it computes.
+_NON_SEMANTIC = ("progress", "eval_batch_size")
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns."""
+
+    model: Any
+    run_dir: Path
+    metrics: list[dict[str, Any]]
+    final: dict[str, Any]
+    resumed_from: int | None = None
+    already_finished: bool = False
+    history_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def library_versions() -> dict[str, str]:
+    """Versions recorded in every run record."""
+    import numpy
+    import transformer_lens
+
+    from interp_toolkit import __version__
+
+    return {
+        "interp_toolkit": __version__,
+        "torch": torch.__version__,
+        "transformer_lens": getattr(transformer_lens, "__version__", "unknown"),
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def fingerprint(split: Split) -> str:
+    """Hash of a split's tokens and labels: reruns only match on identical data."""
+    digest = hashlib.sha256()
+    for tensor in (split.tokens, split.labels):
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().to("cpu", torch.long).contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def readout_loss(
+    logits: Float[Tensor, "batch pos vocab"], labels: Int[Tensor, " batch"], position: int = -1
+) -> Float[Tensor, ""]:
+    """Mean cross-entropy of the logits at ``position`` against ``labels``."""
+    return F.cross_entropy(logits[:, position, :], labels)
+
+
+@torch.no_grad()
+def evaluate(model: Any, splits: Mapping[str, Split], position: int = -1,
+             batch_size: int = 8_192) -> dict[str, float]:
+    """Loss and accuracy at the readout position on every named split."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out: dict[str, float] = {}
+    for name, split in splits.items():
+        total_loss, correct, n = 0.0, 0, len(split.labels)
+        for start in range(0, n, batch_size):
+            tokens = split.tokens[start : start + batch_size].to(device)
+            labels = split.labels[start : start + batch_size].to(device)
+            logits = model(tokens)[:, position, :]
+            total_loss += float(F.cross_entropy(logits, labels, reduction="sum"))
+            correct += int((logits.argmax(-1) == labels).sum())
+        out[f"{name}_loss"] = total_loss / n
+        out[f"{name}_acc"] = correct / n
+    model.train(was_training)
+    return out
+
+
+def _validate_splits(splits: Mapping[str, Split], cfg: TrainConfig) -> None:
+    if cfg.train_split not in splits:
+        raise ValueError(f"splits has no {cfg.train_split!r} split to train on; got {sorted(splits)}")
+    for name, split in splits.items():
+        if not hasattr(split, "tokens") or not hasattr(split, "labels"):
+            raise ValueError(f"split {name!r} needs .tokens and .labels tensors")
+        if split.tokens.ndim != 2 or split.labels.ndim != 1 or split.tokens.shape[0] != split.labels.shape[0]:
+            raise ValueError(
+                f"split {name!r}: tokens must be [n, pos] and labels [n] with the same n; got "
+                f"{tuple(split.tokens.shape)} and {tuple(split.labels.shape)}"
+            )
+        if len(split.labels) == 0:
+            raise ValueError(f"split {name!r} is empty")
+
+
+def run_identity(model_cfg: dict[str, Any], train_cfg: TrainConfig, splits: Mapping[str, Split],
+                 run_info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The part of a run record that decides whether two runs are the same computation."""
+    train = {k: v for k, v in train_cfg.to_dict().items() if k not in _NON_SEMANTIC}
+    return {
+        "model": model_cfg,
+        "train": train,
+        "data": {name: fingerprint(split) for name, split in sorted(splits.items())},
+        "info": dict(run_info or {}),
+    }
+
+
+def _plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not metrics:
+        return
+    epochs = [m["epoch"] for m in metrics]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    for key in sorted(k for k in metrics[0] if k.endswith("_loss")):
+        ax_loss.plot(epochs, [m[key] for m in metrics], label=key[:-5])
+    for key in sorted(k for k in metrics[0] if k.endswith("_acc")):
+        ax_acc.plot(epochs, [m[key] for m in metrics], label=key[:-4])
+    ax_loss.set(xlabel="epoch", ylabel="cross-entropy", yscale="log", title="loss")
+    ax_acc.set(xlabel="epoch", ylabel="accuracy", ylim=(-0.02, 1.02), title="accuracy")
+    for ax in (ax_loss, ax_acc):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buffer = _io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"epoch_{epoch:06d}.safetensors"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(epoch, path)`` of every checkpoint of a run, by epoch."""
+    found = []
+    for path in sorted((Path(run_dir) / "checkpoints").glob("epoch_*.safetensors")):
+        try:
+            found.append((int(path.stem.split("_")[1]), path))
+        except (IndexError, ValueError):
+            continue
+    return sorted(found)
+
+
+def train(
+    model: Any,
+    splits: Mapping[str, Split],
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    run_info: Mapping[str, Any] | None = None,
+) -> TrainResult:
+    """Train ``model`` on ``splits[cfg.train_split]`` with AdamW, logging every split.
+
+    Cross-entropy is taken at ``cfg.readout_position``. If ``run_dir`` holds an unfinished
+    run with the same configs and data, training resumes from its last saved state and
+    ends with the same weights as an uninterrupted run; if it holds a finished one, the
+    stored result is returned and nothing is retrained. A directory holding a different
+    run raises ``ValueError`` (two runs never share a directory).
+
+    Args:
+        model: A model from :func:`interp_toolkit.build_model` (modified in place).
+        splits: Named splits with ``.tokens`` [n, pos] and ``.labels`` [n].
+        cfg: Optimization and bookkeeping settings.
+        run_dir: Where the run record, metrics and checkpoints go.
+        run_info: Extra JSON-able description stored in ``run.json`` (e.g. the task config).
+
+    Returns:
+        A :class:`TrainResult` with the trained model and the metrics history.
+    """
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"train expects a TrainConfig, got {type(cfg).__name__}")
+    _validate_splits(splits, cfg)
+    model_cfg = model_config_of(model)
+    run_dir = Path(run_dir)
+    identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
+    key = config_hash(identity)
+    record_path = run_dir / "run.json"
+    resume_path = run_dir / "resume.pt"
+    metrics_path = run_dir / "metrics.jsonl"
+
+    if record_path.exists():
+        record = json.loads(record_path.read_text())
+        if record.get("key") != key:
+            raise ValueError(
+                f"run directory {run_dir} holds a different run (key {record.get('key')}, this "
+                f"run's key {key}); choose another run_dir"
+            )
+        if record.get("status") == "finished":
+            last = list_checkpoints(run_dir)[-1][1]
+            finished_model, _ = load_checkpoint(last)
+            model.load_state_dict(finished_model.state_dict())
+            return TrainResult(model, run_dir, read_jsonl(metrics_path), record.get("final", {}),
+                               already_finished=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
+                                  weight_decay=cfg.weight_decay)
+    shuffle_gen = torch.Generator().manual_seed(cfg.seed)
+    start_epoch = 0
+    resumed_from = None
+    if resume_path.exists() and record_path.exists():
+        state = torch.load(resume_path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        shuffle_gen.set_state(state["shuffle_rng"])
+        start_epoch = resumed_from = int(state["epoch"])
+        # Drop evaluations logged after the saved state; they are recomputed identically.
+        kept = [m for m in read_jsonl(metrics_path) if m["epoch"] <= start_epoch]
+        atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
+    else:
+        if metrics_path.exists():
+            metrics_path.unlink()
+        for _, stale in list_checkpoints(run_dir):
+            stale.unlink()
+    record = {
+        "key": key,
+        "status": "running",
+        "identity": identity,
+        "train_config": cfg.to_dict(),
+        "model_config": model_cfg.to_dict(),
+        "seeds": {"model": model_cfg.seed, "shuffle": cfg.seed},
+        "split_sizes": {name: len(split.labels) for name, split in splits.items()},
+        "versions": library_versions(),
+        "run_info": dict(run_info or {}),
+    }
+    atomic_write_json(record_path, record)
+
+    train_split = splits[cfg.train_split]
+    tokens = train_split.tokens.to(device)
+    labels = train_split.labels.to(device)
+    n = labels.shape[0]
+    batch_size = cfg.batch_size or n
+    ckpt_epochs = set(cfg.checkpoint_epochs())
+
+    def save_state(epoch: int, last_metrics: dict[str, Any]) -> None:
+        if epoch in ckpt_epochs:
+            save_checkpoint(model, checkpoint_path(run_dir, epoch),
+                            metadata={"epoch": epoch, "metrics": last_metrics, "run_key": key})
+        buffer = _io.BytesIO()
+        torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "shuffle_rng": shuffle_gen.get_state()}, buffer)
+        atomic_write_bytes(resume_path, buffer.getvalue())
+
+    last_metrics: dict[str, Any] = {}
+    if start_epoch == 0:
+        last_metrics = {"epoch": 0, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size)}
+        append_jsonl(metrics_path, last_metrics)
+        save_state(0, last_metrics)
+
+    started = time.perf_counter()
+    model.train()
+    bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train {run_dir.name}",
+               disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
+    for epoch in bar:
+        order = torch.randperm(n, generator=shuffle_gen).to(device) if cfg.batch_size else None
+        for start in range(0, n, batch_size):
+            idx = order[start : start + batch_size] if order is not None else slice(None)
+            loss = readout_loss(model(tokens[idx]), labels[idx], cfg.readout_position)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}; lower lr")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        is_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs or epoch in ckpt_epochs
+        if is_eval:
+            last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size)}
+            append_jsonl(metrics_path, last_metrics)
+            save_state(epoch, last_metrics)
+            model.train()
+            bar.set_postfix({k: f"{v:.3f}" for k, v in last_metrics.items() if k.endswith("_acc")})
+    bar.close()
+    model.eval()
+
+    metrics = read_jsonl(metrics_path)
+    final = metrics[-1] if metrics else {}
+    record.update(status="finished", final=final, train_seconds=time.perf_counter() - started)
+    _plot_curves(metrics, run_dir / "curves.png")
+    atomic_write_json(record_path, record)
+    resume_path.unlink(missing_ok=True)
+    return TrainResult(model, run_dir, metrics, final, resumed_from=resumed_from,
+                       history_seconds=record["train_seconds"])
+
+
+__all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
+           "checkpoint_path", "fingerprint", "library_versions", "run_identity"]

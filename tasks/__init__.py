@@ -1,0 +1,1 @@
+"""Datasets for interp-toolkit studies (installed as ``interp_toolkit.tasks``)."""

@@ -1,0 +1,271 @@
+"""Max-Parity-Sum-Parity (MPSP): a sum-mod-m label with a spurious shortcut.
+
+Each example is a sequence of ``seq_len`` integers in ``0 .. n_values - 1`` followed by a
+readout token (``n_values``). The label is ``sum(values) mod m`` (m = 2: sum parity,
+m = 3: sum mod 3). The shortcut is ``max(values) mod m`` or ``values[0] mod m``.
+The spurious ratio ``r`` of a split is the fraction of its examples whose shortcut equals
+the label; ``make_split`` makes it exact: ``round(r * n)`` examples agree.
+
+Splits used by every study (``make_splits``):
+
+* ``train``: ``n_train`` examples at the configured ratio ``r``;
+* ``val``: ``r = 1`` (shortcut-consistent; a shortcut model scores 100%);
+* ``adv``: ``r = 0`` (adversarial; a shortcut model scores ~0% for m = 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+LABELS = {"sum_parity": 2, "sum_mod3": 3}
+SHORTCUTS = ("max", "first")
+TASKS = {
+    "max_parity_sum_parity": ("sum_parity", "max"),
+    "first_parity_sum_parity": ("sum_parity", "first"),
+    "max_mod3_sum_mod3": ("sum_mod3", "max"),
+    "first_mod3_sum_mod3": ("sum_mod3", "first"),
+}
+
+# Fixed offsets so that train/val/adv never share a generator stream.
+_SPLIT_SEED_OFFSETS = {"train": 0, "val": 1_000_003, "adv": 2_000_003}
+
+
+@dataclass
+class MPSPConfig:
+    """Validated description of an MPSP task and its standard splits.
+
+    Defaults (see README, "MPSP defaults"): sum parity with the max-parity shortcut,
+    sequences of 10 values in 0..9, 16,384 training examples, 2,048 per evaluation split.
+    Length 10 (rather than 5) because at length 5 a 1-layer model learns the true rule at
+    any r and a 2-layer model can memorize 4k examples (``shared/FACTS.md``).
+
+    Attributes:
+        label: ``"sum_parity"`` (m = 2) or ``"sum_mod3"`` (m = 3).
+        shortcut: ``"max"`` (max element mod m) or ``"first"`` (first element mod m).
+        seq_len: Number of values per example (>= 1).
+        n_values: Values are drawn from ``0 .. n_values - 1`` (>= 1).
+        r: Spurious ratio of the training split, in [0, 1].
+        n_train: Training examples.
+        n_eval: Examples in each of ``val`` and ``adv``.
+        seed: Data seed; every split derives its own fixed seed from it.
+    """
+
+    label: str = "sum_parity"
+    shortcut: str = "max"
+    seq_len: int = 10
+    n_values: int = 10
+    r: float = 0.9
+    n_train: int = 16_384
+    n_eval: int = 2_048
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.label not in LABELS:
+            raise ValueError(f"MPSPConfig.label must be one of {sorted(LABELS)}, got {self.label!r}")
+        if self.shortcut not in SHORTCUTS:
+            raise ValueError(f"MPSPConfig.shortcut must be one of {SHORTCUTS}, got {self.shortcut!r}")
+        for name in ("seq_len", "n_values", "n_train", "n_eval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"MPSPConfig.{name} must be a positive integer, got {value!r}")
+        _check_ratio(self.r)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"MPSPConfig.seed must be an integer, got {self.seed!r}")
+
+    @property
+    def modulus(self) -> int:
+        """m: the label is the sum mod m."""
+        return LABELS[self.label]
+
+    @property
+    def readout_token(self) -> int:
+        """Token appended after the values; the model predicts the label there."""
+        return self.n_values
+
+    @property
+    def d_vocab(self) -> int:
+        return self.n_values + 1
+
+    @property
+    def n_ctx(self) -> int:
+        return self.seq_len + 1
+
+    @property
+    def name(self) -> str:
+        """Task name, e.g. ``max_parity_sum_parity``."""
+        for name, pair in TASKS.items():
+            if pair == (self.label, self.shortcut):
+                return name
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def from_task(cls, task: str, **kwargs: Any) -> "MPSPConfig":
+        """Config for a named task (one of ``TASKS``) with other fields as keywords."""
+        if task not in TASKS:
+            raise ValueError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
+        label, shortcut = TASKS[task]
+        return cls(label=label, shortcut=shortcut, **kwargs)
+
+    def model_dims(self) -> dict[str, int]:
+        """Vocabulary/context sizes a model for this task needs (``ModelConfig`` keywords)."""
+        return {"d_vocab": self.d_vocab, "n_ctx": self.n_ctx, "d_vocab_out": self.modulus}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MPSPConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown MPSPConfig keys {unknown}; expected a subset of {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass
+class MPSPSplit:
+    """One split of an MPSP task.
+
+    Attributes:
+        values: The integer sequences, ``[n, seq_len]``.
+        tokens: Model input: values then the readout token, ``[n, seq_len + 1]``.
+        labels: ``sum(values) mod m``, ``[n]``.
+        shortcut: The shortcut feature (max or first element mod m), ``[n]``.
+        agrees: ``shortcut == labels``, ``[n]``.
+        r: The exact fraction of agreeing examples.
+    """
+
+    values: Int[Tensor, "n seq"]
+    tokens: Int[Tensor, "n pos"]
+    labels: Int[Tensor, " n"]
+    shortcut: Int[Tensor, " n"]
+    agrees: Bool[Tensor, " n"]
+    r: float
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def subset(self, index: Tensor) -> "MPSPSplit":
+        """The examples selected by a boolean mask or index tensor."""
+        agrees = self.agrees[index]
+        r = float(agrees.float().mean()) if agrees.numel() else 0.0
+        return MPSPSplit(self.values[index], self.tokens[index], self.labels[index],
+                         self.shortcut[index], agrees, r)
+
+
+def _check_ratio(r: float) -> None:
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0.0 <= float(r) <= 1.0):
+        raise ValueError(f"spurious ratio r must be a number in [0, 1], got {r!r}")
+
+
+def compute_features(
+    values: Int[Tensor, "n seq"], label: str, shortcut: str
+) -> tuple[Int[Tensor, " n"], Int[Tensor, " n"]]:
+    """Label and shortcut of each sequence."""
+    m = LABELS[label]
+    labels = values.sum(dim=-1) % m
+    feature = values.max(dim=-1).values if shortcut == "max" else values[:, 0]
+    return labels, feature % m
+
+
+def _group_counts(n: int, r: float, feasible: dict[tuple[bool, int], bool], m: int,
+                  cfg_desc: str) -> dict[tuple[bool, int], int]:
+    n_agree = int(round(r * n))
+    counts: dict[tuple[bool, int], int] = {}
+    for agree, size in ((True, n_agree), (False, n - n_agree)):
+        labels = [c for c in range(m) if feasible[(agree, c)]]
+        if size and not labels:
+            kind = "agree with" if agree else "disagree with"
+            raise ValueError(
+                f"{cfg_desc} cannot produce examples whose shortcut {kind} the label "
+                f"(needed {size}); increase seq_len or n_values, or use r="
+                f"{'0' if agree else '1'}"
+            )
+        base, extra = divmod(size, max(len(labels), 1))
+        for i, c in enumerate(labels):
+            counts[(agree, c)] = base + (1 if i < extra else 0)
+    return counts
+
+
+def make_split(cfg: MPSPConfig, r: float, n: int, seed: int) -> MPSPSplit:
+    """Sample ``n`` examples of the task in ``cfg`` with exactly ``round(r * n)`` agreeing.
+
+    Within the agreeing and the disagreeing groups, labels are balanced as evenly as the
+    task allows (a label that cannot occur in a group is left out of it).
+
+    Args:
+        cfg: Task (label, shortcut, seq_len, n_values); its ``r``/``n_train``/``seed`` are
+            not used here.
+        r: Fraction of examples whose shortcut equals the label, in [0, 1]. Values below
+            1/m are the anti-shortcut regime.
+        n: Number of examples (>= 1).
+        seed: Seed of this split's generator: same seed, same data.
+
+    Raises:
+        ValueError: r outside [0, 1], n < 1, or a task that cannot produce a needed group.
+    """
+    _check_ratio(r)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"number of examples n must be a positive integer, got {n!r}")
+    m = cfg.modulus
+    gen = torch.Generator().manual_seed(int(seed))
+    desc = f"MPSP task (label={cfg.label}, shortcut={cfg.shortcut}, seq_len={cfg.seq_len}, n_values={cfg.n_values})"
+
+    def sample(k: int) -> Tensor:
+        return torch.randint(0, cfg.n_values, (k, cfg.seq_len), generator=gen)
+
+    # A pilot sample tells which (agree, label) cells the task can produce at all.
+    pilot = sample(max(65_536, 4 * n))
+    labels, feature = compute_features(pilot, cfg.label, cfg.shortcut)
+    agree = feature == labels
+    feasible = {(a, c): bool(((agree == a) & (labels == c)).any()) for a in (True, False) for c in range(m)}
+    need = _group_counts(n, float(r), feasible, m, desc)
+
+    chosen: dict[tuple[bool, int], list[Tensor]] = {key: [] for key in need}
+    have = dict.fromkeys(need, 0)
+    batch = pilot
+    for _attempt in range(10_000):
+        labels, feature = compute_features(batch, cfg.label, cfg.shortcut)
+        agree = feature == labels
+        for key, want in need.items():
+            if have[key] >= want:
+                continue
+            rows = batch[(agree == key[0]) & (labels == key[1])][: want - have[key]]
+            chosen[key].append(rows)
+            have[key] += rows.shape[0]
+        if all(have[k] >= need[k] for k in need):
+            break
+        batch = sample(max(65_536, 4 * n))
+    else:  # pragma: no cover - only for pathologically rare cells
+        raise ValueError(f"{desc}: could not sample enough examples for groups {need}")
+
+    values = torch.cat([torch.cat(v) if v else torch.empty(0, cfg.seq_len, dtype=torch.long)
+                        for v in chosen.values()])
+    values = values[torch.randperm(values.shape[0], generator=gen)]
+    labels, feature = compute_features(values, cfg.label, cfg.shortcut)
+    readout = torch.full((n, 1), cfg.readout_token, dtype=torch.long)
+    tokens = torch.cat([values, readout], dim=1)
+    agrees = feature == labels
+    return MPSPSplit(values, tokens, labels, feature, agrees, float(agrees.float().mean()))
+
+
+def make_splits(cfg: MPSPConfig) -> dict[str, MPSPSplit]:
+    """The standard splits: ``train`` (at ``cfg.r``), ``val`` (r = 1) and ``adv`` (r = 0).
+
+    Each split has its own fixed seed derived from ``cfg.seed``.
+    """
+    return {
+        "train": make_split(cfg, cfg.r, cfg.n_train, cfg.seed + _SPLIT_SEED_OFFSETS["train"]),
+        "val": make_split(cfg, 1.0, cfg.n_eval, cfg.seed + _SPLIT_SEED_OFFSETS["val"]),
+        "adv": make_split(cfg, 0.0, cfg.n_eval, cfg.seed + _SPLIT_SEED_OFFSETS["adv"]),
+    }
+
+
+__all__ = ["LABELS", "SHORTCUTS", "TASKS", "MPSPConfig", "MPSPSplit", "compute_features",
+           "make_split", "make_splits"]
