@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io as _io
+import json
 import math
 import platform
 import time
@@ -30,11 +32,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
-from interp_toolkit.io import append_jsonl, atomic_write_bytes, atomic_write_json, config_hash, read_jsonl
+from interp_toolkit.io import (
+    append_jsonl,
+    atomic_write_bytes,
+    atomic_write_json,
+    config_hash,
+    read_jsonl,
+)
 from interp_toolkit.model import model_config_of
-
-import io as _io
-import json
 
 
 class Split(Protocol):
@@ -364,7 +369,7 @@ def train(
         atomic_write_bytes(resume_path, buffer.getvalue())
 
     last_metrics: dict[str, Any] = {}
-    if start_epoch == 0:
+    if resumed_from is None:
         last_metrics = {"epoch": 0, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size)}
         append_jsonl(metrics_path, last_metrics)
         save_state(0, last_metrics)

@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make demo` and `make test` (see README).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch 2.13.0 lies on disk on the project's machines; an unpinned torch
+# would pull a multi-GB CUDA build. Override on machines with other needs: make TORCH=torch
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-all lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev,ray]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/interp-toolkit demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check interp_toolkit tasks analyses tests examples benchmarks
+
+bench: $(STAMP)
+	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,105 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from interp_toolkit import list_checkpoints, load_checkpoint
+from interp_toolkit.cli import main
+from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
+from interp_toolkit.training import evaluate
+
+SMALL = ["--seq-len", "5", "--n-train", "512", "--n-eval", "256", "--d-model", "32", "--d-mlp", "64", "--quiet"]
+
+
+def test_cli_train_end_to_end_and_checkpoint_reproduces_accuracies(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(["train", "--n-layers", "1", "--r", "0.9", "--epochs", "300", "--eval-every", "25",
+                 "--checkpoint-every", "100", "--run-dir", str(run), *SMALL])
+    assert code == 0
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["epoch"] == 300
+    assert metrics[-1]["train_acc"] > 0.6  # it learned something in 300 epochs
+    checkpoints = list_checkpoints(run)
+    assert [e for e, _ in checkpoints][-4:] == [100, 128, 200, 256][-4:] or checkpoints[-1][0] == 300
+    assert checkpoints[-1][0] == 300
+    model, meta = load_checkpoint(checkpoints[-1][1])
+    splits = make_splits(MPSPConfig(seq_len=5, n_train=512, n_eval=256, r=0.9))
+    reproduced = evaluate(model, splits)
+    for key, value in reproduced.items():
+        assert value == pytest.approx(metrics[-1][key], abs=1e-6)
+    out = capsys.readouterr().out
+    assert "trained" in out and "val_acc" in out
+
+    # Rerunning the same command recomputes nothing.
+    assert main(["train", "--n-layers", "1", "--r", "0.9", "--epochs", "300", "--eval-every", "25",
+                 "--checkpoint-every", "100", "--run-dir", str(run), *SMALL]) == 0
+    assert "already finished" in capsys.readouterr().out
+
+    assert main(["info", str(checkpoints[-1][1])]) == 0
+    info = capsys.readouterr().out
+    assert '"n_layers": 1' in info and "adv_acc" in info and '"epoch": 300' in info
+    assert main(["info", str(run)]) == 0
+    assert "status finished" in capsys.readouterr().out
+
+
+def test_cli_config_file_and_overrides(tmp_path):
+    config = tmp_path / "cfg.yaml"
+    config.write_text(
+        "task: {task: first_mod3_sum_mod3, seq_len: 4, n_train: 128, n_eval: 64, r: 0.2}\n"
+        "model: {n_layers: 2, n_heads: 1, d_model: 16, d_mlp: 16}\n"
+        "train: {epochs: 5, eval_every: 5}\n"
+        f"run_dir: {tmp_path / 'from_file'}\n"
+    )
+    assert main(["train", "--config", str(config), "--epochs", "4", "--quiet"]) == 0
+    record = json.loads((tmp_path / "from_file" / "run.json").read_text())
+    assert record["train_config"]["epochs"] == 4
+    assert record["model_config"]["n_layers"] == 2 and record["model_config"]["d_vocab_out"] == 3
+    assert record["run_info"]["task"]["name"] == "first_mod3_sum_mod3"
+
+
+def test_cli_bad_values_are_reported(tmp_path, capsys):
+    assert main(["train", "--r", "1.5", "--run-dir", str(tmp_path / "x"), "--quiet"]) == 2
+    assert "r must be a number in [0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"garbage")
+    assert main(["info", str(bad)]) == 2
+    assert "bad.safetensors" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--task", "nonsense"])
+
+
+def test_killed_cli_run_resumes_to_identical_weights(tmp_path):
+    args = ["train", "--epochs", "120", "--eval-every", "5", "--checkpoint-every", "40", *SMALL]
+    cmd = [sys.executable, "-m", "interp_toolkit.cli"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([*cmd, *args, "--run-dir", str(tmp_path / "ref")], check=True, env=env, capture_output=True)
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen([*cmd, *args, "--run-dir", str(run)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 6:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert json.loads((run / "run.json").read_text())["status"] == "running"
+
+    done = subprocess.run([*cmd, *args, "--run-dir", str(run)], check=True, env=env,
+                          capture_output=True, text=True)
+    assert "resumed from epoch" in done.stdout
+    ref_model, _ = load_checkpoint(Path(tmp_path / "ref" / "checkpoints" / "epoch_000120.safetensors"))
+    model, _ = load_checkpoint(run / "checkpoints" / "epoch_000120.safetensors")
+    for key, value in ref_model.state_dict().items():
+        assert torch.equal(value, model.state_dict()[key]), key
+    assert (run / "metrics.jsonl").read_text() == (tmp_path / "ref" / "metrics.jsonl").read_text()

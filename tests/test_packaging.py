@@ -1,0 +1,49 @@
+"""The wheel installs tasks/ and analyses/ under interp_toolkit, never as top-level packages."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(out), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = out.glob("interp_toolkit-*.whl")
+    return wheel
+
+
+def test_wheel_layout(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "interp_toolkit/tasks/mpsp.py" in names
+    assert "interp_toolkit/analyses/__init__.py" in names
+    top_level = {name.split("/")[0] for name in names}
+    assert "tasks" not in top_level and "analyses" not in top_level
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "interp-toolkit = interp_toolkit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_installed_wheel_imports_from_outside_repo(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True)
+    code = (
+        "import importlib.util, interp_toolkit, interp_toolkit.tasks, interp_toolkit.analyses\n"
+        "from interp_toolkit.tasks.mpsp import make_split\n"
+        f"assert interp_toolkit.__file__.startswith({str(target)!r}), interp_toolkit.__file__\n"
+        f"assert interp_toolkit.tasks.__file__.startswith({str(target)!r})\n"
+        "assert importlib.util.find_spec('tasks') is None\n"
+        "assert importlib.util.find_spec('analyses') is None\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
