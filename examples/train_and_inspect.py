@@ -6,7 +6,14 @@ Run: python examples/train_and_inspect.py [--epochs 200] [--run-dir runs/example
 
 import argparse
 
-from interp_toolkit import ModelConfig, TrainConfig, build_model, list_checkpoints, load_checkpoint, train
+from interp_toolkit import (
+    ModelConfig,
+    TrainConfig,
+    build_model,
+    list_checkpoints,
+    load_checkpoint,
+    train,
+)
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 
