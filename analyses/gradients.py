@@ -100,7 +100,10 @@ def parameter_groups(model: Any) -> Groups:
 
 def _loss_fn(model: Any, buffers: dict[str, Tensor], position: int):
     def loss(params: dict[str, Tensor], tokens: Tensor, label: Tensor) -> Tensor:
-        logits = functional_call(model, (params, buffers), (tokens[None],))
+        # tie_weights=False: the bridge registers each parameter under two paths; with the
+        # default tie handling, functional_call leaves detached tensors in the model
+        # afterwards (ordinary autograd then no longer reaches them).
+        logits = functional_call(model, (params, buffers), (tokens[None],), tie_weights=False)
         return F.cross_entropy(logits[:, position], label[None])
 
     return loss

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 
 from interp_toolkit.model import ModelConfig, build_model
-from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 
 SEQ_LEN = 5
 N_VALUES = 10
