@@ -139,6 +139,7 @@ def over_checkpoints(
     out_dir: str | Path | None = None,
     plot: bool = True,
     progress: bool = True,
+    device: str | None = None,
 ) -> CheckpointsResult:
     """Run ``analysis`` on every checkpoint of ``run_dir`` (or the given ``epochs``).
 
@@ -153,6 +154,7 @@ def over_checkpoints(
         out_dir: Where the cache, CSV and PNG go (default ``run_dir/analyses/<name>``).
         plot: Also write the PNG.
         progress: Show a tqdm bar over checkpoints.
+        device: Where to load each checkpoint (default CPU); not part of the cache key.
 
     Returns:
         :class:`CheckpointsResult`.
@@ -188,7 +190,7 @@ def over_checkpoints(
             epoch_rows = json.loads(cache_path.read_text())["rows"]
             hits.append(epoch)
         else:
-            model, _ = load_checkpoint(path)
+            model, _ = load_checkpoint(path, device=device)
             result = spec.fn(model, splits, **config)
             epoch_rows = [{"epoch": epoch, **row} for row in result.rows]
             atomic_write_json(cache_path, {"epoch": epoch, "checkpoint": path.name, "analysis": label,
