@@ -10,6 +10,10 @@ from interp_toolkit.model import ModelConfig, build_model
 
 SEQ_LEN = 5
 N_VALUES = 10
+
+# One thread: the machines are shared, and OpenMP threads spinning on a busy 2-core box
+# make each tiny matmul ~100x slower.
+torch.set_num_threads(1)
 ALPHA = 40.0  # query scale: readout-to-value scores are ALPHA * v / sqrt(d_head)
 
 

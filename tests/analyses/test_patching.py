@@ -50,8 +50,6 @@ def test_agrees_with_transformer_lens_patching(model_name, request, splits):
     # TL: [layer, pos, head]; ours: [layer*head, pos]
     torch.testing.assert_close(by_pos, tl_by_pos.permute(0, 2, 1).reshape(-1, 6).float(), atol=1e-5, rtol=1e-4)
 
-    if model_name != "hand_model":  # keep the suite fast: the rest runs on the 1-layer model only
-        return
     attn = compute_patching(model, target, source_cache, resolve_components(
         model, [f"attn{layer}" for layer in range(n_layers)]), list(range(6)), metric)
     tl_attn = tl_patching.get_act_patch_attn_out(model, target, source_cache, metric)
