@@ -221,8 +221,11 @@ def _mean_grads(model: Any, tokens: Tensor, labels: Tensor, position: int, chunk
     for start in range(0, tokens.shape[0], chunk):
         logits = model(tokens[start:start + chunk].to(device))
         loss = F.cross_entropy(logits[:, position], labels[start:start + chunk].to(device), reduction="sum")
-        for acc, g in zip(total, torch.autograd.grad(loss, params), strict=True):
-            acc += g
+        # allow_unused: some bridges register parameters the forward does not use (the
+        # boot_transformers GPTNeoX bridge holds both split q/k/v and the fused qkv).
+        for acc, g in zip(total, torch.autograd.grad(loss, params, allow_unused=True), strict=True):
+            if g is not None:
+                acc += g
     return {n: t / tokens.shape[0] for n, t in zip(names, total, strict=True)}
 
 

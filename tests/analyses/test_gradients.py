@@ -104,3 +104,15 @@ def test_model_still_trains_after_per_example_grads(small_trained_like_model, sp
     loss = F.cross_entropy(small_trained_like_model(tokens)[:, -1], labels)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     assert all(g is not None for g in grads)
+
+
+def test_gradients_on_boot_transformers_model(neox_model, splits):
+    tokens, labels = splits["train"].tokens[:6], splits["train"].labels[:6]
+    vm = per_example_grads(neox_model, tokens, labels)
+    loop = _loop_grads(neox_model, tokens, labels)
+    for name in vm:
+        torch.testing.assert_close(vm[name], loop[name], atol=1e-6, rtol=1e-4)
+    result = gradient_conflict(neox_model, splits, split="train", n=16, chunk_size=8)
+    rows = {r["group"]: r for r in result.rows}
+    assert {"all", "L0H0.QK", "L1H1.OV", "mlp1"} <= set(rows)
+    assert rows["L0H0.OV"]["norm_consistent"] > 0 and -1 <= rows["all"]["conflict_cos"] <= 1
