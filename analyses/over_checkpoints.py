@@ -125,6 +125,23 @@ def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) ->
     return label, AnalysisSpec(label, analysis, (), ())
 
 
+def _callable_key(fn: Callable[..., Any]) -> dict[str, Any]:
+    """What identifies a callable in the cache key: its qualified name and, for a
+    ``functools.partial``, its bound arguments (which must be JSON-able)."""
+    bound: dict[str, Any] = {}
+    while isinstance(fn, functools.partial):
+        bound = {**fn.keywords, **bound}
+        if fn.args:
+            bound["__args__"] = list(fn.args)
+        fn = fn.func
+    key = {"name": f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}", "bound": bound}
+    try:
+        json.dumps(key)
+    except TypeError as err:
+        raise ValueError(f"arguments bound to the analysis must be JSON-serializable (cache key): {err}") from err
+    return key
+
+
 def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
@@ -178,13 +195,15 @@ def over_checkpoints(
     if splits is None:
         splits = splits_from_run(run_dir)
     data_key = {split_name: fingerprint(split) for split_name, split in sorted(splits.items())}
+    fn_key = _callable_key(spec.fn)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "analyses" / label
     cache_dir = out_dir / "cache"
 
     rows: list[dict[str, Any]] = []
     computed, hits = [], []
     for epoch, path in tqdm(checkpoints, desc=f"{label} over checkpoints", disable=not progress):
-        key = config_hash({"checkpoint": _file_digest(path), "analysis": label, "config": config, "data": data_key})
+        key = config_hash({"checkpoint": _file_digest(path), "analysis": label, "fn": fn_key, "config": config,
+                           "data": data_key})
         cache_path = cache_dir / f"epoch_{epoch:06d}_{key}.json"
         if cache_path.is_file():
             epoch_rows = json.loads(cache_path.read_text())["rows"]

@@ -72,3 +72,15 @@ def test_over_checkpoints_bad_input(tiny_run, tmp_path):
         over_checkpoints("fingerprints", tmp_path, splits=splits)
     with pytest.raises(ValueError, match="JSON-serializable"):
         over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": object()})
+
+
+def test_partials_with_different_bound_arguments_do_not_share_a_cache(tiny_run, tmp_path):
+    run_dir, splits = tiny_run
+    kwargs = dict(splits=splits, epochs=[6], out_dir=tmp_path / "abl", progress=False, plot=False)
+    zero = functools.partial(ablation, method="zero", split_names=["adv"], components=["attn0"], n=16)
+    mean = functools.partial(ablation, method="mean", split_names=["adv"], components=["attn0"], n=16)
+    first = over_checkpoints(zero, run_dir, **kwargs)
+    second = over_checkpoints(mean, run_dir, **kwargs)
+    assert second.computed == [6]
+    assert {r["method"] for r in first.rows} == {"zero"} and {r["method"] for r in second.rows} == {"mean"}
+    assert over_checkpoints(zero, run_dir, **kwargs).cache_hits == [6]
