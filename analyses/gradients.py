@@ -275,21 +275,38 @@ def gradient_conflict(
         mean_a = _mean_grads(model, tokens[~agrees], labels[~agrees], readout_position, chunk_size)
         flat_c = {g: _flat_mean(mean_c, m).detach().cpu() for g, m in groups.items() if m}
         flat_a = {g: _flat_mean(mean_a, m).detach().cpu() for g, m in groups.items() if m}
-        norms = {g: [] for g in flat_c}
-        cos_c = {g: [] for g in flat_c}
-        cos_a = {g: [] for g in flat_c}
+        parts_c = {g: [mean_c[raw][index].reshape(-1) for raw, index in groups[g]] for g in flat_c}
+        parts_a = {g: [mean_a[raw][index].reshape(-1) for raw, index in groups[g]] for g in flat_c}
+        # Preallocated outputs: many small long-lived tensors between the big per-chunk
+        # buffers fragment the heap (peak RSS then grows with the number of chunks).
+        n_total = tokens.shape[0]
+        norms = {g: torch.empty(n_total) for g in flat_c}
+        cos_c = {g: torch.empty(n_total) for g in flat_c}
+        cos_a = {g: torch.empty(n_total) for g in flat_c}
+        start = 0
         for chunk in _chunked_grads(model, tokens, labels, readout_position, chunk_size, progress):
-            flat = group_gradients(chunk, {g: groups[g] for g in flat_c})
-            for g, x in flat.items():
-                x = x.detach().cpu()
-                norms[g].append(x.norm(dim=1))
-                cos_c[g].append(_cos(x, flat_c[g]))
-                cos_a[g].append(_cos(x, flat_a[g]))
+            # Norms and dot products add up over a group's members: no concatenated copy of
+            # the chunk's gradients is made.
+            stop = start + next(iter(chunk.values())).shape[0]
+            for g in flat_c:
+                sq = dot_c = dot_a = 0.0
+                for (raw, index), m_c, m_a in zip(groups[g], parts_c[g], parts_a[g], strict=True):
+                    x = chunk[raw][(slice(None), *index)].detach()
+                    x = x.reshape(x.shape[0], -1)
+                    sq = sq + (x * x).sum(1)
+                    dot_c = dot_c + x @ m_c
+                    dot_a = dot_a + x @ m_a
+                nrm = sq.sqrt().cpu()
+                norms[g][start:stop] = nrm
+                cos_c[g][start:stop] = dot_c.cpu() / (nrm * flat_c[g].norm()).clamp_min(1e-30)
+                cos_a[g][start:stop] = dot_a.cpu() / (nrm * flat_a[g].norm()).clamp_min(1e-30)
+            start = stop
+            del chunk
     finally:
         model.train(was_training)
     rows, tensors = [], {}
     for g in flat_c:
-        nrm, cc, ca = torch.cat(norms[g]), torch.cat(cos_c[g]), torch.cat(cos_a[g])
+        nrm, cc, ca = norms[g], cos_c[g], cos_a[g]
         rows.append(_summarize(g, nrm, cc, ca, flat_c[g], flat_a[g], agrees))
         tensors.update({f"norms/{g}": nrm, f"cos_to_consistent/{g}": cc, f"cos_to_anti/{g}": ca})
     config = {"split": split, "readout_position": readout_position, "n": n, "chunk_size": chunk_size}
