@@ -9,8 +9,9 @@ Prints, side by side in one run:
   (:func:`interp_toolkit.analyses.gradients.gradient_conflict`) over ``--n-large``
   examples (default 16,384), next to what storing every per-example gradient would need.
 
-Peak memory on CPU is the process's resident set size sampled every 2 ms (minus the
-baseline before the call); on CUDA it is ``torch.cuda.max_memory_allocated``.
+Peak memory on CPU is the resident set size sampled every 2 ms minus the baseline before
+the call, measured in a fresh child process (so memory the allocator kept from earlier
+work in this process cannot hide it); on CUDA it is ``torch.cuda.max_memory_allocated``.
 
     python benchmarks/bench_gradients.py                 # 2-layer model, d_model 64
     python benchmarks/bench_gradients.py --device cuda
@@ -19,7 +20,10 @@ baseline before the call); on CUDA it is ``torch.cuda.max_memory_allocated``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -102,9 +106,13 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.memory_child:
+        memory_child(args, device)
+        return
 
     task = MPSPConfig(r=0.9)  # seq_len 10, values 0..9
     large = make_split(task, 0.9, args.n_large, seed=0)
@@ -121,11 +129,12 @@ def main() -> None:
 
     with PeakMemory(device) as mem_small:
         per_example_grads(model, tokens, labels, chunk_size=args.chunk_size)
-    splits = {"train": large}
-    start = time.perf_counter()
-    with PeakMemory(device) as mem_large:
-        result = gradient_conflict(model, splits, split="train", n=args.n_large, chunk_size=args.chunk_size)
-    t_large = time.perf_counter() - start
+    child = subprocess.run([sys.executable, __file__, "--memory-child", "--n-large", str(args.n_large),
+                            "--chunk-size", str(args.chunk_size), "--n-layers", str(args.n_layers),
+                            "--threads", str(args.threads), "--device", args.device],
+                           capture_output=True, text=True, check=True)
+    large_result = json.loads(child.stdout.strip().splitlines()[-1])
+    t_large, peak_large = large_result["seconds"], large_result["peak"]
     stored = args.n_large * n_params * 4
 
     mib = 2**20
@@ -137,11 +146,26 @@ def main() -> None:
     print(f"{'  per example (ms)':<52}{1e3 * t_vmap / args.n:>22.3f}{1e3 * t_loop / args.n:>16.3f}")
     print(f"{f'peak extra memory, {args.n} stored grads (MiB)':<52}{mem_small.peak / mib:>22.1f}")
     print(f"{f'gradient_conflict on {args.n_large:,} examples (s)':<52}{t_large:>22.1f}")
-    print(f"{f'peak extra memory, {args.n_large:,} examples (MiB)':<52}{mem_large.peak / mib:>22.1f}"
+    print(f"{f'peak extra memory, {args.n_large:,} examples (MiB)':<52}{peak_large / mib:>22.1f}"
           f"{'(stored: ' + f'{stored / mib:,.0f})':>16}")
+    print(f"(chunk size {args.chunk_size}; 'stored' = every per-example gradient kept in float32; "
+          f"check at init: conflict cos {large_result['conflict_cos']:.3f}, "
+          f"amplification {large_result['amplification']:.2f})")
+
+
+def memory_child(args: argparse.Namespace, device: torch.device) -> None:
+    """Fresh process: time and peak memory of gradient_conflict on ``--n-large`` examples."""
+    task = MPSPConfig(r=0.9)
+    large = make_split(task, 0.9, args.n_large, seed=0)
+    model = build_model(ModelConfig(n_layers=args.n_layers, n_heads=2, **task.model_dims()), device=device)
+    model.eval()
+    start = time.perf_counter()
+    with PeakMemory(device) as mem:
+        result = gradient_conflict(model, {"train": large}, split="train", n=args.n_large,
+                                   chunk_size=args.chunk_size)
     row = result.table.where(group="all").rows[0]
-    print(f"(check: conflict cos {row['conflict_cos']:.3f}, amplification {row['amplification']:.2f} at init; "
-          f"chunk size {args.chunk_size})")
+    print(json.dumps({"seconds": time.perf_counter() - start, "peak": mem.peak,
+                      "conflict_cos": row["conflict_cos"], "amplification": row["amplification"]}))
 
 
 if __name__ == "__main__":
