@@ -142,6 +142,24 @@ def _callable_key(fn: Callable[..., Any]) -> dict[str, Any]:
     return key
 
 
+def _check_config(label: str, fn: Callable[..., Any], config: Mapping[str, Any]) -> None:
+    """ValueError naming config keys the analysis does not accept (before any work)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins or exotic callables: let the call decide
+        return
+    params = list(signature.parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    accepted = [p.name for p in params[2:] if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                          inspect.Parameter.KEYWORD_ONLY)]
+    unknown = sorted(set(config) - set(accepted))
+    if unknown:
+        raise ValueError(f"analysis {label!r} does not accept config keys {unknown}; expected a subset of {accepted}")
+
+
 def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
@@ -183,6 +201,7 @@ def over_checkpoints(
         json.dumps(config)
     except TypeError as err:
         raise ValueError(f"analysis config must be JSON-serializable (it is part of the cache key): {err}") from err
+    _check_config(label, spec.fn, config)
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
         raise ValueError(f"{run_dir} has no checkpoints (expected {run_dir}/checkpoints/epoch_*.safetensors)")

@@ -14,7 +14,7 @@ a rerun only recomputes what changed) and draws one figure on a shared epoch axi
 5. the OV parity fingerprint of every head (weights: W_E W_V W_O W_U; data: the head's
    readout output vs the parity of the value it attends to most).
 
-Default size runs in about 10 minutes on 2 CPU cores (n_train 4,096, 600 epochs);
+Default size runs in about 10 minutes on 2 CPU cores (n_train 4,096, 400 epochs);
 ``--paper`` uses the paper's size (n_train 16,384, 15,000 epochs: GPU or hours of CPU).
 
     python examples/shortcut_mechanism.py                 # laptop size
@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--r", type=float, default=0.9, help="spurious ratio of the training split")
     p.add_argument("--n-train", type=int, default=4096)
     p.add_argument("--n-eval", type=int, default=1024)
-    p.add_argument("--epochs", type=int, default=600)
+    p.add_argument("--epochs", type=int, default=400)
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--grad-n", type=int, default=2048, help="training examples for the gradient analysis")
     p.add_argument("--fingerprint-n", type=int, default=1024)

@@ -70,6 +70,8 @@ def test_over_checkpoints_bad_input(tiny_run, tmp_path):
         over_checkpoints("fingerprints", run_dir, splits=splits, epochs=[5])
     with pytest.raises(ValueError, match="has no checkpoints"):
         over_checkpoints("fingerprints", tmp_path, splits=splits)
+    with pytest.raises(ValueError, match=r"does not accept config keys \['chunksize'\]"):
+        over_checkpoints("gradients", run_dir, splits=splits, config={"chunksize": 8})
     with pytest.raises(ValueError, match="JSON-serializable"):
         over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": object()})
 
