@@ -1,1 +1,20 @@
-"""Reusable analysis modules (installed as ``interp_toolkit.analyses``)."""
+"""Reusable analysis modules (installed as ``interp_toolkit.analyses``).
+
+Each works on any TransformerLens model (the toolkit's ``boot_native`` bridges and
+``boot_transformers`` models) and returns an ``AnalysisResult`` (a tidy ``Table`` with
+``.rows``/``.to_csv`` plus raw tensors):
+
+* ``ablation``: zero / mean / resample ablation of heads, attention layers, MLPs and the
+  residual stream (``ablation``, ``zero_ablation``, ``mean_ablation``, ``resample_ablation``);
+* ``patching``: cross-split activation patching (``cross_split_patching``,
+  ``activation_patching``, low level ``compute_patching``);
+* ``fingerprints``: QK magnitude and OV parity fingerprints per head (``fingerprints``,
+  ``pre_softmax_scores``, circuits as ``FactoredMatrix``);
+* ``gradients``: per-example gradients with torch.func and gradient conflict between
+  shortcut-consistent and anti-shortcut examples (``gradient_conflict``,
+  ``per_example_grads``);
+* ``over_checkpoints``: any of them over a run's checkpoints, cached, as CSV + PNG;
+* ``cli``: the ``analyze`` subcommand (``add_analyze_parser``).
+
+Submodules are imported on use, so ``import interp_toolkit.analyses`` stays cheap.
+"""

@@ -1,0 +1,238 @@
+"""Shared pieces of the analyses: result tables, metrics, model introspection, validation."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp_toolkit.io import atomic_write_bytes, atomic_write_text
+
+
+class Split(Protocol):
+    """Anything with model inputs and integer labels (e.g. an ``MPSPSplit``)."""
+
+    tokens: Int[Tensor, "n pos"]
+    labels: Int[Tensor, " n"]
+
+
+@dataclass
+class Table:
+    """A tidy table: a list of rows (dicts) with the same keys.
+
+    Attributes:
+        rows: One dict per row; every row has the keys in ``columns``.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def columns(self) -> list[str]:
+        """Column names in first-seen order."""
+        seen: dict[str, None] = {}
+        for row in self.rows:
+            for key in row:
+                seen.setdefault(key, None)
+        return list(seen)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def where(self, **conditions: Any) -> "Table":
+        """Rows whose columns equal every given value."""
+        return Table([r for r in self.rows if all(r.get(k) == v for k, v in conditions.items())])
+
+    def column(self, name: str) -> list[Any]:
+        """All values of one column."""
+        return [r.get(name) for r in self.rows]
+
+    def to_csv_text(self) -> str:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=self.columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows)
+        return buffer.getvalue()
+
+    def to_csv(self, path: str | Path) -> Path:
+        """Write the table as CSV atomically; returns the path."""
+        return atomic_write_text(path, self.to_csv_text())
+
+    @classmethod
+    def from_csv(cls, path: str | Path) -> "Table":
+        """Read a CSV written by :meth:`to_csv` (numbers parsed back to int/float)."""
+        with open(path, newline="", encoding="utf-8") as handle:
+            return cls([{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(handle)])
+
+
+def _parse(value: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    if value in ("True", "False"):
+        return value == "True"
+    return value
+
+
+@dataclass
+class AnalysisResult:
+    """What every high-level analysis returns: a tidy table plus the raw tensors.
+
+    Attributes:
+        table: One row per measured quantity (see each analysis for its columns).
+        tensors: Named raw tensors behind the table (shapes documented per analysis).
+        config: The analysis settings that produced it (JSON-able).
+    """
+
+    table: Table
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.table.rows
+
+    def to_csv(self, path: str | Path) -> Path:
+        return self.table.to_csv(path)
+
+
+# --------------------------------------------------------------------------- metrics
+
+def logit_diff(logits: Float[Tensor, "batch classes"], labels: Int[Tensor, " batch"]) -> Float[Tensor, " batch"]:
+    """Correct-class logit minus the mean of the other classes' logits, per example."""
+    correct = logits.gather(-1, labels[:, None]).squeeze(-1)
+    n_classes = logits.shape[-1]
+    others = (logits.sum(-1) - correct) / max(n_classes - 1, 1)
+    return correct - others
+
+
+METRICS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "loss": lambda logits, labels: F.cross_entropy(logits, labels, reduction="none"),
+    "accuracy": lambda logits, labels: (logits.argmax(-1) == labels).float(),
+    "logit_diff": logit_diff,
+}
+
+
+def readout_metrics(
+    logits: Float[Tensor, "batch pos vocab"], labels: Int[Tensor, " batch"], position: int = -1,
+    classes: Sequence[int] | None = None,
+) -> dict[str, float]:
+    """Mean loss, accuracy and logit difference at ``position``.
+
+    Args:
+        logits: Model output.
+        labels: Class index of every example (into ``classes`` when given).
+        position: Readout position.
+        classes: Output indices that are the classes (default: all outputs).
+    """
+    out = logits[:, position, :].detach()
+    if classes is not None:
+        out = out[:, list(classes)]
+    return {name: float(fn(out, labels).mean()) for name, fn in METRICS.items()}
+
+
+# --------------------------------------------------------------------------- model
+
+def model_shape(model: Any) -> dict[str, Any]:
+    """``n_layers, n_heads, d_head, attn_only, n_ctx, d_vocab_out`` of a TransformerLens model."""
+    cfg = model.cfg
+    return {
+        "n_layers": int(cfg.n_layers),
+        "n_heads": int(cfg.n_heads),
+        "d_head": int(cfg.d_head),
+        "attn_only": bool(getattr(cfg, "attn_only", False)),
+        "n_ctx": int(cfg.n_ctx),
+        "d_vocab_out": int(getattr(cfg, "d_vocab_out", cfg.d_vocab)),
+        "positional_embedding_type": getattr(cfg, "positional_embedding_type", "standard"),
+    }
+
+
+def model_device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+def check_split(name: str, split: Any, n_ctx: int | None = None) -> None:
+    """ValueError unless ``split`` has ``tokens`` [n, pos] and ``labels`` [n]."""
+    tokens = getattr(split, "tokens", None)
+    labels = getattr(split, "labels", None)
+    if not isinstance(tokens, Tensor) or not isinstance(labels, Tensor):
+        raise ValueError(f"split {name!r} must have .tokens and .labels tensors, got {type(split).__name__}")
+    if tokens.ndim != 2 or labels.ndim != 1 or tokens.shape[0] != labels.shape[0] or tokens.shape[0] == 0:
+        raise ValueError(
+            f"split {name!r}: expected tokens [n, pos] and labels [n] with the same n >= 1, got "
+            f"{tuple(tokens.shape)} and {tuple(labels.shape)}"
+        )
+    if n_ctx is not None and tokens.shape[1] > n_ctx:
+        raise ValueError(f"split {name!r}: sequence length {tokens.shape[1]} exceeds the model's n_ctx {n_ctx}")
+
+
+def check_splits(splits: Mapping[str, Any], names: Iterable[str], model: Any | None = None) -> None:
+    """ValueError naming any requested split that is missing or malformed."""
+    if not isinstance(splits, Mapping) or not splits:
+        raise ValueError(f"splits must be a non-empty mapping name -> split, got {type(splits).__name__}")
+    n_ctx = model_shape(model)["n_ctx"] if model is not None else None
+    for name in names:
+        if name not in splits:
+            raise ValueError(f"split {name!r} not found; available splits: {sorted(splits)}")
+        check_split(name, splits[name], n_ctx)
+
+
+def check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def check_positions(positions: Sequence[int] | None, seq_len: int) -> list[int] | None:
+    """Normalize positions to non-negative ints; ``None`` means every position."""
+    if positions is None:
+        return None
+    out = []
+    for p in positions:
+        if isinstance(p, bool) or not isinstance(p, int) or not -seq_len <= p < seq_len:
+            raise ValueError(f"position {p!r} is out of range for sequence length {seq_len}")
+        out.append(p % seq_len)
+    return out
+
+
+def first_n(split: Any, n: int | None) -> tuple[Tensor, Tensor]:
+    tokens, labels = split.tokens, split.labels
+    if n is not None:
+        tokens, labels = tokens[:n], labels[:n]
+    return tokens, labels
+
+
+def save_png(fig: Any, path: str | Path) -> Path:
+    """Save a matplotlib figure as PNG atomically and close it."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,290 @@
+"""Run any analysis over the checkpoints of a training run, with a per-checkpoint cache.
+
+``over_checkpoints(analysis, run_dir)`` loads every checkpoint (or the chosen epochs),
+runs the analysis on it, stores each result in
+``run_dir/analyses/<name>/cache/epoch_<epoch>_<key>.json`` where ``key`` hashes the
+checkpoint file's bytes, the analysis name and config and the data, so a rerun with the
+same settings is a cache hit and changing any of them recomputes. It returns one table
+with an ``epoch`` column, written as ``<name>.csv`` and plotted as ``<name>.png`` (the
+run's accuracy curves on top, then the analysis's values on the same epoch axis).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from tqdm.auto import tqdm
+
+from interp_toolkit.checkpoint import load_checkpoint
+from interp_toolkit.io import atomic_write_json, config_hash, read_jsonl
+from interp_toolkit.training import fingerprint, list_checkpoints
+
+from ._common import AnalysisResult, Table, pyplot, save_png
+from .ablation import ablation
+from .fingerprints import fingerprints
+from .gradients import gradient_conflict
+from .patching import cross_split_patching
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    """A registered analysis: how to run it and what to plot.
+
+    Attributes:
+        name: Registry name (``fingerprints``, ``ablation``, ``patching``, ``gradients``).
+        fn: ``fn(model, splits, **config) -> AnalysisResult``.
+        value_columns: Numeric columns plotted against epoch (one panel each).
+        series_columns: Columns whose values identify one line.
+        plot_filter: Only rows matching these column values are plotted.
+    """
+
+    name: str
+    fn: Callable[..., AnalysisResult]
+    value_columns: tuple[str, ...]
+    series_columns: tuple[str, ...]
+    plot_filter: Mapping[str, Any] = field(default_factory=dict)
+
+
+ANALYSES: dict[str, AnalysisSpec] = {
+    "fingerprints": AnalysisSpec("fingerprints", fingerprints,
+                                 ("qk_rho", "ov_rho", "ov_data_rho", "first_share"), ("component",)),
+    "ablation": AnalysisSpec("ablation", ablation, ("delta",), ("component", "split"),
+                             {"metric": "accuracy"}),
+    "patching": AnalysisSpec("patching", cross_split_patching, ("normalized",), ("component", "position")),
+    "gradients": AnalysisSpec("gradients", gradient_conflict, ("conflict_cos", "amplification", "anti_cos_mean"),
+                              ("group",)),
+}
+
+
+@dataclass
+class CheckpointsResult:
+    """What :func:`over_checkpoints` returns.
+
+    Attributes:
+        table: Every row of every checkpoint's result, with ``epoch`` first.
+        csv_path, png_path: Files written (``png_path`` is None when ``plot=False``).
+        computed, cache_hits: Epochs computed now and epochs read from the cache.
+    """
+
+    table: Table
+    csv_path: Path | None
+    png_path: Path | None
+    computed: list[int]
+    cache_hits: list[int]
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.table.rows
+
+    def to_csv(self, path: str | Path) -> Path:
+        return self.table.to_csv(path)
+
+
+def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
+    """Rebuild a run's MPSP splits from ``run.json`` (``run_info["task"]``) and check that
+    they are the data the run was trained on (same fingerprints)."""
+    from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
+
+    record_path = Path(run_dir) / "run.json"
+    if not record_path.is_file():
+        raise ValueError(f"{run_dir} is not a run directory (no run.json)")
+    record = json.loads(record_path.read_text())
+    task = dict(record.get("run_info", {}).get("task") or {})
+    task.pop("name", None)
+    if not task:
+        raise ValueError(f"{record_path} records no MPSP task (run_info.task); pass splits explicitly")
+    splits = make_splits(MPSPConfig.from_dict(task))
+    expected = record.get("identity", {}).get("data", {})
+    for name, split in splits.items():
+        if name in expected and expected[name] != fingerprint(split):
+            raise ValueError(f"split {name!r} rebuilt from {record_path} does not match the run's data "
+                             f"(fingerprint {fingerprint(split)} vs {expected[name]}); pass splits explicitly")
+    return splits
+
+
+def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) -> tuple[str, AnalysisSpec]:
+    if isinstance(analysis, str):
+        if analysis not in ANALYSES:
+            raise ValueError(f"unknown analysis {analysis!r}; expected one of {sorted(ANALYSES)} or a callable")
+        spec = ANALYSES[analysis]
+        return name or spec.name, spec
+    if not callable(analysis):
+        raise ValueError(f"analysis must be a name in {sorted(ANALYSES)} or a callable, got {analysis!r}")
+    base = analysis.func if isinstance(analysis, functools.partial) else analysis
+    for spec in ANALYSES.values():
+        if spec.fn is base:
+            label = name or spec.name
+            return label, AnalysisSpec(label, analysis, spec.value_columns, spec.series_columns, spec.plot_filter)
+    label = name or getattr(base, "__name__", "analysis")
+    return label, AnalysisSpec(label, analysis, (), ())
+
+
+def _callable_key(fn: Callable[..., Any]) -> dict[str, Any]:
+    """What identifies a callable in the cache key: its qualified name and, for a
+    ``functools.partial``, its bound arguments (which must be JSON-able)."""
+    bound: dict[str, Any] = {}
+    while isinstance(fn, functools.partial):
+        bound = {**fn.keywords, **bound}
+        if fn.args:
+            bound["__args__"] = list(fn.args)
+        fn = fn.func
+    key = {"name": f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}", "bound": bound}
+    try:
+        json.dumps(key)
+    except TypeError as err:
+        raise ValueError(f"arguments bound to the analysis must be JSON-serializable (cache key): {err}") from err
+    return key
+
+
+def _check_config(label: str, fn: Callable[..., Any], config: Mapping[str, Any]) -> None:
+    """ValueError naming config keys the analysis does not accept (before any work)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins or exotic callables: let the call decide
+        return
+    params = list(signature.parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    accepted = [p.name for p in params[2:] if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                          inspect.Parameter.KEYWORD_ONLY)]
+    unknown = sorted(set(config) - set(accepted))
+    if unknown:
+        raise ValueError(f"analysis {label!r} does not accept config keys {unknown}; expected a subset of {accepted}")
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def over_checkpoints(
+    analysis: str | Callable[..., AnalysisResult],
+    run_dir: str | Path,
+    splits: Mapping[str, Any] | None = None,
+    epochs: Sequence[int] | None = None,
+    config: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    out_dir: str | Path | None = None,
+    plot: bool = True,
+    progress: bool = True,
+    device: str | None = None,
+) -> CheckpointsResult:
+    """Run ``analysis`` on every checkpoint of ``run_dir`` (or the given ``epochs``).
+
+    Args:
+        analysis: A registered name (``fingerprints``, ``ablation``, ``patching``,
+            ``gradients``) or a callable ``fn(model, splits, **config) -> AnalysisResult``.
+        run_dir: A run directory written by :func:`interp_toolkit.train`.
+        splits: The data (default: rebuilt from the run's ``run.json``).
+        epochs: Checkpoint epochs to analyse (default: all).
+        config: Keyword arguments of the analysis (JSON-able; part of the cache key).
+        name: Name of the outputs (default: the analysis name).
+        out_dir: Where the cache, CSV and PNG go (default ``run_dir/analyses/<name>``).
+        plot: Also write the PNG.
+        progress: Show a tqdm bar over checkpoints.
+        device: Where to load each checkpoint (default CPU); not part of the cache key.
+
+    Returns:
+        :class:`CheckpointsResult`.
+    """
+    label, spec = _resolve(analysis, name)
+    run_dir = Path(run_dir)
+    config = dict(config or {})
+    try:
+        json.dumps(config)
+    except TypeError as err:
+        raise ValueError(f"analysis config must be JSON-serializable (it is part of the cache key): {err}") from err
+    _check_config(label, spec.fn, config)
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise ValueError(f"{run_dir} has no checkpoints (expected {run_dir}/checkpoints/epoch_*.safetensors)")
+    if epochs is not None:
+        available = dict(checkpoints)
+        missing = [e for e in epochs if e not in available]
+        if missing:
+            raise ValueError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {sorted(available)}")
+        checkpoints = [(e, available[e]) for e in sorted(set(epochs))]
+    if splits is None:
+        splits = splits_from_run(run_dir)
+    data_key = {split_name: fingerprint(split) for split_name, split in sorted(splits.items())}
+    fn_key = _callable_key(spec.fn)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / "analyses" / label
+    cache_dir = out_dir / "cache"
+
+    rows: list[dict[str, Any]] = []
+    computed, hits = [], []
+    for epoch, path in tqdm(checkpoints, desc=f"{label} over checkpoints", disable=not progress):
+        key = config_hash({"checkpoint": _file_digest(path), "analysis": label, "fn": fn_key, "config": config,
+                           "data": data_key})
+        cache_path = cache_dir / f"epoch_{epoch:06d}_{key}.json"
+        if cache_path.is_file():
+            epoch_rows = json.loads(cache_path.read_text())["rows"]
+            hits.append(epoch)
+        else:
+            model, _ = load_checkpoint(path, device=device)
+            result = spec.fn(model, splits, **config)
+            epoch_rows = [{"epoch": epoch, **row} for row in result.rows]
+            atomic_write_json(cache_path, {"epoch": epoch, "checkpoint": path.name, "analysis": label,
+                                           "config": config, "rows": epoch_rows})
+            computed.append(epoch)
+        rows.extend(epoch_rows)
+    table = Table(rows)
+    csv_path = table.to_csv(out_dir / f"{label}.csv")
+    png_path = None
+    if plot:
+        png_path = plot_over_checkpoints(table, run_dir, spec, out_dir / f"{label}.png")
+    return CheckpointsResult(table, csv_path, png_path, computed, hits)
+
+
+def _series(table: Table, spec: AnalysisSpec, column: str) -> dict[str, tuple[list[int], list[float]]]:
+    lines: dict[str, tuple[list[int], list[float]]] = {}
+    for row in table.rows:
+        if any(row.get(k) != v for k, v in spec.plot_filter.items()):
+            continue
+        value = row.get(column)
+        if not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
+            continue
+        label = " ".join(str(row.get(c)) for c in spec.series_columns) or column
+        xs, ys = lines.setdefault(label, ([], []))
+        xs.append(row["epoch"])
+        ys.append(float(value))
+    return lines
+
+
+def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec, path: str | Path,
+                          max_lines: int = 16) -> Path:
+    """Accuracy curves of the run on top, then one panel per value column, shared epoch axis."""
+    plt = pyplot()
+    columns = list(spec.value_columns) or [
+        c for c in table.columns if c != "epoch" and all(isinstance(v, (int, float)) for v in table.column(c))][:3]
+    metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    fig, axes = plt.subplots(len(columns) + 1, 1, figsize=(9, 2.6 * (len(columns) + 1)), sharex=True)
+    ax = axes[0]
+    for key in sorted({k for m in metrics for k in m if k.endswith("_acc")}):
+        ax.plot([m["epoch"] for m in metrics if key in m], [m[key] for m in metrics if key in m], label=key[:-4])
+    ax.set(ylabel="accuracy", ylim=(-0.02, 1.02), title=f"{spec.name} over checkpoints: {Path(run_dir).name}")
+    for ax, column in zip(axes[1:], columns, strict=True):
+        lines = _series(table, spec, column)
+        for label, (xs, ys) in list(lines.items())[:max_lines]:
+            ax.plot(xs, ys, marker=".", label=label)
+        ax.set(ylabel=column)
+        if column.endswith("_rho") or column.endswith("_cos"):
+            ax.axhline(0, color="grey", lw=0.5)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, ncol=2, loc="best")
+    axes[-1].set_xlabel("epoch")
+    fig.tight_layout()
+    return save_png(fig, path)
+
+
+__all__ = ["ANALYSES", "AnalysisSpec", "CheckpointsResult", "over_checkpoints", "plot_over_checkpoints",
+           "splits_from_run"]

@@ -1,0 +1,88 @@
+import functools
+
+import pytest
+from interp_toolkit.analyses._common import Table
+from interp_toolkit.analyses.ablation import ablation
+from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
+
+from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
+from interp_toolkit.training import fingerprint, list_checkpoints
+
+
+def test_over_checkpoints_table_cache_and_files(tiny_run, tmp_path):
+    run_dir, splits = tiny_run
+    epochs = [e for e, _ in list_checkpoints(run_dir)]
+    assert epochs == [0, 1, 2, 3, 4, 6]
+    out = tmp_path / "fp"
+    first = over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": 64}, out_dir=out, progress=False)
+    assert first.computed == epochs and first.cache_hits == []
+    assert first.table.columns[0] == "epoch"
+    assert sorted(set(first.table.column("epoch"))) == epochs
+    assert len(first.rows) == len(epochs) * 2  # two heads per checkpoint
+    assert first.csv_path.is_file() and first.png_path.is_file()
+    assert first.png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert Table.from_csv(first.csv_path).column("qk_rho") == pytest.approx(first.table.column("qk_rho"))
+
+    again = over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": 64}, out_dir=out, progress=False)
+    assert again.computed == [] and again.cache_hits == epochs
+    assert again.rows == first.rows
+
+    # another config is another cache entry
+    other = over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": 32}, out_dir=out,
+                             epochs=[0, 6], progress=False)
+    assert other.computed == [0, 6]
+
+
+def test_changed_checkpoint_is_recomputed(tiny_run, tmp_path):
+    import shutil
+
+    run_dir, splits = tiny_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    kwargs = dict(splits=splits, config={"split_names": ["val"], "components": ["L0H0"], "n": 32},
+                  progress=False, plot=False)
+    over_checkpoints("ablation", copy, **kwargs)
+    # overwrite epoch 6 with the epoch-0 weights: only that checkpoint is recomputed
+    model0, meta = load_checkpoint(copy / "checkpoints" / "epoch_000000.safetensors")
+    save_checkpoint(model0, copy / "checkpoints" / "epoch_000006.safetensors", metadata=meta)
+    result = over_checkpoints("ablation", copy, **kwargs)
+    assert result.computed == [6]
+    rows0 = [{k: v for k, v in r.items() if k != "epoch"} for r in result.table.where(epoch=0).rows]
+    rows6 = [{k: v for k, v in r.items() if k != "epoch"} for r in result.table.where(epoch=6).rows]
+    assert rows0 == rows6
+
+
+def test_callable_analysis_and_splits_from_run(tiny_run, tmp_path):
+    run_dir, splits = tiny_run
+    rebuilt = splits_from_run(run_dir)
+    assert {k: fingerprint(v) for k, v in rebuilt.items()} == {k: fingerprint(v) for k, v in splits.items()}
+    fn = functools.partial(ablation, method="zero", split_names=["adv"], components=["attn0"], n=16)
+    result = over_checkpoints(fn, run_dir, epochs=[6], out_dir=tmp_path / "abl", progress=False)
+    assert {r["method"] for r in result.rows} == {"zero"} and {r["split"] for r in result.rows} == {"adv"}
+    assert result.png_path.is_file()
+
+
+def test_over_checkpoints_bad_input(tiny_run, tmp_path):
+    run_dir, splits = tiny_run
+    with pytest.raises(ValueError, match="unknown analysis 'probing'"):
+        over_checkpoints("probing", run_dir, splits=splits)
+    with pytest.raises(ValueError, match=r"no checkpoint for epochs \[5\]"):
+        over_checkpoints("fingerprints", run_dir, splits=splits, epochs=[5])
+    with pytest.raises(ValueError, match="has no checkpoints"):
+        over_checkpoints("fingerprints", tmp_path, splits=splits)
+    with pytest.raises(ValueError, match=r"does not accept config keys \['chunksize'\]"):
+        over_checkpoints("gradients", run_dir, splits=splits, config={"chunksize": 8})
+    with pytest.raises(ValueError, match="JSON-serializable"):
+        over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": object()})
+
+
+def test_partials_with_different_bound_arguments_do_not_share_a_cache(tiny_run, tmp_path):
+    run_dir, splits = tiny_run
+    kwargs = dict(splits=splits, epochs=[6], out_dir=tmp_path / "abl", progress=False, plot=False)
+    zero = functools.partial(ablation, method="zero", split_names=["adv"], components=["attn0"], n=16)
+    mean = functools.partial(ablation, method="mean", split_names=["adv"], components=["attn0"], n=16)
+    first = over_checkpoints(zero, run_dir, **kwargs)
+    second = over_checkpoints(mean, run_dir, **kwargs)
+    assert second.computed == [6]
+    assert {r["method"] for r in first.rows} == {"zero"} and {r["method"] for r in second.rows} == {"mean"}
+    assert over_checkpoints(zero, run_dir, **kwargs).cache_hits == [6]
