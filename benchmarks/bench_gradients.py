@@ -29,10 +29,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-from interp_toolkit.analyses.gradients import gradient_conflict, per_example_grads
-from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 
 from interp_toolkit import ModelConfig, build_model
+from interp_toolkit.analyses.gradients import gradient_conflict, per_example_grads
+from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 
 
 def rss_bytes() -> int:

@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 
 import torch
-from interp_toolkit.analyses._common import pyplot, save_png
-from interp_toolkit.analyses.over_checkpoints import over_checkpoints
-from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 from interp_toolkit import ModelConfig, TrainConfig, build_model, train
+from interp_toolkit.analyses._common import pyplot, save_png
+from interp_toolkit.analyses.over_checkpoints import over_checkpoints
 from interp_toolkit.io import read_jsonl
+from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -256,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=300, help="epochs (default 300)")
     p.add_argument("--n-train", type=int, default=4096, help="training examples (default 4096)")
     p.set_defaults(func=cmd_demo)
+
+    from interp_toolkit.analyses.cli import add_analyze_parser
+
+    add_analyze_parser(sub)
     return parser
 
 

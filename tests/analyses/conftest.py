@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 
 from interp_toolkit.model import ModelConfig, build_model
+from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 
 SEQ_LEN = 5
 N_VALUES = 10
@@ -107,7 +107,6 @@ def neox_model(tmp_path_factory):
 def tiny_run(tmp_path_factory):
     """A finished 6-epoch run of a 1-layer attention-only model (checkpoints 0, 1, 2, 3, 4, 6)."""
     from interp_toolkit.tasks.mpsp import make_splits
-
     from interp_toolkit.training import TrainConfig, train
 
     task = MPSPConfig(seq_len=SEQ_LEN, n_values=N_VALUES, n_train=128, n_eval=64, r=0.75)

@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from interp_toolkit.analyses.ablation import (
     ablation,
     compute_replacement,

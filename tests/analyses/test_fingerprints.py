@@ -2,6 +2,8 @@ import math
 
 import pytest
 import torch
+from transformer_lens import FactoredMatrix
+
 from interp_toolkit.analyses.fingerprints import (
     compute_ov_fingerprint,
     fingerprints,
@@ -10,7 +12,6 @@ from interp_toolkit.analyses.fingerprints import (
     pre_softmax_scores,
     qk_circuit,
 )
-from transformer_lens import FactoredMatrix
 
 
 def test_pre_softmax_scores_are_pre_softmax(hand_model, splits):

@@ -1,6 +1,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+
 from interp_toolkit.analyses.gradients import (
     compute_gradient_conflict,
     gradient_conflict,

@@ -1,10 +1,10 @@
 import functools
 
 import pytest
+
 from interp_toolkit.analyses._common import Table
 from interp_toolkit.analyses.ablation import ablation
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
-
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
 from interp_toolkit.training import fingerprint, list_checkpoints
 

@@ -1,6 +1,7 @@
 import pytest
 import torch
 import transformer_lens.patching as tl_patching
+
 from interp_toolkit.analyses.ablation import resolve_components
 from interp_toolkit.analyses.patching import (
     activation_patching,
