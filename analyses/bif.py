@@ -484,7 +484,7 @@ def _drift_checks(trace: Tensor, config: SamplerConfig) -> tuple[Tensor, Tensor,
         std = sampling.std(1).clamp_min(1e-12)
         sampling_drift = (sampling[:, half:].mean(1) - sampling[:, :half].mean(1)) / std
         for chain, value in enumerate(sampling_drift.tolist()):
-            if abs(value) > 1.0:
+            if abs(value) > 2.0:
                 notes.append(
                     f"chain {chain}: mean loss still drifting while drawing ({value:+.2f} std between "
                     "halves); lengthen burn_in, raise gamma or lower eps"
