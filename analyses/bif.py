@@ -990,6 +990,8 @@ def bif(
         raise ValueError("give query_data or at least one observable")
     attribution_data = train_data if attribution_data is None else attribution_data
     recorders: dict[str, Observable] = {}
+    # Query set == attribution set (same object): record the losses once per draw.
+    query_is_attribution = query_data is not None and query_data is attribution_data and attribution_fn is None
     if query_data is not None:
         recorders["query_loss"] = per_example_losses(loss_fn, query_data, config.eval_batch_size)
     for name, fn in (observables or {}).items():
@@ -1032,9 +1034,13 @@ def bif(
     kept_a = torch.zeros(config.chains, config.draws, n_a, dtype=kept_dtype) if config.keep_draws else None
     kept_b = torch.zeros(config.chains, config.draws, n_b, dtype=kept_dtype) if config.keep_draws else None
     all_recorders = {"__attribution__": attribution, **recorders}
+    if query_is_attribution:
+        del all_recorders["query_loss"]
 
     def on_draw(chain: int, draw: int, values: dict[str, Tensor]) -> None:
         a = values["__attribution__"]
+        if query_is_attribution:
+            values["query_loss"] = a
         b = torch.cat([values[name] for name in recorders])
         if a.numel() != n_a or b.numel() != n_b:
             raise ValueError(f"recorded sizes changed between draws: {a.numel()}/{n_a}, {b.numel()}/{n_b}")

@@ -223,3 +223,18 @@ def test_config_round_trip_and_observables():
     result = bif(Quadratic(), X_TRAIN, None, quadratic_loss, config, observables={"w0": lambda m: m.w[:1]})
     assert result.bif.shape == (6, 1)
     assert result.observable("w0").shape == (6, 1)
+
+
+def test_query_equal_to_attribution_is_recorded_once_with_same_result():
+    config = small_config()
+    separate = bif(Quadratic(), X_TRAIN, X_TRAIN.clone(), quadratic_loss, config)
+    calls = {"n": 0}
+
+    def counting_loss(model, x):
+        calls["n"] += 1
+        return quadratic_loss(model, x)
+
+    shared = bif(Quadratic(), X_TRAIN, X_TRAIN, counting_loss, config)
+    assert torch.allclose(shared.bif, separate.bif, atol=1e-12)
+    # SGLD steps + initial loss + size probes + one attribution pass per draw (no query pass).
+    assert calls["n"] == config.chains * (config.total_steps + config.draws) + 4
