@@ -525,7 +525,7 @@ class CoMoments:
         delta_b_new = b - self.mean_b
         self.m2_a += delta_a * (a - self.mean_a)
         self.m2_b += delta_b_old * delta_b_new
-        self.comoment += torch.outer(delta_a, delta_b_new)
+        self.comoment.addr_(delta_a, delta_b_new)  # in place: no n_a x n_b temporary
 
     def update_batch(self, a: Float[Tensor, "k n_a"], b: Float[Tensor, "k n_b"]) -> None:
         """Add ``k`` draws at once (batch moments merged in)."""
@@ -563,7 +563,7 @@ class CoMoments:
         delta_a = other.mean_a - self.mean_a
         delta_b = other.mean_b - self.mean_b
         factor = n1 * n2 / n
-        self.comoment += other.comoment + torch.outer(delta_a, delta_b) * factor
+        self.comoment.add_(other.comoment).addr_(delta_a, delta_b, alpha=factor)
         self.m2_a += other.m2_a + delta_a * delta_a * factor
         self.m2_b += other.m2_b + delta_b * delta_b * factor
         self.mean_a += delta_a * (n2 / n)
@@ -573,7 +573,10 @@ class CoMoments:
 
     @staticmethod
     def merged(parts: Sequence["CoMoments"]) -> "CoMoments":
-        """A new accumulator holding all of ``parts``."""
+        """An accumulator holding all of ``parts`` (the part itself if there is only one:
+        do not modify the result in place then)."""
+        if len(parts) == 1:
+            return parts[0]
         out = CoMoments(parts[0].mean_a.shape[0], parts[0].mean_b.shape[0], device=parts[0].mean_a.device)
         for part in parts:
             out.merge_(part)
@@ -820,10 +823,12 @@ def _finalize(
     pooled = CoMoments.merged(per_chain_acc)
 
     def estimate(acc: CoMoments) -> Tensor:
-        return -(acc.correlation() if pearson else acc.covariance())
+        return acc.correlation().neg_() if pearson else acc.comoment.div(-acc.count)
 
     total = estimate(pooled)
-    per_chain = torch.stack([estimate(acc) for acc in per_chain_acc])
+    per_chain = torch.empty(chains, *total.shape, dtype=total.dtype)
+    for chain, acc in enumerate(per_chain_acc):
+        per_chain[chain] = estimate(acc)
     phases = None
     if with_phases:
         labels = sorted({k for (_, k), acc in accumulators.items() if acc.count > 0})
