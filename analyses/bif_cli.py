@@ -23,9 +23,9 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
-from interp_toolkit.analyses.bif import SamplerConfig, bif
 from torch import Tensor, nn
 
+from interp_toolkit.analyses.bif import SamplerConfig, bif
 from interp_toolkit.io import atomic_write_json
 
 __all__ = ["add_bif_parser", "main", "readout_example_loss", "run_bif_command"]
@@ -88,9 +88,8 @@ def _task_config(args: argparse.Namespace) -> Any:
 
 def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the ``bif`` subcommand; returns (and writes) the summary."""
-    from interp_toolkit.tasks.mpsp import make_splits
-
     from interp_toolkit.checkpoint import load_checkpoint
+    from interp_toolkit.tasks.mpsp import make_splits
 
     config = SamplerConfig(
         eps=args.eps, gamma=args.gamma, n_beta=args.n_beta, chains=args.chains, draws=args.draws,

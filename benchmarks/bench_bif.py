@@ -67,6 +67,7 @@ def _sequence_loss(model, tokens):
 
 def worker_ours(n: int, chains: int, draws: int, out: Path, eval_batch: int = BATCH, seed: int = 0) -> dict:
     import numpy as np
+
     from interp_toolkit.analyses.bif import SamplerConfig, bif
 
     model, pool, recorded = _setup(n)

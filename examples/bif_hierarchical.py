@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from interp_toolkit.analyses.bif import SamplerConfig, bif, cluster_phases, compute_bif
 from interp_toolkit.analyses.bif_validation import (
     causal_window_effects,
@@ -34,8 +35,6 @@ from interp_toolkit.analyses.bif_validation import (
     pearson,
     spearman,
 )
-from interp_toolkit.tasks.hierarchical import living_things, svd_modes
-
 from interp_toolkit.dln import (
     DLNConfig,
     DLNTrainConfig,
@@ -48,6 +47,7 @@ from interp_toolkit.dln import (
     train_dln,
 )
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json
+from interp_toolkit.tasks.hierarchical import living_things, svd_modes
 
 LR = 0.05
 STEPS = 1500

@@ -257,9 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-train", type=int, default=4096, help="training examples (default 4096)")
     p.set_defaults(func=cmd_demo)
 
+    from interp_toolkit.analyses.bif_cli import add_bif_parser
     from interp_toolkit.analyses.cli import add_analyze_parser
 
     add_analyze_parser(sub)
+    add_bif_parser(sub)
     return parser
 
 

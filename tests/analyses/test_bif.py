@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import nn
+
 from interp_toolkit.analyses.bif import (
     BIFResult,
     CoMoments,
@@ -18,7 +20,6 @@ from interp_toolkit.analyses.bif import (
     compute_bif,
     sample_sgld,
 )
-from torch import nn
 
 torch.set_num_threads(1)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from interp_toolkit.analyses.bif import SamplerConfig, bif
 from interp_toolkit.analyses.bif_validation import (
     batched_gradient_descent,
@@ -13,9 +14,8 @@ from interp_toolkit.analyses.bif_validation import (
     pearson,
     spearman,
 )
-from interp_toolkit.tasks.hierarchical import living_things
-
 from interp_toolkit.dln import DeepLinearNetwork, DLNConfig, dln_per_example_loss, gradient_descent
+from interp_toolkit.tasks.hierarchical import living_things
 
 torch.set_num_threads(1)
 LR = 0.05

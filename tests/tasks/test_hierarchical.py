@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from interp_toolkit.tasks.hierarchical import binary_tree_hierarchy, living_things, svd_modes
 
 from interp_toolkit.dln import (
     DeepLinearNetwork,
@@ -20,6 +19,7 @@ from interp_toolkit.dln import (
     saxe_trajectory,
     train_dln,
 )
+from interp_toolkit.tasks.hierarchical import binary_tree_hierarchy, living_things, svd_modes
 
 torch.set_num_threads(1)
 LR = 0.05
