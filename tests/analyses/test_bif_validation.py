@@ -1,0 +1,70 @@
+"""Tests of the leave-one-out / causal-window validation helpers on the DLN."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from interp_toolkit.analyses.bif import SamplerConfig, bif
+from interp_toolkit.analyses.bif_validation import (
+    batched_gradient_descent,
+    causal_window_effects,
+    compare_windows,
+    leave_one_out_effects,
+    pearson,
+    spearman,
+)
+from interp_toolkit.tasks.hierarchical import living_things
+
+from interp_toolkit.dln import DeepLinearNetwork, DLNConfig, dln_per_example_loss, gradient_descent
+
+torch.set_num_threads(1)
+LR = 0.05
+DATA = living_things()
+X, Y = DATA.inputs, DATA.targets
+
+
+def _model(steps: int) -> DeepLinearNetwork:
+    model = DeepLinearNetwork(DLNConfig(8, 16, 30, init_scale=1e-3, seed=0))
+    gradient_descent(model, X, Y, LR, steps)
+    return model
+
+
+def test_batched_gd_matches_autograd_gd_with_weights():
+    model = _model(150)
+    weights = torch.ones(8)
+    weights[3] = 0.0
+    W1, W2 = batched_gradient_descent(model.W1.weight[None], model.W2.weight[None], X, Y, LR, 40, weights[None])
+    gradient_descent(model, X, Y, LR, 40, example_weights=weights)
+    assert torch.allclose(W1[0].float(), model.W1.weight, atol=1e-5)
+    assert torch.allclose(W2[0].float(), model.W2.weight, atol=1e-5)
+
+
+def test_window_end_effect_equals_leave_one_out_from_window_start():
+    start, length = 200, 30
+    loo = leave_one_out_effects(_model(start), X, Y, LR, length)
+    windows = causal_window_effects(_model(0), X, Y, LR, [(start, start + length)], horizon=400, measure_at="window_end")
+    assert torch.allclose(windows.inclusion_effect[0], loo, atol=1e-6)
+    assert leave_one_out_effects(_model(start), X, Y, LR, 0).abs().max() == 0
+    # Including an example lowers its own loss.
+    assert (torch.diagonal(loo) < 0).all()
+    with pytest.raises(ValueError, match="window"):
+        causal_window_effects(_model(0), X, Y, LR, [(50, 20)], horizon=100)
+
+
+def test_bif_correlates_with_leave_one_out_on_dln():
+    model = _model(313)
+    config = SamplerConfig(eps=2e-5, gamma=100.0, n_beta=400.0, chains=4, draws=100, burn_in=100,
+                           steps_between_draws=2, progress=False)
+    result = bif(model, (X, Y), (X, Y), dln_per_example_loss, config)
+    measured = leave_one_out_effects(model, X, Y, LR, 50)
+    assert pearson(result.bif, measured) > 0.4
+    assert spearman(result.bif, measured) > 0.4
+
+
+def test_compare_windows_peak_agreement():
+    effect = torch.zeros(4, 2, 2)
+    effect[2] = 1.0
+    same = compare_windows(effect * 3, effect)
+    assert same["peak_agreement"] == 1.0 and same["chance"] == 0.25
+    shifted = compare_windows(torch.roll(effect, 1, 0), effect)
+    assert shifted["peak_agreement"] == 0.0 and shifted["peak_within_one"] == 1.0
