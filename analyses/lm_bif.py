@@ -279,7 +279,7 @@ class LMBIFResult:
         if self.diagnostics is not None:
             tensors["loss_trace"] = self.diagnostics.loss_trace
         meta = {
-            "pearson": self.pearson, "labels": labels, "config": self.config, "cache_key": self.cache_key,
+            "pearson": self.pearson, "labels": labels, "order": list(self.reductions), "config": self.config, "cache_key": self.cache_key,
             "diagnostics": None if self.diagnostics is None else {
                 "initial_loss": self.diagnostics.initial_loss, "n_beta": self.diagnostics.n_beta,
                 "warnings": self.diagnostics.warnings},
@@ -299,7 +299,7 @@ class LMBIFResult:
         t = load_file(str(directory / "lm_bif.safetensors"))
         reductions = {
             name: ReducedBIF(t[f"{name}.bif"], t[f"{name}.stderr"], t[f"{name}.per_chain"], lab["rows"], lab["cols"])
-            for name, lab in meta["labels"].items()
+            for name, lab in ((n, meta["labels"][n]) for n in meta.get("order", sorted(meta["labels"])))
         }
         diagnostics = None
         if meta["diagnostics"] is not None and "loss_trace" in t:
