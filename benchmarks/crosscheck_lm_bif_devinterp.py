@@ -106,14 +106,21 @@ def main() -> None:
     dv_s = time.perf_counter() - start
     dv_corr = dv_compute_bif(samples, correlation_method="token", device="cpu")
 
-    def to_matrix(influences) -> torch.Tensor:  # [b1, b2, t1, t2] -> [(b1, t1), (b2, t2)]
-        arr = np.asarray(influences.values, dtype=np.float64)
+    # devinterp records its observable sequences in a fixed *shuffled* order
+    # (DeterministicShuffledSampler): map each of our rows to its devinterp row.
+    dv_ids = np.asarray(samples.dataset["input_ids_rec"].values)
+    dv_ids = dv_ids.reshape(-1, dv_ids.shape[-1])[-args.n_rec:]
+    rows = [int(np.flatnonzero((dv_ids == r.numpy()).all(1))[0]) for r in rec]
+    order = torch.tensor(rows)
+
+    def to_matrix(influences) -> torch.Tensor:  # [b1, b2, t1, t2] -> [(b1, t1), (b2, t2)], our row order
+        arr = np.asarray(influences.values, dtype=np.float64)[rows][:, rows]
         n1, n2 = arr.shape[:2]
         return torch.from_numpy(arr.transpose(0, 2, 1, 3).reshape(n1 * T, n2 * T))
 
     loss_var = [v for v in samples.dataset.data_vars if str(v).startswith("loss_rec")][0]
     dv_draws = torch.from_numpy(np.asarray(samples.dataset[loss_var].values, dtype=np.float64))  # chain, draw, batch, pos
-    dv_draws = dv_draws.reshape(args.chains, args.draws, -1)
+    dv_draws = dv_draws[:, :, order].reshape(args.chains, args.draws, -1)
     n_total = args.chains * args.draws
 
     # 1. estimator on devinterp's own draws
@@ -158,6 +165,7 @@ def main() -> None:
     report = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "n_recorded_tokens": rec_set.n_tokens,
+        "devinterp_row_of_ours": rows,
         "seconds": {"ours": ours_s, "devinterp": dv_s},
         "estimator_on_devinterp_draws": exact,
         "sampler_agreement": {
