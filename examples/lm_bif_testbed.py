@@ -37,8 +37,8 @@ def configs(quick: bool) -> tuple[TestbedConfig, LMBIFConfig, dict]:
         sampler = SamplerConfig(eps=1e-4, gamma=100.0, n_beta=30.0, chains=2, draws=8, burn_in=4, batch_size=16)
         sizes = {"n_posterior": 128, "n_train": 8, "n_query": 8}
     else:
-        corpus = CorpusConfig(n_sequences=4096, seq_len=48, n_ordinary=24, chunk_min=10, chunk_max=20)
-        testbed = TestbedConfig(corpus=corpus, total_steps=2000, linear_every=100, batch_size=64, lr=1e-3)
+        corpus = CorpusConfig(n_sequences=2048, seq_len=48, n_ordinary=24, chunk_min=10, chunk_max=20)
+        testbed = TestbedConfig(corpus=corpus, total_steps=1500, linear_every=100, batch_size=64, lr=1e-3)
         sampler = SamplerConfig(eps=1e-4, gamma=100.0, n_beta=30.0, chains=2, draws=40, burn_in=40, batch_size=32)
         sizes = {"n_posterior": 1024, "n_train": 16, "n_query": 16}
     return testbed, LMBIFConfig(sampler, reductions=("class:class", "class:all", "sequence:sequence")), sizes
