@@ -525,7 +525,7 @@ class CoMoments:
         delta_b_new = b - self.mean_b
         self.m2_a += delta_a * (a - self.mean_a)
         self.m2_b += delta_b_old * delta_b_new
-        self.comoment += torch.outer(delta_a, delta_b_new)
+        self.comoment.addr_(delta_a, delta_b_new)  # in place: no n_a x n_b temporary
 
     def update_batch(self, a: Float[Tensor, "k n_a"], b: Float[Tensor, "k n_b"]) -> None:
         """Add ``k`` draws at once (batch moments merged in)."""
@@ -563,7 +563,7 @@ class CoMoments:
         delta_a = other.mean_a - self.mean_a
         delta_b = other.mean_b - self.mean_b
         factor = n1 * n2 / n
-        self.comoment += other.comoment + torch.outer(delta_a, delta_b) * factor
+        self.comoment.add_(other.comoment).addr_(delta_a, delta_b, alpha=factor)
         self.m2_a += other.m2_a + delta_a * delta_a * factor
         self.m2_b += other.m2_b + delta_b * delta_b * factor
         self.mean_a += delta_a * (n2 / n)
@@ -573,7 +573,10 @@ class CoMoments:
 
     @staticmethod
     def merged(parts: Sequence["CoMoments"]) -> "CoMoments":
-        """A new accumulator holding all of ``parts``."""
+        """An accumulator holding all of ``parts`` (the part itself if there is only one:
+        do not modify the result in place then)."""
+        if len(parts) == 1:
+            return parts[0]
         out = CoMoments(parts[0].mean_a.shape[0], parts[0].mean_b.shape[0], device=parts[0].mean_a.device)
         for part in parts:
             out.merge_(part)
@@ -604,12 +607,15 @@ class Draws:
         observable_slices: ``name -> (start, stop)`` columns of each observable.
         statistic: Optional scalar per draw (e.g. for :func:`cluster_phases`); by default
             the mean attribution loss at the draw.
+        phase_labels: Phase label per draw if a ``phase_fn`` was used while sampling
+            (``compute_bif(draws, phases=draws.phase_labels)`` reproduces the split).
     """
 
     attribution: Float[Tensor, "chains draws n_train"]
     observables: Float[Tensor, "chains draws n_query"]
     observable_slices: dict[str, tuple[int, int]] = field(default_factory=dict)
     statistic: Float[Tensor, "chains draws"] | None = None
+    phase_labels: Int[Tensor, "chains draws"] | None = None
 
     def __post_init__(self) -> None:
         if self.attribution.ndim != 3 or self.observables.ndim != 3:
@@ -721,6 +727,8 @@ class BIFResult:
             tensors["draws.attribution"] = self.draws.attribution
             tensors["draws.observables"] = self.draws.observables
             tensors["draws.statistic"] = self.draws.statistic
+            if self.draws.phase_labels is not None:
+                tensors["draws.phase_labels"] = self.draws.phase_labels
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
         meta = {
             "pearson": self.pearson,
@@ -772,7 +780,8 @@ class BIFResult:
         slices = {k: (int(v[0]), int(v[1])) for k, v in meta["observable_slices"].items()}
         draws = None
         if "draws.attribution" in t:
-            draws = Draws(t["draws.attribution"], t["draws.observables"], slices, t["draws.statistic"])
+            draws = Draws(t["draws.attribution"], t["draws.observables"], slices, t["draws.statistic"],
+                          t.get("draws.phase_labels"))
         return cls(
             bif=t["bif"],
             stderr=t["stderr"],
@@ -814,10 +823,12 @@ def _finalize(
     pooled = CoMoments.merged(per_chain_acc)
 
     def estimate(acc: CoMoments) -> Tensor:
-        return -(acc.correlation() if pearson else acc.covariance())
+        return acc.correlation().neg_() if pearson else acc.comoment.div(-acc.count)
 
     total = estimate(pooled)
-    per_chain = torch.stack([estimate(acc) for acc in per_chain_acc])
+    per_chain = torch.empty(chains, *total.shape, dtype=total.dtype)
+    for chain, acc in enumerate(per_chain_acc):
+        per_chain[chain] = estimate(acc)
     phases = None
     if with_phases:
         labels = sorted({k for (_, k), acc in accumulators.items() if acc.count > 0})
@@ -1033,6 +1044,9 @@ def bif(
         kept_dtype = torch.float64 if attribution(model).dtype == torch.float64 else torch.float32
     kept_a = torch.zeros(config.chains, config.draws, n_a, dtype=kept_dtype) if config.keep_draws else None
     kept_b = torch.zeros(config.chains, config.draws, n_b, dtype=kept_dtype) if config.keep_draws else None
+    kept_labels = (
+        torch.zeros(config.chains, config.draws, dtype=torch.long) if config.keep_draws and phase_fn else None
+    )
     all_recorders = {"__attribution__": attribution, **recorders}
     if query_is_attribution:
         del all_recorders["query_loss"]
@@ -1052,6 +1066,8 @@ def bif(
         if kept_a is not None:
             kept_a[chain, draw] = a.to("cpu", kept_dtype)
             kept_b[chain, draw] = b.to("cpu", kept_dtype)
+        if kept_labels is not None:
+            kept_labels[chain, draw] = label
 
     diagnostics = sample_sgld(model, train_data, loss_fn, config, all_recorders, on_draw)
     total, stderr, per_chain, mean_a, mean_b, phases = _finalize(
@@ -1069,7 +1085,7 @@ def bif(
         observable_slices=slices,
         phases=phases,
         diagnostics=diagnostics,
-        draws=Draws(kept_a, kept_b, dict(slices)) if kept_a is not None else None,
+        draws=Draws(kept_a, kept_b, dict(slices), phase_labels=kept_labels) if kept_a is not None else None,
         config=config.to_dict(),
         cache_key=key,
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="bif")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_bif_parser(subparsers)
-    args = parser.parse_args(["bif", *(argv if argv is not None else __import__("sys").argv[1:])])
+    args = parser.parse_args(["bif", *(argv if argv is not None else sys.argv[1:])])
     return args.func(args)
 
 

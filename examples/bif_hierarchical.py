@@ -198,8 +198,9 @@ def plot(path, data, modes, curve, fits, run, steps, records, idx, windows, wind
         ax.plot(steps, values, marker=".", label=label)
         ax.fill_between(steps, values - errors, values + errors, alpha=0.25)
     ax.axhline(0, color="k", lw=0.5)
-    ax.set(xscale="symlog", xlim=(x_min, x_max), ylabel="BIF = -Cov(loss_i, loss_j)",
+    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="BIF = -Cov(loss_i, loss_j) (symlog)",
            title="(c) Bayesian influence per checkpoint (negative: training on canary lowers the query's loss); ±1 SE")
+    ax.set_yscale("symlog", linthresh=1e-3)
     ax.legend()
     # (d) within / between split of canary -> robin.
     ax = fig.add_subplot(grid[3, :])
@@ -208,8 +209,9 @@ def plot(path, data, modes, curve, fits, run, steps, records, idx, windows, wind
     ax.plot(steps, [float(s.within[i, j]) for _, _, s in records], label="within phases")
     ax.plot(steps, [float(s.between[i, j]) for _, _, s in records], label="between phases")
     ax.axhline(0, color="k", lw=0.5)
-    ax.set(xscale="symlog", xlim=(x_min, x_max), ylabel="canary -> robin",
+    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="canary -> robin (symlog)",
            title="(d) split of the draws into 2 phases by training loss: within + between = total")
+    ax.set_yscale("symlog", linthresh=1e-3)
     ax.legend()
     # (e) causal windows.
     ax = fig.add_subplot(grid[4, :])

@@ -137,6 +137,7 @@ def test_streaming_phase_fn_matches_stored_labels():
     config = small_config(keep_draws=True, draws=45)
     streamed = bif(Quadratic(), X_TRAIN, X_QUERY, quadratic_loss, config, phase_fn=phase_of_draw)
     labels = ((torch.arange(config.chains * config.draws) // 10) % 3).reshape(config.chains, config.draws)
+    assert torch.equal(streamed.draws.phase_labels, labels)
     batch = compute_bif(streamed.draws, phases=labels)
     for name in ("within", "between", "total", "weights"):
         assert torch.allclose(getattr(streamed.phases, name), getattr(batch.phases, name), atol=1e-10), name
