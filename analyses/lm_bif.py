@@ -1,0 +1,461 @@
+"""Token-level Bayesian influence functions for language models, across checkpoints.
+
+At every SGLD draw ``w`` of the localized posterior (the sampler of
+:mod:`interp_toolkit.analyses.bif`, unchanged) we record the next-token loss of every
+position of a set of *training* sequences, ``a[s, t](w)``, and of *query* sequences,
+``b[u, v](w)``. The token-level BIF is
+
+    BIF[(s, t), (u, v)] = -Cov_w(a[s, t], b[u, v])
+
+(population covariance over draws; negative = up-weighting train token ``(s, t)`` lowers
+the loss of query token ``(u, v)``). ``pearson=True`` gives ``-Corr`` instead.
+
+Reductions. A *grouping* maps each token to a group: ``"token"`` (every position its own
+group), ``"sequence"``, ``"class"`` (the token-class label of the predicted token) or
+``"all"``. A reduction ``"<train grouping>:<query grouping>"`` (e.g. ``"class:class"``,
+``"class:all"``, ``"sequence:sequence"``, ``"token:token"`` = the full matrix) is the
+average of the full matrix over each (train group, query group) block. By linearity of the
+covariance this equals ``-Cov(mean of a over the train group, mean of b over the query
+group)``, so each reduction is accumulated *directly from group means at every draw* and
+the full matrix is never formed unless asked for.
+
+Memory (streaming; independent of the number of draws), with ``N_a``/``N_b`` the recorded
+train/query tokens and ``k_a x k_b`` a reduction's shape: ``O(chains x sum_r k_a k_b)``
+float64 for the co-moments (``"token:token"``: ``chains x N_a x N_b x 8`` bytes, guarded by
+``LMBIFConfig.max_matrix_entries``), plus ``O(N_a + N_b)`` per draw for the recorded
+losses and one forward pass of ``eval_batch_size`` sequences. ``keep_draws=True``
+additionally stores ``chains x draws x (N_a + N_b)`` floats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from interp_toolkit.analyses.bif import (
+    CoMoments,
+    SamplerConfig,
+    SamplerDiagnostics,
+    _finalize,
+    sample_sgld,
+)
+from interp_toolkit.io import atomic_write_bytes, atomic_write_json, config_hash
+
+__all__ = [
+    "GROUPINGS",
+    "LMBIFConfig",
+    "LMBIFResult",
+    "ReducedBIF",
+    "TokenSet",
+    "group_ids",
+    "lm_bif",
+    "naive_token_bif",
+    "next_token_losses",
+    "reduce_matrix",
+]
+
+GROUPINGS = ("token", "sequence", "class", "all")
+DEFAULT_REDUCTIONS = ("class:class", "class:all", "sequence:sequence")
+
+
+def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq_minus_1"]:
+    """Per-token next-token cross-entropy ``[batch, seq - 1]`` (position ``t`` predicts ``t + 1``)."""
+    logits = model(tokens)
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none")
+
+
+@dataclass
+class TokenSet:
+    """Sequences whose per-token losses are recorded, with a class label per loss.
+
+    Attributes:
+        tokens: ``[n_sequences, seq_len]`` token ids.
+        classes: Class id of every *loss*, ``[n_sequences, seq_len - 1]`` (the class of the
+            predicted token; see ``induction_corpus.target_classes``); ``None``: all class 0.
+        class_names: Name of each class id (default ``class0``, ``class1``, ...).
+    """
+
+    tokens: Int[Tensor, "n seq"]
+    classes: Int[Tensor, "n seq_minus_1"] | None = None
+    class_names: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tokens, Tensor) or self.tokens.ndim != 2 or self.tokens.dtype not in (torch.long, torch.int32):
+            raise ValueError(f"TokenSet.tokens must be an integer tensor [n, seq_len], got {getattr(self.tokens, 'shape', self.tokens)!r}")
+        if self.tokens.shape[1] < 2 or self.tokens.shape[0] < 1:
+            raise ValueError(f"TokenSet.tokens needs >= 1 sequence of >= 2 tokens, got {tuple(self.tokens.shape)}")
+        expected = (self.tokens.shape[0], self.tokens.shape[1] - 1)
+        if self.classes is None:
+            self.classes = torch.zeros(expected, dtype=torch.long)
+        if tuple(self.classes.shape) != expected:
+            raise ValueError(
+                f"TokenSet.classes must have shape [n, seq_len - 1] = {list(expected)} (one label per "
+                f"next-token loss), got {list(self.classes.shape)}"
+            )
+        if (self.classes < 0).any():
+            raise ValueError("TokenSet.classes must be >= 0")
+        n_classes = int(self.classes.max()) + 1
+        if self.class_names is None:
+            self.class_names = [f"class{i}" for i in range(n_classes)]
+        self.class_names = list(self.class_names)
+        if len(self.class_names) < n_classes:
+            raise ValueError(f"TokenSet.class_names has {len(self.class_names)} names but class ids go up to {n_classes - 1}")
+
+    @property
+    def n_tokens(self) -> int:
+        """Recorded losses (``n x (seq_len - 1)``)."""
+        return int(self.classes.numel())
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        for t in (self.tokens, self.classes):
+            t = t.detach().cpu().contiguous().long()
+            digest.update(str(tuple(t.shape)).encode())
+            digest.update(t.numpy().tobytes())
+        digest.update(json.dumps(self.class_names).encode())
+        return digest.hexdigest()[:16]
+
+
+def group_ids(tokens: TokenSet, grouping: str) -> tuple[Int[Tensor, " n_tokens"], list[str]]:
+    """Group id of every recorded loss (flattened row-major) and the group labels.
+
+    ``"class"`` keeps only classes present in ``tokens`` (labels = class names).
+    """
+    n, m = tokens.classes.shape
+    if grouping == "token":
+        return torch.arange(n * m), [f"s{s}t{t}" for s in range(n) for t in range(m)]
+    if grouping == "sequence":
+        return torch.arange(n).repeat_interleave(m), [f"seq{s}" for s in range(n)]
+    if grouping == "all":
+        return torch.zeros(n * m, dtype=torch.long), ["all"]
+    if grouping == "class":
+        flat = tokens.classes.reshape(-1)
+        present = torch.unique(flat)
+        remap = torch.full((int(flat.max()) + 1,), -1, dtype=torch.long)
+        remap[present] = torch.arange(len(present))
+        return remap[flat], [tokens.class_names[int(c)] for c in present]
+    raise ValueError(f"unknown grouping {grouping!r}; expected one of {GROUPINGS}")
+
+
+def _group_mean(values: Tensor, ids: Tensor, counts: Tensor) -> Tensor:
+    out = torch.zeros(counts.shape[0], dtype=torch.float64)
+    return out.index_add_(0, ids, values.to(torch.float64)) / counts
+
+
+def reduce_matrix(
+    matrix: Float[Tensor, "n_a n_b"], train_ids: Int[Tensor, " n_a"], query_ids: Int[Tensor, " n_b"]
+) -> Float[Tensor, "k_a k_b"]:
+    """Average a full token-level matrix over (train group, query group) blocks."""
+    k_a, k_b = int(train_ids.max()) + 1, int(query_ids.max()) + 1
+    m = matrix.double()
+    rows = torch.zeros(k_a, m.shape[1], dtype=torch.float64).index_add_(0, train_ids, m)
+    rows /= torch.bincount(train_ids, minlength=k_a).double()[:, None]
+    out = torch.zeros(k_a, k_b, dtype=torch.float64).index_add_(1, query_ids, rows)
+    return out / torch.bincount(query_ids, minlength=k_b).double()[None, :]
+
+
+@dataclass
+class LMBIFConfig:
+    """Validated settings of a token-level BIF run.
+
+    Attributes:
+        sampler: SGLD settings (``keep_draws`` keeps per-token draws; ``pearson`` -> -Corr).
+        reductions: ``"<train grouping>:<query grouping>"`` with groupings in
+            :data:`GROUPINGS`; ``"token:token"`` is the full matrix.
+        max_matrix_entries: Refuse reductions with more than this many entries (memory
+            guard: each entry costs ``8 x (chains + 2)`` bytes).
+    """
+
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    reductions: tuple[str, ...] = DEFAULT_REDUCTIONS
+    max_matrix_entries: int = 4_000_000
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sampler, Mapping):
+            self.sampler = SamplerConfig.from_dict(self.sampler)
+        if not isinstance(self.sampler, SamplerConfig):
+            raise ValueError(f"LMBIFConfig.sampler must be a SamplerConfig, got {type(self.sampler).__name__}")
+        if isinstance(self.reductions, str):
+            self.reductions = (self.reductions,)
+        self.reductions = tuple(self.reductions)
+        if not self.reductions or len(set(self.reductions)) != len(self.reductions):
+            raise ValueError(f"LMBIFConfig.reductions must be non-empty and distinct, got {self.reductions!r}")
+        for reduction in self.reductions:
+            parts = reduction.split(":") if isinstance(reduction, str) else []
+            if len(parts) != 2 or parts[0] not in GROUPINGS or parts[1] not in GROUPINGS:
+                raise ValueError(
+                    f"LMBIFConfig.reductions entry {reduction!r} must be 'train:query' with both in {GROUPINGS}"
+                )
+        if isinstance(self.max_matrix_entries, bool) or not isinstance(self.max_matrix_entries, int) or self.max_matrix_entries < 1:
+            raise ValueError(f"LMBIFConfig.max_matrix_entries must be an integer >= 1, got {self.max_matrix_entries!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.to_dict(), "reductions": list(self.reductions),
+                "max_matrix_entries": self.max_matrix_entries}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LMBIFConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown LMBIFConfig keys {unknown}; expected a subset of {sorted(known)}")
+        data = dict(data)
+        if "reductions" in data:
+            data["reductions"] = tuple(data["reductions"])
+        return cls(**data)
+
+
+@dataclass
+class ReducedBIF:
+    """One reduction of the token-level BIF.
+
+    Attributes:
+        bif: ``-Cov`` (or ``-Corr``) averaged over (train group, query group) blocks.
+        stderr: Std across chains / sqrt(chains) (NaN for one chain).
+        per_chain: Each chain's estimate.
+        row_labels, col_labels: Train / query group labels.
+    """
+
+    bif: Float[Tensor, "k_a k_b"]
+    stderr: Float[Tensor, "k_a k_b"]
+    per_chain: Float[Tensor, "chains k_a k_b"]
+    row_labels: list[str]
+    col_labels: list[str]
+
+
+@dataclass
+class LMBIFResult:
+    """Token-level BIF at one checkpoint.
+
+    Attributes:
+        reductions: ``"train:query" -> ReducedBIF``.
+        pearson: Whether the entries are ``-Corr`` (note: a Pearson reduction is the
+            correlation of group means, not the average of token-level correlations).
+        train_mean_loss, query_mean_loss: Posterior mean loss per recorded token.
+        diagnostics: SGLD health (``None`` when loaded from a cache without it).
+        train_draws, query_draws: Per-token draws ``[chains, draws, n_tokens]`` if kept.
+        config: The :class:`LMBIFConfig` as a dict.
+        cache_key: Config hash of the cached result.
+    """
+
+    reductions: dict[str, ReducedBIF]
+    pearson: bool
+    train_mean_loss: Float[Tensor, " n_a"]
+    query_mean_loss: Float[Tensor, " n_b"]
+    diagnostics: SamplerDiagnostics | None = None
+    train_draws: Float[Tensor, "chains draws n_a"] | None = None
+    query_draws: Float[Tensor, "chains draws n_b"] | None = None
+    config: dict[str, Any] | None = None
+    cache_key: str | None = None
+
+    def __getitem__(self, reduction: str) -> ReducedBIF:
+        if reduction not in self.reductions:
+            raise KeyError(f"no reduction {reduction!r}; have {sorted(self.reductions)}")
+        return self.reductions[reduction]
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``lm_bif.safetensors`` and ``lm_bif.json`` atomically."""
+        from safetensors.torch import save
+
+        directory = Path(directory)
+        tensors = {"train_mean_loss": self.train_mean_loss, "query_mean_loss": self.query_mean_loss}
+        labels = {}
+        for name, red in self.reductions.items():
+            for part in ("bif", "stderr", "per_chain"):
+                tensors[f"{name}.{part}"] = getattr(red, part)
+            labels[name] = {"rows": red.row_labels, "cols": red.col_labels}
+        if self.train_draws is not None:
+            tensors["train_draws"] = self.train_draws
+            tensors["query_draws"] = self.query_draws
+        if self.diagnostics is not None:
+            tensors["loss_trace"] = self.diagnostics.loss_trace
+        meta = {
+            "pearson": self.pearson, "labels": labels, "order": list(self.reductions), "config": self.config, "cache_key": self.cache_key,
+            "diagnostics": None if self.diagnostics is None else {
+                "initial_loss": self.diagnostics.initial_loss, "n_beta": self.diagnostics.n_beta,
+                "warnings": self.diagnostics.warnings},
+        }
+        tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+        atomic_write_bytes(directory / "lm_bif.safetensors", save(tensors))
+        atomic_write_json(directory / "lm_bif.json", meta)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "LMBIFResult":
+        """Read a result written by :meth:`save` (diagnostics keep the loss trace only)."""
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        meta = json.loads((directory / "lm_bif.json").read_text())
+        t = load_file(str(directory / "lm_bif.safetensors"))
+        reductions = {
+            name: ReducedBIF(t[f"{name}.bif"], t[f"{name}.stderr"], t[f"{name}.per_chain"], lab["rows"], lab["cols"])
+            for name, lab in ((n, meta["labels"][n]) for n in meta.get("order", sorted(meta["labels"])))
+        }
+        diagnostics = None
+        if meta["diagnostics"] is not None and "loss_trace" in t:
+            d = meta["diagnostics"]
+            chains = t["loss_trace"].shape[0]
+            zeros = torch.zeros(chains, dtype=torch.float64)
+            diagnostics = SamplerDiagnostics(t["loss_trace"], d["initial_loss"], d["n_beta"], zeros, zeros, [],
+                                             d["warnings"])
+        return cls(reductions, meta["pearson"], t["train_mean_loss"], t["query_mean_loss"], diagnostics,
+                   t.get("train_draws"), t.get("query_draws"), meta["config"], meta["cache_key"])
+
+
+def lm_bif(
+    model: nn.Module,
+    posterior_tokens: Int[Tensor, "n_post seq"],
+    train: TokenSet,
+    query: TokenSet | None,
+    config: LMBIFConfig,
+    *,
+    loss_fn: Callable[[nn.Module, Tensor], Tensor] = next_token_losses,
+    cache_dir: str | Path | None = None,
+    cache_identity: Mapping[str, Any] | None = None,
+) -> LMBIFResult:
+    """Token-level BIF of training tokens on query tokens at the model's current weights.
+
+    Args:
+        model: A language model ``tokens -> logits`` (e.g. a ``TransformerBridge``); its
+            weights are the localization centre and are restored afterwards.
+        posterior_tokens: Training sequences defining the posterior (SGLD minibatches).
+        train: Recorded training sequences (rows of every reduction).
+        query: Recorded query sequences (columns); ``None``: the same as ``train`` (recorded
+            once per draw).
+        config: Sampler settings and reductions.
+        loss_fn: ``loss_fn(model, tokens) -> [batch, seq - 1]`` per-token losses; its mean is
+            the SGLD loss.
+        cache_dir: If given, the result is stored under ``cache_dir/lm_bif_<hash>/`` keyed
+            by the config, data, model weights (or ``cache_identity``) and loss name; a
+            rerun with the same key loads it.
+        cache_identity: JSON-able identity of the model used instead of hashing its weights
+            (e.g. :meth:`CheckpointRef.identity`).
+
+    Returns:
+        The :class:`LMBIFResult`.
+    """
+    if not isinstance(config, LMBIFConfig):
+        raise ValueError(f"config must be an LMBIFConfig, got {type(config).__name__}")
+    if not isinstance(train, TokenSet) or (query is not None and not isinstance(query, TokenSet)):
+        raise ValueError("train and query must be TokenSet instances (query may be None)")
+    if not isinstance(posterior_tokens, Tensor) or posterior_tokens.ndim != 2:
+        raise ValueError(f"posterior_tokens must be a [n, seq_len] tensor, got {getattr(posterior_tokens, 'shape', posterior_tokens)!r}")
+    same = query is None
+    query = train if same else query
+    sampler = config.sampler
+    groupings = {}
+    shapes = {}
+    for reduction in config.reductions:
+        g_a, g_b = reduction.split(":")
+        for side, grouping, tokens in (("a", g_a, train), ("b", g_b, query)):
+            if (side, grouping) not in groupings:
+                ids, labels = group_ids(tokens, grouping)
+                groupings[(side, grouping)] = (ids, labels, torch.bincount(ids).double())
+        k_a, k_b = len(groupings[("a", g_a)][1]), len(groupings[("b", g_b)][1])
+        if k_a * k_b > config.max_matrix_entries:
+            raise ValueError(
+                f"reduction {reduction!r} has {k_a} x {k_b} = {k_a * k_b} entries, above "
+                f"LMBIFConfig.max_matrix_entries = {config.max_matrix_entries}: use fewer recorded tokens "
+                "or a coarser grouping (class, sequence, all)"
+            )
+        shapes[reduction] = (k_a, k_b)
+
+    key = None
+    if cache_dir is not None:
+        from interp_toolkit.analyses.bif import _model_fingerprint
+
+        identity = {
+            "config": {**config.to_dict(), "sampler": {k: v for k, v in sampler.to_dict().items() if k != "progress"}},
+            "model": dict(cache_identity) if cache_identity is not None else _model_fingerprint(model),
+            "posterior": TokenSet(posterior_tokens).fingerprint(),
+            "train": train.fingerprint(),
+            "query": None if same else query.fingerprint(),
+            "loss_fn": getattr(loss_fn, "__qualname__", repr(loss_fn)),
+        }
+        key = config_hash(identity)
+        out = Path(cache_dir) / f"lm_bif_{key}"
+        if (out / "lm_bif.json").exists() and (out / "lm_bif.safetensors").exists():
+            return LMBIFResult.load(out)
+
+    def recorder(tokens: Tensor) -> Callable[[nn.Module], Tensor]:
+        def record(m: nn.Module) -> Tensor:
+            parts = [loss_fn(m, tokens[i : i + sampler.eval_batch_size]).reshape(-1)
+                     for i in range(0, tokens.shape[0], sampler.eval_batch_size)]
+            return torch.cat(parts)
+
+        return record
+
+    recorders = {"train": recorder(train.tokens)}
+    if not same:
+        recorders["query"] = recorder(query.tokens)
+    accumulators = {r: {} for r in config.reductions}
+    kept_a = torch.zeros(sampler.chains, sampler.draws, train.n_tokens, dtype=torch.float64) if sampler.keep_draws else None
+    kept_b = torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=torch.float64) if sampler.keep_draws else None
+    sum_a = torch.zeros(train.n_tokens, dtype=torch.float64)
+    sum_b = torch.zeros(query.n_tokens, dtype=torch.float64)
+
+    def on_draw(chain: int, draw: int, values: dict[str, Tensor]) -> None:
+        a = values["train"].to("cpu", torch.float64)
+        b = a if same else values["query"].to("cpu", torch.float64)
+        if a.numel() != train.n_tokens or b.numel() != query.n_tokens:
+            raise ValueError(
+                f"loss_fn returned {a.numel()} / {b.numel()} losses, expected {train.n_tokens} / {query.n_tokens} "
+                "(one per position after the first)"
+            )
+        sum_a.add_(a)
+        sum_b.add_(b)
+        reduced: dict[tuple[str, str], Tensor] = {}
+        for (side, grouping), (ids, _, counts) in groupings.items():
+            reduced[(side, grouping)] = (a if side == "a" else b) if grouping == "token" else _group_mean(
+                a if side == "a" else b, ids, counts)
+        for reduction in config.reductions:
+            g_a, g_b = reduction.split(":")
+            acc = accumulators[reduction].get((chain, 0))
+            if acc is None:
+                acc = accumulators[reduction][(chain, 0)] = CoMoments(*shapes[reduction])
+            acc.update(reduced[("a", g_a)], reduced[("b", g_b)])
+        if kept_a is not None:
+            kept_a[chain, draw] = a
+            kept_b[chain, draw] = b
+
+    diagnostics = sample_sgld(model, posterior_tokens, loss_fn, sampler, recorders, on_draw)
+    tables = {}
+    for reduction in config.reductions:
+        g_a, g_b = reduction.split(":")
+        total, stderr, per_chain, _, _, _ = _finalize(accumulators[reduction], sampler.chains, sampler.pearson, False)
+        tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
+    n_draws = sampler.chains * sampler.draws
+    result = LMBIFResult(
+        reductions=tables, pearson=sampler.pearson, train_mean_loss=sum_a / n_draws, query_mean_loss=sum_b / n_draws,
+        diagnostics=diagnostics, train_draws=kept_a, query_draws=kept_b, config=config.to_dict(), cache_key=key,
+    )
+    if cache_dir is not None:
+        result.save(Path(cache_dir) / f"lm_bif_{key}")
+    return result
+
+
+def naive_token_bif(
+    train_draws: Float[Tensor, "chains draws n_a"], query_draws: Float[Tensor, "chains draws n_b"]
+) -> Float[Tensor, "n_a n_b"]:
+    """Reference: ``-Cov`` over all pooled draws, by explicit double loop-free formula.
+
+    ``-(1/N) sum_k (a_k - mean a)(b_k - mean b)^T`` over the ``N = chains x draws`` draws.
+    """
+    a = train_draws.reshape(-1, train_draws.shape[-1]).double()
+    b = query_draws.reshape(-1, query_draws.shape[-1]).double()
+    n = a.shape[0]
+    out = torch.zeros(a.shape[1], b.shape[1], dtype=torch.float64)
+    mean_a, mean_b = a.mean(0), b.mean(0)
+    for k in range(n):
+        out += torch.outer(a[k] - mean_a, b[k] - mean_b)
+    return -out / n

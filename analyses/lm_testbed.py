@@ -1,0 +1,205 @@
+"""Self-contained LM testbed: a tiny GPTNeoX (Pythia's architecture) trained from scratch
+on the induction/delimiter corpus, checkpointed on Pythia's log-spaced-then-linear schedule.
+
+Pythia saves step 0, steps 1, 2, 4, ..., 512 and then every 1000 steps;
+:func:`pythia_schedule` generalizes that to any length (powers of two below
+``linear_every``, then multiples of ``linear_every``). Checkpoints are local Hugging Face
+directories ``<out>/checkpoints/step<NNNNNN>/`` (``save_pretrained`` plus a
+``checkpoint.json`` with the step and training loss), loadable with
+:class:`interp_toolkit.sources.CheckpointRef` / ``TransformerBridge.boot_transformers``
+exactly as Pythia's Hub revisions would be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from interp_toolkit.io import atomic_write_json, config_hash
+from interp_toolkit.sources import CheckpointRef, hf_local_checkpoints
+from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
+
+__all__ = ["TestbedConfig", "pythia_schedule", "train_testbed", "gptneox_config"]
+
+
+def pythia_schedule(total_steps: int, linear_every: int) -> list[int]:
+    """Checkpoint steps: 0, powers of two below ``linear_every``, then every ``linear_every``.
+
+    ``pythia_schedule(143000, 1000)`` is Pythia's 154 checkpoints.
+    """
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
+    if isinstance(linear_every, bool) or not isinstance(linear_every, int) or linear_every < 1:
+        raise ValueError(f"linear_every must be an integer >= 1, got {linear_every!r}")
+    steps = {0}
+    power = 1
+    while power < linear_every and power <= total_steps:
+        steps.add(power)
+        power *= 2
+    steps.update(range(linear_every, total_steps + 1, linear_every))
+    steps.add(total_steps)
+    return sorted(steps)
+
+
+@dataclass
+class TestbedConfig:
+    """Validated testbed settings (defaults: ~5 minutes of training on one busy CPU core).
+
+    Attributes:
+        corpus: Training corpus.
+        n_layers, n_heads, d_model, d_mlp: GPTNeoX size (parallel residual, as in Pythia).
+        rotary_pct: Fraction of head dims with rotary embeddings. Pythia uses 0.25; with
+            d_head 16 that leaves 4 positional dims and induction heads formed far later
+            here, so the testbed default is 1.0.
+        total_steps: Optimizer steps.
+        linear_every: Linear checkpoint spacing (log-spaced below it).
+        batch_size: Sequences per step.
+        lr, weight_decay, warmup_steps: AdamW with linear warm-up then cosine decay to 10%.
+        seed: Initialization and batch-order seed.
+    """
+
+    __test__ = False  # not a pytest class
+
+    corpus: CorpusConfig = field(default_factory=lambda: CorpusConfig(chunk_min=8, chunk_max=16))
+    n_layers: int = 2
+    n_heads: int = 4
+    d_model: int = 64
+    d_mlp: int = 256
+    total_steps: int = 1500
+    linear_every: int = 100
+    batch_size: int = 32
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 50
+    rotary_pct: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rotary_pct, (int, float)) or not 0.0 < self.rotary_pct <= 1.0:
+            raise ValueError(f"TestbedConfig.rotary_pct must be in (0, 1], got {self.rotary_pct!r}")
+        if isinstance(self.corpus, Mapping):
+            self.corpus = CorpusConfig.from_dict(self.corpus)
+        if not isinstance(self.corpus, CorpusConfig):
+            raise ValueError(f"TestbedConfig.corpus must be a CorpusConfig, got {type(self.corpus).__name__}")
+        for name, minimum in (("n_layers", 1), ("n_heads", 1), ("d_model", 2), ("d_mlp", 1), ("total_steps", 1),
+                              ("linear_every", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"TestbedConfig.{name} must be an integer >= {minimum}, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"TestbedConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.batch_size > self.corpus.n_sequences:
+            raise ValueError(f"TestbedConfig.batch_size ({self.batch_size}) exceeds corpus.n_sequences ({self.corpus.n_sequences})")
+        for name in ("lr", "weight_decay"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
+                raise ValueError(f"TestbedConfig.{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TestbedConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TestbedConfig keys {unknown}; expected a subset of {sorted(known)}")
+        return cls(**data)
+
+    @property
+    def checkpoint_steps(self) -> list[int]:
+        return pythia_schedule(self.total_steps, self.linear_every)
+
+
+def gptneox_config(config: TestbedConfig) -> Any:
+    """The ``transformers.GPTNeoXConfig`` of the testbed model."""
+    from transformers import GPTNeoXConfig
+
+    return GPTNeoXConfig(
+        vocab_size=config.corpus.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads, intermediate_size=config.d_mlp,
+        max_position_embeddings=config.corpus.seq_len, rotary_pct=config.rotary_pct, use_parallel_residual=True,
+        hidden_dropout=0.0, attention_dropout=0.0, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
+    )
+
+
+def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = True) -> list[CheckpointRef]:
+    """Train the testbed model, saving HF checkpoints on the Pythia-style schedule.
+
+    A finished run with the same config (``testbed.json`` holds its hash) is a cache hit:
+    nothing is retrained. An unfinished one is retrained from scratch (deterministic).
+
+    Args:
+        config: Testbed settings.
+        out_dir: Run directory (``testbed.json``, ``train_log.json``, ``checkpoints/``).
+        progress: Show a tqdm bar.
+
+    Returns:
+        Refs of the saved checkpoints, by step.
+    """
+    from transformers import GPTNeoXForCausalLM
+
+    if not isinstance(config, TestbedConfig):
+        raise ValueError(f"config must be a TestbedConfig, got {type(config).__name__}")
+    out = Path(out_dir)
+    key = config_hash(config.to_dict())
+    record = out / "testbed.json"
+    if record.exists():
+        meta = json.loads(record.read_text())
+        if meta.get("config_hash") == key and meta.get("complete"):
+            return hf_local_checkpoints(out / "checkpoints")
+    torch.manual_seed(config.seed)
+    model = GPTNeoXForCausalLM(gptneox_config(config))
+    model.train()
+    tokens = make_corpus(config.corpus).tokens
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
+
+    def lr_at(step: int) -> float:
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        frac = (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    gen = torch.Generator().manual_seed(config.seed + 1)
+    save_at = set(config.checkpoint_steps)
+    atomic_write_json(record, {"config": config.to_dict(), "config_hash": key, "complete": False})
+    log: list[dict[str, float]] = []
+    last_loss = float("nan")
+
+    def save(step: int) -> None:
+        directory = out / "checkpoints" / f"step{step:06d}"
+        model.save_pretrained(directory)
+        atomic_write_json(directory / "checkpoint.json", {"step": step, "train_loss": last_loss, "config_hash": key})
+
+    bar = tqdm(total=config.total_steps, desc="testbed", disable=not progress, leave=False)
+    for step in range(config.total_steps + 1):
+        if step in save_at:
+            model.eval()
+            save(step)
+            model.train()
+        if step == config.total_steps:
+            break
+        batch = tokens[torch.randint(0, tokens.shape[0], (config.batch_size,), generator=gen)]
+        logits = model(batch).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        last_loss = float(loss.detach())
+        log.append({"step": step + 1, "loss": last_loss})
+        bar.update(1)
+    bar.close()
+    atomic_write_json(out / "train_log.json", log)
+    atomic_write_json(record, {"config": config.to_dict(), "config_hash": key, "complete": True})
+    return hf_local_checkpoints(out / "checkpoints")

@@ -1,0 +1,221 @@
+"""Checkpoint sources behind one interface: toolkit runs, local HF directories, Hub revisions.
+
+A :class:`CheckpointRef` names one checkpoint and loads it as a TransformerLens
+``TransformerBridge``:
+
+* ``kind="toolkit"``: a toolkit ``.safetensors`` checkpoint (:func:`load_checkpoint`);
+* ``kind="hf_local"``: a local Hugging Face model directory (``save_pretrained`` output, e.g.
+  a ``GPTNeoXForCausalLM``), through ``TransformerBridge.boot_transformers(path)``;
+* ``kind="hub"``: a Hub model name and revision (e.g. ``EleutherAI/pythia-14m`` at
+  ``step1000``), through ``TransformerBridge.boot_transformers(name, revision=...)``.
+  Local directories and Hub names share one loader (:func:`_boot_hf`), so testing a local
+  directory exercises the Hub code path too.
+
+:func:`resolve_checkpoints` turns command-line specs into refs::
+
+    runs/my_run                       # toolkit run dir (checkpoints/epoch_*.safetensors)
+    runs/my_run/checkpoints/epoch_000100.safetensors
+    testbed/checkpoints               # folder of HF dirs (step0/, step1/, ...), sorted by step
+    testbed/checkpoints/step512       # one HF dir (has config.json)
+    hub:EleutherAI/pythia-14m@step1000,step2000
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+__all__ = [
+    "CheckpointLoadError",
+    "CheckpointRef",
+    "hf_local_checkpoints",
+    "hub_checkpoints",
+    "resolve_checkpoints",
+    "toolkit_checkpoints",
+]
+
+KINDS = ("toolkit", "hf_local", "hub")
+_STEP = re.compile(r"(\d+)$")
+
+
+class CheckpointLoadError(ValueError):
+    """A checkpoint could not be found or loaded (the message says how to fix it)."""
+
+
+def _step_of(text: str) -> int | None:
+    match = _STEP.search(text)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """One checkpoint of a training run.
+
+    Attributes:
+        kind: ``"toolkit"``, ``"hf_local"`` or ``"hub"``.
+        location: File or directory path, or Hub model name.
+        step: Training step / epoch (the time axis), or ``None`` if unknown.
+        revision: Hub revision (branch, tag or commit), ``kind="hub"`` only.
+    """
+
+    kind: str
+    location: str
+    step: int | None = None
+    revision: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"CheckpointRef.kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.location, str) or not self.location:
+            raise ValueError(f"CheckpointRef.location must be a non-empty string, got {self.location!r}")
+        if self.revision is not None and self.kind != "hub":
+            raise ValueError(f"CheckpointRef.revision is for kind 'hub' only, got kind {self.kind!r}")
+
+    @property
+    def label(self) -> str:
+        """Short human-readable name."""
+        if self.kind == "hub":
+            return f"{self.location}@{self.revision or 'main'}"
+        return Path(self.location).name
+
+    def identity(self) -> dict[str, Any]:
+        """JSON-able identity used in cache keys (includes file size and mtime for local files)."""
+        ident: dict[str, Any] = {"kind": self.kind, "location": self.location, "revision": self.revision,
+                                 "step": self.step}
+        if self.kind != "hub":
+            path = Path(self.location)
+            files = [path] if path.is_file() else sorted(p for p in path.glob("*") if p.is_file())
+            ident["files"] = [[p.name, p.stat().st_size, int(p.stat().st_mtime)] for p in files]
+        return ident
+
+    def load(self, device: str | torch.device | None = None, offline: bool | None = None) -> Any:
+        """Load as a ``TransformerBridge`` in eval mode.
+
+        Args:
+            device: Target device (default: CPU).
+            offline: For ``kind="hub"``: only use the local HF cache (fail fast, no network).
+                ``None``: ``True`` if the ``HF_HUB_OFFLINE`` environment variable is set.
+
+        Raises:
+            CheckpointLoadError: Missing file, unloadable directory, or a Hub name that is
+                neither cached nor reachable.
+        """
+        if self.kind == "toolkit":
+            from interp_toolkit.checkpoint import load_checkpoint
+
+            if not Path(self.location).is_file():
+                raise CheckpointLoadError(f"toolkit checkpoint {self.location} does not exist")
+            model, _ = load_checkpoint(self.location, device=device)
+            return model
+        if self.kind == "hf_local":
+            if not (Path(self.location) / "config.json").is_file():
+                raise CheckpointLoadError(
+                    f"{self.location} is not a Hugging Face model directory (no config.json); "
+                    "save one with model.save_pretrained(path)"
+                )
+        return _boot_hf(self.location, self.revision, device, offline, hub=self.kind == "hub")
+
+
+def _boot_hf(name: str, revision: str | None, device: Any, offline: bool | None, hub: bool) -> Any:
+    """The one loader for local HF directories and Hub names (``boot_transformers``)."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    if offline is None:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    where = f"{name}@{revision}" if revision else name
+    hint = (
+        f"cannot load Hugging Face model {where!r}: it is not in the local HF cache and the Hub "
+        "cannot be reached (offline?). Download it where the Hub is reachable "
+        f"(`huggingface-cli download {name}{' --revision ' + revision if revision else ''}`) "
+        "and copy the cache, or save it with save_pretrained and pass the local directory."
+    )
+    if hub and offline and not Path(name).is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json", revision=revision or "main")
+        if not isinstance(cached, str):
+            raise CheckpointLoadError(hint)
+    try:
+        model = TransformerBridge.boot_transformers(name, revision=revision, device=device or "cpu")
+    except (OSError, ValueError, EnvironmentError) as err:  # HF raises OSError when offline / missing
+        if hub:
+            raise CheckpointLoadError(f"{hint} ({type(err).__name__}: {str(err).splitlines()[0][:200]})") from err
+        raise CheckpointLoadError(f"cannot load local HF directory {name}: {err}") from err
+    model.eval()
+    return model
+
+
+def toolkit_checkpoints(run_dir: str | Path) -> list[CheckpointRef]:
+    """All checkpoints of a toolkit run directory, by epoch."""
+    from interp_toolkit.training import list_checkpoints
+
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise CheckpointLoadError(f"no toolkit checkpoints under {Path(run_dir) / 'checkpoints'}")
+    return [CheckpointRef("toolkit", str(path), step=epoch) for epoch, path in found]
+
+
+def hf_local_checkpoints(path: str | Path) -> list[CheckpointRef]:
+    """One HF directory, or every HF directory directly inside ``path``, sorted by step.
+
+    The step is the trailing number of the directory name (``step512`` -> 512), or the
+    ``"step"`` key of a ``checkpoint.json`` beside its ``config.json`` if there is one.
+    """
+    path = Path(path)
+    if (path / "config.json").is_file():
+        dirs = [path]
+    else:
+        dirs = [d for d in sorted(path.iterdir()) if (d / "config.json").is_file()] if path.is_dir() else []
+    if not dirs:
+        raise CheckpointLoadError(f"no Hugging Face model directories (with config.json) at {path}")
+    refs = []
+    for d in dirs:
+        step = _step_of(d.name)
+        meta = d / "checkpoint.json"
+        if meta.is_file():
+            import json
+
+            step = json.loads(meta.read_text()).get("step", step)
+        refs.append(CheckpointRef("hf_local", str(d), step=step))
+    return sorted(refs, key=lambda r: (r.step is None, r.step if r.step is not None else 0, r.location))
+
+
+def hub_checkpoints(name: str, revisions: Sequence[str | None]) -> list[CheckpointRef]:
+    """Refs for Hub revisions of ``name`` (step = trailing number of the revision, if any)."""
+    if not revisions:
+        revisions = [None]
+    return [CheckpointRef("hub", name, step=_step_of(r) if r else None, revision=r) for r in revisions]
+
+
+def resolve_checkpoints(specs: Sequence[str | Path]) -> list[CheckpointRef]:
+    """Turn specs (see the module docstring) into checkpoint refs, in the given order.
+
+    Raises:
+        CheckpointLoadError: A spec names nothing loadable.
+    """
+    refs: list[CheckpointRef] = []
+    for spec in specs:
+        text = str(spec)
+        if text.startswith("hub:"):
+            name, _, revs = text[4:].partition("@")
+            if not name:
+                raise CheckpointLoadError(f"hub spec {text!r} has no model name; expected hub:NAME[@REV[,REV...]]")
+            refs.extend(hub_checkpoints(name, [r for r in revs.split(",") if r] if revs else []))
+            continue
+        path = Path(text)
+        if path.is_file() and path.suffix == ".safetensors":
+            refs.append(CheckpointRef("toolkit", str(path), step=_step_of(path.stem)))
+        elif path.is_dir() and (path / "checkpoints").is_dir() and any((path / "checkpoints").glob("epoch_*.safetensors")):
+            refs.extend(toolkit_checkpoints(path))
+        elif path.is_dir():
+            refs.extend(hf_local_checkpoints(path))
+        else:
+            raise CheckpointLoadError(
+                f"checkpoint spec {text!r} is neither an existing file/directory nor hub:NAME@REV"
+            )
+    return refs

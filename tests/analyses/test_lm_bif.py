@@ -1,0 +1,92 @@
+import pytest
+import torch
+
+from interp_toolkit.analyses.bif import SamplerConfig
+from interp_toolkit.analyses.induction import induction_scores
+from interp_toolkit.analyses.lm_bif import (
+    LMBIFConfig,
+    TokenSet,
+    group_ids,
+    lm_bif,
+    naive_token_bif,
+    reduce_matrix,
+)
+from interp_toolkit.sources import resolve_checkpoints
+from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
+
+torch.set_num_threads(1)
+VOCAB, SEQ = 13, 8
+
+
+@pytest.fixture(scope="module")
+def neox_ref(tmp_path_factory):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=2 * SEQ + 1, rotary_pct=0.25)
+    path = tmp_path_factory.mktemp("neox") / "step0"
+    GPTNeoXForCausalLM(cfg).save_pretrained(path)
+    return resolve_checkpoints([path])[0]
+
+
+def _data():
+    gen = torch.Generator().manual_seed(0)
+    posterior = torch.randint(0, VOCAB, (16, SEQ), generator=gen)
+    train = TokenSet(posterior[:3], torch.randint(0, 3, (3, SEQ - 1), generator=gen), ["a", "b", "c"])
+    query = TokenSet(torch.randint(0, VOCAB, (2, SEQ), generator=gen), torch.randint(0, 2, (2, SEQ - 1), generator=gen))
+    return posterior, train, query
+
+
+SAMPLER = dict(eps=1e-3, gamma=100.0, n_beta=20.0, chains=2, draws=6, burn_in=2, batch_size=8,
+               keep_draws=True, progress=False)
+
+
+def test_token_bif_matches_naive_and_reductions_match_full_matrix(neox_ref, tmp_path):
+    model = neox_ref.load()  # the local GPTNeoX path: loads, hooks, samples
+    assert induction_scores(model, repeated_random_tokens(2, 4, 1, VOCAB), 4).shape == (2, 2)
+    posterior, train, query = _data()
+    reductions = ("token:token", "class:class", "sequence:sequence", "class:all", "all:sequence")
+    config = LMBIFConfig(SamplerConfig(**SAMPLER), reductions=reductions)
+    result = lm_bif(model, posterior, train, query, config, cache_dir=tmp_path)
+    assert result.train_draws.shape == (2, 6, 3 * (SEQ - 1)) and result.query_draws.shape == (2, 6, 2 * (SEQ - 1))
+    assert torch.isfinite(result.train_draws).all() and result.train_draws.std() > 0
+    full = result["token:token"].bif
+    naive = naive_token_bif(result.train_draws, result.query_draws)
+    assert full.shape == (21, 14) and full.abs().max() > 0
+    torch.testing.assert_close(full, naive, rtol=1e-9, atol=1e-12)
+    for reduction in reductions[1:]:
+        g_a, g_b = reduction.split(":")
+        ids_a, labels_a = group_ids(train, g_a)
+        ids_b, labels_b = group_ids(query, g_b)
+        expected = reduce_matrix(naive, ids_a, ids_b)
+        torch.testing.assert_close(result[reduction].bif, expected, rtol=1e-9, atol=1e-12)
+        assert result[reduction].row_labels == labels_a and result[reduction].col_labels == labels_b
+    assert result["class:class"].row_labels == ["a", "b", "c"]
+    # per-chain estimates and standard errors are there
+    assert result["class:class"].per_chain.shape == (2, 3, 2) and torch.isfinite(result["class:class"].stderr).all()
+    # rerun with the same config is a cache hit (the loaded result has no fresh diagnostics' drift list)
+    again = lm_bif(model, posterior, train, query, config, cache_dir=tmp_path)
+    assert again.cache_key == result.cache_key and again.diagnostics.sampled_parameters == []
+    torch.testing.assert_close(again["class:class"].bif, result["class:class"].bif)
+
+
+def test_query_none_records_train_once_and_is_symmetric(neox_ref):
+    model = neox_ref.load()
+    posterior, train, _ = _data()
+    config = LMBIFConfig(SamplerConfig(**SAMPLER), reductions=("sequence:sequence",))
+    result = lm_bif(model, posterior, train, None, config)
+    m = result["sequence:sequence"].bif
+    torch.testing.assert_close(m, m.T)
+    assert (torch.diagonal(m) <= 0).all()  # -Var
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="'class:bogus'"):
+        LMBIFConfig(reductions=("class:bogus",))
+    with pytest.raises(ValueError, match="seq_len - 1"):
+        TokenSet(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long))
+    posterior, train, query = _data()
+    with pytest.raises(ValueError, match="max_matrix_entries"):
+        lm_bif(torch.nn.Linear(1, 1), posterior, train, query,
+               LMBIFConfig(reductions=("token:token",), max_matrix_entries=10))

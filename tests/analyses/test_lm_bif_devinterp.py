@@ -1,0 +1,43 @@
+"""Our estimator on devinterp's own draws reproduces devinterp's token-wise BIF (optional extra)."""
+
+import numpy as np
+import pytest
+import torch
+
+from interp_toolkit.analyses.bif import CoMoments
+from interp_toolkit.analyses.lm_bif import next_token_losses
+
+torch.set_num_threads(1)
+
+
+def test_estimator_matches_devinterp_on_its_draws(tmp_path):
+    pytest.importorskip("devinterp")
+    from datasets import Dataset
+    from devinterp.slt.bif import compute_bif
+    from devinterp.slt.sampling import sample
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from interp_toolkit.sources import CheckpointRef
+
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=11, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=8)
+    GPTNeoXForCausalLM(cfg).save_pretrained(tmp_path / "m")
+    model = CheckpointRef("hf_local", str(tmp_path / "m")).load()
+    gen = torch.Generator().manual_seed(0)
+    pool = torch.randint(0, 11, (32, 8), generator=gen)
+    rec = pool[:4]
+    samples = sample(model, Dataset.from_dict({"input_ids": pool.tolist()}).with_format("torch"),
+                     {"rec": (Dataset.from_dict({"input_ids": rec.tolist()}).with_format("torch"), 1)},
+                     lr=1e-3, n_beta=10.0, localization=100.0, num_chains=2, num_draws=6, batch_size=4,
+                     num_burnin_steps=0, device="cpu", loss_fn=next_token_losses)
+    theirs = np.asarray(compute_bif(samples, correlation_method="token", compute_covariance=True,
+                                    device="cpu")["influences"].values, dtype=np.float64)
+    draws = torch.from_numpy(np.asarray(samples.dataset["loss_rec"].values, dtype=np.float64))
+    n = draws.shape[0] * draws.shape[1]
+    flat = draws.reshape(n, -1)
+    ours = -CoMoments.from_batch(flat, flat).covariance()  # -Cov, 1/N
+    t = draws.shape[-1]
+    aligned = -torch.from_numpy(theirs.transpose(0, 2, 1, 3).reshape(4 * t, 4 * t)) * (n - 1) / n
+    assert ours.abs().max() > 0
+    torch.testing.assert_close(ours, aligned, rtol=1e-4, atol=1e-6)
