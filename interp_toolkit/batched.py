@@ -237,16 +237,59 @@ class StackedModel:
         self.model_cfgs = list(kept_cfgs)
 
 
+#: Member-examples per vmapped pass. On CPU the stacked activations of K members over a
+#: full batch overflow the caches and make the step memory-bound (measured 2.3x slower than
+#: K sequential steps at K = 8, n = 2,048); passes of ~2,048 member-examples recover it.
+#: The gradient is accumulated over the passes (same value as one pass, up to rounding).
+MEMBER_EXAMPLES_PER_PASS = 2_048
+
+
+def default_chunk_size(n_members: int) -> int:
+    """Examples per vmapped pass for ``n_members`` stacked members."""
+    return max(32, MEMBER_EXAMPLES_PER_PASS // max(1, n_members))
+
+
 def batched_readout_loss(
-    stacked: StackedModel, tokens: Int[Tensor, "batch pos"], labels: Int[Tensor, " batch"], position: int
+    stacked: StackedModel,
+    tokens: Int[Tensor, "batch pos"],
+    labels: Int[Tensor, " batch"],
+    position: int,
+    chunk_size: int | None = None,
 ) -> tuple[dict[str, Tensor], Float[Tensor, " member"]]:
-    """Gradients (stacked) and losses of every member on one batch."""
+    """Gradients (stacked) and mean cross-entropy of every member on one batch.
 
-    def loss_fn(params: dict[str, Tensor], buffers: dict[str, Tensor]) -> Tensor:
-        return F.cross_entropy(stacked.logits(params, buffers, tokens)[:, position, :], labels)
+    Args:
+        stacked: The members.
+        tokens: The batch's inputs, shared by all members.
+        labels: The batch's labels.
+        position: Readout position.
+        chunk_size: Examples per vmapped pass (default :func:`default_chunk_size`); the
+            gradient of the batch mean is accumulated over the passes.
 
-    grad_fn = torch.func.vmap(torch.func.grad_and_value(loss_fn), in_dims=(0, 0))
-    return grad_fn(stacked.params, stacked.buffers)
+    Returns:
+        ``(grads, losses)``: ``grads[name]`` is ``[member, ...]``, ``losses`` is ``[member]``.
+    """
+    n = labels.shape[0]
+    chunk = chunk_size or default_chunk_size(stacked.size)
+
+    def loss_fn(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
+        logits = stacked.logits(params, buffers, x)[:, position, :]
+        return F.cross_entropy(logits, y, reduction="sum") / n
+
+    grad_fn = torch.func.vmap(torch.func.grad_and_value(loss_fn), in_dims=(0, 0, None, None))
+    grads: dict[str, Tensor] | None = None
+    losses: Tensor | None = None
+    for start in range(0, n, chunk):
+        part_grads, part_loss = grad_fn(stacked.params, stacked.buffers, tokens[start : start + chunk],
+                                        labels[start : start + chunk])
+        if grads is None:
+            grads, losses = part_grads, part_loss
+        else:
+            for name, grad in part_grads.items():
+                grads[name].add_(grad)
+            losses = losses + part_loss
+    assert grads is not None and losses is not None
+    return grads, losses
 
 
 @torch.no_grad()
@@ -282,6 +325,7 @@ def train_batched(
     run_infos: Sequence[Mapping[str, Any] | None] | None = None,
     stop_rule: StopRule | None = None,
     device: str | torch.device = "cpu",
+    chunk_size: int | None = None,
 ) -> BatchedResult:
     """Train K seeds of one architecture together; each gets a ``train``-style run directory.
 
@@ -298,10 +342,14 @@ def train_batched(
         stop_rule: Optional early stop: called with a member's metrics after every
             evaluation; True finishes that member there (recorded as ``stopped_early_at``).
         device: Torch device of the stacked parameters.
+        chunk_size: Examples per vmapped pass (default :func:`default_chunk_size`).
 
     Returns:
         A :class:`BatchedResult` (final metrics per member, in input order).
     """
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                   or chunk_size < 1):
+        raise ValueError(f"train_batched chunk_size must be a positive integer or None, got {chunk_size!r}")
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train_batched expects a TrainConfig, got {type(cfg).__name__}")
     _check_same_architecture(model_cfgs)
@@ -328,7 +376,7 @@ def train_batched(
         stopped.update(_train_group(
             [model_cfgs[i] for i in members], splits, cfg, [states[i] for i in members],
             [identities[i] for i in members], [infos[i] for i in members], start_epoch,
-            stop_rule, device, members,
+            stop_rule, device, members, chunk_size,
         ))
 
     finals, resumed = [], []
@@ -350,6 +398,7 @@ def _train_group(
     model_cfgs: list[ModelConfig], splits: Mapping[str, Split], cfg: TrainConfig,
     states: list[MemberState], identities: list[dict[str, Any]], infos: list[Any],
     start_epoch: int, stop_rule: StopRule | None, device: str | torch.device, global_ids: list[int],
+    chunk_size: int | None = None,
 ) -> dict[int, int | None]:
     """Train members that all start at ``start_epoch``; returns early-stop epochs by global id."""
     stacked = StackedModel(model_cfgs, device=device)
@@ -451,7 +500,8 @@ def _train_group(
         order = torch.randperm(n, generator=shuffle_gen).to(device) if cfg.batch_size else None
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size] if order is not None else slice(None)
-            grads, losses = batched_readout_loss(stacked, tokens[idx], labels[idx], cfg.readout_position)
+            grads, losses = batched_readout_loss(stacked, tokens[idx], labels[idx], cfg.readout_position,
+                                                 chunk_size)
             if not bool(torch.isfinite(losses).all()):
                 raise FloatingPointError(f"training loss became {losses.tolist()} at epoch {epoch}; lower lr")
             optimizer.step(stacked.params, grads)

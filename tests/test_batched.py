@@ -25,11 +25,12 @@ def _setup(epochs: int = 12, batch_size: int | None = None):
     return task, splits, cfgs, train_cfg
 
 
-@pytest.mark.parametrize("batch_size", [None, 64])
-def test_batched_matches_sequential_train(tmp_path, batch_size):
+@pytest.mark.parametrize("batch_size, chunk_size", [(None, None), (64, None), (None, 50)])
+def test_batched_matches_sequential_train(tmp_path, batch_size, chunk_size):
     task, splits, cfgs, train_cfg = _setup(batch_size=batch_size)
     info = {"task": task.to_dict()}
-    result = train_batched(cfgs, splits, train_cfg, [tmp_path / f"b{i}" for i in range(3)], [info] * 3)
+    result = train_batched(cfgs, splits, train_cfg, [tmp_path / f"b{i}" for i in range(3)], [info] * 3,
+                           chunk_size=chunk_size)
     assert result.already_finished == [False] * 3
     for i, cfg in enumerate(cfgs):
         from interp_toolkit import build_model
