@@ -45,7 +45,14 @@ def test_batched_matches_sequential_train(tmp_path, batch_size, chunk_size):
         batched_model, meta = load_checkpoint(list_checkpoints(tmp_path / f"b{i}")[-1][1])
         assert meta["epoch"] == train_cfg.epochs
         for key, value in seq.model.state_dict().items():
+            if key.endswith("attn.k.bias"):
+                # softmax is invariant to the key bias: its true gradient is 0 and AdamW turns
+                # rounding noise (which differs between summation orders) into +-lr steps
+                continue
             torch.testing.assert_close(batched_model.state_dict()[key], value, atol=1e-4, rtol=1e-3)
+        with torch.no_grad():
+            torch.testing.assert_close(batched_model(splits["adv"].tokens), seq.model(splits["adv"].tokens),
+                                       atol=1e-4, rtol=1e-3)
         rec_b = json.loads((tmp_path / f"b{i}" / "run.json").read_text())
         rec_s = json.loads((tmp_path / f"s{i}" / "run.json").read_text())
         assert rec_b["key"] == rec_s["key"] and rec_b["status"] == "finished"
