@@ -129,3 +129,25 @@ def test_batched_rejects_mixed_architectures(tmp_path):
     other = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=32, seed=3, **task.model_dims())
     with pytest.raises(ValueError, match="n_layers"):
         train_batched([cfgs[0], other], splits, train_cfg, [tmp_path / "a", tmp_path / "b"])
+
+
+def test_early_stop_finishes_decided_members_only(tmp_path):
+    task, splits, cfgs, train_cfg = _setup(epochs=12)
+    full = train_batched(cfgs, splits, train_cfg, [tmp_path / f"full{i}" for i in range(3)])
+    dirs = [tmp_path / f"es{i}" for i in range(3)]
+
+    seen = []
+
+    def stop_member_1_at_8(metrics):
+        seen.append(metrics["epoch"])
+        return metrics["epoch"] == 8 and len(seen) % 3 == 2  # second member evaluated at epoch 8
+
+    result = train_batched(cfgs, splits, train_cfg, dirs, stop_rule=stop_member_1_at_8)
+    assert result.stopped_early_at == [None, 8, None]
+    record = json.loads((dirs[1] / "run.json").read_text())
+    assert record["status"] == "finished" and record["stopped_early_at"] == 8 and record["final"]["epoch"] == 8
+    assert list_checkpoints(dirs[1])[-1][0] == 8
+    for i in (0, 2):  # the others are unaffected by removing member 1 from the stack
+        assert result.finals[i]["epoch"] == 12
+        for key, value in full.finals[i].items():
+            assert result.finals[i][key] == pytest.approx(value, abs=2e-4), (i, key)
