@@ -176,9 +176,11 @@ def plot_rate_vs_r(table: Sequence[dict[str, Any]], path: Path) -> None:
     for row in table:
         series.setdefault(_arch_label(row, vary_task, vary_wd), []).append(row)
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for label, rows in sorted(series.items()):
+    n_series = len(series)
+    for index, (label, rows) in enumerate(sorted(series.items())):
         rows = sorted(rows, key=lambda r: r["r"])
-        xs = [r["r"] for r in rows]
+        offset = (index - (n_series - 1) / 2) * 0.006  # keep overlapping intervals visible
+        xs = [r["r"] + offset for r in rows]
         ys = [r["rate"] for r in rows]
         lower = [r["rate"] - r["wilson_low"] for r in rows]
         upper = [r["wilson_high"] - r["rate"] for r in rows]
