@@ -95,9 +95,11 @@ def test_ray_backend_gives_same_table(smoke_local, tmp_path):
 
 
 def test_resume_after_kill_mid_way(smoke_local, tmp_path):
+    # one cell of the smoke grid: its runs are the same computations as in smoke_local
     study = tmp_path / "killed"
     code = ("import sys; from interp_toolkit.sweep import main; "
-            f"sys.exit(main(['sweep', '--preset', 'smoke', '--out', {str(study)!r}, '--workers', '1', '--quiet']))")
+            f"sys.exit(main(['sweep', '--preset', 'smoke', '--ratios', '0.9', '--out', {str(study)!r}, "
+            "'--workers', '1', '--quiet']))")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -117,10 +119,12 @@ def test_resume_after_kill_mid_way(smoke_local, tmp_path):
     assert killed_at is not None, "the sweep finished or stalled before it could be killed"
     statuses = [json.loads(p.read_text())["status"] for p in study.glob("runs/*/run.json")]
     assert "running" in statuses
-    result = run_sweep(preset("smoke"), study, workers=1, progress=False, report=False)
+    result = run_sweep(preset("smoke", ratios=[0.9]), study, workers=1, progress=False, report=False)
     resumed = [row for row in result.rows if row["resumed_from"] is not None]
     assert resumed and all(row["resumed_from"] >= 10 for row in resumed)
-    assert _summary(result.rows) == _summary(smoke_local.rows)
+    assert {Path(row["run_dir"]).name for row in result.rows} == {
+        Path(row["run_dir"]).name for row in smoke_local.rows if row["r"] == 0.9}
+    assert _summary(result.rows) == _summary([row for row in smoke_local.rows if row["r"] == 0.9])
     for row in result.rows:
         assert not (Path(row["run_dir"]) / "resume.pt").exists()
 
