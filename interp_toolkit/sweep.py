@@ -159,8 +159,8 @@ class SweepConfig:
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(
         name="smoke", ratios=[0.5, 0.9], n_layers=[1], n_heads=[2], weight_decays=[0.1],
-        seeds=[0, 1], seq_len=5, n_train=256, n_eval=128, d_model=32, d_mlp=64, epochs=60,
-        lr=3e-3, eval_every=10, checkpoint_every=50,
+        seeds=[0, 1], seq_len=5, n_train=256, n_eval=128, d_model=32, d_mlp=64, epochs=40,
+        lr=3e-3, eval_every=10, checkpoint_every=20, checkpoint_log_spaced=False,
     ),
     "quick": dict(
         name="quick", ratios=[0.1, 0.5, 0.9], n_layers=[1, 2], n_heads=[2], weight_decays=[0.1],
@@ -176,7 +176,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 PRESET_NOTES = {
-    "smoke": "2 cells x 2 seeds, 256 examples of length 5, d_model 32, 60 epochs: exercises "
+    "smoke": "2 cells x 2 seeds, 256 examples of length 5, d_model 32, 40 epochs: exercises "
              "every stage (batched training, resume, outcomes, report) in about a minute.",
     "quick": "3 ratios (0.1 below chance, 0.5, 0.9) x 1L/2L x 2 heads x 5 seeds = 30 runs, "
              "768 examples of length 6, d_model 64, lr 3e-3, 400 epochs: sized to ~25 min on "
