@@ -1,0 +1,200 @@
+"""Sweeps end to end: local and Ray backends, caching, resume after a kill, CLI, validation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from interp_toolkit.io import read_jsonl
+from interp_toolkit.sweep import SweepConfig, add_sweep_parsers, plan_jobs, preset, run_sweep
+from interp_toolkit.training import list_checkpoints
+
+torch.set_num_threads(1)
+
+COMPARED = ("task", "n_layers", "n_heads", "weight_decay", "r", "seed", "generalized",
+            "first_generalized_epoch", "final_adv_acc", "final_val_acc", "max_adv_acc", "shortcut_epoch")
+
+
+def _summary(rows):
+    return [tuple(row[k] for k in COMPARED) for row in rows]
+
+
+@pytest.fixture(scope="module")
+def smoke_local(tmp_path_factory):
+    study = tmp_path_factory.mktemp("smoke") / "local"
+    result = run_sweep(preset("smoke"), study, backend="local", workers=2, progress=False)
+    return result
+
+
+def test_smoke_sweep_local_end_to_end(smoke_local):
+    cfg = preset("smoke")
+    assert len(smoke_local.rows) == cfg.n_runs() == 4
+    assert smoke_local.n_cached == 0
+    run_dirs = {row["run_dir"] for row in smoke_local.rows}
+    assert len(run_dirs) == 4  # two runs never share a directory
+    for row in smoke_local.rows:
+        run_dir = Path(row["run_dir"])
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["status"] == "finished" and record["trainer"] == "batched"
+        metrics = read_jsonl(run_dir / "metrics.jsonl")
+        assert metrics[-1]["epoch"] == cfg.epochs
+        assert [e for e, _ in list_checkpoints(run_dir)][-1] == cfg.epochs
+        outcome = json.loads((run_dir / "outcome.json").read_text())
+        assert outcome["max_adv_acc"] == max(m["adv_acc"] for m in metrics)
+        assert outcome["final_val_acc"] == metrics[-1]["val_acc"]
+    # seeds differ, so their trajectories differ
+    finals = [row["final_adv_acc"] for row in smoke_local.rows]
+    assert len(set(finals)) > 1
+    for name in ("table.csv", "outcomes.csv", "generalization_rate.png", "curves_by_cell.png"):
+        assert (smoke_local.study_dir / name).stat().st_size > 0
+
+
+def test_smoke_sweep_over_checkpoints_loadable(smoke_local):
+    from interp_toolkit import load_checkpoint
+
+    run_dir = Path(smoke_local.rows[0]["run_dir"])
+    model, meta = load_checkpoint(list_checkpoints(run_dir)[-1][1])
+    assert meta["epoch"] == preset("smoke").epochs
+    assert model.interp_config.seed == smoke_local.rows[0]["seed"]
+
+
+def test_rerun_is_cache_hit(smoke_local):
+    before = {row["run_dir"]: (Path(row["run_dir"]) / "run.json").stat().st_mtime_ns for row in smoke_local.rows}
+    started = time.perf_counter()
+    again = run_sweep(preset("smoke"), smoke_local.study_dir, workers=2, progress=False, report=False)
+    assert again.n_cached == 4
+    assert time.perf_counter() - started < 10
+    assert _summary(again.rows) == _summary(smoke_local.rows)
+    after = {row["run_dir"]: (Path(row["run_dir"]) / "run.json").stat().st_mtime_ns for row in again.rows}
+    assert after == before
+
+
+def test_other_sweep_in_same_study_dir_is_refused(smoke_local):
+    with pytest.raises(ValueError, match="different sweep"):
+        run_sweep(preset("smoke", epochs=10), smoke_local.study_dir, progress=False)
+
+
+def test_ray_backend_gives_same_table(smoke_local, tmp_path):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        result = run_sweep(preset("smoke"), tmp_path / "ray", backend="ray", progress=False)
+    finally:
+        ray.shutdown()
+    assert _summary(result.rows) == _summary(smoke_local.rows)
+    assert (tmp_path / "ray" / "table.csv").read_text() == (smoke_local.study_dir / "table.csv").read_text()
+
+
+def test_resume_after_kill_mid_way(smoke_local, tmp_path):
+    # one cell of the smoke grid: its runs are the same computations as in smoke_local
+    study = tmp_path / "killed"
+    code = ("import sys; from interp_toolkit.sweep import main; "
+            f"sys.exit(main(['sweep', '--preset', 'smoke', '--ratios', '0.9', '--out', {str(study)!r}, "
+            "'--workers', '1', '--quiet']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    killed_at = None
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            epochs = [read_jsonl(p)[-1]["epoch"] for p in study.glob("runs/*/metrics.jsonl") if read_jsonl(p)]
+            if epochs and max(epochs) >= 20:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed_at = max(epochs)
+                break
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None and killed_at is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert killed_at is not None, "the sweep finished or stalled before it could be killed"
+    statuses = [json.loads(p.read_text())["status"] for p in study.glob("runs/*/run.json")]
+    assert "running" in statuses
+    result = run_sweep(preset("smoke", ratios=[0.9]), study, workers=1, progress=False, report=False)
+    resumed = [row for row in result.rows if row["resumed_from"] is not None]
+    assert resumed and all(row["resumed_from"] >= 10 for row in resumed)
+    assert {Path(row["run_dir"]).name for row in result.rows} == {
+        Path(row["run_dir"]).name for row in smoke_local.rows if row["r"] == 0.9}
+    assert _summary(result.rows) == _summary([row for row in smoke_local.rows if row["r"] == 0.9])
+    for row in result.rows:
+        assert not (Path(row["run_dir"]) / "resume.pt").exists()
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="interp-toolkit")
+    add_sweep_parsers(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_cli_dry_run_and_validation(capsys):
+    args = _parser().parse_args(["sweep", "--preset", "quick", "--ratios", "0.1,0.5", "--seeds", "3", "--dry-run"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "4 cells x 3 seeds = 12 runs" in out
+    args = _parser().parse_args(["sweep", "--preset", "smoke", "--ratios", "0.5,1.5", "--dry-run"])
+    assert args.func(args) == 2
+    assert "1.5" in capsys.readouterr().err
+
+
+def test_cli_report(smoke_local, capsys):
+    args = _parser().parse_args(["report", str(smoke_local.study_dir)])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "headline plot" in out and "max_parity_sum_parity" in out
+
+
+def test_cli_wires_into_main_parser(monkeypatch):
+    import interp_toolkit.cli as cli
+
+    original = cli.build_parser
+
+    def build_with_sweep():
+        parser = original()
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        add_sweep_parsers(sub)
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", build_with_sweep)
+    assert cli.main(["sweep", "--preset", "smoke", "--dry-run"]) == 0
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"ratios": [1.5]}, "1.5"),
+    ({"ratios": []}, "ratios must be a non-empty list"),
+    ({"n_layers": [0]}, "n_layers"),
+    ({"seeds": [0, 0]}, "duplicates"),
+    ({"tasks": ["nope"]}, "nope"),
+    ({"epochs": 0}, "epochs"),
+    ({"weight_decays": [-0.1]}, "weight_decays"),
+    ({"bogus": 1}, "bogus"),
+])
+def test_sweep_config_validation(bad, match):
+    with pytest.raises(ValueError, match=match):
+        SweepConfig.from_dict({**preset("smoke").to_dict(), **bad})
+
+
+def test_plan_jobs_chunks_seeds_and_names_are_distinct(tmp_path):
+    cfg = preset("smoke", seeds=5, seeds_per_process=2)
+    jobs = plan_jobs(cfg, tmp_path)
+    assert [len(job["runs"]) for job in jobs] == [2, 2, 1] * len(cfg.cells())
+    dirs = [run["run_dir"] for job in jobs for run in job["runs"]]
+    assert len(set(dirs)) == len(dirs) == cfg.n_runs()
+
+
+def test_presets_follow_the_protocol():
+    paper = preset("paper")
+    assert paper.n_train == 16_384 and paper.epochs == 15_000 and len(paper.seeds) >= 30
+    assert set(paper.n_layers) == {1, 2} and set(paper.n_heads) == {1, 2}
+    assert set(paper.weight_decays) == {0.1, 0.4} and not paper.early_stop
+    assert {0.1, 0.3, 0.5, 0.7, 0.9} <= set(paper.ratios)
+    quick = preset("quick")
+    assert {0.5, 0.9} <= set(quick.ratios) and set(quick.n_layers) == {1, 2}
