@@ -260,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     from interp_toolkit.analyses.bif_cli import add_bif_parser
     from interp_toolkit.analyses.cli import add_analyze_parser
     from interp_toolkit.analyses.lm_bif_cli import add_lm_bif_parser
+    from interp_toolkit.sweep import add_sweep_parsers
 
+    add_sweep_parsers(sub)
     add_analyze_parser(sub)
     add_bif_parser(sub)
     add_lm_bif_parser(sub)

@@ -146,6 +146,15 @@ class TrainResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _distribution_version(distribution: str, module: Any) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return getattr(module, "__version__", "unknown")
+
+
 def library_versions() -> dict[str, str]:
     """Versions recorded in every run record."""
     import numpy
@@ -156,7 +165,7 @@ def library_versions() -> dict[str, str]:
     return {
         "interp_toolkit": __version__,
         "torch": torch.__version__,
-        "transformer_lens": getattr(transformer_lens, "__version__", "unknown"),
+        "transformer_lens": _distribution_version("transformer-lens", transformer_lens),
         "numpy": numpy.__version__,
         "python": platform.python_version(),
     }

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 from interp_toolkit import ModelConfig, TrainConfig, load_checkpoint, train
 from interp_toolkit.batched import StackedAdamW, train_batched
+from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 from interp_toolkit.training import list_checkpoints
 
 torch.set_num_threads(1)
