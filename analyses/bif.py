@@ -55,6 +55,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from interp_toolkit.config import reject_unknown_keys
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json, config_hash
 
 DataLike = Union[Tensor, Sequence[Tensor], Mapping[str, Tensor]]
@@ -190,10 +191,7 @@ class SamplerConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SamplerConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown SamplerConfig keys {unknown}; expected a subset of {sorted(known)}")
+        reject_unknown_keys(cls, data)
         data = dict(data)
         if data.get("param_patterns") is not None:
             data["param_patterns"] = tuple(data["param_patterns"])

@@ -29,7 +29,6 @@ additionally stores ``chains x draws x (N_a + N_b)`` floats.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from interp_toolkit.analyses.bif import (
     _finalize,
     sample_sgld,
 )
+from interp_toolkit.config import reject_unknown_keys
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json, config_hash
 
 __all__ = [
@@ -204,10 +204,7 @@ class LMBIFConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LMBIFConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown LMBIFConfig keys {unknown}; expected a subset of {sorted(known)}")
+        reject_unknown_keys(cls, data)
         data = dict(data)
         if "reductions" in data:
             data["reductions"] = tuple(data["reductions"])

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from interp_toolkit.config import reject_unknown_keys
 from interp_toolkit.io import atomic_write_json, config_hash
 from interp_toolkit.sources import CheckpointRef, hf_local_checkpoints
 from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
@@ -108,10 +109,7 @@ class TestbedConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TestbedConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown TestbedConfig keys {unknown}; expected a subset of {sorted(known)}")
+        reject_unknown_keys(cls, data)
         return cls(**data)
 
     @property

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from interp_toolkit.config import reject_unknown_keys
+
 _ACT_FNS = ("relu", "gelu", "gelu_new", "silu", "solu_ln", "gelu_fast")
 _POSITIONAL = ("standard", "rotary", "shortformer")
 _NORMALIZATION = ("LN", None)
@@ -96,10 +98,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
         """Build from a dict, rejecting unknown keys by name."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig keys {unknown}; expected a subset of {sorted(known)}")
+        reject_unknown_keys(cls, data)
         return cls(**data)
 
     def to_json(self) -> str:

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from interp_toolkit.config import reject_unknown_keys
 from interp_toolkit.io import atomic_write_json, config_hash
 
 BACKENDS = ("local", "ray")
@@ -139,10 +140,7 @@ class SweepConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SweepConfig":
         """Build from a dict, rejecting unknown keys by name."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown SweepConfig keys {unknown}; expected a subset of {sorted(known)}")
+        reject_unknown_keys(cls, data)
         return cls(**dict(data))
 
     def key(self) -> str:

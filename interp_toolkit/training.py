@@ -32,6 +32,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
+from interp_toolkit.config import reject_unknown_keys
 from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,
@@ -109,10 +110,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig keys {unknown}; expected a subset of {sorted(known)}")
+        reject_unknown_keys(cls, data)
         return cls(**dict(data))
 
     def checkpoint_epochs(self) -> list[int]:
@@ -277,6 +275,25 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def read_run_record(run_dir: str | Path, key: str) -> dict[str, Any] | None:
+    """The ``run.json`` of ``run_dir`` if it belongs to the run ``key``; None if there is none.
+
+    Raises:
+        ValueError: If ``run_dir`` holds a different run (two runs never share a directory).
+    """
+    run_dir = Path(run_dir)
+    record_path = run_dir / "run.json"
+    if not record_path.exists():
+        return None
+    record = json.loads(record_path.read_text())
+    if record.get("key") != key:
+        raise ValueError(
+            f"run directory {run_dir} holds a different run (key {record.get('key')}, this "
+            f"run's key {key}); choose another run_dir"
+        )
+    return record
+
+
 def train(
     model: Any,
     splits: Mapping[str, Split],
@@ -313,13 +330,8 @@ def train(
     resume_path = run_dir / "resume.pt"
     metrics_path = run_dir / "metrics.jsonl"
 
-    if record_path.exists():
-        record = json.loads(record_path.read_text())
-        if record.get("key") != key:
-            raise ValueError(
-                f"run directory {run_dir} holds a different run (key {record.get('key')}, this "
-                f"run's key {key}); choose another run_dir"
-            )
+    record = read_run_record(run_dir, key)
+    if record is not None:
         if record.get("status") == "finished":
             last = list_checkpoints(run_dir)[-1][1]
             finished_model, _ = load_checkpoint(last)
@@ -418,4 +430,4 @@ def train(
 
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
-           "checkpoint_path", "fingerprint", "library_versions", "run_identity"]
+           "checkpoint_path", "fingerprint", "library_versions", "read_run_record", "run_identity"]

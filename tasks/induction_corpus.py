@@ -26,6 +26,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from interp_toolkit.config import reject_unknown_keys
+
 __all__ = [
     "CLASS_NAMES",
     "CorpusConfig",
@@ -102,10 +104,7 @@ class CorpusConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CorpusConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown CorpusConfig keys {unknown}; expected a subset of {sorted(known)}")
+        reject_unknown_keys(cls, data)
         return cls(**data)
 
 

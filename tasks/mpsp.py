@@ -23,6 +23,8 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from interp_toolkit.config import reject_unknown_keys
+
 LABELS = {"sum_parity": 2, "sum_mod3": 3}
 SHORTCUTS = ("max", "first")
 TASKS = {
@@ -121,10 +123,7 @@ class MPSPConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "MPSPConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown MPSPConfig keys {unknown}; expected a subset of {sorted(known)}")
+        reject_unknown_keys(cls, data)
         return cls(**data)
 
 
