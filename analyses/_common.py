@@ -6,7 +6,7 @@ import csv
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -14,13 +14,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_toolkit.io import atomic_write_bytes, atomic_write_text
-
-
-class Split(Protocol):
-    """Anything with model inputs and integer labels (e.g. an ``MPSPSplit``)."""
-
-    tokens: Int[Tensor, "n pos"]
-    labels: Int[Tensor, " n"]
 
 
 @dataclass

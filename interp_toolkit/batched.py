@@ -51,6 +51,7 @@ from interp_toolkit.training import (
     checkpoint_path,
     library_versions,
     list_checkpoints,
+    read_run_record,
     run_identity,
 )
 
@@ -107,15 +108,9 @@ def member_state(run_dir: str | Path, key: str) -> MemberState:
         ValueError: If ``run_dir`` holds a different run (two runs never share a directory).
     """
     run_dir = Path(run_dir)
-    record_path = run_dir / "run.json"
-    if not record_path.exists():
+    record = read_run_record(run_dir, key)
+    if record is None:
         return MemberState(run_dir, key, "fresh")
-    record = json.loads(record_path.read_text())
-    if record.get("key") != key:
-        raise ValueError(
-            f"run directory {run_dir} holds a different run (key {record.get('key')}, this run's "
-            f"key {key}); choose another run_dir"
-        )
     if record.get("status") == "finished":
         return MemberState(run_dir, key, "finished")
     resume_path = run_dir / "resume.pt"
