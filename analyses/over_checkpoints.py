@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from interp_toolkit.checkpoint import load_checkpoint
 from interp_toolkit.io import atomic_write_json, config_hash, read_jsonl
-from interp_toolkit.training import fingerprint, list_checkpoints
+from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
 from ._common import AnalysisResult, Table, pyplot, save_png
 from .ablation import ablation

@@ -13,8 +13,8 @@ import time
 import torch
 
 from interp_toolkit import ModelConfig, build_model
+from interp_toolkit.runs.trainer import readout_loss
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
-from interp_toolkit.training import readout_loss
 
 
 def seconds_per_epoch(n_layers: int, split, task: MPSPConfig, epochs: int) -> list[float]:

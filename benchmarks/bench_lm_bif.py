@@ -42,8 +42,8 @@ def _setup(n: int, tmp: Path):
     import torch
     from transformers import GPTNeoXForCausalLM
 
-    from interp_toolkit.analyses.lm_testbed import TestbedConfig, gptneox_config
     from interp_toolkit.sources import CheckpointRef
+    from interp_toolkit.studies.lm_testbed import TestbedConfig, gptneox_config
     from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
 
     torch.set_num_threads(1)
@@ -59,7 +59,7 @@ def _setup(n: int, tmp: Path):
 
 def worker_ours(n: int, chains: int, draws: int, tmp: Path) -> dict:
     from interp_toolkit.analyses.bif import SamplerConfig
-    from interp_toolkit.analyses.lm_bif import LMBIFConfig, TokenSet, lm_bif
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet, lm_bif
     from interp_toolkit.tasks.induction_corpus import CLASS_NAMES, target_classes
 
     model, corpus, recorded = _setup(n, tmp)
@@ -77,7 +77,7 @@ def worker_devinterp(n: int, chains: int, draws: int, tmp: Path) -> dict:
     from datasets import Dataset
     from devinterp.slt.bif import bif as devinterp_bif
 
-    from interp_toolkit.analyses.lm_bif import next_token_losses
+    from interp_toolkit.analyses.bif.lm import next_token_losses
 
     model, corpus, recorded = _setup(n, tmp)
     pool_ds = Dataset.from_dict({"input_ids": corpus.tokens.tolist()}).with_format("torch")

@@ -58,7 +58,7 @@ def main() -> None:
     from devinterp.slt.sampling import sample as dv_sample
 
     from interp_toolkit.analyses.bif import CoMoments, SamplerConfig
-    from interp_toolkit.analyses.lm_bif import (
+    from interp_toolkit.analyses.bif.lm import (
         LMBIFConfig,
         TokenSet,
         group_ids,
@@ -66,8 +66,8 @@ def main() -> None:
         next_token_losses,
         reduce_matrix,
     )
-    from interp_toolkit.analyses.lm_testbed import TestbedConfig, train_testbed
     from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.studies.lm_testbed import TestbedConfig, train_testbed
     from interp_toolkit.tasks.induction_corpus import (
         CLASS_NAMES,
         CorpusConfig,

@@ -28,14 +28,15 @@ import numpy as np
 import torch
 
 from interp_toolkit.analyses.bif import SamplerConfig, bif, cluster_phases, compute_bif
-from interp_toolkit.analyses.bif_validation import (
+from interp_toolkit.analyses.bif.validation import (
     causal_window_effects,
     compare_windows,
     leave_one_out_effects,
     pearson,
     spearman,
 )
-from interp_toolkit.dln import (
+from interp_toolkit.io import atomic_write_bytes, atomic_write_json
+from interp_toolkit.studies.dln import (
     DLNConfig,
     DLNTrainConfig,
     classical_mds,
@@ -46,7 +47,6 @@ from interp_toolkit.dln import (
     saxe_trajectory,
     train_dln,
 )
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json
 from interp_toolkit.tasks.hierarchical import living_things, svd_modes
 
 LR = 0.05

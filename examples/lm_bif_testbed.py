@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from interp_toolkit.analyses.bif import SamplerConfig
-from interp_toolkit.analyses.lm_bif import LMBIFConfig
-from interp_toolkit.analyses.lm_bif_cli import bif_over_checkpoints
-from interp_toolkit.analyses.lm_testbed import TestbedConfig, train_testbed
+from interp_toolkit.analyses.bif.lm import LMBIFConfig
+from interp_toolkit.cli.bif_lm import bif_over_checkpoints
 from interp_toolkit.io import atomic_write_text
+from interp_toolkit.studies.lm_testbed import TestbedConfig, train_testbed
 from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
 

@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 from interp_toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
 from interp_toolkit.model import ModelConfig, build_model, model_config_of  # noqa: E402
-from interp_toolkit.training import TrainConfig, TrainResult, evaluate, list_checkpoints, train  # noqa: E402
+from interp_toolkit.runs.trainer import TrainConfig, TrainResult, evaluate, list_checkpoints, train  # noqa: E402
 
 __all__ = [
     "__version__",

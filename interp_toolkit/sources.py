@@ -152,7 +152,7 @@ def _boot_hf(name: str, revision: str | None, device: Any, offline: bool | None,
 
 def toolkit_checkpoints(run_dir: str | Path) -> list[CheckpointRef]:
     """All checkpoints of a toolkit run directory, by epoch."""
-    from interp_toolkit.training import list_checkpoints
+    from interp_toolkit.runs.trainer import list_checkpoints
 
     found = list_checkpoints(run_dir)
     if not found:

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from interp_toolkit import ModelConfig, TrainConfig, load_checkpoint, train
-from interp_toolkit.batched import StackedAdamW, train_batched
+from interp_toolkit.runs.batched import StackedAdamW, train_batched
+from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
-from interp_toolkit.training import list_checkpoints
 
 torch.set_num_threads(1)
 

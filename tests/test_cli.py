@@ -11,8 +11,8 @@ import torch
 
 from interp_toolkit import list_checkpoints, load_checkpoint
 from interp_toolkit.cli import main
+from interp_toolkit.runs.trainer import evaluate
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
-from interp_toolkit.training import evaluate
 
 SMALL = ["--seq-len", "5", "--n-train", "512", "--n-eval", "256", "--d-model", "32", "--d-mlp", "64", "--quiet"]
 

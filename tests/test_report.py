@@ -10,8 +10,8 @@ import pytest
 from scipy.stats import binomtest
 
 from interp_toolkit.io import atomic_write_json
-from interp_toolkit.outcomes import compute_outcome
-from interp_toolkit.report import wilson_interval, write_report
+from interp_toolkit.studies.outcomes import compute_outcome
+from interp_toolkit.studies.report import wilson_interval, write_report
 
 
 def _curve(pairs, every=10):

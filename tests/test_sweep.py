@@ -15,8 +15,14 @@ import pytest
 import torch
 
 from interp_toolkit.io import read_jsonl
-from interp_toolkit.sweep import SweepConfig, add_sweep_parsers, plan_jobs, preset, run_sweep
-from interp_toolkit.training import list_checkpoints
+from interp_toolkit.runs.trainer import list_checkpoints
+from interp_toolkit.studies.sweep import (
+    SweepConfig,
+    add_sweep_parsers,
+    plan_jobs,
+    preset,
+    run_sweep,
+)
 
 torch.set_num_threads(1)
 
@@ -97,7 +103,7 @@ def test_ray_backend_gives_same_table(smoke_local, tmp_path):
 def test_resume_after_kill_mid_way(smoke_local, tmp_path):
     # one cell of the smoke grid: its runs are the same computations as in smoke_local
     study = tmp_path / "killed"
-    code = ("import sys; from interp_toolkit.sweep import main; "
+    code = ("import sys; from interp_toolkit.studies.sweep import main; "
             f"sys.exit(main(['sweep', '--preset', 'smoke', '--ratios', '0.9', '--out', {str(study)!r}, "
             "'--workers', '1', '--quiet']))")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,

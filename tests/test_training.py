@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-import interp_toolkit.training as training
+import interp_toolkit.runs.trainer as training
 from interp_toolkit import TrainConfig, build_model, list_checkpoints, load_checkpoint, train
 from interp_toolkit.tasks.mpsp import make_splits
 

@@ -106,8 +106,8 @@ def neox_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """A finished 6-epoch run of a 1-layer attention-only model (checkpoints 0, 1, 2, 3, 4, 6)."""
+    from interp_toolkit.runs.trainer import TrainConfig, train
     from interp_toolkit.tasks.mpsp import make_splits
-    from interp_toolkit.training import TrainConfig, train
 
     task = MPSPConfig(seq_len=SEQ_LEN, n_values=N_VALUES, n_train=128, n_eval=64, r=0.75)
     splits = make_splits(task)

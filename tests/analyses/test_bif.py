@@ -1,4 +1,4 @@
-"""Tests of the SGLD sampler and BIF estimator (analyses/bif.py)."""
+"""Tests of the SGLD sampler and BIF estimator (analyses/bif/)."""
 
 from __future__ import annotations
 

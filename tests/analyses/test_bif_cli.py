@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from interp_toolkit.analyses.bif_cli import add_bif_parser, main
 from interp_toolkit.checkpoint import save_checkpoint
+from interp_toolkit.cli.bif import add_bif_parser, main
 from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.tasks.mpsp import MPSPConfig
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from interp_toolkit.analyses.bif import SamplerConfig, bif
-from interp_toolkit.analyses.bif_validation import (
+from interp_toolkit.analyses.bif.validation import (
     batched_gradient_descent,
     causal_window_effects,
     compare_windows,
@@ -14,7 +14,12 @@ from interp_toolkit.analyses.bif_validation import (
     pearson,
     spearman,
 )
-from interp_toolkit.dln import DeepLinearNetwork, DLNConfig, dln_per_example_loss, gradient_descent
+from interp_toolkit.studies.dln import (
+    DeepLinearNetwork,
+    DLNConfig,
+    dln_per_example_loss,
+    gradient_descent,
+)
 from interp_toolkit.tasks.hierarchical import living_things
 
 torch.set_num_threads(1)

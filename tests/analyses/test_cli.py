@@ -1,7 +1,7 @@
 import argparse
 
 from interp_toolkit.analyses._common import Table
-from interp_toolkit.analyses.cli import add_analyze_parser
+from interp_toolkit.cli.analyze import add_analyze_parser
 
 
 def _parser():

@@ -2,8 +2,7 @@ import pytest
 import torch
 
 from interp_toolkit.analyses.bif import SamplerConfig
-from interp_toolkit.analyses.induction import induction_scores
-from interp_toolkit.analyses.lm_bif import (
+from interp_toolkit.analyses.bif.lm import (
     LMBIFConfig,
     TokenSet,
     group_ids,
@@ -11,6 +10,7 @@ from interp_toolkit.analyses.lm_bif import (
     naive_token_bif,
     reduce_matrix,
 )
+from interp_toolkit.analyses.induction import induction_scores
 from interp_toolkit.sources import resolve_checkpoints
 from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
 

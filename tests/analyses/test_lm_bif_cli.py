@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from interp_toolkit.analyses.lm_bif_cli import main
-from interp_toolkit.analyses.lm_testbed import TestbedConfig, pythia_schedule, train_testbed
+from interp_toolkit.cli.bif_lm import main
+from interp_toolkit.studies.lm_testbed import TestbedConfig, pythia_schedule, train_testbed
 from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
 torch.set_num_threads(1)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from interp_toolkit.analyses.bif import CoMoments
-from interp_toolkit.analyses.lm_bif import next_token_losses
+from interp_toolkit.analyses.bif.lm import next_token_losses
 
 torch.set_num_threads(1)
 

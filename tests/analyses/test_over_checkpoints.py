@@ -6,7 +6,7 @@ from interp_toolkit.analyses._common import Table
 from interp_toolkit.analyses.ablation import ablation
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
-from interp_toolkit.training import fingerprint, list_checkpoints
+from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
 
 def test_over_checkpoints_table_cache_and_files(tiny_run, tmp_path):

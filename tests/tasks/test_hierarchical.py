@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from interp_toolkit.dln import (
+from interp_toolkit.studies.dln import (
     DeepLinearNetwork,
     DLNConfig,
     DLNTrainConfig,

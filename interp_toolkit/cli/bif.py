@@ -3,7 +3,7 @@
 Register on the toolkit's CLI with :func:`add_bif_parser` (``interp-toolkit bif ...``), or
 run standalone::
 
-    python -m interp_toolkit.analyses.bif_cli CHECKPOINT --task-config task.json --out runs/bif
+    python -m interp_toolkit.cli.bif CHECKPOINT --task-config task.json --out runs/bif
 
 The task config is an ``MPSPConfig`` as JSON (``--task-config``); without it, the
 ``run.json`` beside the checkpoint's folder is searched for one (``info.task``,
@@ -140,7 +140,7 @@ def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Standalone entry point: ``python -m interp_toolkit.analyses.bif_cli ...``."""
+    """Standalone entry point: ``python -m interp_toolkit.cli.bif ...``."""
     parser = argparse.ArgumentParser(prog="bif")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_bif_parser(subparsers)

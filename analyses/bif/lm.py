@@ -40,13 +40,11 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from interp_toolkit.analyses.bif import (
-    CoMoments,
-    SamplerConfig,
-    SamplerDiagnostics,
-    _finalize,
-    sample_sgld,
-)
+from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.analyses.bif.data import model_fingerprint
+from interp_toolkit.analyses.bif.estimator import finalize
+from interp_toolkit.analyses.bif.moments import CoMoments
+from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics, sample_sgld
 from interp_toolkit.config import reject_unknown_keys
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json, config_hash
 
@@ -369,11 +367,10 @@ def lm_bif(
 
     key = None
     if cache_dir is not None:
-        from interp_toolkit.analyses.bif import _model_fingerprint
 
         identity = {
             "config": {**config.to_dict(), "sampler": {k: v for k, v in sampler.to_dict().items() if k != "progress"}},
-            "model": dict(cache_identity) if cache_identity is not None else _model_fingerprint(model),
+            "model": dict(cache_identity) if cache_identity is not None else model_fingerprint(model),
             "posterior": TokenSet(posterior_tokens).fingerprint(),
             "train": train.fingerprint(),
             "query": None if same else query.fingerprint(),
@@ -429,7 +426,7 @@ def lm_bif(
     tables = {}
     for reduction in config.reductions:
         g_a, g_b = reduction.split(":")
-        total, stderr, per_chain, _, _, _ = _finalize(accumulators[reduction], sampler.chains, sampler.pearson, False)
+        total, stderr, per_chain, _, _, _ = finalize(accumulators[reduction], sampler.chains, sampler.pearson, False)
         tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
     n_draws = sampler.chains * sampler.draws
     result = LMBIFResult(

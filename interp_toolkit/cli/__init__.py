@@ -77,8 +77,8 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
 def _resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
     from interp_toolkit.io import config_hash
     from interp_toolkit.model import ModelConfig
+    from interp_toolkit.runs.trainer import TrainConfig
     from interp_toolkit.tasks.mpsp import MPSPConfig
-    from interp_toolkit.training import TrainConfig
 
     data = _load_config_file(args.config) if args.config else {}
     task = dict(data.get("task", {}))
@@ -123,8 +123,8 @@ def _resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
 def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None) -> Any:
     """Build the splits and model for an MPSP run and train it (resuming if possible)."""
     from interp_toolkit.model import build_model
+    from interp_toolkit.runs.trainer import train
     from interp_toolkit.tasks.mpsp import make_splits
-    from interp_toolkit.training import train
 
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=device)
@@ -158,7 +158,7 @@ def _format_metrics(metrics: dict[str, Any]) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from interp_toolkit.checkpoint import CheckpointError, read_checkpoint
-    from interp_toolkit.training import list_checkpoints
+    from interp_toolkit.runs.trainer import list_checkpoints
 
     target = Path(args.checkpoint)
     if target.is_dir():
@@ -198,8 +198,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Small MPSP run on the embedded defaults, then a summary beside its curves."""
     from interp_toolkit.io import atomic_write_json
     from interp_toolkit.model import ModelConfig
+    from interp_toolkit.runs.trainer import TrainConfig
     from interp_toolkit.tasks.mpsp import MPSPConfig
-    from interp_toolkit.training import TrainConfig
 
     task_cfg = MPSPConfig(r=0.9, n_train=args.n_train, n_eval=1024)
     model_cfg = ModelConfig(n_layers=1, n_heads=2, **task_cfg.model_dims())
@@ -257,10 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-train", type=int, default=4096, help="training examples (default 4096)")
     p.set_defaults(func=cmd_demo)
 
-    from interp_toolkit.analyses.bif_cli import add_bif_parser
-    from interp_toolkit.analyses.cli import add_analyze_parser
-    from interp_toolkit.analyses.lm_bif_cli import add_lm_bif_parser
-    from interp_toolkit.sweep import add_sweep_parsers
+    from interp_toolkit.cli.analyze import add_analyze_parser
+    from interp_toolkit.cli.bif import add_bif_parser
+    from interp_toolkit.cli.bif_lm import add_lm_bif_parser
+    from interp_toolkit.studies.sweep import add_sweep_parsers
 
     add_sweep_parsers(sub)
     add_analyze_parser(sub)
@@ -273,7 +273,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 ``interp-toolkit bif-lm CHECKPOINTS... --out DIR`` (register with
 :func:`add_lm_bif_parser`; ``bif`` is the MPSP single-checkpoint command of
-:mod:`interp_toolkit.analyses.bif_cli`). ``CHECKPOINTS`` are specs understood by
+:mod:`interp_toolkit.cli.bif`). ``CHECKPOINTS`` are specs understood by
 :func:`interp_toolkit.sources.resolve_checkpoints`: a toolkit run directory, a folder of
 local HF checkpoint directories (e.g. the testbed's ``checkpoints/``), single
 checkpoints, or ``hub:EleutherAI/pythia-14m@step1000,step2000``.
@@ -34,8 +34,8 @@ import torch
 from tqdm.auto import tqdm
 
 from interp_toolkit.analyses.bif import SamplerConfig
+from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet, lm_bif
 from interp_toolkit.analyses.induction import induction_scores
-from interp_toolkit.analyses.lm_bif import LMBIFConfig, TokenSet, lm_bif
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from interp_toolkit.sources import CheckpointRef, resolve_checkpoints
 from interp_toolkit.tasks.induction_corpus import (
@@ -241,7 +241,7 @@ def run_lm_bif_command(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Standalone entry point: ``python -m interp_toolkit.analyses.lm_bif_cli ...``."""
+    """Standalone entry point: ``python -m interp_toolkit.cli.bif_lm ...``."""
     import sys
 
     parser = argparse.ArgumentParser(prog="interp-toolkit")

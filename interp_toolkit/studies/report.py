@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from interp_toolkit.io import atomic_write_bytes, atomic_write_text, read_jsonl
-from interp_toolkit.outcomes import OUTCOME_FIELDS, compute_outcome
+from interp_toolkit.studies.outcomes import OUTCOME_FIELDS, compute_outcome
 
 CELL_FIELDS = ("task", "n_layers", "n_heads", "weight_decay", "r")
 TABLE_FIELDS = CELL_FIELDS + (

@@ -43,7 +43,7 @@ from interp_toolkit.io import (
     read_jsonl,
 )
 from interp_toolkit.model import ModelConfig, build_model
-from interp_toolkit.training import (
+from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
     _plot_curves,

@@ -11,8 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from .ablation import METHODS
-from .over_checkpoints import ANALYSES, over_checkpoints
+from interp_toolkit.analyses.ablation import METHODS
+from interp_toolkit.analyses.over_checkpoints import ANALYSES, over_checkpoints
 
 # option -> analyses it applies to
 _OPTION_SCOPE = {
@@ -79,7 +79,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_analyze(args: argparse.Namespace) -> int:
     """Run the ``analyze`` subcommand; returns the exit status (2 on bad input)."""
-    from interp_toolkit.training import list_checkpoints
+    from interp_toolkit.runs.trainer import list_checkpoints
 
     try:
         config = _config(args)

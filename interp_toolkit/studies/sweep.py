@@ -6,13 +6,13 @@ A study directory holds::
       study.json        the SweepConfig and its hash (a different sweep is refused here)
       runs/<task>_<L>L<H>H_r<r>_wd<wd>_s<seed>_<hash>/
           run.json, metrics.jsonl, checkpoints/, curves.png   (as interp_toolkit.train writes)
-          outcome.json  the run's outcome record (interp_toolkit.outcomes)
+          outcome.json  the run's outcome record (interp_toolkit.studies.outcomes)
       outcomes.csv, table.csv, generalization_rate.png, curves_by_cell.png   (see report.py)
 
 Every run directory is keyed by its own configs (task, model, training, run info), so two
 runs never share one; rerunning a sweep skips finished runs and resumes interrupted ones
 (from their last evaluation). Each job trains the seeds of one cell together with
-:func:`interp_toolkit.batched.train_batched`. Backends: ``local`` (a process pool) and
+:func:`interp_toolkit.runs.batched.train_batched`. Backends: ``local`` (a process pool) and
 ``ray`` (tasks on a Ray cluster; ``pip install interp-toolkit[ray]``).
 """
 
@@ -195,8 +195,8 @@ def preset(name: str, **overrides: Any) -> SweepConfig:
 def cell_configs(cfg: SweepConfig, cell: Mapping[str, Any], seed: int) -> tuple[Any, Any, Any, dict[str, Any]]:
     """``(task_cfg, model_cfg, train_cfg, run_info)`` of one run of the sweep."""
     from interp_toolkit.model import ModelConfig
+    from interp_toolkit.runs.trainer import TrainConfig
     from interp_toolkit.tasks.mpsp import MPSPConfig
-    from interp_toolkit.training import TrainConfig
 
     task_cfg = MPSPConfig.from_task(cell["task"], seq_len=cfg.seq_len, n_values=cfg.n_values, r=cell["r"],
                                     n_train=cfg.n_train, n_eval=cfg.n_eval, seed=cfg.data_seed)
@@ -251,8 +251,8 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
     """
     import torch
 
-    from interp_toolkit.batched import train_batched
-    from interp_toolkit.outcomes import generalization_stop_rule, outcome_of_run
+    from interp_toolkit.runs.batched import train_batched
+    from interp_toolkit.studies.outcomes import generalization_stop_rule, outcome_of_run
     from interp_toolkit.tasks.mpsp import make_splits
 
     torch.set_num_threads(max(1, threads))
@@ -396,7 +396,7 @@ def run_sweep(
     rows.sort(key=lambda row: (row["task"], row["n_layers"], row["n_heads"], row["weight_decay"],
                                row["r"], row["seed"]))
     if report:
-        from interp_toolkit.report import write_report
+        from interp_toolkit.studies.report import write_report
 
         write_report(study_dir, print_table=False)
     return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started)
@@ -471,7 +471,7 @@ def cmd_sweep(args: Any) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"study {result.study_dir}: {len(result.rows)} runs ({result.n_cached} cached) in {result.seconds:.0f} s")
-    from interp_toolkit.report import write_report
+    from interp_toolkit.studies.report import write_report
 
     write_report(result.study_dir, print_table=True)
     return 0
@@ -479,7 +479,7 @@ def cmd_sweep(args: Any) -> int:
 
 def cmd_report(args: Any) -> int:
     """``interp-toolkit report STUDY_DIR``."""
-    from interp_toolkit.report import write_report
+    from interp_toolkit.studies.report import write_report
 
     try:
         write_report(args.study_dir, out_dir=args.out, print_table=True)
@@ -538,7 +538,7 @@ def _cmd_sweep_with_default_preset(args: Any) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point (``python -m interp_toolkit.sweep sweep ...``)."""
+    """Standalone entry point (``python -m interp_toolkit.studies.sweep sweep ...``)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="interp-toolkit")

@@ -1,0 +1,75 @@
+"""Bayesian influence functions (BIF) from SGLD draws of a localized posterior.
+
+The Bayesian influence of a training example ``z_i`` on an observable ``phi`` is
+
+    BIF(z_i, phi) = -Cov_{p(w | D)}(loss_i(w), phi(w)),
+
+the first-order change of the posterior expectation of ``phi`` when ``z_i`` is up-weighted
+(``d/d eps E[phi]`` under ``p(w) * exp(-eps * loss_i(w))``). For a loss observable a
+*negative* BIF therefore means "training on z_i lowers the query loss" (helpful).
+It needs no Hessian inverse and is defined at every checkpoint of a run.
+
+The posterior is localized at a checkpoint ``w*`` and tempered:
+
+    p(w) ∝ exp(-n·beta · L_n(w) - gamma/2 · ||w - w*||^2),
+
+and sampled by SGLD (:func:`sample_sgld`)::
+
+    w <- w - (eps/2) (n·beta · grad L_batch(w) + gamma (w - w*)) + N(0, eps).
+
+Two levels of API:
+
+* :func:`bif` (high level): sample, record per-example losses of an attribution set and any
+  observables at every draw, accumulate means and co-moments on the fly (memory
+  ``O(chains x n_train x n_query)``, independent of the number of draws), return a
+  :class:`BIFResult`; optionally cached by config hash under ``cache_dir``.
+* :func:`compute_bif` (low level): the same estimator on stored draws (:class:`Draws`).
+
+Every covariance here is the population covariance over draws (divide by the number of
+draws, not minus one), so that the phase decomposition (within-phase + between-phase)
+adds up *exactly* to the total. The standard error of each entry is the standard deviation
+across chains of the per-chain estimates divided by ``sqrt(chains)`` (NaN with one chain).
+
+Generic by design (token-level BIF for language models builds on it): the model is any
+``torch.nn.Module``; the data is a tensor, a tuple/list of tensors or a dict of tensors
+indexed along dim 0; ``loss_fn(model, batch)`` returns per-example losses (any trailing
+dims, e.g. per token, are flattened when recorded and averaged for the SGLD gradient);
+observables are callables ``model -> tensor`` (flattened).
+
+Package layout (one concern per module): :mod:`.config` (settings), :mod:`.data` (data
+helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`.results`
+(result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
+:mod:`.phases` (phase labels), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
+:mod:`.lm` (token-level BIF for language models), :mod:`.validation` (leave-one-out and
+causal-window checks on the deep linear network).
+"""
+
+from __future__ import annotations
+
+from .api import bif
+from .config import SamplerConfig, SamplerDivergenceError
+from .data import data_length, index_data, per_example_losses
+from .estimator import compute_bif
+from .moments import CoMoments
+from .phases import cluster_phases
+from .plots import plot_bif
+from .results import BIFResult, Draws, PhaseDecomposition
+from .sampler import SamplerDiagnostics, sample_sgld
+
+__all__ = [
+    "BIFResult",
+    "CoMoments",
+    "Draws",
+    "PhaseDecomposition",
+    "SamplerConfig",
+    "SamplerDiagnostics",
+    "SamplerDivergenceError",
+    "bif",
+    "cluster_phases",
+    "compute_bif",
+    "data_length",
+    "index_data",
+    "per_example_losses",
+    "plot_bif",
+    "sample_sgld",
+]

@@ -1,0 +1,176 @@
+"""High-level :func:`bif`: sample, record, accumulate, cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from interp_toolkit.io import config_hash
+
+from .config import SamplerConfig
+from .data import (
+    DataLike,
+    LossFn,
+    Observable,
+    data_fingerprint,
+    model_fingerprint,
+    per_example_losses,
+)
+from .estimator import finalize
+from .moments import CoMoments
+from .plots import plot_bif
+from .results import BIFResult, Draws
+from .sampler import sample_sgld
+
+# --------------------------------------------------------------------------- high level
+
+
+def bif(
+    model: nn.Module,
+    train_data: DataLike,
+    query_data: DataLike | None,
+    loss_fn: LossFn,
+    config: SamplerConfig,
+    *,
+    attribution_data: DataLike | None = None,
+    attribution_fn: Observable | None = None,
+    observables: Mapping[str, Observable] | None = None,
+    phase_fn: Callable[[nn.Module], int] | None = None,
+    cache_dir: str | Path | None = None,
+    cache_tag: str | None = None,
+) -> BIFResult:
+    """Bayesian influence of training examples on observables at the model's checkpoint.
+
+    Args:
+        model: Any module; its current weights are the localization centre ``w*``
+            (restored afterwards).
+        train_data: Examples defining the posterior (``L_n``); by default also the
+            attribution set.
+        query_data: Examples whose per-example losses are the default observables
+            (``"query_loss"``); may be ``None`` if ``observables`` is given.
+        loss_fn: ``loss_fn(model, batch) -> Float[Tensor, "batch ..."]`` per-example losses.
+        config: Sampler settings (also ``keep_draws`` and ``pearson``).
+        attribution_data: Attribution set (rows of the result); default ``train_data``.
+        attribution_fn: Override the attribution values per draw (``model -> tensor``),
+            e.g. per-token losses; default: per-example losses of ``attribution_data``.
+        observables: Extra ``name -> (model -> tensor)`` observables (columns), after
+            ``"query_loss"`` if ``query_data`` is given.
+        phase_fn: ``model -> int`` phase label evaluated at every draw; adds a streaming
+            :class:`PhaseDecomposition`. For an automatic split use ``keep_draws=True`` and
+            ``compute_bif(result.draws, phases=cluster_phases(result.draws.statistic, k))``.
+        cache_dir: If given, results are stored under ``cache_dir/bif_<hash>/`` keyed by
+            the config, model weights, data, loss/observable names and ``cache_tag``; a
+            rerun with the same key loads the stored result. PNG figures are written beside.
+        cache_tag: Extra cache-key text (the bodies of callables are not hashed; change the
+            tag when you change a loss or observable function but keep its name).
+
+    Returns:
+        The :class:`BIFResult` with diagnostics.
+    """
+    if not isinstance(config, SamplerConfig):
+        raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
+    if query_data is None and not observables:
+        raise ValueError("give query_data or at least one observable")
+    attribution_data = train_data if attribution_data is None else attribution_data
+    recorders: dict[str, Observable] = {}
+    # Query set == attribution set (same object): record the losses once per draw.
+    query_is_attribution = query_data is not None and query_data is attribution_data and attribution_fn is None
+    if query_data is not None:
+        recorders["query_loss"] = per_example_losses(loss_fn, query_data, config.eval_batch_size)
+    for name, fn in (observables or {}).items():
+        if name in recorders or name == "__attribution__":
+            raise ValueError(f"observable name {name!r} is reserved or duplicated")
+        recorders[name] = fn
+    attribution = attribution_fn or per_example_losses(loss_fn, attribution_data, config.eval_batch_size)
+
+    key = None
+    if cache_dir is not None:
+        identity = {
+            "sampler": {k: v for k, v in config.to_dict().items() if k != "progress"},
+            "model": model_fingerprint(model),
+            "train": data_fingerprint(train_data),
+            "query": data_fingerprint(query_data),
+            "attribution": data_fingerprint(attribution_data) if attribution_fn is None else _qualname(attribution_fn),
+            "loss_fn": _qualname(loss_fn),
+            "observables": {k: _qualname(v) for k, v in (observables or {}).items()},
+            "phase_fn": _qualname(phase_fn) if phase_fn is not None else None,
+            "tag": cache_tag,
+        }
+        key = config_hash(identity)
+        out_dir = Path(cache_dir) / f"bif_{key}"
+        if (out_dir / "bif.json").exists() and (out_dir / "bif.safetensors").exists():
+            return BIFResult.load(out_dir)
+
+    with torch.no_grad():
+        n_a = int(attribution(model).numel())
+        sizes = {k: int(fn(model).numel()) for k, fn in recorders.items()}
+    slices, start = {}, 0
+    for name, size in sizes.items():
+        slices[name] = (start, start + size)
+        start += size
+    n_b = start
+    accumulators: dict[tuple[int, int], CoMoments] = {}
+    # Raw draws keep the recorded dtype (float64 stays float64, so compute_bif on them
+    # reproduces the streamed estimate to rounding).
+    with torch.no_grad():
+        kept_dtype = torch.float64 if attribution(model).dtype == torch.float64 else torch.float32
+    kept_a = torch.zeros(config.chains, config.draws, n_a, dtype=kept_dtype) if config.keep_draws else None
+    kept_b = torch.zeros(config.chains, config.draws, n_b, dtype=kept_dtype) if config.keep_draws else None
+    kept_labels = (
+        torch.zeros(config.chains, config.draws, dtype=torch.long) if config.keep_draws and phase_fn else None
+    )
+    all_recorders = {"__attribution__": attribution, **recorders}
+    if query_is_attribution:
+        del all_recorders["query_loss"]
+
+    def on_draw(chain: int, draw: int, values: dict[str, Tensor]) -> None:
+        a = values["__attribution__"]
+        if query_is_attribution:
+            values["query_loss"] = a
+        b = torch.cat([values[name] for name in recorders])
+        if a.numel() != n_a or b.numel() != n_b:
+            raise ValueError(f"recorded sizes changed between draws: {a.numel()}/{n_a}, {b.numel()}/{n_b}")
+        label = 0 if phase_fn is None else int(phase_fn(model))
+        acc = accumulators.get((chain, label))
+        if acc is None:
+            acc = accumulators[(chain, label)] = CoMoments(n_a, n_b)
+        acc.update(a, b)
+        if kept_a is not None:
+            kept_a[chain, draw] = a.to("cpu", kept_dtype)
+            kept_b[chain, draw] = b.to("cpu", kept_dtype)
+        if kept_labels is not None:
+            kept_labels[chain, draw] = label
+
+    diagnostics = sample_sgld(model, train_data, loss_fn, config, all_recorders, on_draw)
+    total, stderr, per_chain, mean_a, mean_b, phases = finalize(
+        accumulators, config.chains, config.pearson, with_phases=phase_fn is not None
+    )
+    result = BIFResult(
+        bif=total,
+        stderr=stderr,
+        per_chain=per_chain,
+        pearson=config.pearson,
+        chains=config.chains,
+        draws_per_chain=config.draws,
+        attribution_mean=mean_a,
+        observable_mean=mean_b,
+        observable_slices=slices,
+        phases=phases,
+        diagnostics=diagnostics,
+        draws=Draws(kept_a, kept_b, dict(slices), phase_labels=kept_labels) if kept_a is not None else None,
+        config=config.to_dict(),
+        cache_key=key,
+    )
+    if cache_dir is not None:
+        out_dir = Path(cache_dir) / f"bif_{key}"
+        plot_bif(result, out_dir / "bif.png")
+        result.save(out_dir)
+    return result
+
+
+def _qualname(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+

@@ -1,0 +1,110 @@
+"""Streaming means and co-moments (Welford/Chan merges) of per-draw values."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+# --------------------------------------------------------------------------- accumulation
+
+
+class CoMoments:
+    """Streaming means and cross co-moments of two vectors (Welford / Chan et al. merging).
+
+    Keeps ``count``, ``mean_a``, ``mean_b``, the sums of squared deviations ``m2_a``,
+    ``m2_b`` and the co-moment matrix ``comoment = sum (a - mean_a)(b - mean_b)^T`` in
+    float64. Memory is ``O(n_a x n_b)`` whatever the number of updates.
+    """
+
+    def __init__(self, n_a: int, n_b: int, device: str | torch.device = "cpu") -> None:
+        self.count = 0
+        self.mean_a = torch.zeros(n_a, dtype=torch.float64, device=device)
+        self.mean_b = torch.zeros(n_b, dtype=torch.float64, device=device)
+        self.m2_a = torch.zeros(n_a, dtype=torch.float64, device=device)
+        self.m2_b = torch.zeros(n_b, dtype=torch.float64, device=device)
+        self.comoment = torch.zeros(n_a, n_b, dtype=torch.float64, device=device)
+
+    def update(self, a: Float[Tensor, " n_a"], b: Float[Tensor, " n_b"]) -> None:
+        """Add one draw (Welford's update)."""
+        a = a.to(self.mean_a.device, torch.float64)
+        b = b.to(self.mean_b.device, torch.float64)
+        self.count += 1
+        delta_a = a - self.mean_a
+        self.mean_a += delta_a / self.count
+        delta_b_old = b - self.mean_b
+        self.mean_b += delta_b_old / self.count
+        delta_b_new = b - self.mean_b
+        self.m2_a += delta_a * (a - self.mean_a)
+        self.m2_b += delta_b_old * delta_b_new
+        self.comoment.addr_(delta_a, delta_b_new)  # in place: no n_a x n_b temporary
+
+    def update_batch(self, a: Float[Tensor, "k n_a"], b: Float[Tensor, "k n_b"]) -> None:
+        """Add ``k`` draws at once (batch moments merged in)."""
+        if a.shape[0] == 0:
+            return
+        self.merge_(CoMoments.from_batch(a, b, device=self.mean_a.device))
+
+    @classmethod
+    def from_batch(cls, a: Float[Tensor, "k n_a"], b: Float[Tensor, "k n_b"], device: str | torch.device = "cpu") -> "CoMoments":
+        """Moments of a batch of draws, computed directly."""
+        a = a.to(device, torch.float64)
+        b = b.to(device, torch.float64)
+        out = cls(a.shape[1], b.shape[1], device=device)
+        out.count = a.shape[0]
+        out.mean_a = a.mean(0)
+        out.mean_b = b.mean(0)
+        ca = a - out.mean_a
+        cb = b - out.mean_b
+        out.m2_a = (ca * ca).sum(0)
+        out.m2_b = (cb * cb).sum(0)
+        out.comoment = ca.T @ cb
+        return out
+
+    def merge_(self, other: "CoMoments") -> "CoMoments":
+        """Merge ``other`` into ``self`` (Chan et al. parallel update); returns ``self``."""
+        if other.count == 0:
+            return self
+        if self.count == 0:
+            self.count = other.count
+            for name in ("mean_a", "mean_b", "m2_a", "m2_b", "comoment"):
+                setattr(self, name, getattr(other, name).clone())
+            return self
+        n1, n2 = self.count, other.count
+        n = n1 + n2
+        delta_a = other.mean_a - self.mean_a
+        delta_b = other.mean_b - self.mean_b
+        factor = n1 * n2 / n
+        self.comoment.add_(other.comoment).addr_(delta_a, delta_b, alpha=factor)
+        self.m2_a += other.m2_a + delta_a * delta_a * factor
+        self.m2_b += other.m2_b + delta_b * delta_b * factor
+        self.mean_a += delta_a * (n2 / n)
+        self.mean_b += delta_b * (n2 / n)
+        self.count = n
+        return self
+
+    @staticmethod
+    def merged(parts: Sequence["CoMoments"]) -> "CoMoments":
+        """An accumulator holding all of ``parts`` (the part itself if there is only one:
+        do not modify the result in place then)."""
+        if len(parts) == 1:
+            return parts[0]
+        out = CoMoments(parts[0].mean_a.shape[0], parts[0].mean_b.shape[0], device=parts[0].mean_a.device)
+        for part in parts:
+            out.merge_(part)
+        return out
+
+    def covariance(self) -> Float[Tensor, "n_a n_b"]:
+        """Population cross-covariance ``comoment / count``."""
+        if self.count == 0:
+            raise ValueError("no draws accumulated")
+        return self.comoment / self.count
+
+    def correlation(self) -> Float[Tensor, "n_a n_b"]:
+        """Pearson cross-correlation (0 where a variance is 0)."""
+        denom = torch.sqrt(torch.outer(self.m2_a, self.m2_b))
+        return torch.where(denom > 0, self.comoment / denom.clamp_min(1e-300), torch.zeros_like(denom))
+
+

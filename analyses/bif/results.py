@@ -1,0 +1,222 @@
+"""Result types: stored draws, the phase decomposition and :class:`BIFResult` (save/load)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp_toolkit.io import atomic_write_bytes, atomic_write_json
+
+from .sampler import SamplerDiagnostics
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Draws:
+    """Stored draws: what :func:`compute_bif` needs.
+
+    Attributes:
+        attribution: Recorded attribution values (per-example training losses) per draw.
+        observables: Recorded observable values per draw (concatenated).
+        observable_slices: ``name -> (start, stop)`` columns of each observable.
+        statistic: Optional scalar per draw (e.g. for :func:`cluster_phases`); by default
+            the mean attribution loss at the draw.
+        phase_labels: Phase label per draw if a ``phase_fn`` was used while sampling
+            (``compute_bif(draws, phases=draws.phase_labels)`` reproduces the split).
+    """
+
+    attribution: Float[Tensor, "chains draws n_train"]
+    observables: Float[Tensor, "chains draws n_query"]
+    observable_slices: dict[str, tuple[int, int]] = field(default_factory=dict)
+    statistic: Float[Tensor, "chains draws"] | None = None
+    phase_labels: Int[Tensor, "chains draws"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.attribution.ndim != 3 or self.observables.ndim != 3:
+            raise ValueError(
+                "Draws.attribution and Draws.observables must be [chains, draws, values], got shapes "
+                f"{tuple(self.attribution.shape)} and {tuple(self.observables.shape)}"
+            )
+        if self.attribution.shape[:2] != self.observables.shape[:2]:
+            raise ValueError(
+                f"Draws: attribution has {tuple(self.attribution.shape[:2])} (chains, draws) but "
+                f"observables has {tuple(self.observables.shape[:2])}"
+            )
+        if not self.observable_slices:
+            self.observable_slices = {"observable": (0, int(self.observables.shape[2]))}
+        if self.statistic is None:
+            self.statistic = self.attribution.double().mean(-1)
+
+
+@dataclass
+class PhaseDecomposition:
+    """Split of ``-Cov`` into within-phase and between-phase parts (exact: they add up).
+
+    With phase weights ``pi_k`` (fraction of draws), phase means ``mu_k`` / ``nu_k`` and
+    phase covariances ``Cov_k``:
+
+    * ``within = -sum_k pi_k Cov_k``
+    * ``between = -sum_k pi_k (mu_k - mu)(nu_k - nu)^T``
+    * ``within + between == total == -Cov`` (population covariances over all draws).
+
+    Attributes:
+        labels: Phase labels, in the order of the other tensors' first axis.
+        weights: ``pi_k``.
+        within, between, total: ``n_train x n_query`` matrices (always covariance units).
+        per_phase: ``-Cov_k`` for each phase.
+        within_stderr, between_stderr: Standard errors across chains (NaN for one chain).
+    """
+
+    labels: list[int]
+    weights: Float[Tensor, " k"]
+    within: Float[Tensor, "n_train n_query"]
+    between: Float[Tensor, "n_train n_query"]
+    total: Float[Tensor, "n_train n_query"]
+    per_phase: Float[Tensor, "k n_train n_query"]
+    within_stderr: Float[Tensor, "n_train n_query"]
+    between_stderr: Float[Tensor, "n_train n_query"]
+
+
+@dataclass
+class BIFResult:
+    """Bayesian influence matrix with its uncertainty.
+
+    Attributes:
+        bif: ``-Cov(loss_i, phi_j)`` (or ``-Corr`` if ``pearson``), ``n_train x n_query``.
+        stderr: Standard error per entry (std across chains / sqrt(chains); NaN for 1 chain).
+        per_chain: The estimate from each chain alone.
+        pearson: Whether ``bif`` is correlation-normalized.
+        chains, draws_per_chain: Draw counts.
+        attribution_mean, observable_mean: Posterior means of the recorded values.
+        observable_slices: ``name -> (start, stop)`` columns of each observable.
+        phases: Within/between decomposition, if phases were given.
+        diagnostics: Sampler health (``None`` for :func:`compute_bif`).
+        draws: The raw draws if kept.
+        config: The sampler config as a dict (``None`` for :func:`compute_bif`).
+        cache_key: Config hash under which it was cached.
+    """
+
+    bif: Float[Tensor, "n_train n_query"]
+    stderr: Float[Tensor, "n_train n_query"]
+    per_chain: Float[Tensor, "chains n_train n_query"]
+    pearson: bool
+    chains: int
+    draws_per_chain: int
+    attribution_mean: Float[Tensor, " n_train"]
+    observable_mean: Float[Tensor, " n_query"]
+    observable_slices: dict[str, tuple[int, int]]
+    phases: PhaseDecomposition | None = None
+    diagnostics: SamplerDiagnostics | None = None
+    draws: Draws | None = None
+    config: dict[str, Any] | None = None
+    cache_key: str | None = None
+
+    def observable(self, name: str) -> Float[Tensor, "n_train k"]:
+        """Columns of ``bif`` belonging to observable ``name``."""
+        if name not in self.observable_slices:
+            raise KeyError(f"no observable {name!r}; have {sorted(self.observable_slices)}")
+        start, stop = self.observable_slices[name]
+        return self.bif[:, start:stop]
+
+    def save(self, directory: str | Path) -> Path:
+        """Write tensors (``bif.safetensors``) and metadata (``bif.json``) atomically."""
+        from safetensors.torch import save
+
+        directory = Path(directory)
+        tensors: dict[str, Tensor] = {
+            "bif": self.bif,
+            "stderr": self.stderr,
+            "per_chain": self.per_chain,
+            "attribution_mean": self.attribution_mean,
+            "observable_mean": self.observable_mean,
+        }
+        if self.phases is not None:
+            for name in ("weights", "within", "between", "total", "per_phase", "within_stderr", "between_stderr"):
+                tensors[f"phases.{name}"] = getattr(self.phases, name)
+        if self.diagnostics is not None:
+            tensors["diagnostics.loss_trace"] = self.diagnostics.loss_trace
+            tensors["diagnostics.burn_in_drift"] = self.diagnostics.burn_in_drift
+            tensors["diagnostics.sampling_drift"] = self.diagnostics.sampling_drift
+        if self.draws is not None:
+            tensors["draws.attribution"] = self.draws.attribution
+            tensors["draws.observables"] = self.draws.observables
+            tensors["draws.statistic"] = self.draws.statistic
+            if self.draws.phase_labels is not None:
+                tensors["draws.phase_labels"] = self.draws.phase_labels
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        meta = {
+            "pearson": self.pearson,
+            "chains": self.chains,
+            "draws_per_chain": self.draws_per_chain,
+            "observable_slices": {k: list(v) for k, v in self.observable_slices.items()},
+            "phase_labels": self.phases.labels if self.phases is not None else None,
+            "config": self.config,
+            "cache_key": self.cache_key,
+            "diagnostics": None
+            if self.diagnostics is None
+            else {
+                "initial_loss": self.diagnostics.initial_loss,
+                "n_beta": self.diagnostics.n_beta,
+                "sampled_parameters": self.diagnostics.sampled_parameters,
+                "warnings": self.diagnostics.warnings,
+            },
+        }
+        atomic_write_bytes(directory / "bif.safetensors", save(tensors))
+        atomic_write_json(directory / "bif.json", meta)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "BIFResult":
+        """Read a result written by :meth:`save`."""
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        meta = json.loads((directory / "bif.json").read_text())
+        t = load_file(str(directory / "bif.safetensors"))
+        phases = None
+        if meta["phase_labels"] is not None:
+            phases = PhaseDecomposition(
+                labels=list(meta["phase_labels"]),
+                **{n: t[f"phases.{n}"] for n in ("weights", "within", "between", "total", "per_phase", "within_stderr", "between_stderr")},
+            )
+        diagnostics = None
+        if meta["diagnostics"] is not None:
+            d = meta["diagnostics"]
+            diagnostics = SamplerDiagnostics(
+                loss_trace=t["diagnostics.loss_trace"],
+                initial_loss=d["initial_loss"],
+                n_beta=d["n_beta"],
+                burn_in_drift=t["diagnostics.burn_in_drift"],
+                sampling_drift=t["diagnostics.sampling_drift"],
+                sampled_parameters=d["sampled_parameters"],
+                warnings=d["warnings"],
+            )
+        slices = {k: (int(v[0]), int(v[1])) for k, v in meta["observable_slices"].items()}
+        draws = None
+        if "draws.attribution" in t:
+            draws = Draws(t["draws.attribution"], t["draws.observables"], slices, t["draws.statistic"],
+                          t.get("draws.phase_labels"))
+        return cls(
+            bif=t["bif"],
+            stderr=t["stderr"],
+            per_chain=t["per_chain"],
+            pearson=meta["pearson"],
+            chains=meta["chains"],
+            draws_per_chain=meta["draws_per_chain"],
+            attribution_mean=t["attribution_mean"],
+            observable_mean=t["observable_mean"],
+            observable_slices=slices,
+            phases=phases,
+            diagnostics=diagnostics,
+            draws=draws,
+            config=meta["config"],
+            cache_key=meta["cache_key"],
+        )
+
+

@@ -1,0 +1,232 @@
+"""SGLD on the localized, tempered posterior around a checkpoint."""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from .config import SamplerConfig, SamplerDivergenceError
+from .data import DataLike, LossFn, Observable, data_length, index_data, per_example_losses
+
+# --------------------------------------------------------------------------- sampler
+
+
+@dataclass
+class SamplerDiagnostics:
+    """Health of an SGLD run.
+
+    Attributes:
+        loss_trace: Minibatch loss before every SGLD step, per chain.
+        initial_loss: Full training loss at the checkpoint ``w*``.
+        n_beta: The ``n * beta`` actually used.
+        burn_in_drift: Per chain, mean loss over the last quarter of burn-in minus the mean
+            over its first quarter (0 without burn-in).
+        sampling_drift: Per chain, mean loss over the second half of the sampling phase
+            minus the mean over its first half, in units of the sampling-phase loss std.
+        sampled_parameters: Names of the sampled parameters.
+        warnings: Human-readable health warnings (also issued as ``warnings.warn``).
+    """
+
+    loss_trace: Float[Tensor, "chains steps"]
+    initial_loss: float
+    n_beta: float
+    burn_in_drift: Float[Tensor, " chains"]
+    sampling_drift: Float[Tensor, " chains"]
+    sampled_parameters: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _select_parameters(model: nn.Module, patterns: tuple[str, ...] | None) -> list[tuple[str, nn.Parameter]]:
+    named = [(n, p) for n, p in model.named_parameters()]
+    if patterns is None:
+        selected = named
+    else:
+        selected = [(n, p) for n, p in named if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
+    if not selected:
+        raise ValueError(
+            f"SamplerConfig.param_patterns {patterns!r} match no parameter; names look like "
+            f"{[n for n, _ in named[:6]]}"
+        )
+    return selected
+
+
+def _chain_seed(seed: int, chain: int) -> int:
+    return (seed * 1_000_003 + chain * 7_919 + 12_345) % (2**62)
+
+
+def sample_sgld(
+    model: nn.Module,
+    train_data: DataLike,
+    loss_fn: LossFn,
+    config: SamplerConfig,
+    recorders: Mapping[str, Observable] | None = None,
+    on_draw: Callable[[int, int, dict[str, Tensor]], None] | None = None,
+) -> SamplerDiagnostics:
+    """Run SGLD chains around the model's current weights ``w*``, calling back at each draw.
+
+    The model is modified in place while sampling and restored to ``w*`` (and its
+    train/eval mode) afterwards, also on error. The model is put in eval mode while sampling.
+
+    Args:
+        model: Any module; its current parameters are the localization centre ``w*``.
+        train_data: Examples defining ``L_n`` (tensor, tuple/list or dict of tensors).
+        loss_fn: ``loss_fn(model, batch) -> Float[Tensor, "batch ..."]`` per-example losses.
+        config: Sampler settings.
+        recorders: Observables evaluated (under ``torch.no_grad``) at every draw.
+        on_draw: ``on_draw(chain, draw, values)`` with ``values[name]`` the flattened
+            float tensor of each recorder.
+
+    Returns:
+        Diagnostics (loss traces, drift checks).
+
+    Raises:
+        SamplerDivergenceError: A loss or recorded value became NaN/inf or exploded.
+    """
+    recorders = dict(recorders or {})
+    n_train = data_length(train_data)
+    if n_train < 1:
+        raise ValueError("train_data has no examples")
+    if config.batch_size is not None and config.batch_size > n_train:
+        raise ValueError(f"SamplerConfig.batch_size {config.batch_size} exceeds the {n_train} training examples")
+    n_beta = config.resolved_n_beta(n_train)
+    params = _select_parameters(model, config.param_patterns)
+    param_ids = {id(p) for _, p in params}
+    all_params = list(model.parameters())
+    saved_requires_grad = [p.requires_grad for p in all_params]
+    centre = [p.detach().clone() for _, p in params]
+    was_training = model.training
+    device = centre[0].device
+
+    full_loss = per_example_losses(loss_fn, train_data, config.eval_batch_size)
+    with torch.no_grad():
+        initial_loss = float(full_loss(model).float().mean())
+    if not math.isfinite(initial_loss):
+        raise SamplerDivergenceError(f"the training loss at the checkpoint is already {initial_loss}")
+    limit = config.divergence_factor * (abs(initial_loss) + 1.0)
+    sqrt_eps = math.sqrt(config.eps)
+    steps = config.total_steps
+    trace = torch.empty(config.chains, steps, dtype=torch.float64)
+    bar = tqdm(total=config.chains * steps, desc="SGLD", disable=not config.progress, leave=False)
+    try:
+        model.eval()
+        for p in all_params:
+            p.requires_grad_(id(p) in param_ids)
+        for chain in range(config.chains):
+            with torch.no_grad():
+                for (_, p), p0 in zip(params, centre, strict=True):
+                    p.copy_(p0)
+            cpu_gen = torch.Generator().manual_seed(_chain_seed(config.seed, chain))
+            noise_gen = (
+                cpu_gen if device.type == "cpu" else torch.Generator(device=device).manual_seed(_chain_seed(config.seed, chain) + 1)
+            )
+            order = torch.randperm(n_train, generator=cpu_gen)
+            cursor = 0
+            draw = 0
+            for step in range(steps):
+                if config.batch_size is None:
+                    batch = train_data
+                else:
+                    if cursor + config.batch_size > n_train:
+                        order = torch.randperm(n_train, generator=cpu_gen)
+                        cursor = 0
+                    index = order[cursor : cursor + config.batch_size]
+                    cursor += config.batch_size
+                    batch = index_data(train_data, index.to(_data_device(train_data)))
+                model.zero_grad(set_to_none=True)
+                loss = loss_fn(model, batch).mean()
+                loss_value = float(loss.detach())
+                trace[chain, step] = loss_value
+                if not math.isfinite(loss_value) or loss_value > limit:
+                    raise SamplerDivergenceError(
+                        f"SGLD diverged: chain {chain}, step {step}: minibatch loss {loss_value:.4g} "
+                        f"(checkpoint loss {initial_loss:.4g}, limit {limit:.4g}). Lower eps "
+                        f"(now {config.eps:g}) or raise gamma (now {config.gamma:g})."
+                    )
+                loss.backward()
+                with torch.no_grad():
+                    for (_, p), p0 in zip(params, centre, strict=True):
+                        grad = p.grad if p.grad is not None else torch.zeros_like(p)
+                        drift = grad.mul(n_beta).add_(p - p0, alpha=config.gamma)
+                        noise = torch.randn(p.shape, generator=noise_gen, device=device, dtype=p.dtype)
+                        p.add_(drift, alpha=-config.eps / 2).add_(noise, alpha=sqrt_eps)
+                bar.update(1)
+                if step >= config.burn_in and (step - config.burn_in + 1) % config.steps_between_draws == 0:
+                    if recorders:
+                        with torch.no_grad():
+                            values = {k: fn(model).detach().reshape(-1) for k, fn in recorders.items()}
+                        for key, value in values.items():
+                            if not torch.isfinite(value).all():
+                                raise SamplerDivergenceError(
+                                    f"SGLD diverged: chain {chain}, draw {draw}: recorded {key!r} has "
+                                    f"non-finite values. Lower eps (now {config.eps:g})."
+                                )
+                        if on_draw is not None:
+                            on_draw(chain, draw, values)
+                    elif on_draw is not None:
+                        on_draw(chain, draw, {})
+                    draw += 1
+            with torch.no_grad():
+                if not all(torch.isfinite(p).all() for _, p in params):
+                    raise SamplerDivergenceError(f"SGLD diverged: chain {chain} ended with non-finite weights")
+    finally:
+        bar.close()
+        with torch.no_grad():
+            for (_, p), p0 in zip(params, centre, strict=True):
+                p.copy_(p0)
+        for p, flag in zip(all_params, saved_requires_grad, strict=True):
+            p.requires_grad_(flag)
+            p.grad = None
+        model.train(was_training)
+
+    burn_drift, sampling_drift, notes = _drift_checks(trace, config)
+    return SamplerDiagnostics(
+        loss_trace=trace,
+        initial_loss=initial_loss,
+        n_beta=n_beta,
+        burn_in_drift=burn_drift,
+        sampling_drift=sampling_drift,
+        sampled_parameters=[n for n, _ in params],
+        warnings=notes,
+    )
+
+
+def _data_device(data: DataLike) -> torch.device:
+    if isinstance(data, Tensor):
+        return data.device
+    first = next(iter(data.values())) if isinstance(data, Mapping) else data[0]
+    return first.device
+
+
+def _drift_checks(trace: Tensor, config: SamplerConfig) -> tuple[Tensor, Tensor, list[str]]:
+    chains = trace.shape[0]
+    burn = trace[:, : config.burn_in]
+    sampling = trace[:, config.burn_in :]
+    burn_drift = torch.zeros(chains, dtype=torch.float64)
+    if config.burn_in >= 4:
+        q = config.burn_in // 4
+        burn_drift = burn[:, -q:].mean(1) - burn[:, :q].mean(1)
+    sampling_drift = torch.zeros(chains, dtype=torch.float64)
+    notes: list[str] = []
+    if sampling.shape[1] >= 4:
+        half = sampling.shape[1] // 2
+        std = sampling.std(1).clamp_min(1e-12)
+        sampling_drift = (sampling[:, half:].mean(1) - sampling[:, :half].mean(1)) / std
+        for chain, value in enumerate(sampling_drift.tolist()):
+            if abs(value) > 2.0:
+                notes.append(
+                    f"chain {chain}: mean loss still drifting while drawing ({value:+.2f} std between "
+                    "halves); lengthen burn_in, raise gamma or lower eps"
+                )
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
+    return burn_drift, sampling_drift, notes
+
+
