@@ -89,21 +89,15 @@ class CheckpointsResult:
 def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
     """Rebuild a run's MPSP splits from ``run.json`` (``run_info["task"]``) and check that
     they are the data the run was trained on (same fingerprints)."""
-    from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
+    from interp_toolkit.runs.record import read_record, record_path, task_config
+    from interp_toolkit.tasks.mpsp import make_splits
 
-    record_path = Path(run_dir) / "run.json"
-    if not record_path.is_file():
-        raise ValueError(f"{run_dir} is not a run directory (no run.json)")
-    record = json.loads(record_path.read_text())
-    task = dict(record.get("run_info", {}).get("task") or {})
-    task.pop("name", None)
-    if not task:
-        raise ValueError(f"{record_path} records no MPSP task (run_info.task); pass splits explicitly")
-    splits = make_splits(MPSPConfig.from_dict(task))
+    record = read_record(run_dir)
+    splits = make_splits(task_config(run_dir))
     expected = record.get("identity", {}).get("data", {})
     for name, split in splits.items():
         if name in expected and expected[name] != fingerprint(split):
-            raise ValueError(f"split {name!r} rebuilt from {record_path} does not match the run's data "
+            raise ValueError(f"split {name!r} rebuilt from {record_path(run_dir)} does not match the run's data "
                              f"(fingerprint {fingerprint(split)} vs {expected[name]}); pass splits explicitly")
     return splits
 

@@ -1,26 +1,45 @@
 """interp-toolkit: mechanistic-interpretability studies on TransformerLens 4.
 
-Core objects are re-exported here; tasks live in ``interp_toolkit.tasks`` and analyses
-in ``interp_toolkit.analyses``.
+Core objects are re-exported here and imported on first use (``import interp_toolkit`` loads
+no torch), tasks live in ``interp_toolkit.tasks`` and analyses in ``interp_toolkit.analyses``.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-from interp_toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
-from interp_toolkit.model import ModelConfig, build_model, model_config_of  # noqa: E402
-from interp_toolkit.runs.trainer import TrainConfig, TrainResult, evaluate, list_checkpoints, train  # noqa: E402
+# public name -> module that defines it (imported by ``__getattr__`` on first access)
+_EXPORTS = {
+    "CheckpointError": "interp_toolkit.checkpoint",
+    "load_checkpoint": "interp_toolkit.checkpoint",
+    "save_checkpoint": "interp_toolkit.checkpoint",
+    "ModelConfig": "interp_toolkit.model",
+    "build_model": "interp_toolkit.model",
+    "model_config_of": "interp_toolkit.model",
+    "TrainConfig": "interp_toolkit.runs.trainer",
+    "TrainResult": "interp_toolkit.runs.trainer",
+    "evaluate": "interp_toolkit.runs.trainer",
+    "list_checkpoints": "interp_toolkit.runs.trainer",
+    "train": "interp_toolkit.runs.trainer",
+    "UserError": "interp_toolkit.errors",
+    "resolve_device": "interp_toolkit.devices",
+}
 
-__all__ = [
-    "__version__",
-    "CheckpointError",
-    "ModelConfig",
-    "TrainConfig",
-    "TrainResult",
-    "build_model",
-    "evaluate",
-    "list_checkpoints",
-    "load_checkpoint",
-    "model_config_of",
-    "save_checkpoint",
-    "train",
-]
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'interp_toolkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+__all__ = ["__version__", *sorted(_EXPORTS)]

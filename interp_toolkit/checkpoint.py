@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_bytes
 from interp_toolkit.model import ModelConfig, build_model, model_config_of
 
@@ -27,7 +28,7 @@ _KEY_CONFIG = "interp_toolkit.model_config"
 _KEY_META = "interp_toolkit.metadata"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint file is missing, truncated, corrupted or does not match its config."""
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -14,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from interp_toolkit.cli import main
 from interp_toolkit.io import read_jsonl
 from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.studies.sweep import (
     SweepConfig,
-    add_sweep_parsers,
     plan_jobs,
     preset,
     run_sweep,
@@ -103,7 +102,7 @@ def test_ray_backend_gives_same_table(smoke_local, tmp_path):
 def test_resume_after_kill_mid_way(smoke_local, tmp_path):
     # one cell of the smoke grid: its runs are the same computations as in smoke_local
     study = tmp_path / "killed"
-    code = ("import sys; from interp_toolkit.studies.sweep import main; "
+    code = ("import sys; from interp_toolkit.cli import main; "
             f"sys.exit(main(['sweep', '--preset', 'smoke', '--ratios', '0.9', '--out', {str(study)!r}, "
             "'--workers', '1', '--quiet']))")
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
@@ -135,32 +134,21 @@ def test_resume_after_kill_mid_way(smoke_local, tmp_path):
         assert not (Path(row["run_dir"]) / "resume.pt").exists()
 
 
-def _parser():
-    parser = argparse.ArgumentParser(prog="interp-toolkit")
-    add_sweep_parsers(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
 def test_cli_dry_run_and_validation(capsys):
-    args = _parser().parse_args(["sweep", "--preset", "quick", "--ratios", "0.1,0.5", "--seeds", "3", "--dry-run"])
-    assert args.func(args) == 0
+    assert main(["sweep", "--preset", "quick", "--ratios", "0.1,0.5", "--seeds", "3", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "4 cells x 3 seeds = 12 runs" in out
-    args = _parser().parse_args(["sweep", "--preset", "smoke", "--ratios", "0.5,1.5", "--dry-run"])
-    assert args.func(args) == 2
+    assert main(["sweep", "--preset", "smoke", "--ratios", "0.5,1.5", "--dry-run"]) == 2
     assert "1.5" in capsys.readouterr().err
 
 
 def test_cli_report(smoke_local, capsys):
-    args = _parser().parse_args(["report", str(smoke_local.study_dir)])
-    assert args.func(args) == 0
+    assert main(["report", str(smoke_local.study_dir)]) == 0
     out = capsys.readouterr().out
     assert "headline plot" in out and "max_parity_sum_parity" in out
 
 
 def test_cli_wires_into_main_parser(capsys):
-    from interp_toolkit.cli import main
-
     assert main(["sweep", "--preset", "smoke", "--dry-run"]) == 0
     assert "runs" in capsys.readouterr().out
 

@@ -46,30 +46,41 @@ causal-window checks on the deep linear network).
 
 from __future__ import annotations
 
-from .api import bif
-from .config import SamplerConfig, SamplerDivergenceError
-from .data import data_length, index_data, per_example_losses
-from .estimator import compute_bif
-from .moments import CoMoments
-from .phases import cluster_phases
-from .plots import plot_bif
-from .results import BIFResult, Draws, PhaseDecomposition
-from .sampler import SamplerDiagnostics, sample_sgld
+import importlib
+from typing import Any
 
-__all__ = [
-    "BIFResult",
-    "CoMoments",
-    "Draws",
-    "PhaseDecomposition",
-    "SamplerConfig",
-    "SamplerDiagnostics",
-    "SamplerDivergenceError",
-    "bif",
-    "cluster_phases",
-    "compute_bif",
-    "data_length",
-    "index_data",
-    "per_example_losses",
-    "plot_bif",
-    "sample_sgld",
-]
+# public name -> submodule (imported on first access, so that the CLI can read
+# ``SamplerConfig`` without importing torch)
+_EXPORTS = {
+    "bif": ".api",
+    "SamplerConfig": ".config",
+    "SamplerDivergenceError": ".config",
+    "data_length": ".data",
+    "index_data": ".data",
+    "per_example_losses": ".data",
+    "compute_bif": ".estimator",
+    "CoMoments": ".moments",
+    "cluster_phases": ".phases",
+    "plot_bif": ".plots",
+    "BIFResult": ".results",
+    "Draws": ".results",
+    "PhaseDecomposition": ".results",
+    "SamplerDiagnostics": ".sampler",
+    "sample_sgld": ".sampler",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+__all__ = sorted(_EXPORTS)

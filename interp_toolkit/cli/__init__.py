@@ -1,275 +1,130 @@
-"""The ``interp-toolkit`` command line.
+"""The ``interp-toolkit`` command line: one module per subcommand, one error handler.
 
-Subcommands:
-  train   train one MPSP model with checkpoints (flags or a JSON/YAML config file)
-  info    print a checkpoint's (or run directory's) config, metadata and accuracies
-  demo    the embedded default job: a small MPSP run with curves and a summary
+Subcommands (module ``interp_toolkit.cli.<module>``; each has ``HELP``, ``DESCRIPTION``,
+``add_arguments(parser)`` and ``run(args) -> int``):
+
+  train    train one MPSP model with checkpoints            (:mod:`.train`)
+  info     print a checkpoint's or run's config and metrics  (:mod:`.info`)
+  demo     a small MPSP run with curves and a summary        (:mod:`.demo`)
+  sweep    a resumable seed sweep of MPSP cells              (:mod:`.sweep`)
+  report   generalization-rate table of a study directory    (:mod:`.report`)
+  analyze  a circuit analysis over a run's checkpoints       (:mod:`.analyze`)
+  bif      Bayesian influence functions at an MPSP checkpoint (:mod:`.bif`)
+  bif-lm   token-level BIF of a language model over checkpoints (:mod:`.bif_lm`)
+
+Error contract of :func:`main`: a user error (:class:`interp_toolkit.errors.UserError`, any
+``ValueError``, a missing file) prints one ``error: ...`` line on stderr and returns 2; an
+interrupt (Ctrl-C) prints one line and returns 130; anything else is a bug: a short message
+and the path of a log file holding the traceback, status 1. Only the chosen subcommand's
+module is imported, and heavy libraries (torch, TransformerLens) only inside handlers, so
+``--help`` is fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
+import os
 import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-DEMO_OUT = "runs/demo"
+# name -> (module, one-line help); the module is imported only when the command is used.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("interp_toolkit.cli.train", "train one MPSP model with checkpoints"),
+    "info": ("interp_toolkit.cli.info", "print a checkpoint's config, metadata and accuracies"),
+    "demo": ("interp_toolkit.cli.demo", "train a small MPSP model and write its curves and a summary"),
+    "sweep": ("interp_toolkit.cli.sweep", "run a seed sweep of MPSP cells (resumable, cached per run)"),
+    "report": ("interp_toolkit.cli.report", "generalization-rate table and plots of a study directory"),
+    "analyze": ("interp_toolkit.cli.analyze",
+                "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"),
+    "bif": ("interp_toolkit.cli.bif", "Bayesian influence functions at an MPSP checkpoint"),
+    "bif-lm": ("interp_toolkit.cli.bif_lm", "token-level BIF of a language model across checkpoints"),
+}
 
-
-def _load_config_file(path: str) -> dict[str, Any]:
-    file = Path(path)
-    if not file.is_file():
-        raise SystemExit(f"error: config file {path} does not exist")
-    text = file.read_text()
-    if file.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as err:  # pragma: no cover - pyyaml ships with transformers
-            raise SystemExit("error: reading YAML configs needs pyyaml (pip install pyyaml)") from err
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
-    if not isinstance(data, dict):
-        raise SystemExit(f"error: config file {path} must hold a mapping with keys task/model/train")
-    unknown = sorted(set(data) - {"task", "model", "train", "run_dir"})
-    if unknown:
-        raise SystemExit(f"error: config file {path} has unknown sections {unknown}; "
-                         "expected task, model, train, run_dir")
-    return data
+INTERRUPTED = 130
+USER_ERROR = 2
+BUG = 1
 
 
-def _add_train_options(p: argparse.ArgumentParser) -> None:
-    from interp_toolkit.tasks.mpsp import TASKS
-
-    p.add_argument("--config", help="JSON or YAML file with sections task, model, train, run_dir; "
-                   "flags given on the command line override it")
-    g = p.add_argument_group("task (MPSP)")
-    g.add_argument("--task", choices=sorted(TASKS), help="task variant (default max_parity_sum_parity)")
-    g.add_argument("--r", type=float, help="spurious ratio of the training split, in [0, 1] (default 0.9)")
-    g.add_argument("--seq-len", type=int, help="values per sequence (default 10)")
-    g.add_argument("--n-values", type=int, help="values are 0..n_values-1 (default 10)")
-    g.add_argument("--n-train", type=int, help="training examples (default 16384)")
-    g.add_argument("--n-eval", type=int, help="examples in val and adv (default 2048)")
-    g.add_argument("--data-seed", type=int, help="data seed (default 0)")
-    g = p.add_argument_group("model")
-    g.add_argument("--n-layers", type=int, help="transformer blocks (default 1)")
-    g.add_argument("--n-heads", type=int, help="heads per block (default 2)")
-    g.add_argument("--d-model", type=int, help="residual width (default 64)")
-    g.add_argument("--d-mlp", type=int, help="MLP width (default 128)")
-    g.add_argument("--attn-only", action="store_true", default=None, help="no MLPs")
-    g.add_argument("--no-layernorm", action="store_true", default=None, help="normalization=None")
-    g.add_argument("--model-seed", type=int, help="initialization seed (default 0)")
-    g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=int, help="epochs (default 2000)")
-    g.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-3)")
-    g.add_argument("--weight-decay", type=float, help="AdamW weight decay (default 0.1)")
-    g.add_argument("--batch-size", type=int, help="minibatch size (default: full batch)")
-    g.add_argument("--eval-every", type=int, help="evaluate every k epochs (default 10)")
-    g.add_argument("--checkpoint-every", type=int, help="checkpoint every k epochs (default 100)")
-    g.add_argument("--no-log-checkpoints", action="store_true", default=None,
-                   help="no log-spaced checkpoints at epochs 1, 2, 4, ...")
-    g.add_argument("--run-dir", help="run directory (default runs/<task>_<L>L<H>H_r<r>_<key>)")
-    g.add_argument("--device", help="torch device (default cpu)")
-    g.add_argument("--quiet", action="store_true", help="no progress bar")
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    for token in argv:
+        if token in COMMANDS:
+            return token
+        if not token.startswith("-"):
+            return None
+    return None
 
 
-def _resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
-    from interp_toolkit.io import config_hash
-    from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.trainer import TrainConfig
-    from interp_toolkit.tasks.mpsp import MPSPConfig
+def build_parser(argv: Sequence[str] | None = None, full: bool = False) -> argparse.ArgumentParser:
+    """The ``interp-toolkit`` parser.
 
-    data = _load_config_file(args.config) if args.config else {}
-    task = dict(data.get("task", {}))
-    model = dict(data.get("model", {}))
-    train = dict(data.get("train", {}))
-    name = task.pop("task", None)
-    if args.task:
-        name = args.task
-    for flag, key in (("r", "r"), ("seq_len", "seq_len"), ("n_values", "n_values"), ("n_train", "n_train"),
-                      ("n_eval", "n_eval"), ("data_seed", "seed")):
-        if getattr(args, flag) is not None:
-            task[key] = getattr(args, flag)
-    task_cfg = MPSPConfig.from_task(name or "max_parity_sum_parity", **task)
-    model.setdefault("n_layers", 1)
-    model.setdefault("n_heads", 2)
-    for flag, key in (("n_layers", "n_layers"), ("n_heads", "n_heads"), ("d_model", "d_model"),
-                      ("d_mlp", "d_mlp"), ("model_seed", "seed"), ("attn_only", "attn_only")):
-        if getattr(args, flag) is not None:
-            model[key] = getattr(args, flag)
-    if args.no_layernorm:
-        model["normalization"] = None
-    model.update(task_cfg.model_dims())
-    model_cfg = ModelConfig.from_dict(model)
-    for flag, key in (("epochs", "epochs"), ("lr", "lr"), ("weight_decay", "weight_decay"),
-                      ("batch_size", "batch_size"), ("eval_every", "eval_every"),
-                      ("checkpoint_every", "checkpoint_every")):
-        if getattr(args, flag) is not None:
-            train[key] = getattr(args, flag)
-    if args.no_log_checkpoints:
-        train["checkpoint_log_spaced"] = False
-    if args.quiet:
-        train["progress"] = False
-    train_cfg = TrainConfig.from_dict(train)
-    run_dir = args.run_dir or data.get("run_dir")
-    if not run_dir:
-        key = config_hash({"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), "train": train_cfg.to_dict()}, 8)
-        run_dir = (f"runs/{task_cfg.name}_{model_cfg.n_layers}L{model_cfg.n_heads}H_r{task_cfg.r:g}"
-                   f"_s{model_cfg.seed}_{key}")
-    return task_cfg, model_cfg, train_cfg, Path(run_dir)
+    Args:
+        argv: The arguments about to be parsed: only the subcommand they name gets its
+            options (and its module imported), which keeps ``--help`` fast.
+        full: Add every subcommand's options (for docs and tests).
+    """
+    from interp_toolkit import __version__
 
-
-def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None) -> Any:
-    """Build the splits and model for an MPSP run and train it (resuming if possible)."""
-    from interp_toolkit.model import build_model
-    from interp_toolkit.runs.trainer import train
-    from interp_toolkit.tasks.mpsp import make_splits
-
-    splits = make_splits(task_cfg)
-    model = build_model(model_cfg, device=device)
-    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}})
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    try:
-        task_cfg, model_cfg, train_cfg, run_dir = _resolve_train_args(args)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    result = train_mpsp(task_cfg, model_cfg, train_cfg, run_dir, device=args.device)
-    status = "already finished (nothing retrained)" if result.already_finished else (
-        f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
-    print(f"{run_dir}: {status}")
-    print(_format_metrics(result.final))
-    return 0
-
-
-def _format_metrics(metrics: dict[str, Any]) -> str:
-    parts = [f"epoch {metrics.get('epoch', '?')}"]
-    for key in sorted(metrics):
-        if key.endswith("_acc"):
-            parts.append(f"{key} {metrics[key]:.4f}")
-    for key in sorted(metrics):
-        if key.endswith("_loss"):
-            parts.append(f"{key} {metrics[key]:.4g}")
-    return "  ".join(parts)
-
-
-def cmd_info(args: argparse.Namespace) -> int:
-    from interp_toolkit.checkpoint import CheckpointError, read_checkpoint
-    from interp_toolkit.runs.trainer import list_checkpoints
-
-    target = Path(args.checkpoint)
-    if target.is_dir():
-        record_path = target / "run.json"
-        if not record_path.exists():
-            print(f"error: {target} is a directory without run.json (not a run directory)", file=sys.stderr)
-            return 2
-        record = json.loads(record_path.read_text())
-        print(f"run {target}  status {record.get('status')}  key {record.get('key')}")
-        print("task:  " + json.dumps(record.get("run_info", {}).get("task", {}), sort_keys=True))
-        print("model: " + json.dumps(record.get("model_config"), sort_keys=True))
-        print("train: " + json.dumps(record.get("train_config"), sort_keys=True))
-        print("versions: " + json.dumps(record.get("versions"), sort_keys=True))
-        checkpoints = list_checkpoints(target)
-        print(f"checkpoints: {len(checkpoints)} (epochs {[e for e, _ in checkpoints]})")
-        if record.get("final"):
-            print("final: " + _format_metrics(record["final"]))
-        return 0
-    try:
-        cfg, tensors, metadata = read_checkpoint(target)
-    except CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    n_params = sum(t.numel() for t in tensors.values())
-    print(f"checkpoint {target}")
-    print(f"model: {json.dumps(cfg.to_dict(), sort_keys=True)}")
-    print(f"parameters: {n_params:,} in {len(tensors)} tensors")
-    metrics = metadata.get("metrics")
-    other = {k: v for k, v in metadata.items() if k != "metrics"}
-    print(f"metadata: {json.dumps(other, sort_keys=True)}")
-    if metrics:
-        print("accuracies: " + _format_metrics(metrics))
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Small MPSP run on the embedded defaults, then a summary beside its curves."""
-    from interp_toolkit.io import atomic_write_json
-    from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.trainer import TrainConfig
-    from interp_toolkit.tasks.mpsp import MPSPConfig
-
-    task_cfg = MPSPConfig(r=0.9, n_train=args.n_train, n_eval=1024)
-    model_cfg = ModelConfig(n_layers=1, n_heads=2, **task_cfg.model_dims())
-    train_cfg = TrainConfig(epochs=args.epochs, eval_every=10, checkpoint_every=50)
-    run_dir = Path(args.out)
-    result = train_mpsp(task_cfg, model_cfg, train_cfg, run_dir)
-    metrics = result.metrics
-    first = lambda key, thr: next((m["epoch"] for m in metrics if m[key] >= thr), None)  # noqa: E731
-    summary = {
-        "run_dir": str(run_dir),
-        "task": task_cfg.to_dict(),
-        "model": model_cfg.to_dict(),
-        "final": result.final,
-        "epoch_val_acc_0.99": first("val_acc", 0.99),
-        "epoch_adv_acc_1.0": first("adv_acc", 1.0),
-        "max_adv_acc": max(m["adv_acc"] for m in metrics),
-        "curves_png": str(run_dir / "curves.png"),
-    }
-    atomic_write_json(run_dir / "summary.json", summary)
-    print(f"demo run: {run_dir}  ({'cached' if result.already_finished else 'trained'})")
-    print("final: " + _format_metrics(result.final))
-    print(f"shortcut (val >= 99%) first at epoch {summary['epoch_val_acc_0.99']}; "
-          f"adversarial 100% first at epoch {summary['epoch_adv_acc_1.0']}; max adv {summary['max_adv_acc']:.3f}")
-    print(f"curves: {summary['curves_png']}  summary: {run_dir / 'summary.json'}")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="interp-toolkit",
         description="Mechanistic-interpretability studies on TransformerLens 4: train MPSP models "
         "with checkpoints, inspect checkpoints, run analyses.",
     )
-    from interp_toolkit import __version__
-
     parser.add_argument("--version", action="version", version=f"interp-toolkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-
-    p = sub.add_parser("train", help="train one MPSP model with checkpoints",
-                       description="Train one MPSP model. Reruns of a finished run recompute nothing; "
-                       "an interrupted run resumes from its last saved epoch.")
-    _add_train_options(p)
-    p.set_defaults(func=cmd_train)
-
-    p = sub.add_parser("info", help="print a checkpoint's config, metadata and accuracies",
-                       description="Print the model config, metadata and logged accuracies of a "
-                       "checkpoint file, or the record of a run directory.")
-    p.add_argument("checkpoint", help="a .safetensors checkpoint or a run directory")
-    p.set_defaults(func=cmd_info)
-
-    p = sub.add_parser("demo", help="train a small MPSP model and write its curves and a summary")
-    p.add_argument("--out", default=DEMO_OUT, help=f"run directory (default {DEMO_OUT})")
-    p.add_argument("--epochs", type=int, default=300, help="epochs (default 300)")
-    p.add_argument("--n-train", type=int, default=4096, help="training examples (default 4096)")
-    p.set_defaults(func=cmd_demo)
-
-    from interp_toolkit.cli.analyze import add_analyze_parser
-    from interp_toolkit.cli.bif import add_bif_parser
-    from interp_toolkit.cli.bif_lm import add_lm_bif_parser
-    from interp_toolkit.studies.sweep import add_sweep_parsers
-
-    add_sweep_parsers(sub)
-    add_analyze_parser(sub)
-    add_bif_parser(sub)
-    add_lm_bif_parser(sub)
+    chosen = _chosen_command(argv or [])
+    for name, (module_name, help_text) in COMMANDS.items():
+        if not full and name != chosen:
+            sub.add_parser(name, help=help_text)
+            continue
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=getattr(module, "DESCRIPTION", help_text))
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
     return parser
 
 
+def _log_bug(argv: Sequence[str]) -> Path:
+    """Write the current traceback to a log file; returns its path."""
+    folder = Path(os.environ.get("INTERP_TOOLKIT_LOG_DIR") or Path(tempfile.gettempdir()) / "interp-toolkit")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    path.write_text(f"interp-toolkit {' '.join(argv)}\n\n{traceback.format_exc()}")
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    """Run the command line; returns the exit status (0 ok, 1 bug, 2 user error, 130 interrupt)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser(argv).parse_args(argv)
+    except SystemExit as exit_:  # argparse: --help/--version (0) or a usage error (2, already printed)
+        return exit_.code if isinstance(exit_.code, int) else USER_ERROR
+    try:
+        status = args.func(args)
+        if not isinstance(status, int) or isinstance(status, bool):
+            raise TypeError(f"handler of {args.command!r} returned {status!r}, expected an int exit status")
+    except KeyboardInterrupt:
+        epoch = getattr(args, "interrupted_at_epoch", None)
+        where = f" from epoch {epoch}" if epoch is not None else ""
+        print(f"interrupted; rerun the same command to resume{where}", file=sys.stderr)
+        return INTERRUPTED
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+        message = str(err) if not isinstance(err, OSError) or not err.filename else (
+            f"{err.strerror}: {err.filename}")
+        print(f"error: {' '.join(message.split())}", file=sys.stderr)
+        return USER_ERROR
+    except Exception as err:  # noqa: BLE001 - the one place that turns a bug into a log file
+        log = _log_bug(argv)
+        print(f"interp-toolkit: internal error ({type(err).__name__}: {err}); traceback in {log}",
+              file=sys.stderr)
+        return BUG
+    return status
+
+
+__all__ = ["COMMANDS", "build_parser", "main"]

@@ -8,11 +8,18 @@ checkpoints and writes ``RUN_DIR/analyses/<name>/<name>.csv`` and ``.png``.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from interp_toolkit.analyses.ablation import METHODS
-from interp_toolkit.analyses.over_checkpoints import ANALYSES, over_checkpoints
+from interp_toolkit.errors import UserError
+
+HELP = "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"
+DESCRIPTION = ("Run fingerprints, ablation, patching or gradients over every checkpoint of a run "
+               "(results cached per checkpoint and config; reruns are cache hits). The data is rebuilt "
+               "from the run record's task config and checked against the run's data fingerprints.")
+# Names of interp_toolkit.analyses.over_checkpoints.ANALYSES and ablation.METHODS, spelled out
+# so that --help imports no torch (a test keeps them equal).
+ANALYSIS_NAMES = ("ablation", "fingerprints", "gradients", "patching")
+ABLATION_METHODS = ("zero", "mean", "resample")
 
 # option -> analyses it applies to
 _OPTION_SCOPE = {
@@ -31,17 +38,20 @@ _OPTION_SCOPE = {
 
 def add_analyze_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``analyze`` on ``subparsers`` (from ``parser.add_subparsers()``)."""
-    p = subparsers.add_parser(
-        "analyze", help="run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)",
-        description="Run fingerprints, ablation, patching or gradients over every checkpoint of a run "
-                    "(results cached per checkpoint and config; reruns are cache hits).")
+    p = subparsers.add_parser("analyze", help=HELP, description=DESCRIPTION)
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``analyze`` options."""
     p.add_argument("run_dir", help="run directory written by `interp-toolkit train`")
-    p.add_argument("--analysis", required=True, choices=sorted(ANALYSES))
+    p.add_argument("--analysis", required=True, choices=ANALYSIS_NAMES)
     p.add_argument("--epochs", type=int, nargs="+", help="checkpoint epochs (default: all)")
     p.add_argument("--last", action="store_true", help="only the last checkpoint")
     p.add_argument("--n", type=int, help="examples per split used by the analysis")
     p.add_argument("--split", help="fingerprints/gradients: split to measure on (default train)")
-    p.add_argument("--method", choices=METHODS, help="ablation: zero, mean or resample (default mean)")
+    p.add_argument("--method", choices=ABLATION_METHODS, help="ablation: zero, mean or resample (default mean)")
     p.add_argument("--reference", help="ablation: split giving mean/resampled activations (default train)")
     p.add_argument("--split-names", nargs="+", help="ablation: splits measured (default: all but reference)")
     p.add_argument("--components", nargs="+", help="ablation/patching: e.g. L0H1 attn0 mlp1 resid_pre0")
@@ -54,8 +64,8 @@ def add_analyze_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out-dir", help="output directory (default RUN_DIR/analyses/<analysis>)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--device", help="cpu, cuda, cuda:N or auto (default cpu)")
     p.set_defaults(func=run_analyze)
-    return p
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,11 +76,11 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
             continue
         if args.analysis not in scope:
             flag = "--" + option.replace("_", "-")
-            raise ValueError(f"{flag} applies to {', '.join(scope)} only, not to {args.analysis}")
+            raise UserError(f"{flag} applies to {', '.join(scope)} only, not to {args.analysis}")
         config[option] = value
     if "positions" in config:
         if args.analysis == "ablation" and config["positions"] != "all":
-            raise ValueError("--positions each is for patching; ablation ablates all positions at once")
+            raise UserError("--positions each is for patching; ablation ablates all positions at once")
         config["positions"] = None if config["positions"] == "all" else "each"
     if args.n is not None:
         config["n"] = args.n
@@ -78,24 +88,29 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    """Run the ``analyze`` subcommand; returns the exit status (2 on bad input)."""
+    """Run the ``analyze`` subcommand; returns 0 (bad input raises a user error: exit 2 in ``main``)."""
+    import json
+
+    from interp_toolkit.analyses.over_checkpoints import over_checkpoints
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.runs.record import read_record, task_dict
     from interp_toolkit.runs.trainer import list_checkpoints
 
-    try:
-        config = _config(args)
-        epochs = args.epochs
-        if args.last:
-            if epochs:
-                raise ValueError("--last and --epochs are exclusive")
-            found = list_checkpoints(args.run_dir)
-            if not found:
-                raise ValueError(f"{args.run_dir} has no checkpoints")
-            epochs = [found[-1][0]]
-        result = over_checkpoints(args.analysis, args.run_dir, epochs=epochs, config=config,
-                                  out_dir=args.out_dir, plot=not args.no_plot, progress=not args.no_progress)
-    except ValueError as err:
-        print(f"interp-toolkit analyze: error: {err}", file=sys.stderr)
-        return 2
+    config = _config(args)
+    device = resolve_device(args.device or "cpu")
+    record = read_record(args.run_dir)  # a missing or foreign directory fails here, before any work
+    epochs = args.epochs
+    if args.last:
+        if epochs:
+            raise UserError("--last and --epochs are exclusive")
+        found = list_checkpoints(args.run_dir)
+        if not found:
+            raise UserError(f"{args.run_dir} has no checkpoints")
+        epochs = [found[-1][0]]
+    print("task (from the run record): " + json.dumps(task_dict(record) or {}, sort_keys=True))
+    result = over_checkpoints(args.analysis, args.run_dir, epochs=epochs, config=config,
+                              out_dir=args.out_dir, plot=not args.no_plot, progress=not args.no_progress,
+                              device=device)
     print(f"{args.analysis}: {len(result.computed)} checkpoint(s) computed, {len(result.cache_hits)} from cache")
     print(f"table: {result.csv_path}")
     if result.png_path is not None:
@@ -103,4 +118,8 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_analyze_parser", "run_analyze"]
+run = run_analyze
+
+
+__all__ = ["ANALYSIS_NAMES", "DESCRIPTION", "HELP", "add_analyze_parser", "add_arguments", "run",
+           "run_analyze"]

@@ -5,12 +5,14 @@ run standalone::
 
     python -m interp_toolkit.cli.bif CHECKPOINT --task-config task.json --out runs/bif
 
-The task config is an ``MPSPConfig`` as JSON (``--task-config``); without it, the
-``run.json`` beside the checkpoint's folder is searched for one (``info.task``,
-``info.mpsp`` or ``info``). Writes a cached :class:`~interp_toolkit.analyses.bif.BIFResult`
+The data is the task the checkpoint was trained on, read from its run record
+(:mod:`interp_toolkit.runs.record`; ``RUN/checkpoints/epoch_*.safetensors``). A checkpoint
+outside a run needs ``--task-config`` (an ``MPSPConfig`` as JSON); given beside a run
+record, ``--task-config`` must name the same task (else the command is refused: the model
+never saw that data). Writes a cached :class:`~interp_toolkit.analyses.bif.BIFResult`
 (``bif_<hash>/bif.safetensors``, ``bif.json``, ``bif.png``) and ``summary.json`` with the
-mean BIF of shortcut-consistent vs shortcut-inconsistent training examples on the query
-loss (negative = helpful).
+task config used, where it came from, and the mean BIF of shortcut-consistent vs
+shortcut-inconsistent training examples on the query loss (negative = helpful).
 """
 
 from __future__ import annotations
@@ -21,18 +23,20 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.errors import UserError
 
-from interp_toolkit.analyses.bif import SamplerConfig, bif
-from interp_toolkit.io import atomic_write_json
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "add_bif_parser", "compute_bif_summary", "main",
+           "readout_example_loss", "run", "run_bif_command", "task_for_checkpoint"]
 
-__all__ = ["add_bif_parser", "main", "readout_example_loss", "run_bif_command"]
+HELP = "Bayesian influence functions at an MPSP checkpoint"
+DESCRIPTION = __doc__.split("\n\n")[0]
 
 
-def readout_example_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+def readout_example_loss(model: Any, batch: tuple[Any, Any]) -> Any:
     """Per-example cross-entropy at the readout (last) position: a BIF ``loss_fn``."""
+    import torch.nn.functional as F
+
     tokens, labels = batch
     return F.cross_entropy(model(tokens)[:, -1, :], labels, reduction="none")
 
@@ -42,10 +46,15 @@ def add_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     The parser's default ``func`` is :func:`run_bif_command` (call ``args.func(args)``).
     """
-    parser = subparsers.add_parser("bif", help="Bayesian influence functions at an MPSP checkpoint",
-                                   description=__doc__.split("\n\n")[0])
+    parser = subparsers.add_parser("bif", help=HELP, description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``bif`` options."""
     parser.add_argument("checkpoint", type=Path, help="a .safetensors checkpoint (interp_toolkit format)")
-    parser.add_argument("--task-config", type=Path, help="MPSPConfig as JSON (default: from run.json)")
+    parser.add_argument("--task-config", type=Path, help="MPSPConfig as JSON (default: the run record's; refused if it differs)")
     parser.add_argument("--out", type=Path, default=Path("runs/bif"), help="output / cache directory")
     parser.add_argument("--n-attribution", type=int, default=256, help="training examples scored (rows)")
     parser.add_argument("--n-query", type=int, default=64, help="query examples (columns)")
@@ -62,33 +71,61 @@ def add_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pearson", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto (default cpu)")
     parser.set_defaults(func=run_bif_command)
-    return parser
 
 
-def _task_config(args: argparse.Namespace) -> Any:
+def task_for_checkpoint(checkpoint: Path, task_config: Path | None) -> tuple[Any, str]:
+    """The ``MPSPConfig`` to run ``checkpoint`` on and where it came from.
+
+    The run record of the checkpoint's run wins; ``task_config`` is only needed (and only
+    accepted when it agrees with the record) for checkpoints outside a run.
+
+    Raises:
+        UserError: If the file is missing, no task config can be found, or the given one
+            names other data than the run was trained on.
+    """
+    from interp_toolkit.runs.record import check_task_matches, find_run_dir, record_path
+    from interp_toolkit.runs.record import task_config as recorded
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
-    if args.task_config is not None:
-        return MPSPConfig.from_dict(json.loads(Path(args.task_config).read_text()))
-    for folder in (args.checkpoint.parent, args.checkpoint.parent.parent):
-        record_path = folder / "run.json"
-        if record_path.exists():
-            info = json.loads(record_path.read_text()).get("info", {})
-            for candidate in (info.get("task"), info.get("mpsp"), info):
-                if isinstance(candidate, dict):
-                    try:
-                        return MPSPConfig.from_dict(candidate)
-                    except (TypeError, ValueError):
-                        continue
-    raise ValueError(
-        f"no MPSP task config for {args.checkpoint}: pass --task-config task.json (an MPSPConfig as JSON)"
-    )
+    if not checkpoint.is_file():
+        raise UserError(f"checkpoint {checkpoint} does not exist (expected a .safetensors file)")
+    requested = None
+    if task_config is not None:
+        if not Path(task_config).is_file():
+            raise UserError(f"--task-config {task_config} does not exist (expected an MPSPConfig as JSON)")
+        try:
+            requested = MPSPConfig.from_dict(json.loads(Path(task_config).read_text()))
+        except json.JSONDecodeError as err:
+            raise UserError(f"--task-config {task_config} is not JSON: {err}") from err
+    run_dir = find_run_dir(checkpoint)
+    if run_dir is not None:
+        if requested is not None:
+            check_task_matches(run_dir, requested)
+        return recorded(run_dir), str(record_path(run_dir))
+    if requested is None:
+        raise UserError(f"no task config for {checkpoint}: it is not inside a run directory with a run record; "
+                        "pass --task-config task.json (an MPSPConfig as JSON)")
+    return requested, str(task_config)
 
 
-def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the ``bif`` subcommand; returns (and writes) the summary."""
+def _check_model_fits(model_cfg: Any, task: Any, checkpoint: Path) -> None:
+    dims = task.model_dims()
+    wrong = {k: (getattr(model_cfg, k), v) for k, v in dims.items() if getattr(model_cfg, k) != v}
+    if wrong:
+        detail = ", ".join(f"{k} {m} (task needs {t})" for k, (m, t) in wrong.items())
+        raise UserError(f"checkpoint {checkpoint} was built for another task: {detail}")
+
+
+def compute_bif_summary(args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``bif`` and return (and write) its summary."""
+    import torch
+
+    from interp_toolkit.analyses.bif import bif
     from interp_toolkit.checkpoint import load_checkpoint
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.io import atomic_write_json
     from interp_toolkit.tasks.mpsp import make_splits
 
     config = SamplerConfig(
@@ -98,10 +135,15 @@ def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
     )
     for name in ("n_attribution", "n_query"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    task = _task_config(args)
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    device = resolve_device(args.device or "cpu")
+    checkpoint = Path(args.checkpoint)
+    task, task_source = task_for_checkpoint(checkpoint, args.task_config)
+    model, metadata = load_checkpoint(checkpoint, device=device)
+    from interp_toolkit.model import model_config_of
+
+    _check_model_fits(model_config_of(model), task, checkpoint)
     splits = make_splits(task)
-    model, metadata = load_checkpoint(args.checkpoint)
     train = splits["train"]
     if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
         config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})
@@ -110,20 +152,21 @@ def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
     query = splits[args.query_split]
     result = bif(
         model,
-        (train.tokens, train.labels),
-        (query.tokens[: args.n_query], query.labels[: args.n_query]),
+        (train.tokens.to(device), train.labels.to(device)),
+        (query.tokens[: args.n_query].to(device), query.labels[: args.n_query].to(device)),
         readout_example_loss,
         config,
-        attribution_data=(train.tokens[rows], train.labels[rows]),
+        attribution_data=(train.tokens[rows].to(device), train.labels[rows].to(device)),
         cache_dir=args.out,
         cache_tag="mpsp-readout-ce",
     )
-    per_row = result.bif.mean(1)
+    per_row = result.bif.mean(1).cpu()
     agrees = train.agrees[rows]
     summary = {
-        "checkpoint": str(args.checkpoint),
+        "checkpoint": str(checkpoint),
         "checkpoint_metadata": metadata,
-        "task": task.to_dict(),
+        "task": {"name": task.name, **task.to_dict()},
+        "task_source": task_source,
         "query_split": args.query_split,
         "cache_key": result.cache_key,
         "result_dir": str(Path(args.out) / f"bif_{result.cache_key}"),
@@ -134,19 +177,27 @@ def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
     }
     atomic_write_json(Path(args.out) / f"bif_{result.cache_key}" / "summary.json", summary)
-    print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))
-    print(f"wrote {summary['result_dir']}")
     return summary
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Standalone entry point: ``python -m interp_toolkit.cli.bif ...``."""
-    parser = argparse.ArgumentParser(prog="bif")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    add_bif_parser(subparsers)
-    args = parser.parse_args(["bif", *(argv if argv is not None else sys.argv[1:])])
-    return args.func(args)
+def run_bif_command(args: argparse.Namespace) -> int:
+    """The ``bif`` handler: computes, prints the task used and the mean BIFs; returns 0."""
+    summary = compute_bif_summary(args)
+    print(f"task ({summary['task_source']}): {json.dumps(summary['task'], sort_keys=True)}")
+    print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))
+    print(f"wrote {summary['result_dir']}")
+    return 0
+
+
+run = run_bif_command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point, ``python -m interp_toolkit.cli.bif ...``: ``interp-toolkit bif ...``."""
+    from interp_toolkit.cli import main as cli_main
+
+    return cli_main(["bif", *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -27,26 +27,26 @@ import csv
 import io
 import json
 import math
+import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
-from tqdm.auto import tqdm
-
-from interp_toolkit.analyses.bif import SamplerConfig
-from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet, lm_bif
-from interp_toolkit.analyses.induction import induction_scores
+from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json, atomic_write_text
-from interp_toolkit.sources import CheckpointRef, resolve_checkpoints
-from interp_toolkit.tasks.induction_corpus import (
-    CLASS_NAMES,
-    CorpusConfig,
-    make_corpus,
-    repeated_random_tokens,
-    target_classes,
-)
 
-__all__ = ["add_lm_bif_parser", "bif_over_checkpoints", "main", "plot_per_class", "run_lm_bif_command"]
+if TYPE_CHECKING:
+    import torch
+
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet
+    from interp_toolkit.sources import CheckpointRef
+    from interp_toolkit.tasks.induction_corpus import CorpusConfig
+
+__all__ = ["DESCRIPTION", "HELP", "add_arguments", "add_lm_bif_parser", "bif_over_checkpoints", "main",
+           "plot_per_class", "run", "run_lm_bif_command"]
+
+HELP = "token-level BIF of a language model across checkpoints"
+DESCRIPTION = __doc__.split("\n\n")[0]
 
 CSV_FIELDS = ["step", "checkpoint", "induction_score", "reduction", "train_group", "query_group", "bif", "stderr"]
 
@@ -55,6 +55,14 @@ def corpus_sets(
     corpus: CorpusConfig, n_posterior: int, n_train: int, n_query: int, query_seed_offset: int = 10_007
 ) -> tuple[torch.Tensor, TokenSet, TokenSet]:
     """Posterior tokens, recorded training tokens and held-out query tokens with classes."""
+    from interp_toolkit.analyses.bif.lm import TokenSet
+    from interp_toolkit.tasks.induction_corpus import (
+        CLASS_NAMES,
+        CorpusConfig,
+        make_corpus,
+        target_classes,
+    )
+
     for name, value in (("n_posterior", n_posterior), ("n_train", n_train), ("n_query", n_query)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -99,6 +107,12 @@ def bif_over_checkpoints(
     Returns:
         The CSV rows (also in ``per_class.csv``).
     """
+    from tqdm.auto import tqdm
+
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
+    from interp_toolkit.analyses.induction import induction_scores
+    from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
+
     if not refs:
         raise ValueError("no checkpoints given")
     if "class:all" not in config.reductions:
@@ -150,6 +164,8 @@ def plot_per_class(rows: Sequence[dict[str, Any]], path: str | Path, pearson: bo
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from interp_toolkit.tasks.induction_corpus import CLASS_NAMES
+
     sel = [r for r in rows if r["reduction"] == "class:all"]
     classes = [c for c in CLASS_NAMES if any(r["train_group"] == c for r in sel)] + sorted(
         {r["train_group"] for r in sel} - set(CLASS_NAMES))
@@ -182,6 +198,8 @@ def plot_per_class(rows: Sequence[dict[str, Any]], path: str | Path, pearson: bo
 
 
 def _find_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
+    from interp_toolkit.tasks.induction_corpus import CorpusConfig
+
     for ref in refs:
         if ref.kind == "hub":
             continue
@@ -194,8 +212,13 @@ def _find_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
 
 def add_lm_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``bif-lm`` subcommand (default ``func``: :func:`run_lm_bif_command`)."""
-    parser = subparsers.add_parser("bif-lm", help="token-level BIF of a language model across checkpoints",
-                                   description=__doc__.split("\n\n")[0])
+    parser = subparsers.add_parser("bif-lm", help=HELP, description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``bif-lm`` options."""
     parser.add_argument("checkpoints", nargs="+", help="run dir, HF checkpoint folder(s), .safetensors, hub:NAME@REV,...")
     parser.add_argument("--corpus-config", type=Path, help="CorpusConfig as JSON (default: from testbed.json)")
     parser.add_argument("--out", type=Path, default=Path("runs/bif_lm"), help="output / cache directory")
@@ -215,12 +238,18 @@ def add_lm_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pearson", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto (default cpu); checked before any work")
     parser.set_defaults(func=run_lm_bif_command)
-    return parser
 
 
-def run_lm_bif_command(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Run ``bif-lm``: validate everything, then compute; returns the CSV rows."""
+def run_lm_bif_command(args: argparse.Namespace) -> int:
+    """The ``bif-lm`` handler: validate everything, then compute; returns 0."""
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.sources import resolve_checkpoints
+    from interp_toolkit.tasks.induction_corpus import CorpusConfig
+
+    resolve_device(args.device or "cpu")  # a bad or unavailable device fails before any work
     sampler = SamplerConfig(eps=args.eps, gamma=args.gamma, n_beta=args.n_beta, chains=args.chains, draws=args.draws,
                             burn_in=args.burn_in, steps_between_draws=args.steps_between_draws,
                             batch_size=args.batch_size, seed=args.seed, pearson=args.pearson,
@@ -228,28 +257,30 @@ def run_lm_bif_command(args: argparse.Namespace) -> list[dict[str, Any]]:
     config = LMBIFConfig(sampler, reductions=tuple(args.reductions))
     refs = resolve_checkpoints(args.checkpoints)
     if args.corpus_config is not None:
+        if not Path(args.corpus_config).is_file():
+            raise UserError(f"--corpus-config {args.corpus_config} does not exist (expected a CorpusConfig as JSON)")
         corpus = CorpusConfig.from_dict(json.loads(Path(args.corpus_config).read_text()))
     else:
         corpus = _find_corpus(refs)
         if corpus is None:
-            raise ValueError("no corpus config: pass --corpus-config corpus.json (a CorpusConfig as JSON) "
-                             "or checkpoints of a testbed run (with testbed.json)")
+            raise UserError("no corpus config: pass --corpus-config corpus.json (a CorpusConfig as JSON) "
+                            "or checkpoints of a testbed run (with testbed.json)")
     rows = bif_over_checkpoints(refs, corpus, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
                                 n_query=args.n_query, progress=not args.no_progress)
-    print(f"wrote {args.out / 'per_class.csv'} and {args.out / 'per_class.png'} ({len(refs)} checkpoints)")
-    return rows
+    print(f"wrote {args.out / 'per_class.csv'} and {args.out / 'per_class.png'} ({len(refs)} checkpoints, "
+          f"{len(rows)} rows)")
+    return 0
 
 
-def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Standalone entry point: ``python -m interp_toolkit.cli.bif_lm ...``."""
-    import sys
+run = run_lm_bif_command
 
-    parser = argparse.ArgumentParser(prog="interp-toolkit")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    add_lm_bif_parser(subparsers)
-    args = parser.parse_args(["bif-lm", *(argv if argv is not None else sys.argv[1:])])
-    return args.func(args)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point, ``python -m interp_toolkit.cli.bif_lm ...``: ``interp-toolkit bif-lm ...``."""
+    from interp_toolkit.cli import main as cli_main
+
+    return cli_main(["bif-lm", *(argv if argv is not None else sys.argv[1:])])
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

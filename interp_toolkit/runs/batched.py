@@ -38,21 +38,26 @@ from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,
-    atomic_write_json,
     config_hash,
     read_jsonl,
 )
 from interp_toolkit.model import ModelConfig, build_model
+from interp_toolkit.runs.record import (
+    finish_record,
+    is_finished,
+    new_training_record,
+    read_record,
+    read_run_record,
+    write_record,
+)
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
-    _plot_curves,
-    _validate_splits,
     checkpoint_path,
-    library_versions,
     list_checkpoints,
-    read_run_record,
+    plot_curves,
     run_identity,
+    validate_splits,
 )
 
 ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which train() uses
@@ -111,7 +116,7 @@ def member_state(run_dir: str | Path, key: str) -> MemberState:
     record = read_run_record(run_dir, key)
     if record is None:
         return MemberState(run_dir, key, "fresh")
-    if record.get("status") == "finished":
+    if is_finished(record):
         return MemberState(run_dir, key, "finished")
     resume_path = run_dir / "resume.pt"
     if resume_path.exists():
@@ -348,7 +353,7 @@ def train_batched(
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train_batched expects a TrainConfig, got {type(cfg).__name__}")
     _check_same_architecture(model_cfgs)
-    _validate_splits(splits, cfg)
+    validate_splits(splits, cfg)
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) != len(model_cfgs):
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(run_dirs)} run_dirs")
@@ -376,7 +381,7 @@ def train_batched(
 
     finals, resumed = [], []
     for state in states:
-        record = json.loads((state.run_dir / "run.json").read_text())
+        record = read_record(state.run_dir)
         finals.append(record.get("final", {}))
         resumed.append(state.start_epoch if state.status == "resume" else None)
     return BatchedResult(
@@ -422,21 +427,13 @@ def _train_group(
                 metrics_path.unlink()
             for _, stale in list_checkpoints(state.run_dir):
                 stale.unlink()
-        record = {
-            "key": state.key,
-            "status": "running",
-            "identity": identities[i],
-            "train_config": cfg.to_dict(),
-            "model_config": model_cfgs[i].to_dict(),
-            "seeds": {"model": model_cfgs[i].seed, "shuffle": cfg.seed},
-            "split_sizes": {name: len(split.labels) for name, split in splits.items()},
-            "versions": library_versions(),
-            "run_info": dict(infos[i] or {}),
-            "trainer": "batched",
-        }
+        record = new_training_record(
+            key=state.key, identity=identities[i], model_config=model_cfgs[i].to_dict(),
+            train_config=cfg.to_dict(), split_sizes={name: len(split.labels) for name, split in splits.items()},
+            run_info=infos[i], trainer="batched")
         if state.status == "resume":
             record["resumed_from"] = start_epoch
-        atomic_write_json(state.run_dir / "run.json", record)
+        write_record(state.run_dir, record)
         records.append(record)
 
     train_split = splits[cfg.train_split]
@@ -466,12 +463,9 @@ def _train_group(
         i = active[j]
         run_dir = states[i].run_dir
         metrics = read_jsonl(run_dir / "metrics.jsonl")
-        record = records[i]
-        record.update(status="finished", final=metrics[-1] if metrics else {}, train_seconds=seconds)
-        if stopped_at is not None:
-            record["stopped_early_at"] = stopped_at
-        _plot_curves(metrics, run_dir / "curves.png")
-        atomic_write_json(run_dir / "run.json", record)
+        plot_curves(metrics, run_dir / "curves.png")
+        extra = {"stopped_early_at": stopped_at} if stopped_at is not None else {}
+        finish_record(run_dir, records[i], metrics[-1] if metrics else {}, seconds, **extra)
         (run_dir / "resume.pt").unlink(missing_ok=True)
         stopped[global_ids[i]] = stopped_at
 

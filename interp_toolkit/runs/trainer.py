@@ -19,7 +19,6 @@ import hashlib
 import io as _io
 import json
 import math
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,11 +35,19 @@ from interp_toolkit.config import reject_unknown_keys
 from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,
-    atomic_write_json,
     config_hash,
     read_jsonl,
 )
 from interp_toolkit.model import model_config_of
+from interp_toolkit.runs.record import (
+    finish_record,
+    has_record,
+    is_finished,
+    library_versions,
+    new_training_record,
+    read_run_record,
+    write_record,
+)
 
 
 class Split(Protocol):
@@ -144,31 +151,6 @@ class TrainResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _distribution_version(distribution: str, module: Any) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(distribution)
-    except PackageNotFoundError:
-        return getattr(module, "__version__", "unknown")
-
-
-def library_versions() -> dict[str, str]:
-    """Versions recorded in every run record."""
-    import numpy
-    import transformer_lens
-
-    from interp_toolkit import __version__
-
-    return {
-        "interp_toolkit": __version__,
-        "torch": torch.__version__,
-        "transformer_lens": _distribution_version("transformer-lens", transformer_lens),
-        "numpy": numpy.__version__,
-        "python": platform.python_version(),
-    }
-
-
 def fingerprint(split: Split) -> str:
     """Hash of a split's tokens and labels: reruns only match on identical data."""
     digest = hashlib.sha256()
@@ -207,7 +189,7 @@ def evaluate(model: Any, splits: Mapping[str, Split], position: int = -1,
     return out
 
 
-def _validate_splits(splits: Mapping[str, Split], cfg: TrainConfig) -> None:
+def validate_splits(splits: Mapping[str, Split], cfg: TrainConfig) -> None:
     if cfg.train_split not in splits:
         raise ValueError(f"splits has no {cfg.train_split!r} split to train on; got {sorted(splits)}")
     for name, split in splits.items():
@@ -234,7 +216,7 @@ def run_identity(model_cfg: dict[str, Any], train_cfg: TrainConfig, splits: Mapp
     }
 
 
-def _plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
+def plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -275,25 +257,6 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def read_run_record(run_dir: str | Path, key: str) -> dict[str, Any] | None:
-    """The ``run.json`` of ``run_dir`` if it belongs to the run ``key``; None if there is none.
-
-    Raises:
-        ValueError: If ``run_dir`` holds a different run (two runs never share a directory).
-    """
-    run_dir = Path(run_dir)
-    record_path = run_dir / "run.json"
-    if not record_path.exists():
-        return None
-    record = json.loads(record_path.read_text())
-    if record.get("key") != key:
-        raise ValueError(
-            f"run directory {run_dir} holds a different run (key {record.get('key')}, this "
-            f"run's key {key}); choose another run_dir"
-        )
-    return record
-
-
 def train(
     model: Any,
     splits: Mapping[str, Split],
@@ -321,18 +284,17 @@ def train(
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train expects a TrainConfig, got {type(cfg).__name__}")
-    _validate_splits(splits, cfg)
+    validate_splits(splits, cfg)
     model_cfg = model_config_of(model)
     run_dir = Path(run_dir)
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
     key = config_hash(identity)
-    record_path = run_dir / "run.json"
     resume_path = run_dir / "resume.pt"
     metrics_path = run_dir / "metrics.jsonl"
 
     record = read_run_record(run_dir, key)
     if record is not None:
-        if record.get("status") == "finished":
+        if is_finished(record):
             last = list_checkpoints(run_dir)[-1][1]
             finished_model, _ = load_checkpoint(last)
             model.load_state_dict(finished_model.state_dict())
@@ -346,7 +308,7 @@ def train(
     shuffle_gen = torch.Generator().manual_seed(cfg.seed)
     start_epoch = 0
     resumed_from = None
-    if resume_path.exists() and record_path.exists():
+    if resume_path.exists() and has_record(run_dir):
         state = torch.load(resume_path, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -360,18 +322,10 @@ def train(
             metrics_path.unlink()
         for _, stale in list_checkpoints(run_dir):
             stale.unlink()
-    record = {
-        "key": key,
-        "status": "running",
-        "identity": identity,
-        "train_config": cfg.to_dict(),
-        "model_config": model_cfg.to_dict(),
-        "seeds": {"model": model_cfg.seed, "shuffle": cfg.seed},
-        "split_sizes": {name: len(split.labels) for name, split in splits.items()},
-        "versions": library_versions(),
-        "run_info": dict(run_info or {}),
-    }
-    atomic_write_json(record_path, record)
+    record = new_training_record(
+        key=key, identity=identity, model_config=model_cfg.to_dict(), train_config=cfg.to_dict(),
+        split_sizes={name: len(split.labels) for name, split in splits.items()}, run_info=run_info)
+    write_record(run_dir, record)
 
     train_split = splits[cfg.train_split]
     tokens = train_split.tokens.to(device)
@@ -421,9 +375,8 @@ def train(
 
     metrics = read_jsonl(metrics_path)
     final = metrics[-1] if metrics else {}
-    record.update(status="finished", final=final, train_seconds=time.perf_counter() - started)
-    _plot_curves(metrics, run_dir / "curves.png")
-    atomic_write_json(record_path, record)
+    plot_curves(metrics, run_dir / "curves.png")
+    finish_record(run_dir, record, final, time.perf_counter() - started)
     resume_path.unlink(missing_ok=True)
     return TrainResult(model, run_dir, metrics, final, resumed_from=resumed_from,
                        history_seconds=record["train_seconds"])

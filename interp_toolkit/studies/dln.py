@@ -36,7 +36,8 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json, config_hash
+from interp_toolkit.io import atomic_write_bytes, config_hash
+from interp_toolkit.runs.record import is_finished, read_run_record, write_record
 
 __all__ = [
     "DLNConfig",
@@ -385,14 +386,8 @@ def train_dln(
         from safetensors.torch import load_file
 
         run_dir = Path(run_dir)
-        record_path = run_dir / "run.json"
-        if record_path.exists():
-            record = json.loads(record_path.read_text())
-            if record.get("key") != key:
-                raise ValueError(
-                    f"{run_dir} holds a different DLN run (key {record.get('key')}, this config {key}); "
-                    "use another run_dir"
-                )
+        record = read_run_record(run_dir, key)
+        if record is not None:
             for step in ckpt_steps:
                 path = run_dir / "checkpoints" / f"step_{step:06d}.safetensors"
                 if path.exists():
@@ -402,10 +397,10 @@ def train_dln(
                 start = max(checkpoints)
                 model.load_state_dict(checkpoints[start])
                 losses = losses[:start]
-                if record.get("status") == "done" and start == train_cfg.steps:
+                if is_finished(record) and start == train_cfg.steps:
                     return DLNRun(model, checkpoints, losses, run_dir, None, cache_hit=True)
                 resumed_from = start if start > 0 else None
-        atomic_write_json(record_path, {**identity, "key": key, "status": "running", "losses": losses})
+        write_record(run_dir, {**identity, "key": key, "status": "running", "losses": losses})
 
     def keep(step: int, current: DeepLinearNetwork) -> None:
         if step in ckpt_steps and step not in checkpoints:
@@ -423,7 +418,7 @@ def train_dln(
     losses += gradient_descent(model, inputs, targets, train_cfg.lr, train_cfg.steps - start, start_step=start, on_step=on_step)
     bar.close()
     if run_dir is not None:
-        atomic_write_json(run_dir / "run.json", {**identity, "key": key, "status": "done", "losses": losses})
+        write_record(run_dir, {**identity, "key": key, "status": "finished", "losses": losses})
     return DLNRun(model, checkpoints, losses, run_dir, resumed_from)
 
 

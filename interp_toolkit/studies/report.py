@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from interp_toolkit.io import atomic_write_bytes, atomic_write_text, read_jsonl
+from interp_toolkit.runs.record import has_record, read_record, task_dict
 from interp_toolkit.studies.outcomes import OUTCOME_FIELDS, compute_outcome
 
 CELL_FIELDS = ("task", "n_layers", "n_heads", "weight_decay", "r")
@@ -69,11 +70,10 @@ def collect_runs(study_dir: str | Path) -> list[dict[str, Any]]:
         threshold = json.loads(study_path.read_text()).get("config", {}).get("threshold", 1.0)
     rows = []
     for run_dir in sorted(p for p in runs_root.iterdir() if p.is_dir()):
-        record_path = run_dir / "run.json"
-        if not record_path.exists():
+        if not has_record(run_dir):
             continue
-        record = json.loads(record_path.read_text())
-        task = record.get("run_info", {}).get("task", {})
+        record = read_record(run_dir)
+        task = task_dict(record) or {}
         model = record.get("model_config", {})
         train = record.get("train_config", {})
         if "r" not in task:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import pytest
 import torch
 
 from interp_toolkit.checkpoint import save_checkpoint
@@ -16,7 +15,7 @@ from interp_toolkit.tasks.mpsp import MPSPConfig
 torch.set_num_threads(1)
 
 
-def test_bif_subcommand_on_mpsp_checkpoint(tmp_path):
+def test_bif_subcommand_on_mpsp_checkpoint(tmp_path, capsys):
     task = MPSPConfig(seq_len=4, n_values=5, r=0.75, n_train=64, n_eval=16)
     model = build_model(ModelConfig(n_layers=1, n_heads=1, d_model=16, d_mlp=16, **task.model_dims()))
     checkpoint = save_checkpoint(model, tmp_path / "epoch_000010.safetensors", {"epoch": 10})
@@ -24,14 +23,18 @@ def test_bif_subcommand_on_mpsp_checkpoint(tmp_path):
     args = [str(checkpoint), "--task-config", str(tmp_path / "task.json"), "--out", str(tmp_path / "out"),
             "--n-attribution", "16", "--n-query", "8", "--chains", "2", "--draws", "5", "--burn-in", "5",
             "--batch-size", "32", "--eps", "1e-4", "--gamma", "100", "--no-progress"]
-    summary = main(args)
-    folder = tmp_path / "out" / f"bif_{summary['cache_key']}"
+    assert main(args) == 0
+    (folder,) = (tmp_path / "out").glob("bif_*")
+    summary = json.loads((folder / "summary.json").read_text())
     assert (folder / "bif.png").exists() and (folder / "summary.json").exists()
     means = summary["mean_bif_on_query_loss"]
     assert means["shortcut_consistent_train_examples"] is not None
     assert summary["checkpoint_metadata"] == {"epoch": 10}
-    with pytest.raises(ValueError, match="task config"):
-        main([str(checkpoint), "--out", str(tmp_path / "o2")])
+    assert summary["task"] == {"name": task.name, **task.to_dict()}
+    assert summary["task_source"] == str(tmp_path / "task.json")
+    capsys.readouterr()
+    assert main([str(checkpoint), "--out", str(tmp_path / "o2")]) == 2
+    assert "task config" in capsys.readouterr().err
     parser = argparse.ArgumentParser()
     add_bif_parser(parser.add_subparsers())
     assert parser.parse_args(["bif", str(checkpoint)]).func.__name__ == "run_bif_command"

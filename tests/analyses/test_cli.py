@@ -40,10 +40,10 @@ def test_analyze_patching_options(tiny_run, tmp_path):
 
 
 def test_analyze_bad_input(tiny_run, capsys):
+    from interp_toolkit.cli import main
+
     run_dir, _ = tiny_run
-    args = _parser().parse_args(["analyze", str(run_dir), "--analysis", "fingerprints", "--method", "zero"])
-    assert args.func(args) == 2
+    assert main(["analyze", str(run_dir), "--analysis", "fingerprints", "--method", "zero"]) == 2
     assert "--method applies to ablation only" in capsys.readouterr().err
-    args = _parser().parse_args(["analyze", str(run_dir), "--analysis", "ablation", "--epochs", "99"])
-    assert args.func(args) == 2
+    assert main(["analyze", str(run_dir), "--analysis", "ablation", "--epochs", "99"]) == 2
     assert "no checkpoint for epochs [99]" in capsys.readouterr().err

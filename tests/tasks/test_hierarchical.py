@@ -136,7 +136,7 @@ def test_train_dln_checkpoints_cache_and_resume(tmp_path):
     assert resumed.resumed_from is not None and resumed.resumed_from <= 64
     assert torch.equal(resumed.model.W2.weight, run.model.W2.weight)
     assert resumed.losses == run.losses
-    with pytest.raises(ValueError, match="different DLN run"):
+    with pytest.raises(ValueError, match="different run"):
         train_dln(data.inputs, data.targets, DLNConfig(8, 16, 30, seed=3), tcfg, run_dir=tmp_path / "run")
 
 
