@@ -101,19 +101,3 @@ def neox_model(tmp_path_factory):
     model = TransformerBridge.boot_transformers(str(path), device="cpu")
     model.eval()
     return model
-
-
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory):
-    """A finished 6-epoch run of a 1-layer attention-only model (checkpoints 0, 1, 2, 3, 4, 6)."""
-    from interp_toolkit.runs.trainer import TrainConfig, train
-    from interp_toolkit.tasks.mpsp import make_splits
-
-    task = MPSPConfig(seq_len=SEQ_LEN, n_values=N_VALUES, n_train=128, n_eval=64, r=0.75)
-    splits = make_splits(task)
-    cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, attn_only=True, **task.model_dims())
-    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
-    train(build_model(cfg), splits, TrainConfig(epochs=6, eval_every=1, checkpoint_every=3, progress=False,
-                                                lr=1e-2), run_dir,
-          run_info={"task": {"name": task.name, **task.to_dict()}})
-    return run_dir, splits

@@ -43,24 +43,24 @@ def assert_user_error(code: int, err: str, *needles: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def cli_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("cli") / "run"
     assert main([*TRAIN, "--run-dir", str(run)]) == 0
     return run
 
 
-def test_train_records_the_task_it_trained_on(tiny_run):
-    task = read_record(tiny_run)["run_info"]["task"]
+def test_train_records_the_task_it_trained_on(cli_run):
+    task = read_record(cli_run)["run_info"]["task"]
     assert {k: task[k] for k in TASK} == TASK
     assert task["name"] == "max_parity_sum_parity"
 
 
-def test_info_reads_the_task_from_the_run_record(tiny_run, capsys):
-    code, out, _ = run_cli(capsys, "info", tiny_run)
+def test_info_reads_the_task_from_the_run_record(cli_run, capsys):
+    code, out, _ = run_cli(capsys, "info", cli_run)
     assert code == 0
     task = json.loads(out.splitlines()[1].split("task:", 1)[1])
     assert {k: task[k] for k in TASK} == TASK
-    last = list_checkpoints(tiny_run)[-1][1]
+    last = list_checkpoints(cli_run)[-1][1]
     code, out, _ = run_cli(capsys, "info", last)
     assert code == 0
     run_line = next(line for line in out.splitlines() if line.startswith("run "))
@@ -68,21 +68,21 @@ def test_info_reads_the_task_from_the_run_record(tiny_run, capsys):
     assert {k: task[k] for k in TASK} == TASK
 
 
-def test_bif_uses_the_run_records_task_and_writes_it(tiny_run, tmp_path, capsys):
-    last = list_checkpoints(tiny_run)[-1][1]
+def test_bif_uses_the_run_records_task_and_writes_it(cli_run, tmp_path, capsys):
+    last = list_checkpoints(cli_run)[-1][1]
     code, out, err = run_cli(capsys, "bif", last, "--out", tmp_path / "bif", *BIF_FAST)
     assert code == 0, err
     (folder,) = (tmp_path / "bif").glob("bif_*")
     summary = json.loads((folder / "summary.json").read_text())
     assert {k: summary["task"][k] for k in TASK} == TASK
-    assert summary["task_source"] == str(tiny_run / "run.json")
+    assert summary["task_source"] == str(cli_run / "run.json")
     assert "task (" in out and '"n_train": 96' in out
 
 
-def test_bif_refuses_a_checkpoint_of_another_task(tiny_run, tmp_path, capsys):
+def test_bif_refuses_a_checkpoint_of_another_task(cli_run, tmp_path, capsys):
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
-    last = list_checkpoints(tiny_run)[-1][1]
+    last = list_checkpoints(cli_run)[-1][1]
     other = tmp_path / "other.json"
     other.write_text(json.dumps(MPSPConfig(**{**TASK, "seq_len": 5}).to_dict()))
     code, _, err = run_cli(capsys, "bif", last, "--task-config", other, "--out", tmp_path / "o", *BIF_FAST)
@@ -100,8 +100,8 @@ def test_bif_refuses_a_checkpoint_of_another_task(tiny_run, tmp_path, capsys):
     assert_user_error(code, err, "another task", "n_ctx")
 
 
-def test_analyze_rebuilds_the_run_records_data(tiny_run, tmp_path, capsys):
-    code, out, err = run_cli(capsys, "analyze", tiny_run, "--analysis", "gradients", "--n", "16", "--last",
+def test_analyze_rebuilds_the_run_records_data(cli_run, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "analyze", cli_run, "--analysis", "gradients", "--n", "16", "--last",
                              "--out-dir", tmp_path / "a", "--no-plot", "--no-progress")
     assert code == 0, err
     task = json.loads(out.splitlines()[0].split(":", 1)[1])
@@ -157,9 +157,9 @@ def test_bif_lm_through_main(tmp_path, capsys):
     (["bif", "CKPT", "--device", "cuda:x"], ["cuda:x"]),
     (["bif-lm", "/nonexistent/ckpts"], ["/nonexistent/ckpts"]),
 ])
-def test_user_errors_exit_2_with_one_error_line(argv, needles, tiny_run, tmp_path, capsys):
-    last = list_checkpoints(tiny_run)[-1][1]
-    argv = [str(last) if a == "CKPT" else str(tiny_run) if a == "RUN" else a for a in argv]
+def test_user_errors_exit_2_with_one_error_line(argv, needles, cli_run, tmp_path, capsys):
+    last = list_checkpoints(cli_run)[-1][1]
+    argv = [str(last) if a == "CKPT" else str(cli_run) if a == "RUN" else a for a in argv]
     if argv[0] == "train":
         argv += ["--run-dir", str(tmp_path / "never")]
     code, _, err = run_cli(capsys, *argv)
@@ -172,14 +172,14 @@ def test_every_command_is_covered():
     assert set(COMMANDS) == covered
 
 
-def test_interrupt_exits_130_and_bugs_exit_1_with_a_log(tiny_run, tmp_path, monkeypatch, capsys):
+def test_interrupt_exits_130_and_bugs_exit_1_with_a_log(cli_run, tmp_path, monkeypatch, capsys):
     import interp_toolkit.cli.info as info
 
     def interrupted(args):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(info, "run", interrupted)
-    code, _, err = run_cli(capsys, "info", tiny_run)
+    code, _, err = run_cli(capsys, "info", cli_run)
     assert code == 130 and err.strip() == "interrupted; rerun the same command to resume"
 
     def buggy(args):
@@ -187,7 +187,7 @@ def test_interrupt_exits_130_and_bugs_exit_1_with_a_log(tiny_run, tmp_path, monk
 
     monkeypatch.setattr(info, "run", buggy)
     monkeypatch.setenv("INTERP_TOOLKIT_LOG_DIR", str(tmp_path / "logs"))
-    code, _, err = run_cli(capsys, "info", tiny_run)
+    code, _, err = run_cli(capsys, "info", cli_run)
     assert code == 1 and "boom" in err and "Traceback" not in err
     (log,) = (tmp_path / "logs").glob("crash-*.log")
     assert str(log) in err and "RuntimeError: boom" in log.read_text()
