@@ -1,18 +1,234 @@
-"""Shared validation for the toolkit's dataclass configs."""
+"""One base for every config of the toolkit, and the command-line flags generated from it.
+
+Every config is a ``@dataclass`` deriving from :class:`Config`, which gives it
+
+- ``to_dict()`` / ``from_dict()`` (nested configs included, tuples stored as lists), with
+  unknown keys rejected by name (a typo in a config file fails loudly, before any work);
+- :meth:`Config.check` for validation messages that name the class, the field, the bad value
+  and what was expected (a :class:`~interp_toolkit.errors.UserError`);
+- :func:`load_config_file` (JSON or YAML) and :func:`parse_config`, which turns a command
+  line into a config with `tyro <https://brentyi.github.io/tyro/>`_: one flag per field
+  (``--field-name``, ``--no-flag`` for booleans; help from the class docstring's
+  ``Attributes``), so that a new field is a new flag with the same default, plus
+  ``--config FILE`` whose values the flags override.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Mapping
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+from interp_toolkit.errors import UserError
+
+C = TypeVar("C", bound="Config")
 
 
 def reject_unknown_keys(cls: type, data: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` naming every key of ``data`` that is not a field of ``cls``.
-
-    Used by every config's ``from_dict`` so a typo in a config file fails loudly, before any
-    work, instead of being ignored.
-    """
+    """Raise ``UserError`` naming every key of ``data`` that is not a field of ``cls``."""
+    if not isinstance(data, Mapping):
+        raise UserError(f"{cls.__name__} must be given as a mapping of its fields, got {type(data).__name__}")
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"unknown {cls.__name__} keys {unknown}; expected a subset of {sorted(known)}")
+        raise UserError(f"unknown {cls.__name__} keys {unknown}; expected a subset of {sorted(known)}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Config):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+class Config:
+    """Base of the toolkit's dataclass configs (derive and decorate with ``@dataclass``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict of every field (nested configs as dicts, tuples as lists)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+        """Build from a dict (e.g. a config file), rejecting unknown keys by name.
+
+        Nested config fields accept a dict of their own fields.
+        """
+        reject_unknown_keys(cls, data)
+        values = dict(data)
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            nested = _nested_config_type(cls, f)
+            if nested is not None and isinstance(values.get(f.name), Mapping):
+                values[f.name] = nested.from_dict(values[f.name])
+        try:
+            return cls(**values)
+        except TypeError as err:  # e.g. a missing required field
+            raise UserError(f"{cls.__name__}: {err}") from err
+
+    def replace(self: C, **changes: Any) -> C:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def check(self, name: str, ok: bool, expected: str) -> None:
+        """Raise a ``UserError`` naming ``Class.name``, its value and ``expected`` unless ``ok``."""
+        if not ok:
+            raise UserError(f"{type(self).__name__}.{name} must be {expected}, got {getattr(self, name)!r}")
+
+
+def _nested_config_type(cls: type, f: dataclasses.Field) -> type | None:
+    """The ``Config`` subclass a field holds, if its default says so."""
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+    return type(default) if isinstance(default, Config) else None
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON or YAML (``.yaml``/``.yml``) file holding a mapping.
+
+    Raises:
+        UserError: If the file is missing, unreadable, or not a mapping.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"config file {path} does not exist")
+    text = file.read_text()
+    try:
+        if file.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as err:  # noqa: BLE001 - JSON and YAML raise different types
+        raise UserError(f"config file {path} is not valid {'YAML' if file.suffix in ('.yaml', '.yml') else 'JSON'}: "
+                        f"{' '.join(str(err).split())}") from err
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path} must hold a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def split_config_flag(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``(FILE, rest)`` from an argv holding ``--config FILE`` (or ``--config=FILE``)."""
+    rest: list[str] = []
+    found = None
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        token = items[i]
+        if token == "--config":
+            if i + 1 >= len(items):
+                raise UserError("--config needs a file (JSON or YAML)")
+            found = items[i + 1]
+            i += 2
+            continue
+        if token.startswith("--config="):
+            found = token.split("=", 1)[1]
+        else:
+            rest.append(token)
+        i += 1
+    return found, rest
+
+
+def parse_config(
+    cls: type[C],
+    argv: Sequence[str],
+    *,
+    default: C | None = None,
+    prog: str | None = None,
+    description: str | None = None,
+    aliases: Mapping[str, str] | None = None,
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> C:
+    """Parse ``argv`` into a ``cls`` with flags generated from its fields (tyro).
+
+    Precedence: ``default`` (or the class defaults), then ``--config FILE`` (JSON/YAML of
+    the fields), then the flags. Nested configs' flags carry no prefix (``--eps``, not
+    ``--sampler.eps``), so field names must be unique across a command's configs.
+
+    Args:
+        cls: The command's config class.
+        argv: The arguments after the subcommand name.
+        default: Defaults of this command when they differ from the class's.
+        prog, description: For ``--help``.
+        aliases: Old flag name -> generated flag name (``{"--quiet": "--no-progress"}``).
+        prepare: Adjusts the merged dict before it is built (e.g. derived fields).
+
+    Raises:
+        SystemExit: On ``--help`` (0) or an unparsable flag (2, after one ``error:`` line).
+        UserError: On a bad config file or a value the config's validation rejects.
+    """
+    import tyro
+
+    config_file, rest = split_config_flag(argv)
+    rest = [_alias(token, aliases or {}) for token in rest]
+    start = default
+    if config_file is not None or prepare is not None:
+        data = default.to_dict() if default is not None else _field_defaults(cls)
+        if config_file is not None:
+            data = _merge(data, load_config_file(config_file))
+        if prepare is not None:
+            data = prepare(data)
+        start = cls.from_dict(data)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            return tyro.cli(cls, args=rest, default=start, prog=prog, description=description,
+                            config=(tyro.conf.OmitArgPrefixes,))
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            print(f"error: {_one_line(stderr.getvalue())}", file=sys.stderr)
+        else:
+            sys.stdout.write(stderr.getvalue())
+        raise
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    """The defaults of ``cls``'s fields as plain data (nested configs as dicts)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            out[f.name] = _plain(f.default_factory())  # type: ignore[misc]
+        elif f.default is not dataclasses.MISSING:
+            out[f.name] = _plain(f.default)
+    return out
+
+
+def _alias(token: str, aliases: Mapping[str, str]) -> str:
+    flag, eq, value = token.partition("=")
+    return aliases.get(flag, flag) + eq + value if flag in aliases else token
+
+
+def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _one_line(text: str) -> str:
+    """The message of tyro's boxed parse error, on one line."""
+    lines = []
+    for raw in text.splitlines():
+        line = raw.strip().strip("│╭╮╰╯─|+ ").strip()
+        if not line or line.lower().startswith(("usage:", "for full helptext", "parsing error")):
+            continue
+        if set(line) <= set("─━-=_ "):
+            continue
+        lines.append(line)
+    return " ".join(" ".join(lines).split()) or "invalid arguments (see --help)"
+
+
+__all__ = ["Config", "load_config_file", "parse_config", "reject_unknown_keys", "split_config_flag"]

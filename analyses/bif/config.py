@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from interp_toolkit.config import reject_unknown_keys
+from interp_toolkit.config import Config, reject_unknown_keys
 
 
 class SamplerDivergenceError(ValueError):
@@ -18,7 +18,7 @@ class SamplerDivergenceError(ValueError):
 
 
 @dataclass
-class SamplerConfig:
+class SamplerConfig(Config):
     """Validated SGLD settings for sampling a localized tempered posterior.
 
     Attributes:

@@ -30,7 +30,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 # name -> (module, one-line help); the module is imported only when the command is used.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -84,6 +84,10 @@ def build_parser(argv: Sequence[str] | None = None, full: bool = False) -> argpa
             continue
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=getattr(module, "DESCRIPTION", help_text))
+        if hasattr(module, "parse"):  # flags generated from a config class: parsed by the module
+            p.add_argument("args", nargs=argparse.REMAINDER, help=f"see interp-toolkit {name} --help")
+            p.set_defaults(func=lambda a, m=module, n=name: m.run_config(m.parse(a.args, prog=f"interp-toolkit {n}")))
+            continue
         module.add_arguments(p)
         p.set_defaults(func=module.run)
     return parser
@@ -98,19 +102,15 @@ def _log_bug(argv: Sequence[str]) -> Path:
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 bug, 2 user error, 130 interrupt)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command: str | None,
+                       epoch_hint: Callable[[], int | None] = lambda: None) -> int:
+    """Call ``handler`` under the CLI error contract (see the module docstring)."""
     try:
-        args = build_parser(argv).parse_args(argv)
-    except SystemExit as exit_:  # argparse: --help/--version (0) or a usage error (2, already printed)
-        return exit_.code if isinstance(exit_.code, int) else USER_ERROR
-    try:
-        status = args.func(args)
+        status = handler()
         if not isinstance(status, int) or isinstance(status, bool):
-            raise TypeError(f"handler of {args.command!r} returned {status!r}, expected an int exit status")
+            raise TypeError(f"handler of {command!r} returned {status!r}, expected an int exit status")
     except KeyboardInterrupt:
-        epoch = getattr(args, "interrupted_at_epoch", None)
+        epoch = epoch_hint()
         where = f" from epoch {epoch}" if epoch is not None else ""
         print(f"interrupted; rerun the same command to resume{where}", file=sys.stderr)
         return INTERRUPTED
@@ -119,12 +119,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{err.strerror}: {err.filename}")
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
         return USER_ERROR
+    except SystemExit as exit_:  # a parser's --help (0) or usage error (2, already printed)
+        return exit_.code if isinstance(exit_.code, int) else USER_ERROR
     except Exception as err:  # noqa: BLE001 - the one place that turns a bug into a log file
         log = _log_bug(argv)
         print(f"interp-toolkit: internal error ({type(err).__name__}: {err}); traceback in {log}",
               file=sys.stderr)
         return BUG
     return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 bug, 2 user error, 130 interrupt).
+
+    Commands whose module has ``parse(argv) -> config`` (flags generated from a config
+    dataclass, plus ``--config FILE``) get the arguments after their name; the others an
+    ``argparse`` namespace.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = _chosen_command(argv)
+    if chosen is not None:
+        module = importlib.import_module(COMMANDS[chosen][0])
+        if hasattr(module, "parse"):
+            rest = argv[argv.index(chosen) + 1:]
+            prog = f"interp-toolkit {chosen}"
+            return _run_with_contract(lambda: module.run_config(module.parse(rest, prog=prog)), argv, chosen)
+    try:
+        args = build_parser(argv).parse_args(argv)
+    except SystemExit as exit_:  # argparse: --help/--version (0) or a usage error (2, already printed)
+        return exit_.code if isinstance(exit_.code, int) else USER_ERROR
+    return _run_with_contract(lambda: args.func(args), argv, args.command,
+                              lambda: getattr(args, "interrupted_at_epoch", None))
 
 
 __all__ = ["COMMANDS", "build_parser", "main"]

@@ -17,20 +17,66 @@ shortcut-inconsistent training examples on the query loss (negative = helpful).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
+
+import tyro
 
 from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "add_bif_parser", "compute_bif_summary", "main",
-           "readout_example_loss", "run", "run_bif_command", "task_for_checkpoint"]
+__all__ = ["BIFCommandConfig", "DESCRIPTION", "HELP", "compute_bif_summary", "main", "parse",
+           "readout_example_loss", "run_config", "task_for_checkpoint"]
 
 HELP = "Bayesian influence functions at an MPSP checkpoint"
 DESCRIPTION = __doc__.split("\n\n")[0]
+
+
+@dataclass
+class BIFCommandConfig(Config):
+    """Settings of ``interp-toolkit bif`` (every field is a flag; ``--config FILE`` sets them too).
+
+    Attributes:
+        checkpoint: A .safetensors checkpoint (interp_toolkit format).
+        task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
+        out: Output / cache directory.
+        n_attribution: Training examples scored (rows).
+        n_query: Query examples (columns).
+        query_split: Split the query examples come from.
+        device: cpu, cuda, cuda:N or auto.
+        sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
+    """
+
+    checkpoint: tyro.conf.Positional[Path | None] = None
+    task_config: Path | None = None
+    out: Path = Path("runs/bif")
+    n_attribution: int = 256
+    n_query: int = 64
+    query_split: Literal["train", "val", "adv"] = "adv"
+    device: str = "cpu"
+    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(batch_size=256))
+
+    def __post_init__(self) -> None:
+        for name in ("n_attribution", "n_query"):
+            value = getattr(self, name)
+            self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                       "an integer >= 1")
+        self.check("query_split", self.query_split in ("train", "val", "adv"), "one of train, val, adv")
+        for name in ("checkpoint", "task_config", "out"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
+
+
+def parse(argv: Sequence[str], prog: str = "interp-toolkit bif") -> BIFCommandConfig:
+    """``argv`` (after ``bif``) -> a validated :class:`BIFCommandConfig`."""
+    config = parse_config(BIFCommandConfig, argv, prog=prog, description=DESCRIPTION)
+    if config.checkpoint is None:
+        raise UserError("bif needs a CHECKPOINT (a .safetensors file) as its first argument")
+    return config
 
 
 def readout_example_loss(model: Any, batch: tuple[Any, Any]) -> Any:
@@ -39,40 +85,6 @@ def readout_example_loss(model: Any, batch: tuple[Any, Any]) -> Any:
 
     tokens, labels = batch
     return F.cross_entropy(model(tokens)[:, -1, :], labels, reduction="none")
-
-
-def add_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``bif`` subcommand to an ``argparse`` subparsers object.
-
-    The parser's default ``func`` is :func:`run_bif_command` (call ``args.func(args)``).
-    """
-    parser = subparsers.add_parser("bif", help=HELP, description=DESCRIPTION)
-    add_arguments(parser)
-    return parser
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``bif`` options."""
-    parser.add_argument("checkpoint", type=Path, help="a .safetensors checkpoint (interp_toolkit format)")
-    parser.add_argument("--task-config", type=Path, help="MPSPConfig as JSON (default: the run record's; refused if it differs)")
-    parser.add_argument("--out", type=Path, default=Path("runs/bif"), help="output / cache directory")
-    parser.add_argument("--n-attribution", type=int, default=256, help="training examples scored (rows)")
-    parser.add_argument("--n-query", type=int, default=64, help="query examples (columns)")
-    parser.add_argument("--query-split", default="adv", choices=["train", "val", "adv"])
-    defaults = SamplerConfig()
-    parser.add_argument("--eps", type=float, default=defaults.eps)
-    parser.add_argument("--gamma", type=float, default=defaults.gamma)
-    parser.add_argument("--n-beta", type=float, default=None, help="default n / log n")
-    parser.add_argument("--chains", type=int, default=defaults.chains)
-    parser.add_argument("--draws", type=int, default=defaults.draws)
-    parser.add_argument("--burn-in", type=int, default=defaults.burn_in)
-    parser.add_argument("--steps-between-draws", type=int, default=defaults.steps_between_draws)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pearson", action="store_true")
-    parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto (default cpu)")
-    parser.set_defaults(func=run_bif_command)
 
 
 def task_for_checkpoint(checkpoint: Path, task_config: Path | None) -> tuple[Any, str]:
@@ -118,7 +130,7 @@ def _check_model_fits(model_cfg: Any, task: Any, checkpoint: Path) -> None:
         raise UserError(f"checkpoint {checkpoint} was built for another task: {detail}")
 
 
-def compute_bif_summary(args: argparse.Namespace) -> dict[str, Any]:
+def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
     """Run ``bif`` and return (and write) its summary."""
     import torch
 
@@ -128,14 +140,7 @@ def compute_bif_summary(args: argparse.Namespace) -> dict[str, Any]:
     from interp_toolkit.io import atomic_write_json
     from interp_toolkit.tasks.mpsp import make_splits
 
-    config = SamplerConfig(
-        eps=args.eps, gamma=args.gamma, n_beta=args.n_beta, chains=args.chains, draws=args.draws,
-        burn_in=args.burn_in, steps_between_draws=args.steps_between_draws, batch_size=args.batch_size,
-        seed=args.seed, pearson=args.pearson, progress=not args.no_progress,
-    )
-    for name in ("n_attribution", "n_query"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    config = args.sampler
     device = resolve_device(args.device or "cpu")
     checkpoint = Path(args.checkpoint)
     task, task_source = task_for_checkpoint(checkpoint, args.task_config)
@@ -147,7 +152,7 @@ def compute_bif_summary(args: argparse.Namespace) -> dict[str, Any]:
     train = splits["train"]
     if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
         config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(config.seed)
     rows = torch.randperm(train.labels.shape[0], generator=gen)[: args.n_attribution]
     query = splits[args.query_split]
     result = bif(
@@ -165,6 +170,7 @@ def compute_bif_summary(args: argparse.Namespace) -> dict[str, Any]:
     summary = {
         "checkpoint": str(checkpoint),
         "checkpoint_metadata": metadata,
+        "command_config": args.to_dict(),
         "task": {"name": task.name, **task.to_dict()},
         "task_source": task_source,
         "query_split": args.query_split,
@@ -180,16 +186,13 @@ def compute_bif_summary(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def run_bif_command(args: argparse.Namespace) -> int:
+def run_config(config: BIFCommandConfig) -> int:
     """The ``bif`` handler: computes, prints the task used and the mean BIFs; returns 0."""
-    summary = compute_bif_summary(args)
+    summary = compute_bif_summary(config)
     print(f"task ({summary['task_source']}): {json.dumps(summary['task'], sort_keys=True)}")
     print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))
     print(f"wrote {summary['result_dir']}")
     return 0
-
-
-run = run_bif_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:

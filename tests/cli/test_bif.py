@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
+from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.checkpoint import save_checkpoint
-from interp_toolkit.cli.bif import add_bif_parser, main
+from interp_toolkit.cli.bif import main, parse
 from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.tasks.mpsp import MPSPConfig
 
@@ -35,6 +35,16 @@ def test_bif_subcommand_on_mpsp_checkpoint(tmp_path, capsys):
     capsys.readouterr()
     assert main([str(checkpoint), "--out", str(tmp_path / "o2")]) == 2
     assert "task config" in capsys.readouterr().err
-    parser = argparse.ArgumentParser()
-    add_bif_parser(parser.add_subparsers())
-    assert parser.parse_args(["bif", str(checkpoint)]).func.__name__ == "run_bif_command"
+    # every field of the command's configs is a flag, with the config's default
+    parsed = parse([str(checkpoint), "--param-patterns", "blocks.*", "--keep-draws"])
+    assert parsed.sampler.param_patterns == ("blocks.*",) and parsed.sampler.keep_draws
+    assert parsed.sampler.eval_batch_size == SamplerConfig().eval_batch_size
+    # --config FILE (JSON or YAML) sets fields; flags override it
+    (tmp_path / "bif.yaml").write_text("n_query: 3\nsampler: {chains: 3, draws: 7}\n")
+    parsed = parse([str(checkpoint), "--config", str(tmp_path / "bif.yaml"), "--draws", "9"])
+    assert (parsed.n_query, parsed.sampler.chains, parsed.sampler.draws) == (3, 3, 9)
+    assert parsed.sampler.batch_size == 256  # the command's own default survives the file
+    (tmp_path / "bad.yaml").write_text("sampler: {chainz: 3}\n")
+    capsys.readouterr()
+    assert main([str(checkpoint), "--config", str(tmp_path / "bad.yaml")]) == 2
+    assert "chainz" in capsys.readouterr().err

@@ -153,7 +153,7 @@ def test_bif_lm_through_main(tmp_path, capsys):
     (["analyze", "/nonexistent/run", "--analysis", "gradients"], ["/nonexistent/run"]),
     (["analyze", "RUN", "--analysis", "nope"], ["nope"]),
     (["bif", "/nonexistent/x.safetensors"], ["/nonexistent/x.safetensors"]),
-    (["bif", "CKPT", "--n-query", "0"], ["--n-query"]),
+    (["bif", "CKPT", "--n-query", "0"], ["n_query"]),
     (["bif", "CKPT", "--device", "cuda:x"], ["cuda:x"]),
     (["bif-lm", "/nonexistent/ckpts"], ["/nonexistent/ckpts"]),
 ])
