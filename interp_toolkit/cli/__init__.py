@@ -121,6 +121,8 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
         return USER_ERROR
     except SystemExit as exit_:  # a parser's --help (0) or usage error (2, already printed)
         return exit_.code if isinstance(exit_.code, int) else USER_ERROR
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        return BUG
     except Exception as err:  # noqa: BLE001 - the one place that turns a bug into a log file
         log = _log_bug(argv)
         print(f"interp-toolkit: internal error ({type(err).__name__}: {err}); traceback in {log}",

@@ -22,16 +22,19 @@ checkpoints, with the induction score on a twin axis of the same time axis) and
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+import tyro
+
 from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -42,8 +45,8 @@ if TYPE_CHECKING:
     from interp_toolkit.sources import CheckpointRef
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "add_lm_bif_parser", "bif_over_checkpoints", "main",
-           "plot_per_class", "run", "run_lm_bif_command"]
+__all__ = ["DESCRIPTION", "HELP", "LMBIFCommandConfig", "bif_over_checkpoints", "main", "parse",
+           "plot_per_class", "run_config"]
 
 HELP = "token-level BIF of a language model across checkpoints"
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -210,52 +213,60 @@ def _find_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
     return None
 
 
-def add_lm_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``bif-lm`` subcommand (default ``func``: :func:`run_lm_bif_command`)."""
-    parser = subparsers.add_parser("bif-lm", help=HELP, description=DESCRIPTION)
-    add_arguments(parser)
-    return parser
+@dataclass
+class LMBIFCommandConfig(Config):
+    """Settings of ``interp-toolkit bif-lm`` (every field is a flag; ``--config FILE`` sets them too).
+
+    Attributes:
+        checkpoints: Run dir, HF checkpoint folder(s), .safetensors, hub:NAME@REV,...
+        corpus_config: CorpusConfig as JSON (default: from the testbed's testbed.json).
+        out: Output / cache directory.
+        n_posterior: Training sequences of the posterior.
+        n_train: Recorded training sequences.
+        n_query: Recorded held-out query sequences.
+        reductions: Reductions of the token-level BIF matrix (class:class, class:all, ...).
+        device: cpu, cuda, cuda:N or auto (checked before any work).
+        sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
+    """
+
+    checkpoints: tyro.conf.Positional[tuple[str, ...]] = ()
+    corpus_config: Path | None = None
+    out: Path = Path("runs/bif_lm")
+    n_posterior: int = 512
+    n_train: int = 16
+    n_query: int = 16
+    reductions: tuple[str, ...] = ("class:class", "class:all", "sequence:sequence")
+    device: str = "cpu"
+    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(
+        eps=1e-4, chains=2, draws=50, burn_in=50, steps_between_draws=1, batch_size=32))
+
+    def __post_init__(self) -> None:
+        self.checkpoints = tuple(str(c) for c in self.checkpoints)
+        self.reductions = tuple(self.reductions)
+        for name in ("corpus_config", "out"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``bif-lm`` options."""
-    parser.add_argument("checkpoints", nargs="+", help="run dir, HF checkpoint folder(s), .safetensors, hub:NAME@REV,...")
-    parser.add_argument("--corpus-config", type=Path, help="CorpusConfig as JSON (default: from testbed.json)")
-    parser.add_argument("--out", type=Path, default=Path("runs/bif_lm"), help="output / cache directory")
-    parser.add_argument("--n-posterior", type=int, default=512)
-    parser.add_argument("--n-train", type=int, default=16, help="recorded training sequences")
-    parser.add_argument("--n-query", type=int, default=16, help="recorded held-out query sequences")
-    parser.add_argument("--reductions", nargs="+", default=["class:class", "class:all", "sequence:sequence"])
-    defaults = SamplerConfig()
-    parser.add_argument("--eps", type=float, default=1e-4)
-    parser.add_argument("--gamma", type=float, default=defaults.gamma)
-    parser.add_argument("--n-beta", type=float, default=None, help="default n / log n")
-    parser.add_argument("--chains", type=int, default=2)
-    parser.add_argument("--draws", type=int, default=50)
-    parser.add_argument("--burn-in", type=int, default=50)
-    parser.add_argument("--steps-between-draws", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pearson", action="store_true")
-    parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto (default cpu); checked before any work")
-    parser.set_defaults(func=run_lm_bif_command)
+def parse(argv: Sequence[str], prog: str = "interp-toolkit bif-lm") -> LMBIFCommandConfig:
+    """``argv`` (after ``bif-lm``) -> a validated :class:`LMBIFCommandConfig`."""
+    config = parse_config(LMBIFCommandConfig, argv, prog=prog, description=DESCRIPTION)
+    if not config.checkpoints:
+        raise UserError("bif-lm needs at least one CHECKPOINTS argument (run dir, HF checkpoint folder, "
+                        ".safetensors or hub:NAME@REV)")
+    return config
 
 
-def run_lm_bif_command(args: argparse.Namespace) -> int:
+def run_config(args: LMBIFCommandConfig) -> int:
     """The ``bif-lm`` handler: validate everything, then compute; returns 0."""
     from interp_toolkit.analyses.bif.lm import LMBIFConfig
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.sources import resolve_checkpoints
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
-    resolve_device(args.device or "cpu")  # a bad or unavailable device fails before any work
-    sampler = SamplerConfig(eps=args.eps, gamma=args.gamma, n_beta=args.n_beta, chains=args.chains, draws=args.draws,
-                            burn_in=args.burn_in, steps_between_draws=args.steps_between_draws,
-                            batch_size=args.batch_size, seed=args.seed, pearson=args.pearson,
-                            progress=not args.no_progress)
-    config = LMBIFConfig(sampler, reductions=tuple(args.reductions))
-    refs = resolve_checkpoints(args.checkpoints)
+    resolve_device(args.device)  # a bad or unavailable device fails before any work
+    config = LMBIFConfig(args.sampler, reductions=tuple(args.reductions))
+    refs = resolve_checkpoints(list(args.checkpoints))
     if args.corpus_config is not None:
         if not Path(args.corpus_config).is_file():
             raise UserError(f"--corpus-config {args.corpus_config} does not exist (expected a CorpusConfig as JSON)")
@@ -266,13 +277,10 @@ def run_lm_bif_command(args: argparse.Namespace) -> int:
             raise UserError("no corpus config: pass --corpus-config corpus.json (a CorpusConfig as JSON) "
                             "or checkpoints of a testbed run (with testbed.json)")
     rows = bif_over_checkpoints(refs, corpus, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
-                                n_query=args.n_query, progress=not args.no_progress)
+                                n_query=args.n_query, progress=args.sampler.progress)
     print(f"wrote {args.out / 'per_class.csv'} and {args.out / 'per_class.png'} ({len(refs)} checkpoints, "
           f"{len(rows)} rows)")
     return 0
-
-
-run = run_lm_bif_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
