@@ -146,14 +146,15 @@ def parse_config(
     default: C | None = None,
     prog: str | None = None,
     description: str | None = None,
-    aliases: Mapping[str, str] | None = None,
+    aliases: Mapping[str, str | Sequence[str]] | None = None,
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    prefixes: bool = False,
 ) -> C:
     """Parse ``argv`` into a ``cls`` with flags generated from its fields (tyro).
 
     Precedence: ``default`` (or the class defaults), then ``--config FILE`` (JSON/YAML of
     the fields), then the flags. Nested configs' flags carry no prefix (``--eps``, not
-    ``--sampler.eps``), so field names must be unique across a command's configs.
+    ``--sampler.eps``) unless ``prefixes``.
 
     Args:
         cls: The command's config class.
@@ -162,6 +163,8 @@ def parse_config(
         prog, description: For ``--help``.
         aliases: Old flag name -> generated flag name (``{"--quiet": "--no-progress"}``).
         prepare: Adjusts the merged dict before it is built (e.g. derived fields).
+        prefixes: Name nested configs' flags ``--model.n-layers`` (needed when two nested
+            configs share a field name, e.g. ``seed``).
 
     Raises:
         SystemExit: On ``--help`` (0) or an unparsable flag (2, after one ``error:`` line).
@@ -170,7 +173,7 @@ def parse_config(
     import tyro
 
     config_file, rest = split_config_flag(argv)
-    rest = [_alias(token, aliases or {}) for token in rest]
+    rest = [expanded for token in rest for expanded in _alias(token, aliases or {})]
     start = default
     if config_file is not None or prepare is not None:
         data = default.to_dict() if default is not None else _field_defaults(cls)
@@ -183,7 +186,7 @@ def parse_config(
     try:
         with contextlib.redirect_stderr(stderr):
             return tyro.cli(cls, args=rest, default=start, prog=prog, description=description,
-                            config=(tyro.conf.OmitArgPrefixes,))
+                            config=() if prefixes else (tyro.conf.OmitArgPrefixes,))
     except SystemExit as exit_:
         if exit_.code not in (0, None):
             print(f"error: {_one_line(stderr.getvalue())}", file=sys.stderr)
@@ -203,9 +206,14 @@ def _field_defaults(cls: type) -> dict[str, Any]:
     return out
 
 
-def _alias(token: str, aliases: Mapping[str, str]) -> str:
+def _alias(token: str, aliases: Mapping[str, str | Sequence[str]]) -> list[str]:
     flag, eq, value = token.partition("=")
-    return aliases.get(flag, flag) + eq + value if flag in aliases else token
+    if flag not in aliases:
+        return [token]
+    new = aliases[flag]
+    if isinstance(new, str):
+        return [new + eq + value]
+    return list(new)
 
 
 def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

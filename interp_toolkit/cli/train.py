@@ -1,126 +1,136 @@
 """``interp-toolkit train``: train one MPSP model with checkpoints.
 
-Flags, or a JSON/YAML config file (``--config``) with sections ``task``, ``model``,
-``train`` and ``run_dir``; flags given on the command line override the file. Reruns of a
-finished run recompute nothing; an interrupted run resumes from its last saved epoch.
+Flags are generated from the fields of ``MPSPConfig`` (``--task.r``), ``ModelConfig``
+(``--model.n-layers``) and ``TrainConfig`` (``--train.epochs``), with the short names of
+earlier versions as aliases (``--r``, ``--n-layers``, ``--epochs``, ...); a JSON/YAML config
+file (``--config``) with sections ``task``, ``model``, ``train`` and ``run_dir`` sets them and
+flags override it. Reruns of a finished run recompute nothing; an interrupted run resumes
+from its last saved epoch.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from interp_toolkit.errors import UserError
-
 HELP = "train one MPSP model with checkpoints"
-DESCRIPTION = ("Train one MPSP model. Reruns of a finished run recompute nothing; an interrupted run "
-               "resumes from its last saved epoch.")
-# The names of interp_toolkit.tasks.mpsp.TASKS, spelled out so that --help needs no torch.
+# The names of interp_toolkit.tasks.mpsp.TASKS, spelled out so that importing this module needs no torch.
 TASK_NAMES = ["first_mod3_sum_mod3", "first_parity_sum_parity", "max_mod3_sum_mod3", "max_parity_sum_parity"]
+# Flag names of earlier versions -> the generated flags (both work).
+ALIASES: dict[str, str | list[str]] = {
+    "--task": "--task-name", "--r": "--task.r", "--seq-len": "--task.seq-len", "--n-values": "--task.n-values",
+    "--n-train": "--task.n-train", "--n-eval": "--task.n-eval", "--data-seed": "--task.seed",
+    "--n-layers": "--model.n-layers", "--n-heads": "--model.n-heads", "--d-model": "--model.d-model",
+    "--d-mlp": "--model.d-mlp", "--attn-only": "--model.attn-only",
+    "--no-layernorm": ["--model.normalization", "None"], "--model-seed": "--model.seed",
+    "--epochs": "--train.epochs", "--lr": "--train.lr", "--weight-decay": "--train.weight-decay",
+    "--batch-size": "--train.batch-size", "--eval-every": "--train.eval-every",
+    "--checkpoint-every": "--train.checkpoint-every", "--no-log-checkpoints": "--train.no-checkpoint-log-spaced",
+    "--quiet": "--train.no-progress",
+}
+DESCRIPTION = ("Train one MPSP model. Reruns of a finished run recompute nothing; an interrupted run resumes "
+               "from its last saved epoch. Every field of the task (MPSPConfig), model (ModelConfig) and "
+               "training (TrainConfig) configs is a flag; --config FILE (JSON/YAML with sections task, model, "
+               "train, run_dir) sets them and flags override it. Short flags of earlier versions still work: "
+               + ", ".join(f"{old} = {new if isinstance(new, str) else ' '.join(new)}" for old, new in ALIASES.items())
+               + ".")
 
 
-def load_config_file(path: str) -> dict[str, Any]:
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"config file {path} does not exist")
-    text = file.read_text()
-    if file.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as err:  # pragma: no cover - pyyaml ships with transformers
-            raise UserError("reading YAML configs needs pyyaml (pip install pyyaml)") from err
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
-    if not isinstance(data, dict):
-        raise UserError(f"config file {path} must hold a mapping with keys task/model/train")
-    unknown = sorted(set(data) - {"task", "model", "train", "run_dir"})
-    if unknown:
-        raise UserError(f"config file {path} has unknown sections {unknown}; "
-                         "expected task, model, train, run_dir")
-    return data
+_COMMAND_CONFIG: list[type] = []
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``train`` options (also used by scripts that wrap ``train``)."""
-    p.add_argument("--config", help="JSON or YAML file with sections task, model, train, run_dir; "
-                   "flags given on the command line override it")
-    g = p.add_argument_group("task (MPSP)")
-    g.add_argument("--task", choices=TASK_NAMES, help="task variant (default max_parity_sum_parity)")
-    g.add_argument("--r", type=float, help="spurious ratio of the training split, in [0, 1] (default 0.9)")
-    g.add_argument("--seq-len", type=int, help="values per sequence (default 10)")
-    g.add_argument("--n-values", type=int, help="values are 0..n_values-1 (default 10)")
-    g.add_argument("--n-train", type=int, help="training examples (default 16384)")
-    g.add_argument("--n-eval", type=int, help="examples in val and adv (default 2048)")
-    g.add_argument("--data-seed", type=int, help="data seed (default 0)")
-    g = p.add_argument_group("model")
-    g.add_argument("--n-layers", type=int, help="transformer blocks (default 1)")
-    g.add_argument("--n-heads", type=int, help="heads per block (default 2)")
-    g.add_argument("--d-model", type=int, help="residual width (default 64)")
-    g.add_argument("--d-mlp", type=int, help="MLP width (default 128)")
-    g.add_argument("--attn-only", action="store_true", default=None, help="no MLPs")
-    g.add_argument("--no-layernorm", action="store_true", default=None, help="normalization=None")
-    g.add_argument("--model-seed", type=int, help="initialization seed (default 0)")
-    g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=int, help="epochs (default 2000)")
-    g.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-3)")
-    g.add_argument("--weight-decay", type=float, help="AdamW weight decay (default 0.1)")
-    g.add_argument("--batch-size", type=int, help="minibatch size (default: full batch)")
-    g.add_argument("--eval-every", type=int, help="evaluate every k epochs (default 10)")
-    g.add_argument("--checkpoint-every", type=int, help="checkpoint every k epochs (default 100)")
-    g.add_argument("--no-log-checkpoints", action="store_true", default=None,
-                   help="no log-spaced checkpoints at epochs 1, 2, 4, ...")
-    g.add_argument("--run-dir", help="run directory (default runs/<task>_<L>L<H>H_r<r>_<key>)")
-    g.add_argument("--device", help="cpu, cuda, cuda:N or auto (default cpu)")
-    g.add_argument("--quiet", action="store_true", help="no progress bar")
+def command_config_class() -> type:
+    """``TrainCommandConfig``, built on first use (its fields' classes import torch).
 
+    Fields: ``task_name`` (sets task.label/shortcut), ``task`` (MPSPConfig), ``model``
+    (ModelConfig; vocabulary and context sizes always follow the task), ``train``
+    (TrainConfig), ``run_dir``, ``device``.
+    """
+    if _COMMAND_CONFIG:
+        return _COMMAND_CONFIG[0]
+    import dataclasses
+    from typing import Literal, Optional
 
-def resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
-    from interp_toolkit.io import config_hash
+    from interp_toolkit.config import Config
     from interp_toolkit.model import ModelConfig
     from interp_toolkit.runs.trainer import TrainConfig
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
-    data = load_config_file(args.config) if args.config else {}
-    task = dict(data.get("task", {}))
-    model = dict(data.get("model", {}))
-    train = dict(data.get("train", {}))
-    name = task.pop("task", None)
-    if args.task:
-        name = args.task
-    for flag, key in (("r", "r"), ("seq_len", "seq_len"), ("n_values", "n_values"), ("n_train", "n_train"),
-                      ("n_eval", "n_eval"), ("data_seed", "seed")):
-        if getattr(args, flag) is not None:
-            task[key] = getattr(args, flag)
-    task_cfg = MPSPConfig.from_task(name or "max_parity_sum_parity", **task)
-    model.setdefault("n_layers", 1)
-    model.setdefault("n_heads", 2)
-    for flag, key in (("n_layers", "n_layers"), ("n_heads", "n_heads"), ("d_model", "d_model"),
-                      ("d_mlp", "d_mlp"), ("model_seed", "seed"), ("attn_only", "attn_only")):
-        if getattr(args, flag) is not None:
-            model[key] = getattr(args, flag)
-    if args.no_layernorm:
-        model["normalization"] = None
-    model.update(task_cfg.model_dims())
-    model_cfg = ModelConfig.from_dict(model)
-    for flag, key in (("epochs", "epochs"), ("lr", "lr"), ("weight_decay", "weight_decay"),
-                      ("batch_size", "batch_size"), ("eval_every", "eval_every"),
-                      ("checkpoint_every", "checkpoint_every")):
-        if getattr(args, flag) is not None:
-            train[key] = getattr(args, flag)
-    if args.no_log_checkpoints:
-        train["checkpoint_log_spaced"] = False
-    if args.quiet:
-        train["progress"] = False
-    train_cfg = TrainConfig.from_dict(train)
-    run_dir = args.run_dir or data.get("run_dir")
-    if not run_dir:
-        key = config_hash({"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), "train": train_cfg.to_dict()}, 8)
-        run_dir = (f"runs/{task_cfg.name}_{model_cfg.n_layers}L{model_cfg.n_heads}H_r{task_cfg.r:g}"
-                   f"_s{model_cfg.seed}_{key}")
-    return task_cfg, model_cfg, train_cfg, Path(run_dir)
+    def default_model() -> ModelConfig:
+        model = ModelConfig(n_layers=1, n_heads=2, **MPSPConfig().model_dims())
+        model.d_head = None  # derived from d_model / n_heads unless given
+        return model
+
+    def post_init(self: Any) -> None:
+        if isinstance(self.task, dict):
+            self.task = MPSPConfig.from_dict(self.task)
+        if self.task_name is not None:
+            self.task = MPSPConfig.from_task(self.task_name, **{
+                k: v for k, v in self.task.to_dict().items() if k not in ("label", "shortcut")})
+        model = dict(self.model) if isinstance(self.model, dict) else self.model.to_dict()
+        self.model = ModelConfig.from_dict({**model, **self.task.model_dims()})
+        if isinstance(self.train, dict):
+            self.train = TrainConfig.from_dict(self.train)
+        if isinstance(self.run_dir, str):
+            self.run_dir = Path(self.run_dir)
+
+    task_name = Literal[tuple(TASK_NAMES)]  # type: ignore[valid-type]
+    cls = dataclasses.make_dataclass(
+        "TrainCommandConfig",
+        [("task_name", Optional[task_name], dataclasses.field(default=None)),  # noqa: UP007 - read by tyro
+         ("task", MPSPConfig, dataclasses.field(default_factory=MPSPConfig)),
+         ("model", ModelConfig, dataclasses.field(default_factory=default_model)),
+         ("train", TrainConfig, dataclasses.field(default_factory=TrainConfig)),
+         ("run_dir", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
+         ("device", str, dataclasses.field(default="cpu"))],
+        bases=(Config,),
+        namespace={"__post_init__": post_init, "__module__": __name__, "__doc__": """Settings of ``interp-toolkit train``.
+
+    Attributes:
+        task_name: Task variant (sets task.label and task.shortcut); default: from them.
+        task: The MPSP data.
+        model: The architecture (vocabulary and context sizes always follow the task).
+        train: Optimization and bookkeeping.
+        run_dir: Run directory (default runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>).
+        device: cpu, cuda, cuda:N or auto.
+    """},
+    )
+    _COMMAND_CONFIG.append(cls)
+    return cls
+
+
+def _prepare(data: dict[str, Any]) -> dict[str, Any]:
+    """Config-file layout of earlier versions: ``task: {task: NAME, ...}``."""
+    task = dict(data.get("task") or {})
+    if "task" in task:
+        data = {**data, "task_name": task.pop("task"), "task": task}
+    return data
+
+
+def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
+    """``argv`` (after ``train``) -> a validated ``TrainCommandConfig``."""
+    import dataclasses
+
+    from interp_toolkit.config import load_config_file, parse_config, split_config_flag
+
+    cls = command_config_class()
+    cfg = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES, prepare=_prepare,
+                       prefixes=True)
+    # d_head follows d_model / n_heads unless it was given (the default instance holds a derived value)
+    config_file, rest = split_config_flag(argv)
+    from_file = config_file is not None and "d_head" in (load_config_file(config_file).get("model") or {})
+    if not from_file and not any(t.split("=")[0] == "--model.d-head" for t in rest):
+        cfg.model = dataclasses.replace(cfg.model, d_head=None)
+    return cfg
+
+
+def default_run_dir(task_cfg: Any, model_cfg: Any, train_cfg: Any) -> Path:
+    """``runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>``: distinct configs, distinct directories."""
+    from interp_toolkit.io import config_hash
+
+    key = config_hash({"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), "train": train_cfg.to_dict()}, 8)
+    return Path(f"runs/{task_cfg.name}_{model_cfg.n_layers}L{model_cfg.n_heads}H_r{task_cfg.r:g}"
+                f"_s{model_cfg.seed}_{key}")
 
 
 def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None) -> Any:
@@ -136,10 +146,10 @@ def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, dev
     return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}})
 
 
-def run(args: argparse.Namespace) -> int:
-    """``interp-toolkit train``: returns 0; bad input raises a ``ValueError`` (exit 2 in ``main``)."""
-    task_cfg, model_cfg, train_cfg, run_dir = resolve_train_args(args)
-    result = train_mpsp(task_cfg, model_cfg, train_cfg, run_dir, device=args.device)
+def run_config(cfg: Any) -> int:
+    """``interp-toolkit train``: returns 0; bad input raises a user error (exit 2 in ``main``)."""
+    run_dir = cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)
+    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, device=cfg.device)
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")
@@ -158,5 +168,5 @@ def format_metrics(metrics: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "format_metrics", "load_config_file", "resolve_train_args",
-           "run", "train_mpsp"]
+__all__ = ["ALIASES", "DESCRIPTION", "HELP", "TASK_NAMES", "command_config_class", "default_run_dir", "format_metrics", "parse",
+           "run_config", "train_mpsp"]

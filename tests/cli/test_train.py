@@ -102,3 +102,28 @@ def test_killed_cli_run_resumes_to_identical_weights(tmp_path):
     for key, value in ref_model.state_dict().items():
         assert torch.equal(value, model.state_dict()[key]), key
     assert (run / "metrics.jsonl").read_text() == (tmp_path / "ref" / "metrics.jsonl").read_text()
+
+
+def test_train_flags_are_generated_from_the_configs_and_old_names_still_work():
+    from interp_toolkit.cli.train import ALIASES, parse
+    from interp_toolkit.model import ModelConfig
+    from interp_toolkit.runs.trainer import TrainConfig
+
+    old = parse(["--r", "0.5", "--seq-len", "4", "--n-layers", "2", "--d-model", "16", "--epochs", "7",
+                 "--no-layernorm", "--quiet", "--no-log-checkpoints", "--data-seed", "3", "--model-seed", "4",
+                 "--task", "first_mod3_sum_mod3"])
+    new = parse(["--task.r", "0.5", "--task.seq-len", "4", "--model.n-layers", "2", "--model.d-model", "16",
+                 "--train.epochs", "7", "--model.normalization", "None", "--train.no-progress",
+                 "--train.no-checkpoint-log-spaced", "--task.seed", "3", "--model.seed", "4",
+                 "--task-name", "first_mod3_sum_mod3"])
+    assert old.to_dict() == new.to_dict()
+    assert (old.task.r, old.task.seq_len, old.task.seed, old.task.name) == (0.5, 4, 3, "first_mod3_sum_mod3")
+    assert (old.model.n_layers, old.model.d_head, old.model.normalization, old.model.seed) == (2, 8, None, 4)
+    assert old.model.n_ctx == 5 and old.model.d_vocab_out == 3  # follow the task
+    assert not old.train.progress and not old.train.checkpoint_log_spaced
+    # fields that never had a hand-written flag are flags too, with the config's default
+    parsed = parse(["--model.act-fn", "gelu", "--train.readout-position", "-2"])
+    assert parsed.model.act_fn == "gelu" and parsed.train.readout_position == -2
+    assert parsed.train.eval_batch_size == TrainConfig().eval_batch_size
+    assert parsed.model.d_mlp == ModelConfig(n_layers=1, n_heads=1, d_vocab=2, n_ctx=2).d_mlp
+    assert len(ALIASES) == 22
