@@ -1,12 +1,12 @@
 """Self-describing checkpoints: safetensors weights with the model config and metadata
 embedded in the file's header, so ``load_checkpoint(path)`` needs no other context.
 
-File format (``*.safetensors``): TransformerLens-style state-dict keys
-(``embed.weight``, ``blocks.0.attn.q.weight`` ...) and the header metadata
-
-* ``interp_toolkit.format``: format version (``"1"``);
-* ``interp_toolkit.model_config``: the :class:`~interp_toolkit.model.ModelConfig` as JSON;
-* ``interp_toolkit.metadata``: the user's metadata as JSON (epoch, metrics, ...).
+File format (``*.safetensors``): an artifact of :mod:`interp_toolkit.io` of kind
+``"checkpoint"``: TransformerLens-style state-dict keys (``embed.weight``,
+``blocks.0.attn.q.weight`` ...), and in the header's JSON metadata ``model_config`` (the
+:class:`~interp_toolkit.model.ModelConfig`) and ``metadata`` (the user's: epoch, metrics,
+...), plus the digest of every tensor, verified on load. Files of the earlier format 1
+(separate header keys, no digests) are still read.
 """
 
 from __future__ import annotations
@@ -18,22 +18,22 @@ from typing import Any
 
 import torch
 
-from interp_toolkit.errors import UserError
-from interp_toolkit.io import atomic_write_bytes
+from interp_toolkit.errors import CheckpointError
+from interp_toolkit.io import ARTIFACT_KEY, load_artifact, read_safetensors_header, save_artifact
 from interp_toolkit.model import ModelConfig, build_model, model_config_of
 
-FORMAT_VERSION = "1"
+# Format 1 (read only): the config and metadata as separate header keys, no digests.
 _KEY_FORMAT = "interp_toolkit.format"
 _KEY_CONFIG = "interp_toolkit.model_config"
 _KEY_META = "interp_toolkit.metadata"
-
-
-class CheckpointError(UserError):
-    """A checkpoint file is missing, truncated, corrupted or does not match its config."""
+KIND = "checkpoint"
 
 
 def save_checkpoint(model: Any, path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> Path:
     """Atomically write ``model``'s weights, config and ``metadata`` to one file.
+
+    The file is an artifact of :mod:`interp_toolkit.io` (safetensors whose JSON header holds
+    the model config, ``metadata`` and a digest of every tensor, verified on load).
 
     Args:
         model: A model made by :func:`build_model` or :func:`load_checkpoint`.
@@ -43,20 +43,20 @@ def save_checkpoint(model: Any, path: str | os.PathLike, metadata: dict[str, Any
     Returns:
         The path written.
     """
-    from safetensors.torch import save
-
     cfg = model_config_of(model)
     try:
-        meta_json = json.dumps(metadata or {}, sort_keys=True)
+        json.dumps(metadata or {}, sort_keys=True)
     except TypeError as err:
         raise ValueError(f"checkpoint metadata must be JSON-serializable: {err}") from err
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
-    header = {_KEY_FORMAT: FORMAT_VERSION, _KEY_CONFIG: cfg.to_json(), _KEY_META: meta_json}
-    return atomic_write_bytes(path, save(tensors, metadata=header))
+    return save_artifact(path, tensors, {"model_config": cfg.to_dict(), "metadata": metadata or {}}, kind=KIND)
 
 
 def read_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, Any]]:
-    """Parse a checkpoint file without building a model: (config, tensors, metadata)."""
+    """Parse a checkpoint file without building a model: (config, tensors, metadata).
+
+    Every tensor is checked against the digest recorded when it was saved.
+    """
     from safetensors.torch import load
 
     path = Path(path)
@@ -64,19 +64,23 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, tor
         raise CheckpointError(f"checkpoint {path} does not exist")
     raw = path.read_bytes()
     try:
-        tensors = load(raw)
-        header_len = int.from_bytes(raw[:8], "little")
-        header = json.loads(raw[8 : 8 + header_len]).get("__metadata__", {})
-    except Exception as err:  # safetensors raises several types for bad files
+        header = read_safetensors_header(raw)
+    except Exception as err:  # noqa: BLE001 - a file too short or not JSON
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {err}") from err
-    if header.get(_KEY_FORMAT) != FORMAT_VERSION:
-        raise CheckpointError(
-            f"checkpoint {path} is not an interp_toolkit checkpoint of format {FORMAT_VERSION} "
-            f"(header format: {header.get(_KEY_FORMAT)!r})"
-        )
+    if ARTIFACT_KEY in header:
+        tensors, stored = load_artifact(path, kind=KIND)
+        config, metadata = stored.get("model_config"), stored.get("metadata", {})
+    elif header.get(_KEY_FORMAT) == "1":  # written before artifacts had digests
+        try:
+            tensors = load(raw)
+            config = json.loads(header[_KEY_CONFIG])
+            metadata = json.loads(header.get(_KEY_META, "{}"))
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {err}") from err
+    else:
+        raise CheckpointError(f"checkpoint {path} is not an interp_toolkit checkpoint (no artifact header)")
     try:
-        cfg = ModelConfig.from_dict(json.loads(header[_KEY_CONFIG]))
-        metadata = json.loads(header.get(_KEY_META, "{}"))
+        cfg = ModelConfig.from_dict(config)
     except (KeyError, ValueError, TypeError) as err:
         raise CheckpointError(f"checkpoint {path} has an invalid model config: {err}") from err
     return cfg, tensors, metadata

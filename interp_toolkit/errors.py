@@ -10,3 +10,9 @@ from __future__ import annotations
 
 class UserError(ValueError):
     """Bad input from the user; the message names the bad value and what was expected."""
+
+
+class CheckpointError(UserError):
+    """A stored artifact (checkpoint, BIF result, DLN state) is missing, truncated, corrupted,
+    fails its recorded digest, or does not match its config; the message names the file (and
+    the tensor, when one is at fault)."""

@@ -1,4 +1,13 @@
-"""Atomic file writes and config hashing: nothing half-written is ever left behind."""
+"""Atomic file writes, config hashing, the one tensor digest and the one artifact format.
+
+Nothing half-written is ever left behind: every file goes through a temp file and a rename.
+
+Artifacts (checkpoints, BIF and LM BIF results, DLN states) are single ``.safetensors``
+files whose header holds JSON metadata and the :func:`tensor_digest` of every tensor
+(:func:`save_artifact`); :func:`load_artifact` verifies every digest while reading, in one
+pass, and raises :class:`~interp_toolkit.errors.CheckpointError` naming the file and the
+tensor that does not match.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +16,15 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from interp_toolkit.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
+
+ARTIFACT_KEY = "interp_toolkit.artifact"
+ARTIFACT_FORMAT = 1
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -78,3 +95,109 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             break
     return records
+
+
+def _tensor_bytes(tensor: "torch.Tensor") -> bytes:
+    import torch
+
+    t = tensor.detach().to("cpu").contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    elif not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool:
+        t = t.long()  # int32 and int64 tensors of the same values are the same data
+    return t.numpy().tobytes()
+
+
+def tensor_digest(tensors: "torch.Tensor | Iterable[torch.Tensor] | Mapping[str, torch.Tensor]",
+                  extra: Any = None, length: int = 16) -> str:
+    """The toolkit's one tensor digest: SHA-256 of shapes and values (hex, ``length`` chars).
+
+    Used for run keys (data fingerprints), cache keys (models, data) and the per-tensor
+    digests of artifacts. A mapping is digested by sorted name (names included); integer
+    tensors are read as int64 and bfloat16 as float32, so equal data gives equal digests.
+
+    Args:
+        tensors: One tensor, a sequence, or a name -> tensor mapping.
+        extra: JSON-able context appended to the digest (e.g. class names).
+        length: Hex characters kept.
+    """
+    import torch
+
+    digest = hashlib.sha256()
+    if isinstance(tensors, torch.Tensor):
+        items: list[tuple[str | None, torch.Tensor]] = [(None, tensors)]
+    elif isinstance(tensors, Mapping):
+        items = [(name, tensors[name]) for name in sorted(tensors)]
+    else:
+        items = [(None, t) for t in tensors]
+    for name, tensor in items:
+        if name is not None:
+            digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(_tensor_bytes(tensor))
+    if extra is not None:
+        digest.update(json.dumps(extra, sort_keys=True, default=_json_default).encode())
+    return digest.hexdigest()[:length]
+
+
+def save_artifact(path: str | os.PathLike, tensors: Mapping[str, "torch.Tensor"], metadata: Mapping[str, Any],
+                  kind: str) -> Path:
+    """Atomically write ``tensors`` and JSON ``metadata`` as one safetensors file.
+
+    The header records ``kind``, the metadata and the :func:`tensor_digest` of every tensor,
+    which :func:`load_artifact` verifies.
+    """
+    from safetensors.torch import save
+
+    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    header = {"format": ARTIFACT_FORMAT, "kind": kind, "metadata": dict(metadata),
+              "digests": {name: tensor_digest(t) for name, t in cpu.items()}}
+    try:
+        text = json.dumps(header, sort_keys=True, default=_json_default)
+    except TypeError as err:
+        raise ValueError(f"{kind} metadata must be JSON-serializable: {err}") from err
+    return atomic_write_bytes(path, save(cpu, metadata={ARTIFACT_KEY: text}))
+
+
+def read_safetensors_header(raw: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file's bytes (``{}`` if none)."""
+    header_len = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8 : 8 + header_len]).get("__metadata__", {}) or {}
+
+
+def load_artifact(path: str | os.PathLike, kind: str | None = None) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
+    """Read an artifact written by :func:`save_artifact`: ``(tensors, metadata)``.
+
+    Raises:
+        CheckpointError: Naming the file if it is missing, truncated, not an artifact (of
+            ``kind``), and naming the tensor whose bytes do not match the recorded digest.
+    """
+    from safetensors.torch import load
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{kind or 'artifact'} file {path} does not exist")
+    raw = path.read_bytes()
+    try:
+        tensors = load(raw)
+        header = json.loads(read_safetensors_header(raw)[ARTIFACT_KEY])
+    except KeyError as err:
+        raise CheckpointError(f"{path} is not an interp_toolkit artifact (no {ARTIFACT_KEY} header)") from err
+    except Exception as err:  # noqa: BLE001 - safetensors raises several types for bad files
+        raise CheckpointError(f"{path} is truncated or corrupted: {err}") from err
+    if kind is not None and header.get("kind") != kind:
+        raise CheckpointError(f"{path} holds a {header.get('kind')!r} artifact, expected {kind!r}")
+    verify_digests(path, tensors, header.get("digests") or {})
+    return tensors, header.get("metadata") or {}
+
+
+def verify_digests(path: str | os.PathLike, tensors: Mapping[str, "torch.Tensor"], digests: Mapping[str, str]) -> None:
+    """Check every tensor against its recorded digest (one pass); raise naming file and tensor."""
+    missing = sorted(set(digests) - set(tensors))
+    if missing:
+        raise CheckpointError(f"{path}: tensor {missing[0]} is recorded but missing from the file")
+    for name, tensor in tensors.items():
+        if name not in digests:
+            raise CheckpointError(f"{path}: tensor {name} has no recorded digest")
+        if tensor_digest(tensor) != digests[name]:
+            raise CheckpointError(f"{path}: tensor {name} does not match its recorded digest (corrupted file)")

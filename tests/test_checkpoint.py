@@ -6,6 +6,7 @@ import torch
 
 from interp_toolkit import CheckpointError, build_model, load_checkpoint, save_checkpoint
 from interp_toolkit.checkpoint import read_checkpoint
+from interp_toolkit.io import ARTIFACT_KEY
 
 
 @pytest.fixture
@@ -97,21 +98,49 @@ def test_mismatched_config_raises(saved, tmp_path):
     _, path = saved
     raw = path.read_bytes()
     tensors = load(raw)
-    _, _, meta = read_checkpoint(path)
-    header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])["__metadata__"]
-    cfg = json.loads(header["interp_toolkit.model_config"])
-    cfg["d_model"] = 32
-    cfg["d_head"] = 16
-    header["interp_toolkit.model_config"] = json.dumps(cfg)
+    header = json.loads(json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])["__metadata__"][ARTIFACT_KEY])
+    cfg = header["metadata"]["model_config"]
+    header["metadata"]["model_config"] = {**cfg, "d_model": 32, "d_head": 16}
     bad = tmp_path / "mismatch.safetensors"
-    bad.write_bytes(save(tensors, metadata=header))
+    bad.write_bytes(save(tensors, metadata={ARTIFACT_KEY: json.dumps(header)}))
     with pytest.raises(CheckpointError, match="mismatch.safetensors.*shape"):
         load_checkpoint(bad)
     del tensors["unembed.weight"]
-    header["interp_toolkit.model_config"] = json.dumps({**cfg, "d_model": 16, "d_head": 8})
-    bad.write_bytes(save(tensors, metadata=header))
+    del header["digests"]["unembed.weight"]
+    header["metadata"]["model_config"] = cfg
+    bad.write_bytes(save(tensors, metadata={ARTIFACT_KEY: json.dumps(header)}))
     with pytest.raises(CheckpointError, match="missing keys"):
         load_checkpoint(bad)
+
+
+def test_corrupted_tensor_bytes_are_caught_naming_file_and_tensor(saved, tmp_path):
+    from safetensors.torch import load, save
+
+    _, path = saved
+    raw = path.read_bytes()
+    tensors = load(raw)
+    header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])["__metadata__"]
+    tensors["embed.weight"] = tensors["embed.weight"].clone()
+    tensors["embed.weight"][0, 0] += 1.0  # same shape, other bytes: only the digest can tell
+    bad = tmp_path / "flipped.safetensors"
+    bad.write_bytes(save(tensors, metadata=header))
+    with pytest.raises(CheckpointError, match="flipped.safetensors: tensor embed.weight does not match"):
+        load_checkpoint(bad)
+
+
+def test_format_1_checkpoints_are_still_read(saved, tmp_path):
+    from safetensors.torch import load, save
+
+    model, path = saved
+    cfg, tensors, meta = read_checkpoint(path)
+    legacy = tmp_path / "legacy.safetensors"
+    legacy.write_bytes(save(load(path.read_bytes()), metadata={
+        "interp_toolkit.format": "1", "interp_toolkit.model_config": cfg.to_json(),
+        "interp_toolkit.metadata": json.dumps(meta)}))
+    loaded, legacy_meta = load_checkpoint(legacy)
+    assert legacy_meta == meta
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value)
 
 
 def test_write_is_atomic(saved, monkeypatch):

@@ -59,6 +59,8 @@ _EXPORTS = {
     "index_data": ".data",
     "per_example_losses": ".data",
     "compute_bif": ".estimator",
+    "BIFEstimate": ".estimator",
+    "estimate_from_moments": ".estimator",
     "CoMoments": ".moments",
     "cluster_phases": ".phases",
     "plot_bif": ".plots",

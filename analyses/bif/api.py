@@ -19,7 +19,7 @@ from .data import (
     model_fingerprint,
     per_example_losses,
 )
-from .estimator import finalize
+from .estimator import estimate_from_moments
 from .moments import CoMoments
 from .plots import plot_bif
 from .results import BIFResult, Draws
@@ -101,7 +101,7 @@ def bif(
         }
         key = config_hash(identity)
         out_dir = Path(cache_dir) / f"bif_{key}"
-        if (out_dir / "bif.json").exists() and (out_dir / "bif.safetensors").exists():
+        if BIFResult.is_stored(out_dir):
             return BIFResult.load(out_dir)
 
     with torch.no_grad():
@@ -145,20 +145,18 @@ def bif(
             kept_labels[chain, draw] = label
 
     diagnostics = sample_sgld(model, train_data, loss_fn, config, all_recorders, on_draw)
-    total, stderr, per_chain, mean_a, mean_b, phases = finalize(
-        accumulators, config.chains, config.pearson, with_phases=phase_fn is not None
-    )
+    estimate = estimate_from_moments(accumulators, config.chains, config.pearson, with_phases=phase_fn is not None)
     result = BIFResult(
-        bif=total,
-        stderr=stderr,
-        per_chain=per_chain,
+        bif=estimate.bif,
+        stderr=estimate.stderr,
+        per_chain=estimate.per_chain,
         pearson=config.pearson,
         chains=config.chains,
         draws_per_chain=config.draws,
-        attribution_mean=mean_a,
-        observable_mean=mean_b,
+        attribution_mean=estimate.attribution_mean,
+        observable_mean=estimate.observable_mean,
         observable_slices=slices,
-        phases=phases,
+        phases=estimate.phases,
         diagnostics=diagnostics,
         draws=Draws(kept_a, kept_b, dict(slices), phase_labels=kept_labels) if kept_a is not None else None,
         config=config.to_dict(),

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import torch
 from jaxtyping import Int
 from torch import Tensor, nn
+
+from interp_toolkit.io import tensor_digest
 
 DataLike = Union[Tensor, Sequence[Tensor], Mapping[str, Tensor]]
 LossFn = Callable[[nn.Module, Any], Tensor]
@@ -43,31 +44,17 @@ def index_data(data: DataLike, index: Int[Tensor, " k"] | slice) -> DataLike:
 
 
 def data_fingerprint(data: DataLike | None) -> str | None:
+    """:func:`~interp_toolkit.io.tensor_digest` of a tensor / tuple / dict of tensors (None: None)."""
     if data is None:
         return None
-    digest = hashlib.sha256()
-    items = (
-        [data]
-        if isinstance(data, Tensor)
-        else [data[k] for k in sorted(data)]
-        if isinstance(data, Mapping)
-        else list(data)
-    )
-    for tensor in items:
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(f"{tuple(t.shape)}{t.dtype}".encode())
-        digest.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
-    return digest.hexdigest()[:16]
+    if isinstance(data, (Tensor, Mapping)):
+        return tensor_digest(data)
+    return tensor_digest(list(data))
 
 
 def model_fingerprint(model: nn.Module) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(name.encode())
-        digest.update(f"{tuple(t.shape)}{t.dtype}".encode())
-        digest.update(t.float().numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes())
-    return digest.hexdigest()[:16]
+    """:func:`~interp_toolkit.io.tensor_digest` of a model's state dict."""
+    return tensor_digest(model.state_dict())
 
 
 def per_example_losses(loss_fn: LossFn, data: DataLike, batch_size: int = 1024) -> Observable:

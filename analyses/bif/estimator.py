@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Mapping
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from .moments import CoMoments
@@ -20,13 +21,40 @@ def _stderr(per_chain: Tensor) -> Tensor:
     return per_chain.std(0, unbiased=True) / math.sqrt(chains)
 
 
-def finalize(
+@dataclass
+class BIFEstimate:
+    """What the estimator gives from streamed co-moments (see :func:`estimate_from_moments`).
+
+    Attributes:
+        bif: ``-Cov`` (or ``-Corr``) pooled over chains, ``n_a x n_b``.
+        stderr: Standard error per entry across chains (NaN for one chain).
+        per_chain: The estimate of each chain alone.
+        attribution_mean, observable_mean: Posterior means of the recorded values.
+        phases: The within/between decomposition, if phases were accumulated separately.
+    """
+
+    bif: Float[Tensor, "n_a n_b"]
+    stderr: Float[Tensor, "n_a n_b"]
+    per_chain: Float[Tensor, "chains n_a n_b"]
+    attribution_mean: Float[Tensor, " n_a"]
+    observable_mean: Float[Tensor, " n_b"]
+    phases: PhaseDecomposition | None = None
+
+
+def estimate_from_moments(
     accumulators: Mapping[tuple[int, int], CoMoments],
     chains: int,
     pearson: bool,
     with_phases: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, PhaseDecomposition | None]:
-    """Estimates from per-(chain, phase) accumulators."""
+) -> BIFEstimate:
+    """The BIF estimate from per-(chain, phase) co-moment accumulators.
+
+    Args:
+        accumulators: ``(chain, phase label) -> CoMoments`` of (attribution, observable).
+        chains: Number of chains (each must have draws).
+        pearson: ``-Corr`` instead of ``-Cov``.
+        with_phases: Also compute the :class:`PhaseDecomposition`.
+    """
     per_chain_acc = []
     for chain in range(chains):
         parts = [acc for (c, _), acc in accumulators.items() if c == chain and acc.count > 0]
@@ -84,7 +112,7 @@ def finalize(
             within_stderr=_stderr(torch.stack(chain_within)),
             between_stderr=_stderr(torch.stack(chain_between)),
         )
-    return total, _stderr(per_chain), per_chain, pooled.mean_a, pooled.mean_b, phases
+    return BIFEstimate(total, _stderr(per_chain), per_chain, pooled.mean_a, pooled.mean_b, phases)
 
 
 def compute_bif(
@@ -114,20 +142,18 @@ def compute_bif(
             accumulators[(chain, int(label))] = CoMoments.from_batch(
                 draws.attribution[chain][mask], draws.observables[chain][mask]
             )
-    total, stderr, per_chain, mean_a, mean_b, decomposition = finalize(
-        accumulators, chains, pearson, with_phases=phases is not None
-    )
+    estimate = estimate_from_moments(accumulators, chains, pearson, with_phases=phases is not None)
     return BIFResult(
-        bif=total,
-        stderr=stderr,
-        per_chain=per_chain,
+        bif=estimate.bif,
+        stderr=estimate.stderr,
+        per_chain=estimate.per_chain,
         pearson=pearson,
         chains=chains,
         draws_per_chain=n_draws,
-        attribution_mean=mean_a,
-        observable_mean=mean_b,
+        attribution_mean=estimate.attribution_mean,
+        observable_mean=estimate.observable_mean,
         observable_slices=dict(draws.observable_slices),
-        phases=decomposition,
+        phases=estimate.phases,
         draws=draws,
     )
 

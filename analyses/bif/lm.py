@@ -29,8 +29,6 @@ additionally stores ``chains x draws x (N_a + N_b)`` floats.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -42,11 +40,18 @@ from torch import Tensor, nn
 
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.analyses.bif.data import model_fingerprint
-from interp_toolkit.analyses.bif.estimator import finalize
+from interp_toolkit.analyses.bif.estimator import estimate_from_moments
 from interp_toolkit.analyses.bif.moments import CoMoments
+from interp_toolkit.analyses.bif.results import (
+    diagnostics_from,
+    diagnostics_metadata,
+    diagnostics_tensors,
+)
 from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics, sample_sgld
 from interp_toolkit.config import reject_unknown_keys
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json, config_hash
+from interp_toolkit.io import config_hash, load_artifact, save_artifact, tensor_digest
+
+LM_RESULT_FILE = "lm_bif.safetensors"
 
 __all__ = [
     "GROUPINGS",
@@ -114,13 +119,7 @@ class TokenSet:
         return int(self.classes.numel())
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        for t in (self.tokens, self.classes):
-            t = t.detach().cpu().contiguous().long()
-            digest.update(str(tuple(t.shape)).encode())
-            digest.update(t.numpy().tobytes())
-        digest.update(json.dumps(self.class_names).encode())
-        return digest.hexdigest()[:16]
+        return tensor_digest([self.tokens, self.classes], extra=self.class_names)
 
 
 def group_ids(tokens: TokenSet, grouping: str) -> tuple[Int[Tensor, " n_tokens"], list[str]]:
@@ -258,9 +257,8 @@ class LMBIFResult:
         return self.reductions[reduction]
 
     def save(self, directory: str | Path) -> Path:
-        """Write ``lm_bif.safetensors`` and ``lm_bif.json`` atomically."""
-        from safetensors.torch import save
-
+        """Write the result as one artifact, ``directory/lm_bif.safetensors`` (tensors, metadata,
+        per-tensor digests; :func:`interp_toolkit.io.save_artifact`). Returns ``directory``."""
         directory = Path(directory)
         tensors = {"train_mean_loss": self.train_mean_loss, "query_mean_loss": self.query_mean_loss}
         labels = {}
@@ -270,41 +268,35 @@ class LMBIFResult:
             labels[name] = {"rows": red.row_labels, "cols": red.col_labels}
         if self.train_draws is not None:
             tensors["train_draws"] = self.train_draws
+        if self.query_draws is not None:
             tensors["query_draws"] = self.query_draws
         if self.diagnostics is not None:
-            tensors["loss_trace"] = self.diagnostics.loss_trace
+            tensors.update(diagnostics_tensors(self.diagnostics))
         meta = {
-            "pearson": self.pearson, "labels": labels, "order": list(self.reductions), "config": self.config, "cache_key": self.cache_key,
-            "diagnostics": None if self.diagnostics is None else {
-                "initial_loss": self.diagnostics.initial_loss, "n_beta": self.diagnostics.n_beta,
-                "warnings": self.diagnostics.warnings},
+            "pearson": self.pearson, "labels": labels, "order": list(self.reductions), "config": self.config,
+            "cache_key": self.cache_key,
+            "diagnostics": None if self.diagnostics is None else diagnostics_metadata(self.diagnostics),
         }
-        tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-        atomic_write_bytes(directory / "lm_bif.safetensors", save(tensors))
-        atomic_write_json(directory / "lm_bif.json", meta)
+        save_artifact(directory / LM_RESULT_FILE, tensors, meta, kind="lm_bif_result")
         return directory
 
     @classmethod
     def load(cls, directory: str | Path) -> "LMBIFResult":
-        """Read a result written by :meth:`save` (diagnostics keep the loss trace only)."""
-        from safetensors.torch import load_file
-
+        """Read a result written by :meth:`save`: field by field the object that was saved."""
         directory = Path(directory)
-        meta = json.loads((directory / "lm_bif.json").read_text())
-        t = load_file(str(directory / "lm_bif.safetensors"))
+        t, meta = load_artifact(directory / LM_RESULT_FILE, kind="lm_bif_result")
         reductions = {
             name: ReducedBIF(t[f"{name}.bif"], t[f"{name}.stderr"], t[f"{name}.per_chain"], lab["rows"], lab["cols"])
-            for name, lab in ((n, meta["labels"][n]) for n in meta.get("order", sorted(meta["labels"])))
+            for name, lab in ((n, meta["labels"][n]) for n in meta["order"])
         }
-        diagnostics = None
-        if meta["diagnostics"] is not None and "loss_trace" in t:
-            d = meta["diagnostics"]
-            chains = t["loss_trace"].shape[0]
-            zeros = torch.zeros(chains, dtype=torch.float64)
-            diagnostics = SamplerDiagnostics(t["loss_trace"], d["initial_loss"], d["n_beta"], zeros, zeros, [],
-                                             d["warnings"])
+        diagnostics = diagnostics_from(t, meta["diagnostics"]) if meta["diagnostics"] is not None else None
         return cls(reductions, meta["pearson"], t["train_mean_loss"], t["query_mean_loss"], diagnostics,
                    t.get("train_draws"), t.get("query_draws"), meta["config"], meta["cache_key"])
+
+    @staticmethod
+    def is_stored(directory: str | Path) -> bool:
+        """Whether ``directory`` holds a saved result (a cache hit)."""
+        return (Path(directory) / LM_RESULT_FILE).is_file()
 
 
 def lm_bif(
@@ -378,7 +370,7 @@ def lm_bif(
         }
         key = config_hash(identity)
         out = Path(cache_dir) / f"lm_bif_{key}"
-        if (out / "lm_bif.json").exists() and (out / "lm_bif.safetensors").exists():
+        if LMBIFResult.is_stored(out):
             return LMBIFResult.load(out)
 
     def recorder(tokens: Tensor) -> Callable[[nn.Module], Tensor]:
@@ -426,7 +418,8 @@ def lm_bif(
     tables = {}
     for reduction in config.reductions:
         g_a, g_b = reduction.split(":")
-        total, stderr, per_chain, _, _, _ = finalize(accumulators[reduction], sampler.chains, sampler.pearson, False)
+        estimate = estimate_from_moments(accumulators[reduction], sampler.chains, sampler.pearson, False)
+        total, stderr, per_chain = estimate.bif, estimate.stderr, estimate.per_chain
         tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
     n_draws = sampler.chains * sampler.draws
     result = LMBIFResult(

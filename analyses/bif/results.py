@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,9 +9,11 @@ from typing import Any
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json
+from interp_toolkit.io import load_artifact, save_artifact
 
 from .sampler import SamplerDiagnostics
+
+RESULT_FILE = "bif.safetensors"
 
 # --------------------------------------------------------------------------- results
 
@@ -125,9 +126,8 @@ class BIFResult:
         return self.bif[:, start:stop]
 
     def save(self, directory: str | Path) -> Path:
-        """Write tensors (``bif.safetensors``) and metadata (``bif.json``) atomically."""
-        from safetensors.torch import save
-
+        """Write the result as one artifact, ``directory/bif.safetensors`` (tensors, metadata and
+        per-tensor digests; see :func:`interp_toolkit.io.save_artifact`). Returns ``directory``."""
         directory = Path(directory)
         tensors: dict[str, Tensor] = {
             "bif": self.bif,
@@ -140,16 +140,13 @@ class BIFResult:
             for name in ("weights", "within", "between", "total", "per_phase", "within_stderr", "between_stderr"):
                 tensors[f"phases.{name}"] = getattr(self.phases, name)
         if self.diagnostics is not None:
-            tensors["diagnostics.loss_trace"] = self.diagnostics.loss_trace
-            tensors["diagnostics.burn_in_drift"] = self.diagnostics.burn_in_drift
-            tensors["diagnostics.sampling_drift"] = self.diagnostics.sampling_drift
+            tensors.update(diagnostics_tensors(self.diagnostics))
         if self.draws is not None:
             tensors["draws.attribution"] = self.draws.attribution
             tensors["draws.observables"] = self.draws.observables
             tensors["draws.statistic"] = self.draws.statistic
             if self.draws.phase_labels is not None:
                 tensors["draws.phase_labels"] = self.draws.phase_labels
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
         meta = {
             "pearson": self.pearson,
             "chains": self.chains,
@@ -158,27 +155,16 @@ class BIFResult:
             "phase_labels": self.phases.labels if self.phases is not None else None,
             "config": self.config,
             "cache_key": self.cache_key,
-            "diagnostics": None
-            if self.diagnostics is None
-            else {
-                "initial_loss": self.diagnostics.initial_loss,
-                "n_beta": self.diagnostics.n_beta,
-                "sampled_parameters": self.diagnostics.sampled_parameters,
-                "warnings": self.diagnostics.warnings,
-            },
+            "diagnostics": None if self.diagnostics is None else diagnostics_metadata(self.diagnostics),
         }
-        atomic_write_bytes(directory / "bif.safetensors", save(tensors))
-        atomic_write_json(directory / "bif.json", meta)
+        save_artifact(directory / RESULT_FILE, tensors, meta, kind="bif_result")
         return directory
 
     @classmethod
     def load(cls, directory: str | Path) -> "BIFResult":
-        """Read a result written by :meth:`save`."""
-        from safetensors.torch import load_file
-
+        """Read a result written by :meth:`save` (every tensor checked against its digest)."""
         directory = Path(directory)
-        meta = json.loads((directory / "bif.json").read_text())
-        t = load_file(str(directory / "bif.safetensors"))
+        t, meta = load_artifact(directory / RESULT_FILE, kind="bif_result")
         phases = None
         if meta["phase_labels"] is not None:
             phases = PhaseDecomposition(
@@ -187,16 +173,7 @@ class BIFResult:
             )
         diagnostics = None
         if meta["diagnostics"] is not None:
-            d = meta["diagnostics"]
-            diagnostics = SamplerDiagnostics(
-                loss_trace=t["diagnostics.loss_trace"],
-                initial_loss=d["initial_loss"],
-                n_beta=d["n_beta"],
-                burn_in_drift=t["diagnostics.burn_in_drift"],
-                sampling_drift=t["diagnostics.sampling_drift"],
-                sampled_parameters=d["sampled_parameters"],
-                warnings=d["warnings"],
-            )
+            diagnostics = diagnostics_from(t, meta["diagnostics"])
         slices = {k: (int(v[0]), int(v[1])) for k, v in meta["observable_slices"].items()}
         draws = None
         if "draws.attribution" in t:
@@ -219,4 +196,33 @@ class BIFResult:
             cache_key=meta["cache_key"],
         )
 
+    @staticmethod
+    def is_stored(directory: str | Path) -> bool:
+        """Whether ``directory`` holds a saved result (a cache hit)."""
+        return (Path(directory) / RESULT_FILE).is_file()
 
+
+def diagnostics_tensors(diagnostics: SamplerDiagnostics) -> dict[str, Tensor]:
+    """The tensors of :class:`SamplerDiagnostics`, for an artifact (``diagnostics.*``)."""
+    return {"diagnostics.loss_trace": diagnostics.loss_trace,
+            "diagnostics.burn_in_drift": diagnostics.burn_in_drift,
+            "diagnostics.sampling_drift": diagnostics.sampling_drift}
+
+
+def diagnostics_metadata(diagnostics: SamplerDiagnostics) -> dict[str, Any]:
+    """The JSON part of :class:`SamplerDiagnostics`."""
+    return {"initial_loss": diagnostics.initial_loss, "n_beta": diagnostics.n_beta,
+            "sampled_parameters": diagnostics.sampled_parameters, "warnings": diagnostics.warnings}
+
+
+def diagnostics_from(tensors: dict[str, Tensor], meta: dict[str, Any]) -> SamplerDiagnostics:
+    """Rebuild :class:`SamplerDiagnostics` from :func:`diagnostics_tensors` + :func:`diagnostics_metadata`."""
+    return SamplerDiagnostics(
+        loss_trace=tensors["diagnostics.loss_trace"],
+        initial_loss=meta["initial_loss"],
+        n_beta=meta["n_beta"],
+        burn_in_drift=tensors["diagnostics.burn_in_drift"],
+        sampling_drift=tensors["diagnostics.sampling_drift"],
+        sampled_parameters=list(meta["sampled_parameters"]),
+        warnings=list(meta["warnings"]),
+    )

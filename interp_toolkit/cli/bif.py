@@ -10,7 +10,7 @@ The data is the task the checkpoint was trained on, read from its run record
 outside a run needs ``--task-config`` (an ``MPSPConfig`` as JSON); given beside a run
 record, ``--task-config`` must name the same task (else the command is refused: the model
 never saw that data). Writes a cached :class:`~interp_toolkit.analyses.bif.BIFResult`
-(``bif_<hash>/bif.safetensors``, ``bif.json``, ``bif.png``) and ``summary.json`` with the
+(``bif_<hash>/bif.safetensors``, ``bif.png``) and ``summary.json`` with the
 task config used, where it came from, and the mean BIF of shortcut-consistent vs
 shortcut-inconsistent training examples on the query loss (negative = helpful).
 """

@@ -15,7 +15,6 @@ Run directory layout (written by :func:`train`)::
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io as _io
 import json
 import math
@@ -37,6 +36,7 @@ from interp_toolkit.io import (
     atomic_write_bytes,
     config_hash,
     read_jsonl,
+    tensor_digest,
 )
 from interp_toolkit.model import model_config_of
 from interp_toolkit.runs.record import (
@@ -153,11 +153,7 @@ class TrainResult:
 
 def fingerprint(split: Split) -> str:
     """Hash of a split's tokens and labels: reruns only match on identical data."""
-    digest = hashlib.sha256()
-    for tensor in (split.tokens, split.labels):
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().to("cpu", torch.long).contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
+    return tensor_digest([split.tokens, split.labels])
 
 
 def readout_loss(

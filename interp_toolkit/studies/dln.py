@@ -22,7 +22,6 @@ Stronger modes (coarser hierarchy levels) are learned first.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,7 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp_toolkit.io import atomic_write_bytes, config_hash
+from interp_toolkit.io import config_hash, load_artifact, save_artifact, tensor_digest
 from interp_toolkit.runs.record import is_finished, read_run_record, write_record
 
 __all__ = [
@@ -338,10 +337,8 @@ def _empty_like(model: DeepLinearNetwork) -> DeepLinearNetwork:
 
 
 def _save_state(path: Path, model: DeepLinearNetwork, metadata: dict[str, Any]) -> None:
-    from safetensors.torch import save
-
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
-    atomic_write_bytes(path, save(tensors, metadata={"metadata": json.dumps(metadata, sort_keys=True)}))
+    save_artifact(path, tensors, metadata, kind="dln_state")
 
 
 def train_dln(
@@ -373,8 +370,8 @@ def train_dln(
     identity = {
         "model": model_cfg.to_dict(),
         "train": {k: v for k, v in train_cfg.to_dict().items() if k != "progress"},
-        "data": config_hash([inputs.tolist(), targets.tolist()]),
-        "init_weights": config_hash([p.tolist() for p in model.state_dict().values()]),
+        "data": tensor_digest([inputs, targets]),
+        "init_weights": tensor_digest(model.state_dict()),
     }
     key = config_hash(identity)
     ckpt_steps = train_cfg.checkpoint_steps()
@@ -383,15 +380,13 @@ def train_dln(
     start = 0
     resumed_from = None
     if run_dir is not None:
-        from safetensors.torch import load_file
-
         run_dir = Path(run_dir)
         record = read_run_record(run_dir, key)
         if record is not None:
             for step in ckpt_steps:
                 path = run_dir / "checkpoints" / f"step_{step:06d}.safetensors"
                 if path.exists():
-                    checkpoints[step] = load_file(str(path))
+                    checkpoints[step] = load_artifact(path, kind="dln_state")[0]
             losses = list(record.get("losses", []))
             if checkpoints:
                 start = max(checkpoints)

@@ -1,0 +1,30 @@
+"""Assertion helpers shared by tests."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+
+def assert_fields_equal(a: Any, b: Any, path: str = "result") -> None:
+    """``a`` and ``b`` are equal field by field: dataclass fields, dict entries, list items,
+    and tensors with the same dtype, shape and values (NaN equal to NaN)."""
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        assert type(a) is type(b), f"{path}: {type(a).__name__} vs {type(b).__name__}"
+        for f in dataclasses.fields(a):
+            assert_fields_equal(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), f"{path}: tensor vs {type(b).__name__}"
+        torch.testing.assert_close(b.cpu(), a.cpu(), rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{path}: {m}")
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), f"{path}: keys {sorted(a)} vs {sorted(b)}"
+        for key in a:
+            assert_fields_equal(a[key], b[key], f"{path}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), f"{path}: {a!r} vs {b!r}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_fields_equal(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
