@@ -1,15 +1,20 @@
 """The ``analyze`` subcommand: ``interp-toolkit analyze RUN_DIR --analysis NAME [options]``.
 
-``add_analyze_parser(subparsers)`` registers it on an ``argparse`` subparsers object and
-sets ``func=run_analyze``; ``run_analyze(args)`` runs the analysis over the run's
-checkpoints and writes ``RUN_DIR/analyses/<name>/<name>.csv`` and ``.png``.
+Flags are generated from :class:`AnalyzeCommandConfig` (``--config FILE`` sets them too);
+:func:`run_config` runs the analysis over the run's checkpoints, on the data rebuilt from the
+run record's task (checked against the run's data fingerprints), and writes
+``RUN_DIR/analyses/<name>/<name>.csv`` and ``.png``.
 """
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence
 
+import tyro
+
+from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
 HELP = "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"
@@ -36,39 +41,76 @@ _OPTION_SCOPE = {
 }
 
 
-def add_analyze_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``analyze`` on ``subparsers`` (from ``parser.add_subparsers()``)."""
-    p = subparsers.add_parser("analyze", help=HELP, description=DESCRIPTION)
-    add_arguments(p)
-    return p
+@dataclass
+class AnalyzeCommandConfig(Config):
+    """Settings of ``interp-toolkit analyze`` (every field is a flag; ``--config FILE`` sets them too).
+
+    Attributes:
+        run_dir: Run directory written by `interp-toolkit train`.
+        analysis: Which analysis.
+        epochs: Checkpoint epochs (default: all).
+        last: Only the last checkpoint.
+        n: Examples per split used by the analysis.
+        split: fingerprints/gradients: split to measure on (default train).
+        method: ablation: zero, mean or resample (default mean).
+        reference: ablation: split giving mean/resampled activations (default train).
+        split_names: ablation: splits measured (default: all but reference).
+        components: ablation/patching: e.g. L0H1 attn0 mlp1 resid_pre0.
+        source: patching: source split (default val).
+        target: patching: target split (default adv).
+        positions: patching: each position separately or all at once (ablation: 'all' only).
+        metric: patching metric.
+        chunk_size: gradients: examples per vmap chunk (default 256).
+        out_dir: Output directory (default RUN_DIR/analyses/<analysis>).
+        plot: Write the PNG.
+        progress: Show progress bars.
+        device: cpu, cuda, cuda:N or auto.
+    """
+
+    run_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
+    analysis: Optional[Literal["ablation", "fingerprints", "gradients", "patching"]] = None  # noqa: UP007
+    epochs: Optional[tuple[int, ...]] = None  # noqa: UP007
+    last: bool = False
+    n: Optional[int] = None  # noqa: UP007
+    split: Optional[str] = None  # noqa: UP007
+    method: Optional[Literal["zero", "mean", "resample"]] = None  # noqa: UP007
+    reference: Optional[str] = None  # noqa: UP007
+    split_names: Optional[tuple[str, ...]] = None  # noqa: UP007
+    components: Optional[tuple[str, ...]] = None  # noqa: UP007
+    source: Optional[str] = None  # noqa: UP007
+    target: Optional[str] = None  # noqa: UP007
+    positions: Optional[Literal["each", "all"]] = None  # noqa: UP007
+    metric: Optional[Literal["logit_diff", "loss", "accuracy"]] = None  # noqa: UP007
+    chunk_size: Optional[int] = None  # noqa: UP007
+    out_dir: Optional[Path] = None  # noqa: UP007
+    plot: bool = True
+    progress: bool = True
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name, choices in (("analysis", ANALYSIS_NAMES), ("method", ABLATION_METHODS),
+                              ("positions", ("each", "all")), ("metric", ("logit_diff", "loss", "accuracy"))):
+            value = getattr(self, name)
+            self.check(name, value is None or value in choices, f"one of {', '.join(choices)}")
+        for name in ("epochs", "split_names", "components"):
+            if getattr(self, name) is not None:
+                setattr(self, name, tuple(getattr(self, name)))
+        for name in ("run_dir", "out_dir"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``analyze`` options."""
-    p.add_argument("run_dir", help="run directory written by `interp-toolkit train`")
-    p.add_argument("--analysis", required=True, choices=ANALYSIS_NAMES)
-    p.add_argument("--epochs", type=int, nargs="+", help="checkpoint epochs (default: all)")
-    p.add_argument("--last", action="store_true", help="only the last checkpoint")
-    p.add_argument("--n", type=int, help="examples per split used by the analysis")
-    p.add_argument("--split", help="fingerprints/gradients: split to measure on (default train)")
-    p.add_argument("--method", choices=ABLATION_METHODS, help="ablation: zero, mean or resample (default mean)")
-    p.add_argument("--reference", help="ablation: split giving mean/resampled activations (default train)")
-    p.add_argument("--split-names", nargs="+", help="ablation: splits measured (default: all but reference)")
-    p.add_argument("--components", nargs="+", help="ablation/patching: e.g. L0H1 attn0 mlp1 resid_pre0")
-    p.add_argument("--source", help="patching: source split (default val)")
-    p.add_argument("--target", help="patching: target split (default adv)")
-    p.add_argument("--positions", choices=["each", "all"],
-                   help="patching: each position separately or all at once (ablation: 'all' only)")
-    p.add_argument("--metric", choices=["logit_diff", "loss", "accuracy"], help="patching metric")
-    p.add_argument("--chunk-size", type=int, help="gradients: examples per vmap chunk (default 256)")
-    p.add_argument("--out-dir", help="output directory (default RUN_DIR/analyses/<analysis>)")
-    p.add_argument("--no-plot", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--device", help="cpu, cuda, cuda:N or auto (default cpu)")
-    p.set_defaults(func=run_analyze)
+def parse(argv: Sequence[str], prog: str = "interp-toolkit analyze") -> AnalyzeCommandConfig:
+    """``argv`` (after ``analyze``) -> a validated :class:`AnalyzeCommandConfig`."""
+    config = parse_config(AnalyzeCommandConfig, argv, prog=prog, description=DESCRIPTION)
+    if config.run_dir is None:
+        raise UserError("analyze needs a RUN_DIR (a directory written by `interp-toolkit train`)")
+    if config.analysis is None:
+        raise UserError(f"analyze needs --analysis, one of {', '.join(ANALYSIS_NAMES)}")
+    return config
 
 
-def _config(args: argparse.Namespace) -> dict[str, Any]:
+def _config(args: AnalyzeCommandConfig) -> dict[str, Any]:
     config: dict[str, Any] = {}
     for option, scope in _OPTION_SCOPE.items():
         value = getattr(args, option, None)
@@ -82,12 +124,15 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         if args.analysis == "ablation" and config["positions"] != "all":
             raise UserError("--positions each is for patching; ablation ablates all positions at once")
         config["positions"] = None if config["positions"] == "all" else "each"
+    for name in ("split_names", "components"):
+        if name in config:
+            config[name] = list(config[name])
     if args.n is not None:
         config["n"] = args.n
     return config
 
 
-def run_analyze(args: argparse.Namespace) -> int:
+def run_config(args: AnalyzeCommandConfig) -> int:
     """Run the ``analyze`` subcommand; returns 0 (bad input raises a user error: exit 2 in ``main``)."""
     import json
 
@@ -99,7 +144,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     config = _config(args)
     device = resolve_device(args.device or "cpu")
     record = read_record(args.run_dir)  # a missing or foreign directory fails here, before any work
-    epochs = args.epochs
+    epochs = list(args.epochs) if args.epochs else None
     if args.last:
         if epochs:
             raise UserError("--last and --epochs are exclusive")
@@ -109,7 +154,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         epochs = [found[-1][0]]
     print("task (from the run record): " + json.dumps(task_dict(record) or {}, sort_keys=True))
     result = over_checkpoints(args.analysis, args.run_dir, epochs=epochs, config=config,
-                              out_dir=args.out_dir, plot=not args.no_plot, progress=not args.no_progress,
+                              out_dir=args.out_dir, plot=args.plot, progress=args.progress,
                               device=device)
     print(f"{args.analysis}: {len(result.computed)} checkpoint(s) computed, {len(result.cache_hits)} from cache")
     print(f"table: {result.csv_path}")
@@ -118,8 +163,6 @@ def run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-run = run_analyze
 
-
-__all__ = ["ANALYSIS_NAMES", "DESCRIPTION", "HELP", "add_analyze_parser", "add_arguments", "run",
-           "run_analyze"]
+__all__ = ["ABLATION_METHODS", "ANALYSIS_NAMES", "AnalyzeCommandConfig", "DESCRIPTION", "HELP", "parse",
+           "run_config"]

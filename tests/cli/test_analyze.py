@@ -1,13 +1,5 @@
-import argparse
-
 from interp_toolkit.analyses._common import Table
-from interp_toolkit.cli.analyze import add_analyze_parser
-
-
-def _parser():
-    parser = argparse.ArgumentParser(prog="interp-toolkit")
-    add_analyze_parser(parser.add_subparsers(dest="command"))
-    return parser
+from interp_toolkit.cli import main
 
 
 def test_analyze_writes_csv_and_png_into_the_run(tiny_run, tmp_path, capsys):
@@ -16,9 +8,9 @@ def test_analyze_writes_csv_and_png_into_the_run(tiny_run, tmp_path, capsys):
     run_dir, _ = tiny_run
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
-    args = _parser().parse_args(["analyze", str(copy), "--analysis", "gradients", "--n", "32",
-                                 "--chunk-size", "16", "--epochs", "0", "6", "--no-progress"])
-    assert args.func(args) == 0
+    argv = ["analyze", str(copy), "--analysis", "gradients", "--n", "32", "--chunk-size", "16", "--epochs", "0", "6",
+            "--no-progress"]
+    assert main(argv) == 0
     csv = copy / "analyses" / "gradients" / "gradients.csv"
     assert csv.is_file() and (copy / "analyses" / "gradients" / "gradients.png").is_file()
     table = Table.from_csv(csv)
@@ -26,22 +18,19 @@ def test_analyze_writes_csv_and_png_into_the_run(tiny_run, tmp_path, capsys):
     assert "amplification" in table.columns
     assert "2 checkpoint(s) computed" in capsys.readouterr().out
     # the rerun is served from the cache
-    assert args.func(args) == 0
+    assert main(argv) == 0
     assert "0 checkpoint(s) computed, 2 from cache" in capsys.readouterr().out
 
 
 def test_analyze_patching_options(tiny_run, tmp_path):
     run_dir, _ = tiny_run
-    args = _parser().parse_args(["analyze", str(run_dir), "--analysis", "patching", "--last", "--n", "16",
-                                 "--positions", "all", "--out-dir", str(tmp_path), "--no-progress"])
-    assert args.func(args) == 0
+    assert main(["analyze", str(run_dir), "--analysis", "patching", "--last", "--n", "16",
+                 "--positions", "all", "--out-dir", str(tmp_path), "--no-progress"]) == 0
     table = Table.from_csv(tmp_path / "patching.csv")
     assert set(table.column("position")) == {-1} and set(table.column("epoch")) == {6}
 
 
 def test_analyze_bad_input(tiny_run, capsys):
-    from interp_toolkit.cli import main
-
     run_dir, _ = tiny_run
     assert main(["analyze", str(run_dir), "--analysis", "fingerprints", "--method", "zero"]) == 2
     assert "--method applies to ablation only" in capsys.readouterr().err
