@@ -2,23 +2,45 @@
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from interp_toolkit.cli.train import format_metrics, train_mpsp
+from interp_toolkit.config import Config, parse_config
 
 HELP = "train a small MPSP model and write its curves and a summary"
 DESCRIPTION = HELP
 DEMO_OUT = "runs/demo"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default=DEMO_OUT, help=f"run directory (default {DEMO_OUT})")
-    p.add_argument("--epochs", type=int, default=300, help="epochs (default 300)")
-    p.add_argument("--n-train", type=int, default=4096, help="training examples (default 4096)")
+@dataclass
+class DemoCommandConfig(Config):
+    """Settings of ``interp-toolkit demo`` (every field is a flag; ``--config FILE`` sets them too).
+
+    Attributes:
+        out: Run directory.
+        epochs: Epochs.
+        n_train: Training examples.
+    """
+
+    out: Path = Path(DEMO_OUT)
+    epochs: int = 300
+    n_train: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "n_train"):
+            value = getattr(self, name)
+            self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1, "an integer >= 1")
+        self.out = Path(self.out)
 
 
-def run(args: argparse.Namespace) -> int:
+def parse(argv: Sequence[str], prog: str = "interp-toolkit demo") -> DemoCommandConfig:
+    """``argv`` (after ``demo``) -> a validated :class:`DemoCommandConfig`."""
+    return parse_config(DemoCommandConfig, argv, prog=prog, description=DESCRIPTION)
+
+
+def run_config(args: DemoCommandConfig) -> int:
     """Small MPSP run on the embedded defaults, then a summary beside its curves."""
     from interp_toolkit.io import atomic_write_json
     from interp_toolkit.model import ModelConfig
@@ -51,4 +73,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["DEMO_OUT", "DESCRIPTION", "HELP", "add_arguments", "run"]
+__all__ = ["DEMO_OUT", "DESCRIPTION", "DemoCommandConfig", "HELP", "parse", "run_config"]

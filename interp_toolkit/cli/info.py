@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional, Sequence
+
+import tyro
 
 from interp_toolkit.cli.train import format_metrics
+from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
 HELP = "print a checkpoint's config, metadata and accuracies"
@@ -14,11 +18,26 @@ DESCRIPTION = ("Print the model config, metadata and logged accuracies of a chec
                "of the run it belongs to), or the record of a run directory.")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="a .safetensors checkpoint or a run directory")
+@dataclass
+class InfoCommandConfig(Config):
+    """Settings of ``interp-toolkit info``.
+
+    Attributes:
+        checkpoint: A .safetensors checkpoint or a run directory.
+    """
+
+    checkpoint: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
 
 
-def run(args: argparse.Namespace) -> int:
+def parse(argv: Sequence[str], prog: str = "interp-toolkit info") -> InfoCommandConfig:
+    """``argv`` (after ``info``) -> an :class:`InfoCommandConfig`."""
+    config = parse_config(InfoCommandConfig, argv, prog=prog, description=DESCRIPTION)
+    if config.checkpoint is None:
+        raise UserError("info needs a CHECKPOINT (a .safetensors file or a run directory)")
+    return config
+
+
+def run_config(args: InfoCommandConfig) -> int:
     """``interp-toolkit info``; a missing or unreadable target raises a user error (exit 2)."""
     from interp_toolkit.checkpoint import read_checkpoint
     from interp_toolkit.runs.record import find_run_dir, read_record, task_dict
@@ -55,4 +74,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "HELP", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "HELP", "InfoCommandConfig", "parse", "run_config"]

@@ -178,14 +178,14 @@ def test_interrupt_exits_130_and_bugs_exit_1_with_a_log(cli_run, tmp_path, monke
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(info, "run", interrupted)
+    monkeypatch.setattr(info, "run_config", interrupted)
     code, _, err = run_cli(capsys, "info", cli_run)
     assert code == 130 and err.strip() == "interrupted; rerun the same command to resume"
 
     def buggy(args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(info, "run", buggy)
+    monkeypatch.setattr(info, "run_config", buggy)
     monkeypatch.setenv("INTERP_TOOLKIT_LOG_DIR", str(tmp_path / "logs"))
     code, _, err = run_cli(capsys, "info", cli_run)
     assert code == 1 and "boom" in err and "Traceback" not in err
