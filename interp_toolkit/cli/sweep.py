@@ -1,93 +1,134 @@
 """``interp-toolkit sweep``: a grid of MPSP cells x seeds, resumable and cached per run.
 
-The study itself lives in :mod:`interp_toolkit.studies.sweep`; this module only turns a
-preset, a JSON/YAML file of ``SweepConfig`` fields and flags (later wins) into a
-``SweepConfig`` and runs it.
+The study itself lives in :mod:`interp_toolkit.studies.sweep`. Flags are generated from
+:class:`SweepCommandConfig`: every field of ``SweepConfig`` (``--ratios 0.5 0.9``,
+``--n-layers 1 2``, ``--epochs``, ``--early-stop`` ...) plus the command's own options.
+Settings come from a preset (``--preset``, default ``smoke`` unless ``--config`` is given),
+then ``--config FILE`` (JSON/YAML of ``SweepConfig`` fields, or of command fields with a
+``sweep`` section), then flags. Earlier spellings keep working: comma-separated lists
+(``--ratios 0.1,0.5``), ``--layers``/``--heads``, and ``--seeds N`` as a count (seeds
+``0..N-1``).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Optional, Sequence
 
+from interp_toolkit.config import Config, load_config_file, parse_config, split_config_flag
 from interp_toolkit.errors import UserError
-
-if TYPE_CHECKING:
-    from interp_toolkit.studies.sweep import SweepConfig
+from interp_toolkit.studies.sweep import PRESET_NOTES, PRESETS, SweepConfig
 
 HELP = "run a seed sweep of MPSP cells (resumable, cached per run)"
+DESCRIPTION = ("Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones resume. "
+               "Lists take space- or comma-separated values; --seeds N alone is a count (seeds 0..N-1). "
+               "Presets: " + "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items()))
+LIST_FLAGS = ("--tasks", "--ratios", "--n-layers", "--n-heads", "--weight-decays", "--seeds")
+ALIASES = {"--layers": "--n-layers", "--heads": "--n-heads"}
 
 
-def __getattr__(name: str) -> Any:
-    if name == "DESCRIPTION":  # built from the presets' notes, which live with the study code
-        from interp_toolkit.studies.sweep import PRESET_NOTES
+@dataclass
+class SweepCommandConfig(Config):
+    """Settings of ``interp-toolkit sweep`` (every field is a flag; ``--config FILE`` sets them too).
 
-        return ("Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones resume. "
-                "Presets: " + "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items()))
-    raise AttributeError(name)
+    Attributes:
+        preset: Start from a preset (default: smoke unless --config is given).
+        out: Study directory (default runs/sweeps/<name>_<hash>).
+        backend: Local process pool or Ray.
+        address: Ray cluster address (default: start a local Ray).
+        workers: Local processes (default: CPU count).
+        dry_run: Print the grid and exit.
+        quiet: No progress bar.
+        device: cpu, cuda, cuda:N or auto (checked before any work).
+        sweep: The grid and the training settings of every run.
+    """
 
+    preset: Optional[str] = None  # noqa: UP007 - tyro reads the annotation at run time
+    out: Optional[Path] = None  # noqa: UP007
+    backend: Literal["local", "ray"] = "local"
+    address: Optional[str] = None  # noqa: UP007
+    workers: Optional[int] = None  # noqa: UP007
+    dry_run: bool = False
+    quiet: bool = False
+    device: Optional[str] = None  # noqa: UP007
+    sweep: SweepConfig = field(default_factory=lambda: SweepConfig.from_dict(PRESETS["smoke"]))
 
-def parse_list(text: str, kind: type) -> list[Any]:
-    try:
-        return [kind(item) for item in text.split(",") if item.strip()]
-    except ValueError as err:
-        raise ValueError(f"could not parse {text!r} as a comma-separated list of {kind.__name__}") from err
-
-
-def _load_sweep_file(path: str) -> dict[str, Any]:
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"sweep config file {path} does not exist")
-    if file.suffix in (".yaml", ".yml"):
-        import yaml
-
-        data = yaml.safe_load(file.read_text())
-    else:
-        data = json.loads(file.read_text())
-    if not isinstance(data, dict):
-        raise UserError(f"sweep config file {path} must hold a mapping of SweepConfig fields")
-    return data
-
-
-def sweep_config_from_args(args: Any) -> "SweepConfig":
-    """Preset, then config file, then flags (later wins)."""
-    from interp_toolkit.studies.sweep import PRESETS, SweepConfig
-
-    data: dict[str, Any] = dict(PRESETS[args.preset]) if args.preset else {}
-    if args.config:
-        data.update(_load_sweep_file(args.config))
-    lists = {"tasks": ("tasks", str), "ratios": ("ratios", float), "layers": ("n_layers", int),
-             "heads": ("n_heads", int), "weight_decays": ("weight_decays", float)}
-    for flag, (key, kind) in lists.items():
-        if getattr(args, flag) is not None:
-            data[key] = parse_list(getattr(args, flag), kind)
-    if args.seeds is not None:
-        data["seeds"] = parse_list(args.seeds, int) if "," in args.seeds else int(args.seeds)
-    for flag in ("name", "epochs", "n_train", "n_eval", "seq_len", "n_values", "d_model", "d_mlp", "lr",
-                 "eval_every", "checkpoint_every", "seeds_per_process", "data_seed", "batch_size"):
-        if getattr(args, flag) is not None:
-            data[flag] = getattr(args, flag)
-    if args.early_stop is not None:
-        data["early_stop"] = args.early_stop
-    if getattr(args, "device", None) is not None and "device" in {f.name for f in dataclasses.fields(SweepConfig)}:
-        data["device"] = args.device
-    return SweepConfig.from_dict(data)
+    def __post_init__(self) -> None:
+        self.check("preset", self.preset is None or self.preset in PRESETS, f"one of {sorted(PRESETS)}")
+        self.check("workers", self.workers is None or (isinstance(self.workers, int) and self.workers >= 1),
+                   "an integer >= 1 or None")
+        if isinstance(self.out, str):
+            self.out = Path(self.out)
 
 
-def run(args: Any) -> int:
-    """``interp-toolkit sweep``: preset ``smoke`` unless ``--preset`` or ``--config`` is given."""
+def _old_spellings(argv: Sequence[str]) -> list[str]:
+    """Comma lists -> separate values; ``--seeds N`` (one value, no comma) -> ``0 .. N-1``."""
+    out: list[str] = []
+    items = [ALIASES.get(t, t) for t in argv]
+    i = 0
+    while i < len(items):
+        token = items[i]
+        out.append(token)
+        i += 1
+        if token not in LIST_FLAGS:
+            continue
+        values = []
+        while i < len(items) and not items[i].startswith("--"):
+            values.extend(v for v in items[i].split(",") if v.strip())
+            i += 1
+        if token == "--seeds" and len(values) == 1 and i > 0 and "," not in items[i - 1]:
+            try:
+                count = int(values[0])
+            except ValueError as err:
+                raise UserError(f"--seeds must be a count or a list of integers, got {values[0]!r}") from err
+            if count < 1:
+                raise UserError(f"--seeds count must be >= 1, got {count}")
+            values = [str(s) for s in range(count)]
+        out.extend(values)
+    return out
+
+
+def _preset_name(argv: Sequence[str]) -> str | None:
+    for i, token in enumerate(argv):
+        if token == "--preset" and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith("--preset="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepCommandConfig:
+    """``argv`` (after ``sweep``) -> a validated :class:`SweepCommandConfig` (preset, file, flags)."""
+    config_file, rest = split_config_flag(argv)
+    rest = _old_spellings(rest)
+    preset = _preset_name(rest) or (None if config_file else "smoke")
+    if preset is not None and preset not in PRESETS:
+        raise UserError(f"unknown sweep preset {preset!r}; expected one of {sorted(PRESETS)}")
+    sweep_data: dict[str, Any] = dict(PRESETS[preset]) if preset else {}
+    command_data: dict[str, Any] = {}
+    if config_file is not None:
+        data = load_config_file(config_file)
+        command_fields = {f.name for f in dataclasses.fields(SweepCommandConfig)} - {"sweep"}
+        command_data = {k: v for k, v in data.items() if k in command_fields}
+        sweep_data.update(data.get("sweep") or {k: v for k, v in data.items() if k not in command_fields})
+    default = SweepCommandConfig.from_dict({**command_data, "sweep": SweepConfig.from_dict(sweep_data)})
+    return parse_config(SweepCommandConfig, rest, default=default, prog=prog, description=DESCRIPTION)
+
+
+def run_config(args: SweepCommandConfig) -> int:
+    """``interp-toolkit sweep``."""
     from interp_toolkit.studies.sweep import run_sweep
 
-    if args.preset is None and args.config is None:
-        args.preset = "smoke"
-    cfg = sweep_config_from_args(args)
+    cfg = args.sweep
     if args.device is not None:
         from interp_toolkit.devices import resolve_device
 
         resolve_device(args.device)  # a bad or unavailable device fails before any work
+        if "device" in {f.name for f in dataclasses.fields(SweepConfig)}:
+            cfg = SweepConfig.from_dict({**cfg.to_dict(), "device": args.device})
     if args.dry_run:
         print(json.dumps(cfg.to_dict(), indent=2))
         print(f"{len(cfg.cells())} cells x {len(cfg.seeds)} seeds = {cfg.n_runs()} runs")
@@ -99,38 +140,6 @@ def run(args: Any) -> int:
 
     write_report(result.study_dir, print_table=True)
     return 0
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``sweep`` options."""
-    from interp_toolkit.studies.sweep import BACKENDS, PRESETS
-
-    p.add_argument("--preset", choices=sorted(PRESETS), help="start from a preset (default: smoke "
-                   "unless --config is given)")
-    p.add_argument("--config", help="JSON or YAML file of SweepConfig fields (overrides the preset)")
-    p.add_argument("--out", help="study directory (default runs/sweeps/<name>_<hash>)")
-    p.add_argument("--backend", choices=BACKENDS, default="local", help="local process pool or Ray")
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    p.add_argument("--workers", type=int, help="local processes (default: CPU count)")
-    p.add_argument("--name")
-    p.add_argument("--tasks", help="comma-separated MPSP task names")
-    p.add_argument("--ratios", help="comma-separated spurious ratios, e.g. 0.1,0.5,0.9")
-    p.add_argument("--layers", help="comma-separated layer counts, e.g. 1,2")
-    p.add_argument("--heads", help="comma-separated head counts, e.g. 1,2")
-    p.add_argument("--weight-decays", dest="weight_decays", help="comma-separated weight decays")
-    p.add_argument("--seeds", help="a count n (seeds 0..n-1) or a comma-separated list")
-    p.add_argument("--seeds-per-process", dest="seeds_per_process", type=int,
-                   help="at most this many seeds trained together per job")
-    for flag, kind in (("epochs", int), ("n-train", int), ("n-eval", int), ("seq-len", int), ("n-values", int),
-                       ("d-model", int), ("d-mlp", int), ("lr", float), ("eval-every", int),
-                       ("checkpoint-every", int), ("data-seed", int), ("batch-size", int)):
-        p.add_argument(f"--{flag}", dest=flag.replace("-", "_"), type=kind)
-    p.add_argument("--early-stop", dest="early_stop", action="store_true", default=None,
-                   help="stop a run once it has generalized")
-    p.add_argument("--no-early-stop", dest="early_stop", action="store_false")
-    p.add_argument("--dry-run", action="store_true", help="print the grid and exit")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--device", help="cpu, cuda, cuda:N or auto (checked before any work)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,4 +155,4 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["HELP", "add_arguments", "main", "parse_list", "run", "sweep_config_from_args"]
+__all__ = ["ALIASES", "DESCRIPTION", "HELP", "SweepCommandConfig", "main", "parse", "run_config"]

@@ -32,14 +32,14 @@ from typing import Any, Mapping
 
 from tqdm.auto import tqdm
 
-from interp_toolkit.config import reject_unknown_keys
+from interp_toolkit.config import Config, reject_unknown_keys
 from interp_toolkit.io import atomic_write_json, config_hash
 
 BACKENDS = ("local", "ray")
 
 
 @dataclass
-class SweepConfig:
+class SweepConfig(Config):
     """Validated grid of an MPSP study.
 
     Cells are the product ``tasks x ratios x n_layers x n_heads x weight_decays``; every

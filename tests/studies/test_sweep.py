@@ -184,3 +184,17 @@ def test_presets_follow_the_protocol():
     assert {0.1, 0.3, 0.5, 0.7, 0.9} <= set(paper.ratios)
     quick = preset("quick")
     assert {0.5, 0.9} <= set(quick.ratios) and set(quick.n_layers) == {1, 2}
+
+
+def test_sweep_flags_are_generated_from_sweep_config(tmp_path):
+    from interp_toolkit.cli.sweep import parse
+
+    parsed = parse(["--preset", "smoke", "--threshold", "0.95", "--betas", "0.9", "0.99", "--ratios", "0.3", "0.7"])
+    assert parsed.sweep.threshold == 0.95 and parsed.sweep.betas == (0.9, 0.99)  # never hand-written flags
+    assert parsed.sweep.ratios == [0.3, 0.7]
+    assert parsed.sweep.epochs == preset("smoke").epochs  # the preset's value where no flag is given
+    config = tmp_path / "sweep.yaml"
+    config.write_text("ratios: [0.3]\nepochs: 5\nworkers: 1\n")
+    parsed = parse(["--config", str(config), "--epochs", "6"])
+    assert parsed.sweep.ratios == [0.3] and parsed.sweep.epochs == 6 and parsed.workers == 1
+    assert parsed.sweep.n_train == SweepConfig().n_train  # no preset when a file is given
