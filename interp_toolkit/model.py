@@ -8,14 +8,13 @@ hub access is needed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from interp_toolkit.config import reject_unknown_keys
+from interp_toolkit.config import Config
 
 _ACT_FNS = ("relu", "gelu", "gelu_new", "silu", "solu_ln", "gelu_fast")
 _POSITIONAL = ("standard", "rotary", "shortformer")
@@ -23,7 +22,7 @@ _NORMALIZATION = ("LN", None)
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Config):
     """Validated architecture of a small transformer.
 
     Attributes:
@@ -90,16 +89,6 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.attn_only must be a bool, got {self.attn_only!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"ModelConfig.seed must be an integer, got {self.seed!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable dict; ``ModelConfig(**d)`` rebuilds the config."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
-        """Build from a dict, rejecting unknown keys by name."""
-        reject_unknown_keys(cls, data)
-        return cls(**data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

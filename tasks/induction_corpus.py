@@ -18,15 +18,13 @@ Vocabulary layout: ``0`` = BOS; ``1 + 2k`` / ``2 + 2k`` = open / close delimiter
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp_toolkit.config import reject_unknown_keys
+from interp_toolkit.config import Config
 
 __all__ = [
     "CLASS_NAMES",
@@ -43,7 +41,7 @@ BOS, RANDOM, INDUCTION, OPEN, CLOSE = range(len(CLASS_NAMES))
 
 
 @dataclass
-class CorpusConfig:
+class CorpusConfig(Config):
     """Validated corpus settings.
 
     Attributes:
@@ -99,13 +97,7 @@ class CorpusConfig:
         """Id of the first ordinary token."""
         return 1 + 2 * self.n_delimiter_types
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CorpusConfig":
-        reject_unknown_keys(cls, data)
-        return cls(**data)
 
 
 @dataclass

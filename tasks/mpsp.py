@@ -15,7 +15,6 @@ Splits used by every study (``make_splits``):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from interp_toolkit.config import reject_unknown_keys
+from interp_toolkit.config import Config
 
 LABELS = {"sum_parity": 2, "sum_mod3": 3}
 SHORTCUTS = ("max", "first")
@@ -39,7 +38,7 @@ _SPLIT_SEED_OFFSETS = {"train": 0, "val": 1_000_003, "adv": 2_000_003}
 
 
 @dataclass
-class MPSPConfig:
+class MPSPConfig(Config):
     """Validated description of an MPSP task and its standard splits.
 
     Defaults (see README, "MPSP defaults"): sum parity with the max-parity shortcut,
@@ -118,13 +117,7 @@ class MPSPConfig:
         """Vocabulary/context sizes a model for this task needs (``ModelConfig`` keywords)."""
         return {"d_vocab": self.d_vocab, "n_ctx": self.n_ctx, "d_vocab_out": self.modulus}
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MPSPConfig":
-        reject_unknown_keys(cls, data)
-        return cls(**data)
 
 
 @dataclass

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
 
-from interp_toolkit.config import Config, reject_unknown_keys
+from interp_toolkit.config import Config
 
 
 class SamplerDivergenceError(ValueError):
@@ -113,17 +111,6 @@ class SamplerConfig(Config):
             return float(self.n_beta)
         return float(n_train) / math.log(n_train) if n_train > 2 else 1.0
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["param_patterns"] = list(self.param_patterns) if self.param_patterns else None
-        return data
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SamplerConfig":
-        reject_unknown_keys(cls, data)
-        data = dict(data)
-        if data.get("param_patterns") is not None:
-            data["param_patterns"] = tuple(data["param_patterns"])
-        return cls(**data)
 
 

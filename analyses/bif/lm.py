@@ -48,7 +48,7 @@ from interp_toolkit.analyses.bif.results import (
     diagnostics_tensors,
 )
 from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics, sample_sgld
-from interp_toolkit.config import reject_unknown_keys
+from interp_toolkit.config import Config
 from interp_toolkit.io import config_hash, load_artifact, save_artifact, tensor_digest
 
 LM_RESULT_FILE = "lm_bif.safetensors"
@@ -161,7 +161,7 @@ def reduce_matrix(
 
 
 @dataclass
-class LMBIFConfig:
+class LMBIFConfig(Config):
     """Validated settings of a token-level BIF run.
 
     Attributes:
@@ -195,17 +195,7 @@ class LMBIFConfig:
         if isinstance(self.max_matrix_entries, bool) or not isinstance(self.max_matrix_entries, int) or self.max_matrix_entries < 1:
             raise ValueError(f"LMBIFConfig.max_matrix_entries must be an integer >= 1, got {self.max_matrix_entries!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.to_dict(), "reductions": list(self.reductions),
-                "max_matrix_entries": self.max_matrix_entries}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "LMBIFConfig":
-        reject_unknown_keys(cls, data)
-        data = dict(data)
-        if "reductions" in data:
-            data["reductions"] = tuple(data["reductions"])
-        return cls(**data)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
-from interp_toolkit.config import reject_unknown_keys
+from interp_toolkit.config import Config, reject_unknown_keys
 from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,
@@ -58,7 +58,7 @@ class Split(Protocol):
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Config):
     """Validated optimization and bookkeeping settings.
 
     Attributes:
@@ -109,16 +109,6 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["betas"] = list(self.betas)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
-        reject_unknown_keys(cls, data)
-        return cls(**dict(data))
 
     def checkpoint_epochs(self) -> list[int]:
         """Every epoch at which a checkpoint is saved, sorted."""

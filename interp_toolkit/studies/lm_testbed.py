@@ -12,7 +12,6 @@ exactly as Pythia's Hub revisions would be.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from interp_toolkit.config import reject_unknown_keys
+from interp_toolkit.config import Config
 from interp_toolkit.io import atomic_write_json, config_hash
 from interp_toolkit.sources import CheckpointRef, hf_local_checkpoints
 from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
@@ -51,7 +50,7 @@ def pythia_schedule(total_steps: int, linear_every: int) -> list[int]:
 
 
 @dataclass
-class TestbedConfig:
+class TestbedConfig(Config):
     """Validated testbed settings (defaults: ~5 minutes of training on one busy CPU core).
 
     Attributes:
@@ -103,14 +102,6 @@ class TestbedConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
                 raise ValueError(f"TestbedConfig.{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TestbedConfig":
-        reject_unknown_keys(cls, data)
-        return cls(**data)
 
     @property
     def checkpoint_steps(self) -> list[int]:

@@ -18,7 +18,6 @@ runs never share one; rerunning a sweep skips finished runs and resumes interrup
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import multiprocessing
@@ -32,7 +31,7 @@ from typing import Any, Mapping
 
 from tqdm.auto import tqdm
 
-from interp_toolkit.config import Config, reject_unknown_keys
+from interp_toolkit.config import Config
 from interp_toolkit.io import atomic_write_json, config_hash
 
 BACKENDS = ("local", "ray")
@@ -131,17 +130,6 @@ class SweepConfig(Config):
             for task, r, layers, heads, wd in itertools.product(
                 self.tasks, self.ratios, self.n_layers, self.n_heads, self.weight_decays)
         ]
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["betas"] = list(self.betas)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SweepConfig":
-        """Build from a dict, rejecting unknown keys by name."""
-        reject_unknown_keys(cls, data)
-        return cls(**dict(data))
 
     def key(self) -> str:
         """Hash of everything that decides the study's results."""
