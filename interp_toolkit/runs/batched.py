@@ -54,6 +54,7 @@ from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
     checkpoint_path,
+    clear_run_outputs,
     list_checkpoints,
     plot_curves,
     run_identity,
@@ -409,7 +410,6 @@ def _train_group(
     records: list[dict[str, Any]] = []
 
     for i, state in enumerate(states):
-        metrics_path = state.run_dir / "metrics.jsonl"
         if state.status == "resume":
             saved = torch.load(state.run_dir / "resume.pt", map_location="cpu", weights_only=False)
             stacked.load_member(i, saved["model"])
@@ -419,14 +419,9 @@ def _train_group(
                 optimizer.exp_avg_sq[name][i].copy_(opt_state[j]["exp_avg_sq"])
             optimizer.step_count = int(float(opt_state[0]["step"]))
             shuffle_gen.set_state(saved["shuffle_rng"])  # identical across members (same cfg.seed)
-            kept = [m for m in read_jsonl(metrics_path) if m["epoch"] <= start_epoch]
-            atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
+            truncate_metrics(state.run_dir, start_epoch)
         else:
-            state.run_dir.mkdir(parents=True, exist_ok=True)
-            if metrics_path.exists():
-                metrics_path.unlink()
-            for _, stale in list_checkpoints(state.run_dir):
-                stale.unlink()
+            clear_run_outputs(state.run_dir)
         record = new_training_record(
             key=state.key, identity=identities[i], model_config=model_cfgs[i].to_dict(),
             train_config=cfg.to_dict(), split_sizes={name: len(split.labels) for name, split in splits.items()},

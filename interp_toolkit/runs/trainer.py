@@ -243,6 +243,24 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def truncate_metrics(run_dir: str | Path, epoch: int) -> None:
+    """Resume step shared by every trainer: drop evaluations logged after ``epoch`` (the saved
+    state); they are recomputed identically."""
+    metrics_path = Path(run_dir) / "metrics.jsonl"
+    kept = [m for m in read_jsonl(metrics_path) if m["epoch"] <= epoch]
+    atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
+
+
+def clear_run_outputs(run_dir: str | Path) -> None:
+    """Fresh-start step shared by every trainer: create ``run_dir`` and remove the metrics and
+    checkpoints a run with the same key left before it could save a resumable state."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    for _, stale in list_checkpoints(run_dir):
+        stale.unlink()
+
+
 def train(
     model: Any,
     splits: Mapping[str, Split],
@@ -301,13 +319,9 @@ def train(
         shuffle_gen.set_state(state["shuffle_rng"])
         start_epoch = resumed_from = int(state["epoch"])
         # Drop evaluations logged after the saved state; they are recomputed identically.
-        kept = [m for m in read_jsonl(metrics_path) if m["epoch"] <= start_epoch]
-        atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
+        truncate_metrics(run_dir, start_epoch)
     else:
-        if metrics_path.exists():
-            metrics_path.unlink()
-        for _, stale in list_checkpoints(run_dir):
-            stale.unlink()
+        clear_run_outputs(run_dir)
     record = new_training_record(
         key=key, identity=identity, model_config=model_cfg.to_dict(), train_config=cfg.to_dict(),
         split_sizes={name: len(split.labels) for name, split in splits.items()}, run_info=run_info)
@@ -369,4 +383,5 @@ def train(
 
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
-           "checkpoint_path", "fingerprint", "library_versions", "read_run_record", "run_identity"]
+           "checkpoint_path", "clear_run_outputs", "fingerprint", "truncate_metrics", "library_versions",
+           "read_run_record", "run_identity"]

@@ -123,3 +123,22 @@ def test_diverging_training_raises(tmp_path, splits, small_model_cfg):
         with torch.no_grad():
             next(model.parameters()).fill_(float("nan"))
         train(model, splits, TrainConfig(epochs=3, progress=False), tmp_path)
+
+
+def test_data_fingerprint_is_the_one_tensor_digest_and_keeps_old_run_keys():
+    import hashlib
+
+    from interp_toolkit.io import tensor_digest
+    from interp_toolkit.runs.trainer import fingerprint
+    from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
+
+    split = make_splits(MPSPConfig(seq_len=4, n_train=64, n_eval=16))["train"]
+    old = hashlib.sha256()  # the recipe run keys were made with before io.tensor_digest existed
+    for tensor in (split.tokens, split.labels):
+        old.update(str(tuple(tensor.shape)).encode())
+        old.update(tensor.to("cpu", torch.long).contiguous().numpy().tobytes())
+    assert fingerprint(split) == tensor_digest([split.tokens, split.labels]) == old.hexdigest()[:16]
+    assert tensor_digest([split.tokens.int(), split.labels]) == fingerprint(split)  # int32 is the same data
+    changed = split.tokens.clone()
+    changed[0, 0] += 1
+    assert tensor_digest([changed, split.labels]) != fingerprint(split)

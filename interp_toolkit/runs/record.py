@@ -1,0 +1,202 @@
+"""The run record (``run.json``): the only code that writes, reads and checks it.
+
+A run directory's ``run.json`` says what the run is and how far it got:
+
+- ``key``: hash of the run's identity (configs + data fingerprints + task); two runs with
+  the same key are the same computation, and a directory never holds two keys;
+- ``status``: ``"running"`` while training, ``"finished"`` after it (``"done"`` for DLN
+  runs written before this module existed is read as finished);
+- ``model_config``, ``train_config``, ``seeds``, ``split_sizes``;
+- ``run_info``: free JSON description; ``run_info["task"]`` is the task config the data
+  was built from (for MPSP runs an ``MPSPConfig`` dict plus its ``name``);
+- ``versions``: library versions at write time; ``final``: the last evaluation.
+
+Every trainer (:mod:`interp_toolkit.runs.trainer`, :mod:`interp_toolkit.runs.batched`,
+:mod:`interp_toolkit.studies.dln`) writes records through :func:`write_record`, and every
+reader (CLI ``info``/``bif``/``analyze``, reports, sweeps) goes through :func:`read_record`
+or :func:`task_config`, so a missing or foreign record fails the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Any, Mapping
+
+from interp_toolkit.errors import UserError
+from interp_toolkit.io import atomic_write_json
+
+RECORD_NAME = "run.json"
+FINISHED = ("finished", "done")
+
+
+class RunRecordError(UserError):
+    """A run record is missing, unreadable, foreign to the run, or names other data."""
+
+
+def record_path(run_dir: str | Path) -> Path:
+    """Where ``run_dir``'s record lives."""
+    return Path(run_dir) / RECORD_NAME
+
+
+def has_record(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a run record."""
+    return record_path(run_dir).is_file()
+
+
+def read_record(run_dir: str | Path) -> dict[str, Any]:
+    """The record of ``run_dir``.
+
+    Raises:
+        RunRecordError: If there is no ``run.json`` or it is not a JSON object.
+    """
+    path = record_path(run_dir)
+    if not path.is_file():
+        raise RunRecordError(f"{run_dir} is not a run directory (no {RECORD_NAME})")
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise RunRecordError(f"{path} is not a readable run record: {err}") from err
+    if not isinstance(record, dict):
+        raise RunRecordError(f"{path} must hold a JSON object, got {type(record).__name__}")
+    return record
+
+
+def read_run_record(run_dir: str | Path, key: str) -> dict[str, Any] | None:
+    """The record of ``run_dir`` if it belongs to the run ``key``; None if there is none.
+
+    Raises:
+        RunRecordError: If ``run_dir`` holds a different run (two runs never share a directory).
+    """
+    if not has_record(run_dir):
+        return None
+    record = read_record(run_dir)
+    if record.get("key") != key:
+        raise RunRecordError(
+            f"run directory {run_dir} holds a different run (key {record.get('key')}, this "
+            f"run's key {key}); choose another run_dir"
+        )
+    return record
+
+
+def write_record(run_dir: str | Path, record: Mapping[str, Any]) -> Path:
+    """Write ``record`` as ``run_dir``'s ``run.json`` atomically (needs a ``key``)."""
+    if "key" not in record:
+        raise ValueError("a run record needs a 'key'")
+    return atomic_write_json(record_path(run_dir), dict(record))
+
+
+def is_finished(record: Mapping[str, Any] | None) -> bool:
+    """Whether a record says its run finished."""
+    return record is not None and record.get("status") in FINISHED
+
+
+def library_versions() -> dict[str, str]:
+    """Versions recorded in every run record."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import numpy
+    import torch
+
+    from interp_toolkit import __version__
+
+    try:
+        tl_version = version("transformer-lens")
+    except PackageNotFoundError:  # pragma: no cover - an unusual install
+        tl_version = "unknown"
+    return {
+        "interp_toolkit": __version__,
+        "torch": torch.__version__,
+        "transformer_lens": tl_version,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def new_training_record(
+    *, key: str, identity: Mapping[str, Any], model_config: Mapping[str, Any],
+    train_config: Mapping[str, Any], split_sizes: Mapping[str, int],
+    run_info: Mapping[str, Any] | None, **extra: Any,
+) -> dict[str, Any]:
+    """The record a trainer writes when a run starts (status ``running``)."""
+    record = {
+        "key": key,
+        "status": "running",
+        "identity": dict(identity),
+        "train_config": dict(train_config),
+        "model_config": dict(model_config),
+        "seeds": {"model": model_config.get("seed"), "shuffle": train_config.get("seed")},
+        "split_sizes": dict(split_sizes),
+        "versions": library_versions(),
+        "run_info": dict(run_info or {}),
+    }
+    record.update(extra)
+    return record
+
+
+def finish_record(run_dir: str | Path, record: dict[str, Any], final: Mapping[str, Any],
+                  seconds: float, **extra: Any) -> dict[str, Any]:
+    """Mark ``record`` finished with its last evaluation and write it."""
+    record.update(status="finished", final=dict(final), train_seconds=seconds, **extra)
+    write_record(run_dir, record)
+    return record
+
+
+def task_dict(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The task config stored in a record (``run_info.task``), or None."""
+    task = (record.get("run_info") or {}).get("task")
+    return dict(task) if isinstance(task, dict) else None
+
+
+def find_run_dir(checkpoint: str | Path) -> Path | None:
+    """The run directory holding ``checkpoint`` (``RUN/checkpoints/x.safetensors``), if any."""
+    checkpoint = Path(checkpoint)
+    for folder in (checkpoint.parent, checkpoint.parent.parent):
+        if has_record(folder):
+            return folder
+    return None
+
+
+def task_config(run_dir: str | Path) -> Any:
+    """The ``MPSPConfig`` a run was trained on, read from its record.
+
+    Raises:
+        RunRecordError: If the record is missing or names no MPSP task.
+    """
+    from interp_toolkit.tasks.mpsp import MPSPConfig
+
+    record = read_record(run_dir)
+    task = task_dict(record)
+    if not task:
+        raise RunRecordError(f"{record_path(run_dir)} records no task (run_info.task)")
+    task.pop("name", None)
+    try:
+        return MPSPConfig.from_dict(task)
+    except (TypeError, ValueError) as err:
+        raise RunRecordError(f"{record_path(run_dir)} holds a task that is not an MPSP config: {err}") from err
+
+
+def check_task_matches(run_dir: str | Path, requested: Any) -> None:
+    """Refuse data of another task than the one the run at ``run_dir`` was trained on.
+
+    Args:
+        run_dir: A run directory with a record.
+        requested: The ``MPSPConfig`` the caller is about to use with the run's checkpoints.
+
+    Raises:
+        RunRecordError: Naming every field that differs (task, seq_len, r, ...).
+    """
+    recorded = task_config(run_dir).to_dict()
+    wanted = requested.to_dict()
+    differ = {k: (recorded.get(k), wanted.get(k)) for k in sorted(set(recorded) | set(wanted))
+              if recorded.get(k) != wanted.get(k)}
+    if differ:
+        detail = ", ".join(f"{k} {r!r} (requested {w!r})" for k, (r, w) in differ.items())
+        raise RunRecordError(f"the run at {run_dir} was trained on other data: its record has {detail}; "
+                             "drop the task config to use the run's own, or pass a checkpoint of that task")
+
+
+__all__ = ["RECORD_NAME", "RunRecordError", "check_task_matches", "find_run_dir", "finish_record",
+           "has_record", "is_finished", "library_versions", "new_training_record", "read_record",
+           "read_run_record", "record_path", "task_config", "task_dict", "write_record"]
