@@ -145,7 +145,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hasattr(module, "parse"):
             rest = argv[argv.index(chosen) + 1:]
             prog = f"interp-toolkit {chosen}"
-            return _run_with_contract(lambda: module.run_config(module.parse(rest, prog=prog)), argv, chosen)
+            parsed: dict[str, object] = {}
+
+            def handler() -> int:
+                parsed["config"] = module.parse(rest, prog=prog)
+                return module.run_config(parsed["config"])
+
+            def epoch_hint() -> int | None:  # where a rerun resumes, if the command knows
+                where = getattr(module, "interrupted_at", None)
+                return where(parsed["config"]) if where is not None and "config" in parsed else None
+
+            return _run_with_contract(handler, argv, chosen, epoch_hint)
     try:
         args = build_parser(argv).parse_args(argv)
     except SystemExit as exit_:  # argparse: --help/--version (0) or a usage error (2, already printed)

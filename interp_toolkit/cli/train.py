@@ -157,6 +157,14 @@ def run_config(cfg: Any) -> int:
     return 0
 
 
+def interrupted_at(cfg: Any) -> int | None:
+    """The epoch an interrupted ``train`` resumes from: its last logged (and saved) evaluation."""
+    from interp_toolkit.io import read_jsonl
+
+    metrics = read_jsonl(Path(cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)) / "metrics.jsonl")
+    return int(metrics[-1]["epoch"]) if metrics else None
+
+
 def format_metrics(metrics: dict[str, Any]) -> str:
     parts = [f"epoch {metrics.get('epoch', '?')}"]
     for key in sorted(metrics):
@@ -168,5 +176,5 @@ def format_metrics(metrics: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-__all__ = ["ALIASES", "DESCRIPTION", "HELP", "TASK_NAMES", "command_config_class", "default_run_dir", "format_metrics", "parse",
-           "run_config", "train_mpsp"]
+__all__ = ["ALIASES", "DESCRIPTION", "HELP", "TASK_NAMES", "command_config_class", "default_run_dir",
+           "format_metrics", "interrupted_at", "parse", "run_config", "train_mpsp"]

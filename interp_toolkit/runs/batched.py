@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io as _io
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -55,9 +54,9 @@ from interp_toolkit.runs.trainer import (
     TrainConfig,
     checkpoint_path,
     clear_run_outputs,
-    list_checkpoints,
     plot_curves,
     run_identity,
+    truncate_metrics,
     validate_splits,
 )
 

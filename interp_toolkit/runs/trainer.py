@@ -14,7 +14,6 @@ Run directory layout (written by :func:`train`)::
 
 from __future__ import annotations
 
-import dataclasses
 import io as _io
 import json
 import math
@@ -30,7 +29,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
-from interp_toolkit.config import Config, reject_unknown_keys
+from interp_toolkit.config import Config
 from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,

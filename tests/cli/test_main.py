@@ -227,3 +227,15 @@ def test_old_standalone_entry_points_go_through_main(capsys):
     assert_user_error(2, capsys.readouterr().err, "/nonexistent/x.safetensors")
     assert bif_lm_main(["/nonexistent/ckpts"]) == 2
     assert_user_error(2, capsys.readouterr().err, "/nonexistent/ckpts")
+
+
+def test_interrupted_train_names_the_epoch_it_resumes_from(cli_run, monkeypatch, capsys):
+    import interp_toolkit.cli.train as train_cli
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_cli, "run_config", interrupted)
+    code, _, err = run_cli(capsys, *TRAIN, "--run-dir", cli_run)
+    assert code == 130
+    assert err.strip() == "interrupted; rerun the same command to resume from epoch 4"
