@@ -34,6 +34,18 @@ TASKS = {
     "first_mod3_sum_mod3": ("sum_mod3", "first"),
 }
 
+
+
+def task_modulus(task: str) -> int:
+    """m of a named task (``TASKS``): 2 for the parity tasks, 3 for the mod-3 tasks.
+
+    Chance accuracy, and the spurious ratio at which the shortcut carries no signal, is 1/m.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
+    return LABELS[TASKS[task][0]]
+
+
 # Fixed offsets so that train/val/adv never share a generator stream.
 _SPLIT_SEED_OFFSETS = {"train": 0, "val": 1_000_003, "adv": 2_000_003}
 
@@ -267,4 +279,4 @@ def make_splits(cfg: MPSPConfig) -> dict[str, MPSPSplit]:
 
 
 __all__ = ["LABELS", "SHORTCUTS", "TASKS", "MPSPConfig", "MPSPSplit", "compute_features",
-           "make_split", "make_splits"]
+           "make_split", "make_splits", "task_modulus"]
