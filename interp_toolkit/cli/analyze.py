@@ -20,12 +20,12 @@ _OPTION_SCOPE = {
     "method": ("ablation",),
     "reference": ("ablation",),
     "split_names": ("ablation",),
-    "source": ("patching",),
-    "target": ("patching",),
-    "positions": ("patching", "ablation"),
-    "metric": ("patching",),
+    "source": ("patching", "resample_ablation_damage"),
+    "target": ("patching", "resample_ablation_damage"),
+    "positions": ("patching", "resample_ablation_damage", "ablation"),
+    "metric": ("resample_ablation_damage",),
     "chunk_size": ("gradients",),
-    "components": ("ablation", "patching"),
+    "components": ("ablation", "patching", "resample_ablation_damage"),
 }
 
 
@@ -49,7 +49,9 @@ def add_analyze_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--target", help="patching: target split (default adv)")
     p.add_argument("--positions", choices=["each", "all"],
                    help="patching: each position separately or all at once (ablation: 'all' only)")
-    p.add_argument("--metric", choices=["logit_diff", "loss", "accuracy"], help="patching metric")
+    p.add_argument("--metric", choices=["logit_diff", "loss", "accuracy"],
+                   help="resample_ablation_damage metric (patching always uses the minimal pairs' "
+                   "source-vs-target label logit difference)")
     p.add_argument("--chunk-size", type=int, help="gradients: examples per vmap chunk (default 256)")
     p.add_argument("--out-dir", help="output directory (default RUN_DIR/analyses/<analysis>)")
     p.add_argument("--no-plot", action="store_true")
