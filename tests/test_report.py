@@ -297,3 +297,11 @@ def test_fisher_tea_tasting():
 def test_report_rejects_non_study(tmp_path):
     with pytest.raises(ValueError, match="not a study directory"):
         write_report(tmp_path)
+
+
+def test_read_thresholds_of_older_studies(tmp_path):
+    from interp_toolkit.studies.report import read_thresholds
+
+    assert read_thresholds(tmp_path) == OutcomeThresholds()
+    atomic_write_json(tmp_path / "study.json", {"key": "k", "config": {"threshold": 0.98, "epochs": 5}})
+    assert read_thresholds(tmp_path) == OutcomeThresholds(threshold=0.98)
