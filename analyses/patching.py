@@ -248,7 +248,8 @@ def minimal_pair_patching(
             task); ``source`` provides the examples.
         source, target: Split names: one shortcut-consistent (r = 1) and one conflicting
             (r = 0) split; ``target`` names the kind of the edited examples.
-        n: Number of pairs (``None``: every example of ``source`` that has an edit).
+        n: At most this many pairs (``None``: every example of ``source`` that has an edit;
+            examples without one, rare, are skipped).
         seed: Tie-breaking seed of the pair generation.
         components, kinds, positions, readout_position, progress: As in
             :func:`activation_patching`.
@@ -281,7 +282,9 @@ def minimal_pair_patching(
     if kinds_of[source] == kinds_of[target]:
         raise ValueError(f"splits {source!r} and {target!r} are both shortcut-{kinds_of[source]}; expected one "
                          "consistent (r = 1) and one conflicting (r = 0)")
-    pairs = minimal_pairs(src, n=None if n is None else min(n, len(src)), seed=seed)
+    pairs = minimal_pairs(src, seed=seed)
+    if n is not None:
+        pairs = pairs.head(n)
     source_tokens, target_tokens = pairs.source.tokens, pairs.target.tokens
     pos = _check_patching_inputs(source_tokens, target_tokens, positions, readout_position)
     comps = resolve_components(model, components, kinds)

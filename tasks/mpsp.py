@@ -308,6 +308,12 @@ class MinimalPairs:
     def __len__(self) -> int:
         return len(self.source)
 
+    def head(self, n: int) -> "MinimalPairs":
+        """The first ``n`` pairs."""
+        keep = torch.arange(min(n, len(self)))
+        return MinimalPairs(self.source.subset(keep), self.target.subset(keep), self.position[keep],
+                            self.delta[keep], self.index[keep])
+
     def swapped(self) -> "MinimalPairs":
         """The reverse direction: target becomes source (same pairs)."""
         return MinimalPairs(self.target, self.source, self.position, -self.delta, self.index)

@@ -142,6 +142,7 @@ def test_minimal_pairs_differ_in_one_token_keep_the_shortcut_and_move_the_label(
         if cfg.modulus == 2 or r == 1.0:
             assert (pairs.delta.abs() == 1).float().mean() > 0.9
         assert torch.equal(pairs.swapped().source.values, tgt.values)
+        assert torch.equal(pairs.head(5).target.values, tgt.values[:5])
 
 
 def test_minimal_pairs_bad_input():
