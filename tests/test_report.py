@@ -154,11 +154,11 @@ def test_wilson_validates():
         wilson_interval(4, 3)
 
 
-def _make_run(root: Path, name: str, r: float, layers: int, seed: int, curve) -> None:
+def _make_run(root: Path, name: str, r: float, layers: int, seed: int, curve, status: str = "finished") -> None:
     run_dir = root / "runs" / name
     run_dir.mkdir(parents=True)
     atomic_write_json(run_dir / "run.json", {
-        "key": name, "status": "finished",
+        "key": name, "status": status,
         "run_info": {"task": {"name": "max_parity_sum_parity", "r": r}},
         "model_config": {"n_layers": layers, "n_heads": 2, "seed": seed},
         "train_config": {"weight_decay": 0.1},
@@ -305,3 +305,13 @@ def test_read_thresholds_of_older_studies(tmp_path):
     assert read_thresholds(tmp_path) == OutcomeThresholds()
     atomic_write_json(tmp_path / "study.json", {"key": "k", "config": {"threshold": 0.98, "epochs": 5}})
     assert read_thresholds(tmp_path) == OutcomeThresholds(threshold=0.98)
+
+
+def test_report_writes_no_outcome_cache_for_unfinished_runs(tmp_path):
+    # a sweep takes outcome.json as "done": a report during training must not create one
+    _make_run(tmp_path, "u0", 0.9, 1, 0, _curve([(1.0, 0.0), (1.0, 1.0)]), status="running")
+    _make_run(tmp_path, "f0", 0.9, 1, 1, _curve([(1.0, 0.0), (1.0, 1.0)]))
+    rows = write_report(tmp_path, print_table=False)["rows"]
+    assert [row["generalized"] for row in rows] == [True, True]
+    assert not (tmp_path / "runs" / "u0" / "outcome.json").exists()
+    assert json.loads((tmp_path / "runs" / "f0" / "outcome.json").read_text())["generalized"] is True

@@ -208,7 +208,8 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
     Args:
         study_dir: The study directory.
         thresholds: Outcome settings (default: :func:`read_thresholds` of the study).
-        rewrite_cache: Rewrite each run's ``outcome.json`` when its content changed.
+        rewrite_cache: Rewrite each finished run's ``outcome.json`` when its content changed
+            (unfinished runs never get one: a sweep reads it as "this run is done").
     """
     study_dir = Path(study_dir)
     runs_root = study_dir / "runs"
@@ -231,7 +232,8 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
             continue
         outcome = compute_outcome(metrics, float(task["r"]), _task_modulus(task, run_dir), thresholds)
         outcome_path = run_dir / "outcome.json"
-        if rewrite_cache:
+        # Only finished runs get a cache: a sweep takes outcome.json as "this run is done".
+        if rewrite_cache and record.get("status") == "finished":
             cached = json.loads(outcome_path.read_text()) if outcome_path.exists() else {}
             fresh = {**outcome, **{k: cached[k] for k in _CACHE_EXTRA_KEYS if k in cached}}
             if fresh != cached:
