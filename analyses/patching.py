@@ -282,12 +282,13 @@ def minimal_pair_patching(
     if kinds_of[source] == kinds_of[target]:
         raise ValueError(f"splits {source!r} and {target!r} are both shortcut-{kinds_of[source]}; expected one "
                          "consistent (r = 1) and one conflicting (r = 0)")
+    # validate positions and components before building pairs (pairs keep the source's shape)
+    pos = _check_patching_inputs(src.tokens, src.tokens, positions, readout_position)
+    comps = resolve_components(model, components, kinds)
     pairs = minimal_pairs(src, seed=seed)
     if n is not None:
         pairs = pairs.head(n)
     source_tokens, target_tokens = pairs.source.tokens, pairs.target.tokens
-    pos = _check_patching_inputs(source_tokens, target_tokens, positions, readout_position)
-    comps = resolve_components(model, components, kinds)
     metric_fn = pair_logit_diff_metric(pairs.source.labels, pairs.target.labels, readout_position)
     rows, patched, normalized = _patch_and_tabulate(model, source_tokens, target_tokens, comps, pos, metric_fn,
                                                     "pair_logit_diff", progress)
