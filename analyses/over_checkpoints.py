@@ -29,7 +29,7 @@ from ._common import AnalysisResult, Table, pyplot, save_png
 from .ablation import ablation
 from .fingerprints import fingerprints
 from .gradients import gradient_conflict
-from .patching import cross_split_patching
+from .patching import minimal_pair_patching, resample_ablation_damage
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ class AnalysisSpec:
     """A registered analysis: how to run it and what to plot.
 
     Attributes:
-        name: Registry name (``fingerprints``, ``ablation``, ``patching``, ``gradients``).
+        name: Registry name (``fingerprints``, ``ablation``, ``patching`` (minimal pairs),
+            ``resample_ablation_damage`` (index-paired patching), ``gradients``).
         fn: ``fn(model, splits, **config) -> AnalysisResult``.
         value_columns: Numeric columns plotted against epoch (one panel each).
         series_columns: Columns whose values identify one line.
@@ -56,7 +57,9 @@ ANALYSES: dict[str, AnalysisSpec] = {
                                  ("qk_rho", "ov_rho", "ov_data_rho", "first_share"), ("component",)),
     "ablation": AnalysisSpec("ablation", ablation, ("delta",), ("component", "split"),
                              {"metric": "accuracy"}),
-    "patching": AnalysisSpec("patching", cross_split_patching, ("normalized",), ("component", "position")),
+    "patching": AnalysisSpec("patching", minimal_pair_patching, ("normalized",), ("component", "position")),
+    "resample_ablation_damage": AnalysisSpec("resample_ablation_damage", resample_ablation_damage, ("normalized",),
+                                             ("component", "position")),
     "gradients": AnalysisSpec("gradients", gradient_conflict, ("conflict_cos", "amplification", "anti_cos_mean"),
                               ("group",)),
 }

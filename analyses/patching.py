@@ -1,21 +1,37 @@
-"""Cross-split activation patching on TransformerLens hooks.
+"""Activation patching on TransformerLens hooks: minimal-pair cross-split patching, and the
+index-paired resample-ablation damage.
 
-The model runs on a *target* split while activations cached from a *source* split (paired
-example by example) are written into one component at one position (or all positions).
-The table reports how far the target metric moves toward the source:
-``normalized = (patched - target) / (source - target)`` (0: no effect, 1: fully moved).
+The model runs on a *target* input while activations cached from a *source* input are
+written into one component at one position (or all positions). The table reports how far
+the target metric moves toward the source:
+``normalized = (patched - target) / (source - target)`` (0: target behaviour, 1: source
+behaviour).
+
+* :func:`minimal_pair_patching` (registered as ``patching``; also ``cross_split_patching``):
+  the paper's cross-split patching. Pairs from ``tasks.mpsp.minimal_pairs``: each source
+  example of one split (``val``: shortcut-consistent, or ``adv``: conflicting) and a copy
+  that differs in one token, changed by the smallest step that moves the label while the
+  shortcut feature stays, so the pair flips agreement. The metric is the logit difference
+  between the source's label and the target's label at the readout, so a component that
+  carries the label (the rule) moves it to ~1 and one that carries the shortcut (equal
+  within a pair) leaves it at ~0.
+* :func:`resample_ablation_damage`: the index-paired mode (the i-th example of one split
+  patched into the i-th of another, which differ in every token and in their labels). It
+  measures how much a component's activation from an unrelated input damages the metric:
+  resample-ablation damage, not a causal transfer of one feature.
 
 In ``transformer_lens.patching`` terms the source is the "clean" run and the target the
 "corrupted" run; :func:`compute_patching` with ``positions`` and a scalar metric returns
 the same ``[component, position]`` values as its ``get_act_patch_*`` functions.
 
-High level: :func:`cross_split_patching` (model + named splits) and
-:func:`activation_patching` (model + two token batches). Low level: :func:`compute_patching`
-(target tokens + cached source activations -> patched metric values).
+High level: :func:`minimal_pair_patching`, :func:`resample_ablation_damage` (model + named
+splits) and :func:`activation_patching` (model + two token batches). Low level:
+:func:`compute_patching` (target tokens + cached source activations -> patched metric values).
 
 Table columns: ``component, kind, layer, head, position, metric, source, target, patched,
-normalized`` (``position`` is -1 when every position is patched at once). Tensors:
-``patched`` and ``normalized`` [component, position].
+normalized`` (``position`` is -1 when every position is patched at once), plus
+``source_split, target_split`` for the split-level calls. Tensors: ``patched`` and
+``normalized`` [component, position].
 """
 
 from __future__ import annotations
@@ -95,6 +111,69 @@ def compute_patching(
     return out
 
 
+def pair_logit_diff_metric(source_labels: Int[Tensor, " batch"], target_labels: Int[Tensor, " batch"],
+                           readout_position: int = -1) -> Metric:
+    """Mean of ``logit[source label] - logit[target label]`` at the readout, pair by pair."""
+
+    def metric(logits: Tensor) -> Tensor:
+        out = logits[:, readout_position]
+        rows = torch.arange(out.shape[0], device=out.device)
+        return (out[rows, source_labels.to(out.device)] - out[rows, target_labels.to(out.device)]).mean()
+
+    return metric
+
+
+def _check_patching_inputs(source_tokens: Tensor, target_tokens: Tensor, positions: Any,
+                           readout_position: int) -> list[int] | None:
+    if not isinstance(source_tokens, Tensor) or not isinstance(target_tokens, Tensor):
+        raise ValueError("source_tokens and target_tokens must be tensors")
+    if source_tokens.shape != target_tokens.shape or source_tokens.ndim != 2:
+        raise ValueError(f"source and target tokens must both be [batch, pos] of one shape, got "
+                         f"{tuple(source_tokens.shape)} and {tuple(target_tokens.shape)}")
+    seq_len = target_tokens.shape[1]
+    if positions == "each":
+        pos = list(range(seq_len))
+    elif isinstance(positions, str):
+        raise ValueError(f"positions must be 'each', None or a list of ints, got {positions!r}")
+    else:
+        pos = check_positions(positions, seq_len)
+    check_positions([readout_position], seq_len)
+    return pos
+
+
+def _patch_and_tabulate(model: Any, source_tokens: Tensor, target_tokens: Tensor, comps: Sequence[Component],
+                        pos: list[int] | None, metric_fn: Metric, metric_name: str,
+                        progress: bool) -> tuple[list[dict[str, Any]], Tensor, Tensor]:
+    was_training = model.training
+    model.eval()
+    device = model_device(model)
+    hook_names = sorted({c.hook_name for c in comps})
+    try:
+        with torch.no_grad():
+            source_logits, cache = model.run_with_cache(source_tokens.to(device),
+                                                        names_filter=lambda name: name in hook_names)
+            source_acts = {name: cache[name] for name in hook_names}
+            target_tokens = target_tokens.to(device)
+            source_value = float(metric_fn(source_logits))
+            target_value = float(metric_fn(model(target_tokens)))
+            patched = compute_patching(model, target_tokens, source_acts, comps, pos, metric_fn, progress)
+    finally:
+        model.train(was_training)
+    gap = source_value - target_value
+    normalized = (patched - target_value) / gap if gap != 0 else torch.full_like(patched, float("nan"))
+    columns = [-1] if pos is None else pos
+    rows = []
+    for i, comp in enumerate(comps):
+        for j, p in enumerate(columns):
+            rows.append({
+                "component": comp.name, "kind": comp.kind, "layer": comp.layer,
+                "head": -1 if comp.head is None else comp.head, "position": p, "metric": metric_name,
+                "source": source_value, "target": target_value, "patched": float(patched[i, j]),
+                "normalized": float(normalized[i, j]),
+            })
+    return rows, patched, normalized
+
+
 def activation_patching(
     model: Any,
     source_tokens: Int[Tensor, "batch pos"],
@@ -126,58 +205,106 @@ def activation_patching(
     Returns:
         :class:`AnalysisResult` (see the module docstring).
     """
-    if not isinstance(source_tokens, Tensor) or not isinstance(target_tokens, Tensor):
-        raise ValueError("source_tokens and target_tokens must be tensors")
-    if source_tokens.shape != target_tokens.shape or source_tokens.ndim != 2:
-        raise ValueError(f"source and target tokens must both be [batch, pos] of one shape, got "
-                         f"{tuple(source_tokens.shape)} and {tuple(target_tokens.shape)}")
+    pos = _check_patching_inputs(source_tokens, target_tokens, positions, readout_position)
     if labels.shape != (source_tokens.shape[0],):
         raise ValueError(f"labels must be [{source_tokens.shape[0]}], got {tuple(labels.shape)}")
     check_choice("metric", metric, list(METRICS))
-    seq_len = target_tokens.shape[1]
-    if positions == "each":
-        pos = list(range(seq_len))
-    elif isinstance(positions, str):
-        raise ValueError(f"positions must be 'each', None or a list of ints, got {positions!r}")
-    else:
-        pos = check_positions(positions, seq_len)
-    check_positions([readout_position], seq_len)
     comps = resolve_components(model, components, kinds)
     metric_fn = readout_metric(metric, labels, readout_position, classes)
-
-    was_training = model.training
-    model.eval()
-    device = model_device(model)
-    hook_names = sorted({c.hook_name for c in comps})
-    try:
-        with torch.no_grad():
-            source_logits, cache = model.run_with_cache(source_tokens.to(device),
-                                                        names_filter=lambda name: name in hook_names)
-            source_acts = {name: cache[name] for name in hook_names}
-            target_tokens = target_tokens.to(device)
-            source_value = float(metric_fn(source_logits))
-            target_value = float(metric_fn(model(target_tokens)))
-            patched = compute_patching(model, target_tokens, source_acts, comps, pos, metric_fn, progress)
-    finally:
-        model.train(was_training)
-    gap = source_value - target_value
-    normalized = (patched - target_value) / gap if gap != 0 else torch.full_like(patched, float("nan"))
-    columns = [-1] if pos is None else pos
-    rows = []
-    for i, comp in enumerate(comps):
-        for j, p in enumerate(columns):
-            rows.append({
-                "component": comp.name, "kind": comp.kind, "layer": comp.layer,
-                "head": -1 if comp.head is None else comp.head, "position": p, "metric": metric,
-                "source": source_value, "target": target_value, "patched": float(patched[i, j]),
-                "normalized": float(normalized[i, j]),
-            })
+    rows, patched, normalized = _patch_and_tabulate(model, source_tokens, target_tokens, comps, pos, metric_fn,
+                                                    metric, progress)
     config = {"components": [c.name for c in comps], "positions": pos, "metric": metric,
               "readout_position": readout_position, "classes": None if classes is None else list(classes)}
     return AnalysisResult(Table(rows), {"patched": patched, "normalized": normalized}, config)
 
 
-def cross_split_patching(
+def minimal_pair_patching(
+    model: Any,
+    splits: Mapping[str, Any],
+    source: str = "val",
+    target: str = "adv",
+    n: int | None = 256,
+    seed: int = 0,
+    components: Sequence[str | Component] | None = None,
+    kinds: Sequence[str] = ("resid", "head", "attn", "mlp"),
+    positions: Sequence[int] | None | str = "each",
+    readout_position: int = -1,
+    progress: bool = False,
+) -> AnalysisResult:
+    """Cross-split patching with minimal pairs (the paper's measurement).
+
+    Source examples are the first examples of split ``source`` that have a minimal edit;
+    each target is that example with one token changed (``tasks.mpsp.minimal_pairs``):
+    the label moves, the shortcut feature stays, agreement with the shortcut flips. So
+    ``source="val", target="adv"`` patches shortcut-consistent activations into
+    conflicting runs, and ``source="adv", target="val"`` the reverse direction.
+
+    Metric: ``logit[source label] - logit[target label]`` at the readout (mean over pairs),
+    normalized per component so that 0 = target behaviour and 1 = source behaviour.
+
+    Args:
+        model: A TransformerLens model.
+        splits: Named MPSP splits (made by ``make_split``/``make_splits``, which record the
+            task); ``source`` provides the examples.
+        source, target: Split names: one shortcut-consistent (r = 1) and one conflicting
+            (r = 0) split; ``target`` names the kind of the edited examples.
+        n: At most this many pairs (``None``: every example of ``source`` that has an edit;
+            examples without one, rare, are skipped).
+        seed: Tie-breaking seed of the pair generation.
+        components, kinds, positions, readout_position, progress: As in
+            :func:`activation_patching`.
+
+    Returns:
+        :class:`AnalysisResult`; rows also hold ``source_split``, ``target_split``,
+        ``n_pairs``; the config records ``n`` (pairs used).
+    """
+    from interp_toolkit.tasks.mpsp import minimal_pairs
+
+    check_splits(splits, [source, target], model)
+    check_positive_int("n", n, allow_none=True)
+    if source == target:
+        raise ValueError(f"source and target splits must differ, got {source!r} for both")
+    src, tgt = splits[source], splits[target]
+    kinds_of = {}
+    for name, split in ((source, src), (target, tgt)):
+        agrees = getattr(split, "agrees", None)
+        if agrees is None or getattr(split, "task", None) is None:
+            raise ValueError(f"split {name!r} must be an MPSP split made by make_split (with agrees and task) "
+                             "for minimal pairs")
+        if bool(agrees.all()):
+            kinds_of[name] = "consistent"
+        elif not bool(agrees.any()):
+            kinds_of[name] = "conflicting"
+        else:
+            raise ValueError(f"split {name!r} mixes shortcut-consistent and conflicting examples (r = "
+                             f"{float(agrees.float().mean()):.3g}); minimal-pair patching needs one split at "
+                             "r = 1 and one at r = 0 (e.g. val and adv)")
+    if kinds_of[source] == kinds_of[target]:
+        raise ValueError(f"splits {source!r} and {target!r} are both shortcut-{kinds_of[source]}; expected one "
+                         "consistent (r = 1) and one conflicting (r = 0)")
+    # validate positions and components before building pairs (pairs keep the source's shape)
+    pos = _check_patching_inputs(src.tokens, src.tokens, positions, readout_position)
+    comps = resolve_components(model, components, kinds)
+    pairs = minimal_pairs(src, seed=seed)
+    if n is not None:
+        pairs = pairs.head(n)
+    source_tokens, target_tokens = pairs.source.tokens, pairs.target.tokens
+    metric_fn = pair_logit_diff_metric(pairs.source.labels, pairs.target.labels, readout_position)
+    rows, patched, normalized = _patch_and_tabulate(model, source_tokens, target_tokens, comps, pos, metric_fn,
+                                                    "pair_logit_diff", progress)
+    for row in rows:
+        row["source_split"], row["target_split"], row["n_pairs"] = source, target, len(pairs)
+    config = {"components": [c.name for c in comps], "positions": pos, "metric": "pair_logit_diff",
+              "readout_position": readout_position, "source": source, "target": target, "n": len(pairs),
+              "seed": seed, "pairs": "minimal"}
+    return AnalysisResult(Table(rows), {"patched": patched, "normalized": normalized}, config)
+
+
+#: The paper's cross-split patching is the minimal-pair one.
+cross_split_patching = minimal_pair_patching
+
+
+def resample_ablation_damage(
     model: Any,
     splits: Mapping[str, Any],
     source: str = "val",
@@ -186,9 +313,14 @@ def cross_split_patching(
     n: int | None = 256,
     **kwargs: Any,
 ) -> AnalysisResult:
-    """Patch activations of split ``source`` into runs on split ``target``.
+    """Index-paired patching: resample-ablation damage of each component.
 
-    Examples are paired by index (the first ``n`` of each split).
+    The i-th example of split ``source`` is patched into the run on the i-th example of
+    ``target`` (the first ``n`` of each). The two differ in every token and in their labels,
+    so this does not transfer one feature: it measures how much replacing a component's
+    activation with one from an unrelated input of the other split damages (or moves) the
+    metric scored against ``labels``. For the causal cross-split measurement use
+    :func:`minimal_pair_patching`.
 
     Args:
         model: A TransformerLens model.
@@ -214,4 +346,5 @@ def cross_split_patching(
     return result
 
 
-__all__ = ["KINDS", "readout_metric", "compute_patching", "activation_patching", "cross_split_patching"]
+__all__ = ["KINDS", "activation_patching", "compute_patching", "cross_split_patching", "minimal_pair_patching",
+           "pair_logit_diff_metric", "readout_metric", "resample_ablation_damage"]

@@ -11,6 +11,10 @@ Splits used by every study (``make_splits``):
 * ``train``: ``n_train`` examples at the configured ratio ``r``;
 * ``val``: ``r = 1`` (shortcut-consistent; a shortcut model scores 100%);
 * ``adv``: ``r = 0`` (adversarial; a shortcut model scores ~0% for m = 2).
+
+Minimal pairs (``minimal_pairs``) for patching: each example of a split paired with a copy
+that differs in one token, changed by the smallest step that moves the label while the
+shortcut feature stays, so the pair flips agreement (shortcut-consistent <-> conflicting).
 """
 
 from __future__ import annotations
@@ -32,6 +36,18 @@ TASKS = {
     "max_mod3_sum_mod3": ("sum_mod3", "max"),
     "first_mod3_sum_mod3": ("sum_mod3", "first"),
 }
+
+
+
+def task_modulus(task: str) -> int:
+    """m of a named task (``TASKS``): 2 for the parity tasks, 3 for the mod-3 tasks.
+
+    Chance accuracy, and the spurious ratio at which the shortcut carries no signal, is 1/m.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
+    return LABELS[TASKS[task][0]]
+
 
 # Fixed offsets so that train/val/adv never share a generator stream.
 _SPLIT_SEED_OFFSETS = {"train": 0, "val": 1_000_003, "adv": 2_000_003}
@@ -131,6 +147,8 @@ class MPSPSplit:
         shortcut: The shortcut feature (max or first element mod m), ``[n]``.
         agrees: ``shortcut == labels``, ``[n]``.
         r: The exact fraction of agreeing examples.
+        task: The task that made the split (``make_split`` sets it; needed by
+            :func:`minimal_pairs`), or ``None``.
     """
 
     values: Int[Tensor, "n seq"]
@@ -139,6 +157,7 @@ class MPSPSplit:
     shortcut: Int[Tensor, " n"]
     agrees: Bool[Tensor, " n"]
     r: float
+    task: MPSPConfig | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -148,7 +167,7 @@ class MPSPSplit:
         agrees = self.agrees[index]
         r = float(agrees.float().mean()) if agrees.numel() else 0.0
         return MPSPSplit(self.values[index], self.tokens[index], self.labels[index],
-                         self.shortcut[index], agrees, r)
+                         self.shortcut[index], agrees, r, self.task)
 
 
 def _check_ratio(r: float) -> None:
@@ -244,7 +263,7 @@ def make_split(cfg: MPSPConfig, r: float, n: int, seed: int) -> MPSPSplit:
     readout = torch.full((n, 1), cfg.readout_token, dtype=torch.long)
     tokens = torch.cat([values, readout], dim=1)
     agrees = feature == labels
-    return MPSPSplit(values, tokens, labels, feature, agrees, float(agrees.float().mean()))
+    return MPSPSplit(values, tokens, labels, feature, agrees, float(agrees.float().mean()), cfg)
 
 
 def make_splits(cfg: MPSPConfig) -> dict[str, MPSPSplit]:
@@ -259,5 +278,126 @@ def make_splits(cfg: MPSPConfig) -> dict[str, MPSPSplit]:
     }
 
 
-__all__ = ["LABELS", "SHORTCUTS", "TASKS", "MPSPConfig", "MPSPSplit", "compute_features",
-           "make_split", "make_splits"]
+@dataclass
+class MinimalPairs:
+    """Pairs of examples that differ in one token and flip agreement with the shortcut.
+
+    Attributes:
+        source: The original examples (a subset of the split they came from).
+        target: Each source example with one value changed: the label moved, the shortcut
+            feature (the max value, or the first element) kept, so ``target.agrees`` is
+            ``~source.agrees``.
+        position: The changed position of each pair, ``[n]``.
+        delta: ``target value - source value`` at that position, ``[n]``.
+        index: Index of each source example in the split it came from, ``[n]``.
+    """
+
+    source: MPSPSplit
+    target: MPSPSplit
+    position: Int[Tensor, " n"]
+    delta: Int[Tensor, " n"]
+    index: Int[Tensor, " n"]
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def head(self, n: int) -> "MinimalPairs":
+        """The first ``n`` pairs."""
+        keep = torch.arange(min(n, len(self)))
+        return MinimalPairs(self.source.subset(keep), self.target.subset(keep), self.position[keep],
+                            self.delta[keep], self.index[keep])
+
+    def swapped(self) -> "MinimalPairs":
+        """The reverse direction: target becomes source (same pairs)."""
+        return MinimalPairs(self.target, self.source, self.position, -self.delta, self.index)
+
+
+def _minimal_edit(values: list[int], label: int, shortcut_kind: str, m: int, n_values: int,
+                  want_agree: bool, order: list[int], sign_first: int) -> tuple[int, int] | None:
+    """(position, delta) of the smallest valid edit of one sequence, or None."""
+    top = max(values)
+    feature = (top if shortcut_kind == "max" else values[0]) % m
+    total = sum(values)
+    for step in range(1, n_values):
+        for delta in (sign_first * step, -sign_first * step):
+            new_label = (total + delta) % m
+            if new_label == label or (new_label == feature) != want_agree:
+                continue
+            for pos in order:
+                new = values[pos] + delta
+                if not 0 <= new < n_values:
+                    continue
+                if shortcut_kind == "first":
+                    if pos == 0:
+                        continue
+                elif new > top or (values[pos] == top and values.count(top) == 1):
+                    # the max shortcut: the changed element stays at or below the max, and the
+                    # max value itself is unchanged (a lone max is never lowered)
+                    continue
+                return pos, delta
+    return None
+
+
+def minimal_pairs(split: MPSPSplit, n: int | None = None, seed: int = 0) -> MinimalPairs:
+    """Minimal pairs built from the examples of ``split`` (see :class:`MinimalPairs`).
+
+    For each example (in order, until ``n`` pairs), one value other than the shortcut
+    element is changed by the smallest step (|delta| = 1 first, then 2, ...) that changes
+    the label (sum mod m) so that agreement with the shortcut flips, while the shortcut
+    feature keeps its value: for the max shortcut the changed element stays at or below
+    the max and the max value is unchanged; for the first-element shortcut position 0 is
+    never changed. Ties between positions and between +step and -step are broken at random
+    (``seed``). Examples without such an edit (e.g. all values 0 under the max shortcut)
+    are skipped.
+
+    Args:
+        split: A split made by :func:`make_split` (it records its task).
+        n: Number of pairs (``None``: one per example that has an edit).
+        seed: Seed of the tie-breaking generator.
+
+    Raises:
+        ValueError: a split without its task, or ``n`` larger than the pairs available.
+    """
+    if not isinstance(split, MPSPSplit) or split.task is None:
+        raise ValueError("minimal_pairs needs an MPSPSplit made by make_split (it records its task); "
+                         f"got {type(split).__name__} without one")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"number of pairs n must be a positive integer or None, got {n!r}")
+    cfg = split.task
+    m = cfg.modulus
+    gen = torch.Generator().manual_seed(int(seed))
+    seq_len = split.values.shape[1]
+    chosen, positions, deltas = [], [], []
+    rows = split.values.tolist()
+    labels = split.labels.tolist()
+    agrees = split.agrees.tolist()
+    for i, values in enumerate(rows):
+        order = torch.randperm(seq_len, generator=gen).tolist()
+        sign_first = 1 if torch.rand((), generator=gen) < 0.5 else -1
+        edit = _minimal_edit(values, labels[i], cfg.shortcut, m, cfg.n_values, not agrees[i], order, sign_first)
+        if edit is None:
+            continue
+        chosen.append(i)
+        positions.append(edit[0])
+        deltas.append(edit[1])
+        if n is not None and len(chosen) == n:
+            break
+    if n is not None and len(chosen) < n:
+        raise ValueError(f"split has only {len(chosen)} examples with a minimal edit, asked for n={n}")
+    if not chosen:
+        raise ValueError("no example of the split has a minimal edit (e.g. every value is 0)")
+    index = torch.tensor(chosen, dtype=torch.long)
+    source = split.subset(index)
+    position = torch.tensor(positions, dtype=torch.long)
+    delta = torch.tensor(deltas, dtype=torch.long)
+    values = source.values.clone()
+    values[torch.arange(len(chosen)), position] += delta
+    labels_t, feature = compute_features(values, cfg.label, cfg.shortcut)
+    tokens = torch.cat([values, source.tokens[:, seq_len:]], dim=1)
+    agrees_t = feature == labels_t
+    target = MPSPSplit(values, tokens, labels_t, feature, agrees_t, float(agrees_t.float().mean()), cfg)
+    return MinimalPairs(source, target, position, delta, index)
+
+
+__all__ = ["LABELS", "SHORTCUTS", "TASKS", "MPSPConfig", "MPSPSplit", "MinimalPairs", "compute_features",
+           "make_split", "make_splits", "minimal_pairs", "task_modulus"]

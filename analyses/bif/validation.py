@@ -193,10 +193,17 @@ def pearson(x: Tensor, y: Tensor) -> float:
 
 
 def spearman(x: Tensor, y: Tensor) -> float:
-    """Spearman rank correlation of two flattened tensors."""
-    rx = torch.argsort(torch.argsort(x.double().reshape(-1))).double()
-    ry = torch.argsort(torch.argsort(y.double().reshape(-1))).double()
-    return pearson(rx, ry)
+    """Spearman rank correlation of two flattened tensors (``scipy.stats.spearmanr``: tied
+    values get their average rank; NaN when either input is constant)."""
+    from scipy.stats import spearmanr
+
+    x_np = x.detach().double().cpu().reshape(-1).numpy()
+    y_np = y.detach().double().cpu().reshape(-1).numpy()
+    if x_np.shape != y_np.shape:
+        raise ValueError(f"spearman needs inputs of one size, got {x_np.size} and {y_np.size}")
+    if x_np.size < 2 or np.ptp(x_np) == 0 or np.ptp(y_np) == 0:
+        return float("nan")
+    return float(spearmanr(x_np, y_np).statistic)
 
 
 def compare_windows(

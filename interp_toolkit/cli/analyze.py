@@ -23,7 +23,7 @@ DESCRIPTION = ("Run fingerprints, ablation, patching or gradients over every che
                "from the run record's task config and checked against the run's data fingerprints.")
 # Names of interp_toolkit.analyses.over_checkpoints.ANALYSES and ablation.METHODS, spelled out
 # so that --help imports no torch (a test keeps them equal).
-ANALYSIS_NAMES = ("ablation", "fingerprints", "gradients", "patching")
+ANALYSIS_NAMES = ("ablation", "fingerprints", "gradients", "patching", "resample_ablation_damage")
 ABLATION_METHODS = ("zero", "mean", "resample")
 
 # option -> analyses it applies to
@@ -32,12 +32,12 @@ _OPTION_SCOPE = {
     "method": ("ablation",),
     "reference": ("ablation",),
     "split_names": ("ablation",),
-    "source": ("patching",),
-    "target": ("patching",),
-    "positions": ("patching", "ablation"),
-    "metric": ("patching",),
+    "source": ("patching", "resample_ablation_damage"),
+    "target": ("patching", "resample_ablation_damage"),
+    "positions": ("patching", "resample_ablation_damage", "ablation"),
+    "metric": ("resample_ablation_damage",),
     "chunk_size": ("gradients",),
-    "components": ("ablation", "patching"),
+    "components": ("ablation", "patching", "resample_ablation_damage"),
 }
 
 
@@ -59,7 +59,8 @@ class AnalyzeCommandConfig(Config):
         source: patching: source split (default val).
         target: patching: target split (default adv).
         positions: patching: each position separately or all at once (ablation: 'all' only).
-        metric: patching metric.
+        metric: resample_ablation_damage metric (patching always uses the minimal pairs'
+            source-vs-target label logit difference).
         chunk_size: gradients: examples per vmap chunk (default 256).
         out_dir: Output directory (default RUN_DIR/analyses/<analysis>).
         plot: Write the PNG.
@@ -68,7 +69,7 @@ class AnalyzeCommandConfig(Config):
     """
 
     run_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
-    analysis: Optional[Literal["ablation", "fingerprints", "gradients", "patching"]] = None  # noqa: UP007
+    analysis: Optional[Literal["ablation", "fingerprints", "gradients", "patching", "resample_ablation_damage"]] = None  # noqa: UP007
     epochs: Optional[tuple[int, ...]] = None  # noqa: UP007
     last: bool = False
     n: Optional[int] = None  # noqa: UP007

@@ -12,8 +12,10 @@ from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
 HELP = "generalization-rate table and plots of a study directory"
-DESCRIPTION = ("Write table.csv (rate per cell, n seeds, 95% Wilson interval), outcomes.csv and PNG plots "
-               "beside them, and print the table.")
+DESCRIPTION = ("Re-score every run from its metrics.jsonl (outcome.json is a cache), write table.csv (paper "
+               "rate and rule-learned rate per cell with 95% Wilson intervals), contrasts.csv (r pairs per "
+               "architecture: difference, 95% Newcombe interval, Fisher exact p), outcomes.csv and PNG plots, "
+               "and print them.")
 
 
 @dataclass
@@ -23,10 +25,20 @@ class ReportCommandConfig(Config):
     Attributes:
         study_dir: A study directory written by `sweep`.
         out: Where to write the report (default: the study directory).
+        compare: Pairs of cells: rate difference a - b with a 95% Newcombe interval and Fisher
+            exact p; cells as KEY=VALUE lists, e.g. --compare L=2,r=0.9 L=2,r=0.5 (an even
+            number of values, taken two by two).
     """
 
     study_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
     out: Optional[Path] = None  # noqa: UP007
+    compare: Optional[tuple[str, ...]] = None  # noqa: UP007
+
+    def __post_init__(self) -> None:
+        if self.compare is not None:
+            self.compare = tuple(self.compare)
+            self.check("compare", len(self.compare) % 2 == 0,
+                       "an even number of cells (pairs CELL_A CELL_B)")
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit report") -> ReportCommandConfig:
@@ -41,7 +53,8 @@ def run_config(args: ReportCommandConfig) -> int:
     """``interp-toolkit report STUDY_DIR``."""
     from interp_toolkit.studies.report import write_report
 
-    write_report(args.study_dir, out_dir=args.out, print_table=True)
+    pairs = list(zip(args.compare[::2], args.compare[1::2])) if args.compare else []
+    write_report(args.study_dir, out_dir=args.out, print_table=True, compare=pairs)
     return 0
 
 

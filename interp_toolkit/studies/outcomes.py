@@ -1,122 +1,256 @@
 """Per-run outcome records of MPSP shortcut studies, computed from ``metrics.jsonl``.
 
-Definitions (``r`` is the training split's spurious ratio; ``val`` is the
-shortcut-consistent split, ``adv`` the adversarial one):
+Definitions (``r`` is the training split's spurious ratio, ``m`` the task's modulus: 2 for
+sum parity, 3 for sum mod 3, so chance is ``1/m``; ``val`` is the shortcut-consistent split
+(r = 1), ``adv`` the adversarial one (r = 0)):
 
-* **favored split**: the split a shortcut model aces: ``val`` when ``r >= 0.5``; ``adv``
-  when ``r < 0.5`` (below chance the *anti*-shortcut is predictive, and for sum parity a
-  model that predicts ``1 - shortcut`` scores 100% on ``adv`` and 0% on ``val``).
-* **generalized**: at some evaluation, *both* ``val`` and ``adv`` accuracy reach
-  ``threshold`` (default 1.0, i.e. 100%). For ``r >= 0.5`` this is the paper's criterion
-  "100% adversarial accuracy" (a model at 100% on ``adv`` that follows the true rule is at
-  100% on ``val`` too); requiring both keeps the rate correct below chance, where 100% on
-  ``adv`` alone is the anti-shortcut, not the rule.
-* **transient**: generalized, and a later evaluation fell below ``threshold`` again.
-* **shortcut_epoch**: first evaluation with the favored split at >= ``near_perfect``
-  (default 0.99: "~100%").
+* **generalization split**: the split where the training bias misleads: ``adv`` when
+  ``r > 1/m`` (the shortcut is predictive in training), ``val`` when ``r < 1/m`` (the
+  *anti*-shortcut is), and ``both`` when ``|r - 1/m| < 1e-9`` (no bias to exploit).
+* **favored split**: the other one (the split a bias-following model does well on):
+  ``val`` when ``r > 1/m``, ``adv`` when ``r < 1/m``, none at chance.
+* **generalized** (the paper's criterion): at some evaluation, accuracy on the
+  generalization split reaches ``threshold`` (default 1.0, i.e. 100%); at ``r = 1/m``,
+  both splits at ``threshold`` at the same evaluation.
+* **rule_learned** (stricter, its own column): both ``val`` and ``adv`` at ``threshold`` at
+  the same evaluation. A run can be generalized without it (adv 100%, val 99.95%).
+* **transience** (found a generalization basin, then left it), judged on the
+  generalization split (at chance: the lower of the two) after its first ``threshold``:
+  ``basin_fraction`` is the share of later evaluations still at ``threshold``;
+  ``min_acc_after`` the lowest accuracy from the first generalization on;
+  ``left_epoch`` the first evaluation of the first *qualifying fall*: at least
+  ``transient_min_span`` (default 3) consecutive evaluations below
+  ``transient_tolerance`` (default 0.99). **transient** is true when such a fall exists,
+  whether or not the run recovers later; a single one-evaluation dip is not transience.
+* **shortcut_epoch**: first evaluation with the favored split at >= ``near_perfect`` times
+  what the bias alone can score there (1.0, except the ``adv`` split of a mod-3 task below
+  chance, where "not the shortcut" leaves two classes: 1/2). ``None`` at chance.
 * **phase2_onset_epoch**: after the shortcut is learned, among evaluations whose favored
-  split stays >= ``near_perfect``: the epoch of the running minimum of the other split's
-  accuracy at the first evaluation where that accuracy has risen ``rise`` (default 0.1)
-  above it. ``None`` if that never happens (including runs that learn the rule directly).
+  split stays at that level: the epoch of the running minimum of the generalization
+  split's accuracy at the first evaluation where that accuracy has risen ``rise``
+  (default 0.1) above it. ``None`` if that never happens (including runs that learn the
+  rule directly) and at chance.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.io import read_jsonl
 
+#: |r - 1/m| below this counts as "at chance".
+CHANCE_TOLERANCE = 1e-9
+
 OUTCOME_FIELDS = (
-    "generalized", "first_generalized_epoch", "transient", "max_adv_acc", "final_adv_acc",
-    "final_val_acc", "shortcut_epoch", "phase2_onset_epoch", "favored_split", "final_epoch",
-    "n_evaluations",
+    "generalized", "first_generalized_epoch", "rule_learned", "first_rule_learned_epoch",
+    "transient", "left_epoch", "basin_fraction", "min_acc_after",
+    "max_adv_acc", "max_val_acc", "final_adv_acc", "final_val_acc", "shortcut_epoch",
+    "phase2_onset_epoch", "favored_split", "generalization_split", "modulus", "final_epoch",
+    "n_evaluations", "transient_tolerance", "transient_min_span",
 )
 
 
+@dataclass(frozen=True)
+class OutcomeThresholds:
+    """Every setting an outcome record depends on (recorded with it and in ``study.json``).
+
+    Attributes:
+        threshold: Accuracy that counts as "100%" (generalized / rule learned).
+        near_perfect: Share of the bias-only accuracy of the favored split that counts as
+            "shortcut learned".
+        rise: Rise of the generalization split's accuracy that marks the onset of phase 2.
+        transient_tolerance: Accuracy of the generalization split below which a
+            generalized run counts as out of its basin.
+        transient_min_span: Consecutive evaluations below ``transient_tolerance`` that make
+            a qualifying fall (a shorter dip is noise, not transience).
+    """
+
+    threshold: float = 1.0
+    near_perfect: float = 0.99
+    rise: float = 0.1
+    transient_tolerance: float = 0.99
+    transient_min_span: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("threshold", "near_perfect", "rise", "transient_tolerance"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+                raise ValueError(f"outcome {name} must be a number in (0, 1], got {value!r}")
+        span = self.transient_min_span
+        if isinstance(span, bool) or not isinstance(span, int) or span < 1:
+            raise ValueError(f"outcome transient_min_span must be an integer >= 1, got {span!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "OutcomeThresholds":
+        """Build from a dict, ignoring keys that are not thresholds (e.g. a whole sweep config)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _check_modulus(modulus: int) -> None:
+    if isinstance(modulus, bool) or not isinstance(modulus, int) or modulus < 2:
+        raise ValueError(f"task modulus m must be an integer >= 2 (2: parity, 3: mod 3), got {modulus!r}")
+
+
+def at_chance(r: float, modulus: int) -> bool:
+    """True when ``r`` is the chance level ``1/m`` (within ``CHANCE_TOLERANCE``)."""
+    _check_modulus(modulus)
+    return abs(float(r) - 1.0 / modulus) < CHANCE_TOLERANCE
+
+
+def generalization_split(r: float, modulus: int) -> str:
+    """``"adv"`` when ``r > 1/m``, ``"val"`` when ``r < 1/m``, ``"both"`` at chance."""
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= float(r) <= 1.0:
+        raise ValueError(f"spurious ratio r must be a number in [0, 1], got {r!r}")
+    if at_chance(r, modulus):
+        return "both"
+    return "adv" if r > 1.0 / modulus else "val"
+
+
+def favored_split(r: float, modulus: int) -> str | None:
+    """The split the training bias helps: ``"val"`` above chance, ``"adv"`` below, ``None`` at it."""
+    split = generalization_split(r, modulus)
+    return {"adv": "val", "val": "adv", "both": None}[split]
+
+
+def bias_only_accuracy(split: str, r: float, modulus: int) -> float:
+    """Accuracy a model following only the training bias reaches on the favored ``split``.
+
+    Above chance the bias is "predict the shortcut": 100% on ``val``. Below chance it is
+    "predict anything but the shortcut": 100% on ``adv`` for parity, 1/(m-1) for m > 2.
+    """
+    if split == "val":
+        return 1.0
+    return 1.0 / (modulus - 1)
+
+
+def _generalization_acc(row: Mapping[str, Any], split: str) -> float:
+    if split == "both":
+        return min(row["val_acc"], row["adv_acc"])
+    return row[f"{split}_acc"]
+
+
 def compute_outcome(
-    metrics: Sequence[dict[str, Any]],
+    metrics: Sequence[Mapping[str, Any]],
     r: float,
-    threshold: float = 1.0,
-    near_perfect: float = 0.99,
-    rise: float = 0.1,
+    modulus: int = 2,
+    thresholds: OutcomeThresholds | None = None,
 ) -> dict[str, Any]:
     """The outcome record of one run from its evaluations (``val_acc`` and ``adv_acc``).
 
     Args:
         metrics: Evaluations in epoch order, each with ``epoch``, ``val_acc``, ``adv_acc``.
-        r: The run's training spurious ratio (decides the favored split).
-        threshold: Accuracy both splits must reach to count as generalized.
-        near_perfect: Accuracy of the favored split that counts as "shortcut learned".
-        rise: Rise of the other split's accuracy that marks the onset of phase 2.
+        r: The run's training spurious ratio.
+        modulus: The task's m (2: parity tasks, 3: mod-3 tasks); chance is ``1/m``.
+        thresholds: The settings (default :class:`OutcomeThresholds`).
 
     Returns:
-        A dict with the keys of ``OUTCOME_FIELDS``.
+        A dict with the keys of ``OUTCOME_FIELDS`` (see the module docstring).
     """
-    for name, value in (("threshold", threshold), ("near_perfect", near_perfect), ("rise", rise)):
-        if not (isinstance(value, (int, float)) and 0.0 < value <= 1.0):
-            raise ValueError(f"compute_outcome {name} must be in (0, 1], got {value!r}")
+    thresholds = OutcomeThresholds() if thresholds is None else thresholds
+    if not isinstance(thresholds, OutcomeThresholds):
+        raise ValueError(f"thresholds must be an OutcomeThresholds, got {type(thresholds).__name__}")
+    gen_split = generalization_split(r, modulus)
     if not metrics:
         raise ValueError("compute_outcome needs at least one evaluation, got none")
     for row in metrics:
         missing = [k for k in ("epoch", "val_acc", "adv_acc") if k not in row]
         if missing:
-            raise ValueError(f"evaluation {row} lacks {missing}; expected epoch, val_acc and adv_acc")
+            raise ValueError(f"evaluation {dict(row)} lacks {missing}; expected epoch, val_acc and adv_acc")
     rows = sorted(metrics, key=lambda m: m["epoch"])
-    favored, other = ("val_acc", "adv_acc") if r >= 0.5 else ("adv_acc", "val_acc")
+    threshold = thresholds.threshold
+    favored = favored_split(r, modulus)
 
-    def rule_ok(row: dict[str, Any]) -> bool:
-        return min(row["val_acc"], row["adv_acc"]) >= threshold
+    gen_acc = [_generalization_acc(row, gen_split) for row in rows]
+    first_gen = next((i for i, acc in enumerate(gen_acc) if acc >= threshold), None)
+    first_rule = next((i for i, row in enumerate(rows) if min(row["val_acc"], row["adv_acc"]) >= threshold), None)
 
-    first_gen = next((i for i, row in enumerate(rows) if rule_ok(row)), None)
-    transient = first_gen is not None and any(not rule_ok(row) for row in rows[first_gen + 1 :])
-    shortcut_index = next((i for i, row in enumerate(rows) if row[favored] >= near_perfect), None)
+    basin_fraction = min_acc_after = left_epoch = None
+    if first_gen is not None:
+        later = gen_acc[first_gen + 1 :]
+        basin_fraction = sum(acc >= threshold for acc in later) / len(later) if later else None
+        min_acc_after = min(gen_acc[first_gen:])
+        run_start, run_length = None, 0
+        for i in range(first_gen + 1, len(rows)):
+            if gen_acc[i] < thresholds.transient_tolerance:
+                run_start = i if run_length == 0 else run_start
+                run_length += 1
+                if run_length >= thresholds.transient_min_span:
+                    left_epoch = rows[run_start]["epoch"]
+                    break
+            else:
+                run_length = 0
 
-    onset = None
-    if shortcut_index is not None:
-        low_value, low_epoch = None, None
-        for row in rows[shortcut_index:]:
-            if row[favored] < near_perfect:
-                continue
-            if low_value is None or row[other] < low_value:
-                low_value, low_epoch = row[other], row["epoch"]
-            elif row[other] - low_value >= rise:
-                onset = low_epoch
-                break
+    shortcut_index = onset = None
+    if favored is not None:
+        shortcut_level = thresholds.near_perfect * bias_only_accuracy(favored, r, modulus)
+        favored_key = f"{favored}_acc"
+        shortcut_index = next((i for i, row in enumerate(rows) if row[favored_key] >= shortcut_level), None)
+        if shortcut_index is not None:
+            low_value, low_epoch = None, None
+            for i in range(shortcut_index, len(rows)):
+                if rows[i][favored_key] < shortcut_level:
+                    continue
+                if low_value is None or gen_acc[i] < low_value:
+                    low_value, low_epoch = gen_acc[i], rows[i]["epoch"]
+                elif gen_acc[i] - low_value >= thresholds.rise:
+                    onset = low_epoch
+                    break
 
     return {
         "generalized": first_gen is not None,
         "first_generalized_epoch": rows[first_gen]["epoch"] if first_gen is not None else None,
-        "transient": transient,
+        "rule_learned": first_rule is not None,
+        "first_rule_learned_epoch": rows[first_rule]["epoch"] if first_rule is not None else None,
+        "transient": left_epoch is not None,
+        "left_epoch": left_epoch,
+        "basin_fraction": basin_fraction,
+        "min_acc_after": min_acc_after,
         "max_adv_acc": max(row["adv_acc"] for row in rows),
+        "max_val_acc": max(row["val_acc"] for row in rows),
         "final_adv_acc": rows[-1]["adv_acc"],
         "final_val_acc": rows[-1]["val_acc"],
         "shortcut_epoch": rows[shortcut_index]["epoch"] if shortcut_index is not None else None,
         "phase2_onset_epoch": onset,
-        "favored_split": favored[:-4],
+        "favored_split": favored,
+        "generalization_split": gen_split,
+        "modulus": modulus,
         "final_epoch": rows[-1]["epoch"],
         "n_evaluations": len(rows),
+        "transient_tolerance": thresholds.transient_tolerance,
+        "transient_min_span": thresholds.transient_min_span,
     }
 
 
-def outcome_of_run(run_dir: str | Path, r: float, **kwargs: Any) -> dict[str, Any]:
+def outcome_of_run(run_dir: str | Path, r: float, modulus: int = 2,
+                   thresholds: OutcomeThresholds | None = None) -> dict[str, Any]:
     """:func:`compute_outcome` of a run directory's ``metrics.jsonl``."""
     metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
     if not metrics:
         raise ValueError(f"run directory {run_dir} has no evaluations in metrics.jsonl")
-    return compute_outcome(metrics, r, **kwargs)
+    return compute_outcome(metrics, r, modulus, thresholds)
 
 
-def generalization_stop_rule(threshold: float = 1.0) -> Any:
-    """Early-stop rule: a run's outcome is decided once it has generalized.
+def generalization_stop_rule(r: float, modulus: int, threshold: float = 1.0) -> Callable[[dict[str, Any]], bool]:
+    """Early-stop rule: a run's ``generalized`` outcome is decided once it has generalized.
 
-    Only for studies that ignore transience (it cannot see a later fall).
+    Uses the paper's criterion (the generalization split at ``threshold``; both splits at
+    chance). Only for studies that ignore transience (it cannot see a later fall).
     """
+    split = generalization_split(r, modulus)
 
     def decided(metrics: dict[str, Any]) -> bool:
-        return min(metrics["val_acc"], metrics["adv_acc"]) >= threshold
+        return _generalization_acc(metrics, split) >= threshold
 
     return decided
 
 
-__all__ = ["OUTCOME_FIELDS", "compute_outcome", "generalization_stop_rule", "outcome_of_run"]
+__all__ = ["CHANCE_TOLERANCE", "OUTCOME_FIELDS", "OutcomeThresholds", "at_chance", "bias_only_accuracy",
+           "compute_outcome", "favored_split", "generalization_split", "generalization_stop_rule",
+           "outcome_of_run"]

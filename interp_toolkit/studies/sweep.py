@@ -3,7 +3,8 @@
 A study directory holds::
 
     STUDY_DIR/
-      study.json        the SweepConfig and its hash (a different sweep is refused here)
+      study.json        the SweepConfig, its hash (a different sweep is refused here) and the
+                        outcome_thresholds every outcome of the study is scored with
       runs/<task>_<L>L<H>H_r<r>_wd<wd>_s<seed>_<hash>/
           run.json, metrics.jsonl, checkpoints/, curves.png   (as interp_toolkit.train writes)
           outcome.json  the run's outcome record (interp_toolkit.studies.outcomes)
@@ -27,7 +28,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, Union
 
 from tqdm.auto import tqdm
 
@@ -35,6 +36,13 @@ from interp_toolkit.config import Config
 from interp_toolkit.io import atomic_write_json, config_hash
 
 BACKENDS = ("local", "ray")
+
+#: A ratio entry meaning "r = 1/m of each task" (0.5 for parity tasks, 1/3 for mod-3 tasks).
+CHANCE = "chance"
+
+#: SweepConfig fields that only score runs (they are re-applied by ``report`` to stored
+#: metrics), so they are left out of the study key: changing them never retrains.
+OUTCOME_ONLY_FIELDS = ("transient_tolerance", "transient_min_span")
 
 
 @dataclass
@@ -48,7 +56,8 @@ class SweepConfig(Config):
     Attributes:
         name: Readable study name (used in the default study directory).
         tasks: MPSP task names (``interp_toolkit.tasks.mpsp.TASKS``).
-        ratios: Training spurious ratios r, each in [0, 1].
+        ratios: Training spurious ratios r, each in [0, 1], or ``"chance"`` for r = 1/m of
+            each task (m = 2 for parity tasks, 3 for mod-3 tasks; a duplicate is dropped).
         n_layers: Layer counts.
         n_heads: Head counts.
         weight_decays: AdamW weight decays.
@@ -60,12 +69,16 @@ class SweepConfig(Config):
         early_stop: Stop a run once it has generalized (saves time; hides transience).
         seeds_per_process: At most this many seeds of one cell are trained together in one
             job (``None``: all of them).
-        threshold: Accuracy both val and adv must reach to count as generalized.
+        threshold: Accuracy that counts as 100% (generalized on the generalization split,
+            rule learned on both; see ``interp_toolkit.studies.outcomes``).
+        transient_tolerance: A generalized run whose generalization-split accuracy falls
+            below this ...
+        transient_min_span: ... for at least this many consecutive evaluations is transient.
     """
 
     name: str = "mpsp"
     tasks: list[str] = field(default_factory=lambda: ["max_parity_sum_parity"])
-    ratios: list[float] = field(default_factory=lambda: [0.5, 0.9])
+    ratios: list[Union[float, Literal["chance"]]] = field(default_factory=lambda: [0.5, 0.9])  # noqa: UP007
     n_layers: list[int] = field(default_factory=lambda: [1, 2])
     n_heads: list[int] = field(default_factory=lambda: [2])
     weight_decays: list[float] = field(default_factory=lambda: [0.1])
@@ -87,6 +100,8 @@ class SweepConfig(Config):
     early_stop: bool = False
     seeds_per_process: int | None = None
     threshold: float = 1.0
+    transient_tolerance: float = 0.99
+    transient_min_span: int = 3
 
     def __post_init__(self) -> None:
         if isinstance(self.seeds, int) and not isinstance(self.seeds, bool):
@@ -95,13 +110,22 @@ class SweepConfig(Config):
             self.seeds = list(range(self.seeds))
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
             raise ValueError(f"SweepConfig.name must be a non-empty string without '/', got {self.name!r}")
-        for name in ("tasks", "ratios", "n_layers", "n_heads", "weight_decays", "seeds"):
+        for name in ("tasks", "n_layers", "n_heads", "weight_decays", "seeds"):
             value = getattr(self, name)
             if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
                 raise ValueError(f"SweepConfig.{name} must be a non-empty list, got {value!r}")
             if len(set(value)) != len(value):
                 raise ValueError(f"SweepConfig.{name} has duplicates: {list(value)!r}")
             setattr(self, name, list(value))
+        if isinstance(self.ratios, (str, bytes)) or not isinstance(self.ratios, (list, tuple)) or not self.ratios:
+            raise ValueError(f"SweepConfig.ratios must be a non-empty list, got {self.ratios!r}")
+        for item in self.ratios:
+            if item != CHANCE and (isinstance(item, bool) or not isinstance(item, (int, float))
+                                   or not 0.0 <= item <= 1.0):
+                raise ValueError(f"SweepConfig.ratios must hold numbers in [0, 1] or {CHANCE!r}, got {item!r}")
+        if len(set(self.ratios)) != len(self.ratios):
+            raise ValueError(f"SweepConfig.ratios has duplicates: {list(self.ratios)!r}")
+        self.ratios = list(self.ratios)
         for name in ("n_layers", "n_heads", "seeds"):
             for item in getattr(self, name):
                 if isinstance(item, bool) or not isinstance(item, int) or (name != "seeds" and item < 1):
@@ -118,22 +142,43 @@ class SweepConfig(Config):
             raise ValueError(f"SweepConfig.early_stop must be a bool, got {self.early_stop!r}")
         if not (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1):
             raise ValueError(f"SweepConfig.threshold must be in (0, 1], got {self.threshold!r}")
+        self.outcome_thresholds()  # validates threshold and the transience settings by name
         self.betas = tuple(float(b) for b in self.betas)
         # Build every cell's configs once: their validation names the bad value.
         for cell in self.cells():
             cell_configs(self, cell, self.seeds[0])
 
+    def task_ratios(self, task: str) -> list[float]:
+        """The ratios of one task, ``"chance"`` resolved to its 1/m (duplicates dropped)."""
+        from interp_toolkit.tasks.mpsp import task_modulus
+
+        out: list[float] = []
+        for item in self.ratios:
+            r = 1.0 / task_modulus(task) if item == CHANCE else float(item)
+            if not any(abs(r - seen) < 1e-9 for seen in out):
+                out.append(r)
+        return out
+
     def cells(self) -> list[dict[str, Any]]:
         """Every grid cell as ``{task, r, n_layers, n_heads, weight_decay}``."""
         return [
-            {"task": task, "r": float(r), "n_layers": layers, "n_heads": heads, "weight_decay": float(wd)}
-            for task, r, layers, heads, wd in itertools.product(
-                self.tasks, self.ratios, self.n_layers, self.n_heads, self.weight_decays)
+            {"task": task, "r": r, "n_layers": layers, "n_heads": heads, "weight_decay": float(wd)}
+            for task in self.tasks
+            for r, layers, heads, wd in itertools.product(
+                self.task_ratios(task), self.n_layers, self.n_heads, self.weight_decays)
         ]
 
+    def outcome_thresholds(self) -> Any:
+        """The :class:`~interp_toolkit.studies.outcomes.OutcomeThresholds` of this study."""
+        from interp_toolkit.studies.outcomes import OutcomeThresholds
+
+        return OutcomeThresholds(threshold=self.threshold, transient_tolerance=self.transient_tolerance,
+                                 transient_min_span=self.transient_min_span)
+
     def key(self) -> str:
-        """Hash of everything that decides the study's results."""
-        return config_hash(self.to_dict(), 8)
+        """Hash of everything that decides the study's training (not the outcome-only fields)."""
+        data = {k: v for k, v in self.to_dict().items() if k not in OUTCOME_ONLY_FIELDS}
+        return config_hash(data, 8)
 
     def n_runs(self) -> int:
         return len(self.cells()) * len(self.seeds)
@@ -154,10 +199,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         lr=1e-3, eval_every=20, checkpoint_every=100,
     ),
     "paper": dict(
-        name="paper", ratios=[0.1, 0.3, 0.5, 0.7, 0.9], n_layers=[1, 2], n_heads=[1, 2],
+        name="paper", tasks=["max_parity_sum_parity", "first_parity_sum_parity", "max_mod3_sum_mod3",
+                             "first_mod3_sum_mod3"],
+        ratios=[0.1, 0.3, CHANCE, 0.5, 0.7, 0.9], n_layers=[1, 2], n_heads=[1, 2],
         weight_decays=[0.1, 0.4], seeds=30, seq_len=10, n_train=16_384, n_eval=2_048,
         d_model=64, d_mlp=128, epochs=15_000, lr=1e-3, eval_every=50, checkpoint_every=1_000,
-        early_stop=False,
+        early_stop=False, threshold=1.0, transient_tolerance=0.99, transient_min_span=3,
     ),
 }
 
@@ -168,8 +215,10 @@ PRESET_NOTES = {
              "d_model 64, lr 1e-3, 300 epochs: ~15 min on 2 CPU cores. The smallest setting in "
              "which a calibration run here learned the true rule at all (an earlier 768-example, "
              "lr 3e-3 preset only memorized); not the paper's numbers.",
-    "paper": "The source protocol: 16,384 examples, r in {0.1..0.9}, 1L/2L x 1/2 heads, d_model 64, "
-             "d_mlp 128, AdamW wd 0.1 and 0.4, 15,000 epochs, 30 seeds, no early stop.",
+    "paper": "The source protocol: the four task variants, 16,384 examples, r in {0.1, 0.3, 1/m, 0.5, "
+             "0.7, 0.9} (1/m per task), 1L/2L x 1/2 heads, d_model 64, d_mlp 128, AdamW wd 0.1 and 0.4, "
+             "15,000 epochs, 30 seeds, no early stop; outcome thresholds: 100%, transient below 0.99 for "
+             ">= 3 evaluations.",
 }
 
 
@@ -196,7 +245,9 @@ def cell_configs(cfg: SweepConfig, cell: Mapping[str, Any], seed: int) -> tuple[
                             checkpoint_log_spaced=cfg.checkpoint_log_spaced, progress=False)
     run_info: dict[str, Any] = {"task": {"name": task_cfg.name, **task_cfg.to_dict()}}
     if cfg.early_stop:
-        run_info["early_stop"] = {"rule": "generalized", "threshold": cfg.threshold}
+        # The rule's name is part of the run key: runs stopped under the older, stricter rule
+        # (both splits at 100%) are not mistaken for these.
+        run_info["early_stop"] = {"rule": "generalized_paper_criterion", "threshold": cfg.threshold}
     return task_cfg, model_cfg, train_cfg, run_info
 
 
@@ -241,11 +292,12 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
 
     from interp_toolkit.runs.batched import train_batched
     from interp_toolkit.studies.outcomes import generalization_stop_rule, outcome_of_run
-    from interp_toolkit.tasks.mpsp import make_splits
+    from interp_toolkit.tasks.mpsp import make_splits, task_modulus
 
     torch.set_num_threads(max(1, threads))
     cfg = SweepConfig.from_dict(job["sweep"])
     cell = job["cell"]
+    modulus = task_modulus(cell["task"])
     per_run = [cell_configs(cfg, cell, run["seed"]) for run in job["runs"]]
     todo = [i for i, run in enumerate(job["runs"]) if not (Path(run["run_dir"]) / "outcome.json").exists()]
     if todo:
@@ -253,11 +305,11 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
         result = train_batched(
             [per_run[i][1] for i in todo], splits, per_run[0][2], [job["runs"][i]["run_dir"] for i in todo],
             [per_run[i][3] for i in todo],
-            stop_rule=generalization_stop_rule(cfg.threshold) if cfg.early_stop else None,
+            stop_rule=generalization_stop_rule(cell["r"], modulus, cfg.threshold) if cfg.early_stop else None,
         )
         for j, i in enumerate(todo):
             run_dir = Path(job["runs"][i]["run_dir"])
-            outcome = outcome_of_run(run_dir, cell["r"], threshold=cfg.threshold)
+            outcome = outcome_of_run(run_dir, cell["r"], modulus, cfg.outcome_thresholds())
             outcome.update(resumed_from=result.resumed_from[j], stopped_early_at=result.stopped_early_at[j])
             atomic_write_json(run_dir / "outcome.json", outcome)
     rows = []
@@ -361,7 +413,8 @@ def run_sweep(
                 f"study directory {study_dir} holds a different sweep (key {existing.get('key')}, this "
                 f"sweep's key {cfg.key()}); choose another directory"
             )
-    atomic_write_json(study_path, {"key": cfg.key(), "config": cfg.to_dict(), "format": 1})
+    atomic_write_json(study_path, {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
+                                   "outcome_thresholds": cfg.outcome_thresholds().to_dict()})
 
     started = time.perf_counter()
     jobs = plan_jobs(cfg, study_dir)
@@ -399,5 +452,5 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["BACKENDS", "PRESETS", "PRESET_NOTES", "SweepConfig", "SweepResult",
+__all__ = ["BACKENDS", "CHANCE", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "SweepConfig", "SweepResult",
            "cell_configs", "plan_jobs", "preset", "run_job", "run_sweep"]

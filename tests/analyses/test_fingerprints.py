@@ -6,6 +6,7 @@ from transformer_lens import FactoredMatrix
 
 from interp_toolkit.analyses.fingerprints import (
     compute_ov_fingerprint,
+    compute_qk_fingerprint,
     fingerprints,
     full_ov_circuit,
     ov_circuit,
@@ -89,3 +90,13 @@ def test_fingerprints_run_on_boot_transformers_model(neox_model, splits):
     assert all(math.isfinite(r["qk_rho"]) and -1 <= r["qk_rho"] <= 1 for r in result.rows)
     assert {r["score_source"] for r in result.rows} <= {"qk", "attn_scores", "log_pattern"}
     assert all(0 <= r["first_share"] <= 1 for r in result.rows)
+
+
+def test_qk_fingerprint_is_spearman_with_averaged_ties():
+    # token values repeat, so ranks tie: the fingerprint must average them (scipy.stats.spearmanr)
+    scores = torch.tensor([[0.1, 0.5, 0.5], [0.3, 0.2, 0.9]])
+    values = torch.tensor([[1, 4, 4], [2, 1, 9]])
+    rho, _ = compute_qk_fingerprint(scores, values)
+    ranks_s = torch.tensor([1.0, 4.5, 4.5, 3.0, 2.0, 6.0])
+    ranks_v = torch.tensor([1.5, 4.5, 4.5, 3.0, 1.5, 6.0])
+    assert rho == pytest.approx(float(torch.corrcoef(torch.stack([ranks_s, ranks_v]))[0, 1]))

@@ -7,12 +7,61 @@ from interp_toolkit.analyses.patching import (
     activation_patching,
     compute_patching,
     cross_split_patching,
+    minimal_pair_patching,
     readout_metric,
+    resample_ablation_damage,
 )
 
 
-def test_patching_the_max_head_moves_the_metric_fully(hand_model, splits):
-    result = cross_split_patching(hand_model, splits, source="val", target="adv", positions=None)
+@pytest.mark.parametrize("source, target", [("val", "adv"), ("adv", "val")])
+def test_minimal_pairs_find_the_parity_circuit_not_the_shortcut_head(hand_parity_model, splits, source, target):
+    # head 0 + MLP compute the sum parity; head 1 reads the max parity, equal within a pair
+    result = minimal_pair_patching(hand_parity_model, splits, source=source, target=target, positions=None)
+    norm = {r["component"]: r["normalized"] for r in result.rows}
+    assert norm["L0H0"] == pytest.approx(1.0, abs=1e-3)
+    assert norm["mlp0"] == pytest.approx(1.0, abs=1e-3)
+    assert norm["attn0"] == pytest.approx(1.0, abs=1e-3)
+    assert norm["resid_pre0"] == pytest.approx(1.0, abs=1e-3)
+    assert norm["L0H1"] == pytest.approx(0.0, abs=1e-3)
+    row = result.rows[0]
+    # the model predicts the sum parity: each run favours its own label by a clear margin
+    assert row["source"] > 1.0 and row["target"] < -1.0
+    assert row["source_split"] == source and row["target_split"] == target
+    assert row["metric"] == "pair_logit_diff" and result.config["n"] == row["n_pairs"] == 128
+
+
+def test_minimal_pairs_by_position_find_the_readout_and_the_changed_token(hand_parity_model, splits):
+    result = minimal_pair_patching(hand_parity_model, splits, components=["L0H0", "resid_pre0"], n=64)
+    norm = {(r["component"], r["position"]): r["normalized"] for r in result.rows}
+    assert norm[("L0H0", 5)] == pytest.approx(1.0, abs=1e-3)  # the head is read at the readout
+    assert all(abs(norm[("L0H0", p)]) < 1e-3 for p in range(5))
+    # one changed token per pair: patching the residual at one value position moves the
+    # metric only for the pairs whose change sits there; the shares add up to the whole
+    shares = [norm[("resid_pre0", p)] for p in range(5)]
+    assert all(-1e-3 <= share <= 1 + 1e-3 for share in shares)
+    assert sum(shares) == pytest.approx(1.0, abs=1e-3)
+    assert abs(norm[("resid_pre0", 5)]) < 1e-3  # the readout token is the same in both
+    assert cross_split_patching is minimal_pair_patching
+
+
+def test_minimal_pairs_cannot_move_a_pure_shortcut_model(hand_model, splits):
+    # the max-parity model sees the same shortcut in source and target: nothing to move
+    result = minimal_pair_patching(hand_model, splits, components=["L0H0"], positions=None, n=32)
+    row = result.rows[0]
+    assert row["source"] == pytest.approx(row["target"], abs=1e-4)
+
+
+def test_minimal_pair_patching_bad_input(hand_parity_model, splits):
+    with pytest.raises(ValueError, match="mixes shortcut-consistent"):
+        minimal_pair_patching(hand_parity_model, splits, source="train", target="adv")
+    with pytest.raises(ValueError, match="must differ"):
+        minimal_pair_patching(hand_parity_model, splits, source="val", target="val")
+    with pytest.raises(ValueError, match="split 'x' not found"):
+        minimal_pair_patching(hand_parity_model, splits, source="x")
+
+
+def test_resample_damage_of_the_max_head_moves_the_metric_fully(hand_model, splits):
+    result = resample_ablation_damage(hand_model, splits, source="val", target="adv", positions=None)
     norm = {r["component"]: r["normalized"] for r in result.rows}
     assert norm["L0H0"] == pytest.approx(1.0, abs=1e-5)
     assert norm["attn0"] == pytest.approx(1.0, abs=1e-5)
@@ -23,8 +72,8 @@ def test_patching_the_max_head_moves_the_metric_fully(hand_model, splits):
     assert row["source_split"] == "val" and row["target_split"] == "adv"
 
 
-def test_patching_by_position_finds_the_readout(hand_model, splits):
-    result = cross_split_patching(hand_model, splits, components=["L0H0"], positions="each", n=64)
+def test_resample_damage_by_position_finds_the_readout(hand_model, splits):
+    result = resample_ablation_damage(hand_model, splits, components=["L0H0"], positions="each", n=64)
     norm = {r["position"]: r["normalized"] for r in result.rows}
     assert norm[5] == pytest.approx(1.0, abs=1e-5)  # the head's output is read at the readout
     assert all(abs(norm[p]) < 1e-5 for p in range(5))
@@ -63,11 +112,13 @@ def test_agrees_with_transformer_lens_patching(model_name, request, splits):
 
 def test_patching_bad_input(hand_model, splits):
     with pytest.raises(ValueError, match="split 'x' not found"):
-        cross_split_patching(hand_model, splits, source="x")
+        resample_ablation_damage(hand_model, splits, source="x")
     with pytest.raises(ValueError, match="metric must be one of"):
-        cross_split_patching(hand_model, splits, metric="kl")
+        resample_ablation_damage(hand_model, splits, metric="kl")
     with pytest.raises(ValueError, match="one shape"):
         activation_patching(hand_model, splits["val"].tokens[:4], splits["adv"].tokens[:5],
                             splits["adv"].labels[:4])
     with pytest.raises(ValueError, match="positions must be"):
-        cross_split_patching(hand_model, splits, positions="last")
+        resample_ablation_damage(hand_model, splits, positions="last")
+    with pytest.raises(ValueError, match="positions must be"):
+        minimal_pair_patching(hand_model, splits, positions="last")

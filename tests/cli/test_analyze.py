@@ -28,6 +28,18 @@ def test_analyze_patching_options(tiny_run, tmp_path):
                  "--positions", "all", "--out-dir", str(tmp_path), "--no-progress"]) == 0
     table = Table.from_csv(tmp_path / "patching.csv")
     assert set(table.column("position")) == {-1} and set(table.column("epoch")) == {6}
+    assert set(table.column("metric")) == {"pair_logit_diff"} and set(table.column("n_pairs")) == {16}
+
+
+def test_analyze_resample_ablation_damage_and_metric_scope(tiny_run, tmp_path, capsys):
+    run_dir, _ = tiny_run
+    assert main(["analyze", str(run_dir), "--analysis", "resample_ablation_damage", "--last",
+                 "--n", "16", "--positions", "all", "--metric", "accuracy",
+                 "--out-dir", str(tmp_path), "--no-progress"]) == 0
+    table = Table.from_csv(tmp_path / "resample_ablation_damage.csv")
+    assert set(table.column("metric")) == {"accuracy"}
+    assert main(["analyze", str(run_dir), "--analysis", "patching", "--metric", "loss"]) == 2
+    assert "--metric applies to resample_ablation_damage only" in capsys.readouterr().err
 
 
 def test_analyze_bad_input(tiny_run, capsys):

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
-from scipy.stats import binomtest
+from scipy.stats import binomtest, fisher_exact
 
 from interp_toolkit.io import atomic_write_json
-from interp_toolkit.studies.outcomes import compute_outcome
-from interp_toolkit.studies.report import wilson_interval, write_report
+from interp_toolkit.studies.outcomes import (
+    OutcomeThresholds,
+    compute_outcome,
+    generalization_split,
+    generalization_stop_rule,
+)
+from interp_toolkit.studies.report import (
+    fisher_exact_p,
+    newcombe_interval,
+    wilson_interval,
+    write_report,
+)
 
 
 def _curve(pairs, every=10):
@@ -23,34 +34,110 @@ def test_outcome_of_shortcut_then_rule_run():
     metrics = _curve([(0.5, 0.5), (0.9, 0.2), (1.0, 0.05), (1.0, 0.02), (1.0, 0.3), (1.0, 0.8), (1.0, 1.0),
                       (1.0, 1.0)])
     out = compute_outcome(metrics, r=0.9)
-    assert out["generalized"] and not out["transient"]
-    assert out["first_generalized_epoch"] == 60
+    assert out["generalized"] and out["rule_learned"] and not out["transient"]
+    assert out["first_generalized_epoch"] == 60 == out["first_rule_learned_epoch"]
     assert out["shortcut_epoch"] == 20
     assert out["phase2_onset_epoch"] == 30
-    assert out["max_adv_acc"] == 1.0 and out["final_val_acc"] == 1.0 and out["favored_split"] == "val"
+    assert out["max_adv_acc"] == 1.0 and out["final_val_acc"] == 1.0
+    assert out["favored_split"] == "val" and out["generalization_split"] == "adv"
+    assert out["basin_fraction"] == 1.0 and out["left_epoch"] is None
 
 
-def test_outcome_transient_and_stuck():
-    transient = compute_outcome(_curve([(1.0, 0.0), (1.0, 1.0), (1.0, 0.97)]), r=0.9)
-    assert transient["generalized"] and transient["transient"] and transient["final_adv_acc"] == 0.97
+def test_adv_at_100_with_val_below_is_generalized_not_rule_learned():
+    # the paper's criterion: 100% on the generalization split (adv at r = 0.9) at some evaluation
+    out = compute_outcome(_curve([(1.0, 0.0), (0.9995, 1.0), (0.9995, 1.0)]), r=0.9)
+    assert out["generalized"] and out["first_generalized_epoch"] == 10
+    assert not out["rule_learned"] and out["first_rule_learned_epoch"] is None
+
+
+def test_mod3_above_chance_generalization_split_is_adv():
+    # m = 3: chance is 1/3, so r = 0.4 favours the shortcut: val favored, adv misleads
+    out = compute_outcome(_curve([(0.4, 0.3), (1.0, 0.0), (1.0, 1.0)]), r=0.4, modulus=3)
+    assert out["favored_split"] == "val" and out["generalization_split"] == "adv"
+    assert out["generalized"] and out["shortcut_epoch"] == 10
+    # the same r on a parity task is below chance: the roles swap
+    parity = compute_outcome(_curve([(0.4, 0.3), (1.0, 0.0), (1.0, 1.0)]), r=0.4, modulus=2)
+    assert parity["favored_split"] == "adv" and parity["generalization_split"] == "val"
+    assert generalization_split(0.4, 3) == "adv" and generalization_split(0.3, 3) == "val"
+
+
+def test_parity_below_chance_generalization_split_is_val():
+    # r = 0.2 on parity: the anti-shortcut aces adv; 100% on val is the paper's generalization
+    anti = compute_outcome(_curve([(0.5, 0.5), (0.0, 1.0), (0.0, 1.0)]), r=0.2)
+    assert anti["generalization_split"] == "val" and anti["favored_split"] == "adv"
+    assert not anti["generalized"] and anti["shortcut_epoch"] == 10
+    rule = compute_outcome(_curve([(0.5, 0.5), (0.0, 1.0), (0.4, 1.0), (1.0, 0.97)]), r=0.2)
+    assert rule["generalized"] and not rule["rule_learned"] and rule["phase2_onset_epoch"] == 10
+
+
+def test_mod3_below_chance_shortcut_level_is_one_half_on_adv():
+    # "not the shortcut" leaves two classes in mod 3: the bias alone scores 1/2 on adv
+    out = compute_outcome(_curve([(0.3, 0.3), (0.0, 0.5), (0.2, 0.5), (1.0, 1.0)]), r=0.1, modulus=3)
+    assert out["favored_split"] == "adv" and out["shortcut_epoch"] == 10
+    assert out["phase2_onset_epoch"] == 10 and out["generalized"]
+
+
+def test_at_chance_needs_both_splits_at_one_evaluation():
+    for r, m in ((0.5, 2), (1 / 3, 3)):
+        apart = compute_outcome(_curve([(1.0, 0.9), (0.9, 1.0)]), r=r, modulus=m)
+        assert apart["generalization_split"] == "both" and apart["favored_split"] is None
+        assert not apart["generalized"] and apart["shortcut_epoch"] is None
+        together = compute_outcome(_curve([(1.0, 0.9), (1.0, 1.0)]), r=r, modulus=m)
+        assert together["generalized"] and together["rule_learned"]
+    # 0.5 is above chance for mod 3: adv alone decides
+    assert compute_outcome(_curve([(0.9, 1.0)]), r=0.5, modulus=3)["generalized"]
+
+
+def test_one_evaluation_dip_is_not_transient():
+    out = compute_outcome(_curve([(1.0, 0.0), (1.0, 1.0), (1.0, 0.97), (1.0, 1.0), (1.0, 1.0)]), r=0.9)
+    assert out["generalized"] and not out["transient"] and out["left_epoch"] is None
+    assert out["min_acc_after"] == 0.97 and out["basin_fraction"] == pytest.approx(2 / 3)
+    # two evaluations below tolerance at the end: still shorter than the 3-evaluation span
+    short = compute_outcome(_curve([(1.0, 1.0), (1.0, 0.5), (1.0, 0.5)]), r=0.9)
+    assert not short["transient"]
+
+
+def test_five_evaluation_fall_is_transient_with_epoch_and_depth():
+    accs = [0.0, 0.6, 1.0, 1.0, 0.95, 0.9, 0.8, 0.85, 0.9, 1.0, 1.0]
+    out = compute_outcome(_curve([(1.0, a) for a in accs]), r=0.9)
+    assert out["transient"] and out["left_epoch"] == 40
+    assert out["min_acc_after"] == 0.8 and out["first_generalized_epoch"] == 20
+    assert out["basin_fraction"] == pytest.approx(3 / 8)
+    assert out["transient_tolerance"] == 0.99 and out["transient_min_span"] == 3
+    # the settings decide: a 6-evaluation span is not met by a 5-evaluation fall
+    strict = compute_outcome(_curve([(1.0, a) for a in accs]), r=0.9,
+                             thresholds=OutcomeThresholds(transient_min_span=6))
+    assert not strict["transient"] and strict["transient_min_span"] == 6
+    loose = compute_outcome(_curve([(1.0, a) for a in accs]), r=0.9,
+                            thresholds=OutcomeThresholds(transient_tolerance=0.86))
+    assert not loose["transient"]  # only 0.8 and 0.85 fall below 0.86: two evaluations
+
+
+def test_stuck_run():
     stuck = compute_outcome(_curve([(0.6, 0.4), (1.0, 0.0), (1.0, 0.03)]), r=0.9)
-    assert not stuck["generalized"] and stuck["phase2_onset_epoch"] is None
+    assert not stuck["generalized"] and stuck["phase2_onset_epoch"] is None and not stuck["transient"]
     assert stuck["first_generalized_epoch"] is None and stuck["shortcut_epoch"] == 10
-
-
-def test_outcome_below_chance_is_not_fooled_by_anti_shortcut():
-    # r = 0.1: predicting "not shortcut" aces adv (sum parity) but fails val: not the rule
-    anti = compute_outcome(_curve([(0.5, 0.5), (0.0, 1.0), (0.0, 1.0)]), r=0.1)
-    assert not anti["generalized"] and anti["favored_split"] == "adv" and anti["shortcut_epoch"] == 10
-    rule = compute_outcome(_curve([(0.5, 0.5), (0.0, 1.0), (0.4, 1.0), (1.0, 1.0)]), r=0.1)
-    assert rule["generalized"] and rule["phase2_onset_epoch"] == 10
+    assert stuck["basin_fraction"] is None and stuck["min_acc_after"] is None
 
 
 def test_outcome_validates():
     with pytest.raises(ValueError, match="threshold"):
-        compute_outcome(_curve([(1.0, 1.0)]), r=0.9, threshold=1.5)
+        compute_outcome(_curve([(1.0, 1.0)]), r=0.9, thresholds=OutcomeThresholds(threshold=1.5))
+    with pytest.raises(ValueError, match="transient_min_span"):
+        OutcomeThresholds(transient_min_span=0)
     with pytest.raises(ValueError, match="adv_acc"):
         compute_outcome([{"epoch": 0, "val_acc": 1.0}], r=0.9)
+    with pytest.raises(ValueError, match="modulus"):
+        compute_outcome(_curve([(1.0, 1.0)]), r=0.9, modulus=1)
+    with pytest.raises(ValueError, match="r must be"):
+        compute_outcome(_curve([(1.0, 1.0)]), r=1.5)
+
+
+def test_stop_rule_uses_the_paper_criterion():
+    assert generalization_stop_rule(0.9, 2)({"val_acc": 0.99, "adv_acc": 1.0})
+    assert not generalization_stop_rule(0.2, 2)({"val_acc": 0.99, "adv_acc": 1.0})
+    assert not generalization_stop_rule(0.5, 2)({"val_acc": 0.99, "adv_acc": 1.0})
+    assert generalization_stop_rule(0.5, 3)({"val_acc": 0.2, "adv_acc": 1.0})
 
 
 @pytest.mark.parametrize("k, n", [(0, 5), (2, 5), (5, 5), (7, 30), (1, 1)])
@@ -67,11 +154,11 @@ def test_wilson_validates():
         wilson_interval(4, 3)
 
 
-def _make_run(root: Path, name: str, r: float, layers: int, seed: int, curve) -> None:
+def _make_run(root: Path, name: str, r: float, layers: int, seed: int, curve, status: str = "finished") -> None:
     run_dir = root / "runs" / name
     run_dir.mkdir(parents=True)
     atomic_write_json(run_dir / "run.json", {
-        "key": name, "status": "finished",
+        "key": name, "status": status,
         "run_info": {"task": {"name": "max_parity_sum_parity", "r": r}},
         "model_config": {"n_layers": layers, "n_heads": 2, "seed": seed},
         "train_config": {"weight_decay": 0.1},
@@ -81,41 +168,150 @@ def _make_run(root: Path, name: str, r: float, layers: int, seed: int, curve) ->
 
 def test_report_on_synthetic_study_gives_known_rates(tmp_path, capsys):
     gen = _curve([(0.5, 0.5), (1.0, 0.0), (1.0, 1.0)])
-    trans = _curve([(0.5, 0.5), (1.0, 1.0), (1.0, 0.5)])
+    adv_only = _curve([(0.5, 0.5), (1.0, 0.0), (0.9995, 1.0)])  # generalized, not rule learned
+    trans = _curve([(0.5, 0.5), (1.0, 1.0), (1.0, 0.5), (1.0, 0.5), (1.0, 0.6)])
     stuck = _curve([(0.5, 0.5), (1.0, 0.0), (1.0, 0.0)])
     anti = _curve([(0.5, 0.5), (0.0, 1.0), (0.0, 1.0)])
     both = _curve([(0.5, 0.5), (0.0, 1.0), (1.0, 1.0)])
-    # cell (1L, r=0.9): 2 of 5 generalized (one transiently)
-    for seed, curve in enumerate([gen, trans, stuck, stuck, stuck]):
+    val_only = _curve([(0.5, 0.5), (0.0, 1.0), (1.0, 0.99)])
+    # cell (1L, r=0.9): 3 of 5 generalized (one transiently, one adv-only), 2 rule learned
+    for seed, curve in enumerate([gen, trans, adv_only, stuck, stuck]):
         _make_run(tmp_path, f"a{seed}", 0.9, 1, seed, curve)
-    # cell (1L, r=0.1): 1 of 4 (two anti-shortcut runs at 100% adv do not count)
-    for seed, curve in enumerate([anti, anti, both, stuck]):
+    # cell (1L, r=0.1): the generalization split is val: 2 of 4; the anti-shortcut's 100% adv
+    # does not count; 1 rule learned
+    for seed, curve in enumerate([anti, val_only, both, anti]):
         _make_run(tmp_path, f"b{seed}", 0.1, 1, seed, curve)
     # cell (2L, r=0.9): 3 of 3
     for seed in range(3):
         _make_run(tmp_path, f"c{seed}", 0.9, 2, seed, gen)
-    result = write_report(tmp_path)
+    # a stale cache from older definitions is ignored and rewritten
+    atomic_write_json(tmp_path / "runs" / "a2" / "outcome.json",
+                      {"generalized": False, "resumed_from": 7, "stopped_early_at": None})
+    result = write_report(tmp_path, compare=[("L=1,r=0.9", "L=1,r=0.1")])
     by_cell = {(row["n_layers"], row["r"]): row for row in result["table"]}
-    expected = {(1, 0.9): (2, 5, 1), (1, 0.1): (1, 4, 0), (2, 0.9): (3, 3, 0)}
+    expected = {(1, 0.9): (3, 2, 5, 1), (1, 0.1): (2, 1, 4, 0), (2, 0.9): (3, 3, 3, 0)}
     assert set(by_cell) == set(expected)
-    for cell, (k, n, n_transient) in expected.items():
+    for cell, (k, k_rule, n, n_transient) in expected.items():
         row = by_cell[cell]
-        assert (row["n_generalized"], row["n_seeds"], row["n_transient"]) == (k, n, n_transient)
-        assert row["rate"] == pytest.approx(k / n)
+        assert (row["n_generalized"], row["n_rule_learned"], row["n_seeds"], row["n_transient"]) == (
+            k, k_rule, n, n_transient)
+        assert row["rate"] == pytest.approx(k / n) and row["rule_learned_rate"] == pytest.approx(k_rule / n)
         ref = binomtest(k, n).proportion_ci(method="wilson")
         assert (row["wilson_low"], row["wilson_high"]) == pytest.approx((ref.low, ref.high))
+        ref = binomtest(k_rule, n).proportion_ci(method="wilson")
+        assert (row["rule_learned_wilson_low"], row["rule_learned_wilson_high"]) == pytest.approx((ref.low, ref.high))
+    cache = json.loads((tmp_path / "runs" / "a2" / "outcome.json").read_text())
+    assert cache["generalized"] is True and cache["rule_learned"] is False and cache["resumed_from"] == 7
     with open(result["paths"]["table_csv"]) as handle:
         csv_rows = list(csv.DictReader(handle))
     assert len(csv_rows) == 3
     assert {(int(r["n_layers"]), float(r["r"])): int(r["n_generalized"]) for r in csv_rows} == {
-        cell: k for cell, (k, _, _) in expected.items()}
+        cell: k for cell, (k, _, _, _) in expected.items()}
+    assert {(int(r["n_layers"]), float(r["r"])): int(r["n_rule_learned"]) for r in csv_rows} == {
+        cell: k_rule for cell, (_, k_rule, _, _) in expected.items()}
+    # contrasts: one r pair in the 1L architecture, none in 2L (a single r)
+    assert len(result["contrasts"]) == 1
+    contrast = result["contrasts"][0]
+    assert (contrast["r_a"], contrast["r_b"], contrast["k_a"], contrast["k_b"]) == (0.9, 0.1, 3, 2)
+    assert contrast["difference"] == pytest.approx(3 / 5 - 2 / 4)
+    assert contrast["fisher_p"] == pytest.approx(fisher_exact([[3, 2], [2, 2]]).pvalue)
+    paper, rule = result["comparisons"]
+    assert (paper["column"], paper["k_a"], paper["k_b"]) == ("generalized", 3, 2)
+    assert (rule["column"], rule["k_a"], rule["k_b"]) == ("rule_learned", 2, 1)
     for key in ("rate_png", "curves_png"):
         assert result["paths"][key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert "0.40" in printed and "0.25" in printed
+    assert "0.60" in printed and "0.50" in printed and "Newcombe" in printed
     assert "headline plot" in printed
+
+
+def test_report_cli_compare_and_bad_cell_spec(tmp_path, capsys):
+    from interp_toolkit.cli import main
+
+    for seed, layers in enumerate([1, 1, 2, 2]):
+        _make_run(tmp_path, f"r{seed}", 0.9, layers, seed, _curve([(1.0, 0.0), (1.0, float(seed % 2))]))
+    assert main(["report", str(tmp_path), "--compare", "L=1", "L=2"]) == 0
+    out = capsys.readouterr().out
+    assert "1/2" in out and "+0.00" in out
+    assert main(["report", str(tmp_path), "--compare", "L=3", "L=2"]) == 2
+    assert "matches no cell" in capsys.readouterr().err
+    assert main(["report", str(tmp_path), "--compare", "layers two", "L=2"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+
+
+def test_report_uses_study_outcome_thresholds(tmp_path):
+    fall = _curve([(1.0, a) for a in [0.0, 1.0, 0.95, 0.95, 1.0, 1.0]])
+    _make_run(tmp_path, "x0", 0.9, 1, 0, fall)
+    assert write_report(tmp_path, print_table=False)["rows"][0]["transient"] is False  # 2 < 3 evaluations
+    atomic_write_json(tmp_path / "study.json", {"outcome_thresholds": {"transient_min_span": 2}})
+    row = write_report(tmp_path, print_table=False)["rows"][0]
+    assert row["transient"] is True and row["left_epoch"] == 20 and row["transient_min_span"] == 2
+
+
+# Newcombe (1998), Statistics in Medicine 17:873-890, Table II, method 10 (score interval
+# without continuity correction), to 4 decimals.
+NEWCOMBE_TABLE_II = [
+    ((56, 70, 48, 80), (0.0524, 0.3339)),
+    ((9, 10, 3, 10), (0.1705, 0.8090)),
+    ((6, 7, 2, 7), (0.0582, 0.8062)),
+    ((5, 56, 0, 29), (-0.0381, 0.1926)),
+    ((0, 10, 0, 20), (-0.1611, 0.2775)),
+    ((0, 10, 0, 10), (-0.2775, 0.2775)),
+    ((10, 10, 0, 20), (0.6791, 1.0000)),
+    ((10, 10, 0, 10), (0.6075, 1.0000)),
+]
+
+
+@pytest.mark.parametrize("counts, interval", NEWCOMBE_TABLE_II)
+def test_newcombe_matches_published_table(counts, interval):
+    diff, low, high = newcombe_interval(*counts)
+    k_a, n_a, k_b, n_b = counts
+    assert diff == pytest.approx(k_a / n_a - k_b / n_b)
+    assert (low, high) == pytest.approx(interval, abs=6e-5)
+
+
+def _fisher_two_sided_by_hand(k_a, n_a, k_b, n_b):
+    # hypergeometric tables with the same margins, at most as likely as the observed one
+    total_k, total = k_a + k_b, n_a + n_b
+
+    def prob(x):
+        return math.comb(n_a, x) * math.comb(n_b, total_k - x) / math.comb(total, total_k)
+
+    observed = prob(k_a)
+    lo, hi = max(0, total_k - n_b), min(n_a, total_k)
+    return sum(prob(x) for x in range(lo, hi + 1) if prob(x) <= observed * (1 + 1e-7))
+
+
+@pytest.mark.parametrize("counts", [(3, 4, 1, 4), (10, 16, 2, 16), (0, 8, 8, 8), (5, 9, 5, 9), (13, 16, 0, 16)])
+def test_fisher_matches_scipy_and_hand_count(counts):
+    p = fisher_exact_p(*counts)
+    k_a, n_a, k_b, n_b = counts
+    assert p == pytest.approx(fisher_exact([[k_a, n_a - k_a], [k_b, n_b - k_b]]).pvalue, rel=1e-12)
+    assert p == pytest.approx(_fisher_two_sided_by_hand(*counts), rel=1e-9)
+
+
+def test_fisher_tea_tasting():
+    assert fisher_exact_p(3, 4, 1, 4) == pytest.approx(17 / 35)  # Fisher's lady tasting tea
 
 
 def test_report_rejects_non_study(tmp_path):
     with pytest.raises(ValueError, match="not a study directory"):
         write_report(tmp_path)
+
+
+def test_read_thresholds_of_older_studies(tmp_path):
+    from interp_toolkit.studies.report import read_thresholds
+
+    assert read_thresholds(tmp_path) == OutcomeThresholds()
+    atomic_write_json(tmp_path / "study.json", {"key": "k", "config": {"threshold": 0.98, "epochs": 5}})
+    assert read_thresholds(tmp_path) == OutcomeThresholds(threshold=0.98)
+
+
+def test_report_writes_no_outcome_cache_for_unfinished_runs(tmp_path):
+    # a sweep takes outcome.json as "done": a report during training must not create one
+    _make_run(tmp_path, "u0", 0.9, 1, 0, _curve([(1.0, 0.0), (1.0, 1.0)]), status="running")
+    _make_run(tmp_path, "f0", 0.9, 1, 1, _curve([(1.0, 0.0), (1.0, 1.0)]))
+    rows = write_report(tmp_path, print_table=False)["rows"]
+    assert [row["generalized"] for row in rows] == [True, True]
+    assert not (tmp_path / "runs" / "u0" / "outcome.json").exists()
+    assert json.loads((tmp_path / "runs" / "f0" / "outcome.json").read_text())["generalized"] is True

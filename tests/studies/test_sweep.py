@@ -22,6 +22,7 @@ from interp_toolkit.studies.sweep import (
     preset,
     run_sweep,
 )
+from interp_toolkit.tasks.mpsp import TASKS, task_modulus
 
 torch.set_num_threads(1)
 
@@ -54,6 +55,7 @@ def test_smoke_sweep_local_end_to_end(smoke_local):
         assert metrics[-1]["epoch"] == cfg.epochs
         assert [e for e, _ in list_checkpoints(run_dir)][-1] == cfg.epochs
         outcome = json.loads((run_dir / "outcome.json").read_text())
+        assert outcome["transient_min_span"] == cfg.transient_min_span
         assert outcome["max_adv_acc"] == max(m["adv_acc"] for m in metrics)
         assert outcome["final_val_acc"] == metrics[-1]["val_acc"]
     # seeds differ, so their trajectories differ
@@ -61,6 +63,8 @@ def test_smoke_sweep_local_end_to_end(smoke_local):
     assert len(set(finals)) > 1
     for name in ("table.csv", "outcomes.csv", "generalization_rate.png", "curves_by_cell.png"):
         assert (smoke_local.study_dir / name).stat().st_size > 0
+    study = json.loads((smoke_local.study_dir / "study.json").read_text())
+    assert study["outcome_thresholds"] == cfg.outcome_thresholds().to_dict()
 
 
 def test_smoke_sweep_over_checkpoints_loadable(smoke_local):
@@ -155,6 +159,9 @@ def test_cli_wires_into_main_parser(capsys):
 
 @pytest.mark.parametrize("bad, match", [
     ({"ratios": [1.5]}, "1.5"),
+    ({"ratios": ["half"]}, "chance"),
+    ({"transient_tolerance": 0}, "transient_tolerance"),
+    ({"transient_min_span": 0}, "transient_min_span"),
     ({"ratios": []}, "ratios must be a non-empty list"),
     ({"n_layers": [0]}, "n_layers"),
     ({"seeds": [0, 0]}, "duplicates"),
@@ -176,12 +183,26 @@ def test_plan_jobs_chunks_seeds_and_names_are_distinct(tmp_path):
     assert len(set(dirs)) == len(dirs) == cfg.n_runs()
 
 
+def test_outcome_only_fields_leave_the_study_key_alone():
+    base = preset("quick")
+    assert preset("quick", transient_min_span=5, transient_tolerance=0.9).key() == base.key()
+    assert preset("quick", threshold=0.99).key() != base.key()  # it decides early stopping
+
+
 def test_presets_follow_the_protocol():
     paper = preset("paper")
     assert paper.n_train == 16_384 and paper.epochs == 15_000 and len(paper.seeds) >= 30
     assert set(paper.n_layers) == {1, 2} and set(paper.n_heads) == {1, 2}
     assert set(paper.weight_decays) == {0.1, 0.4} and not paper.early_stop
-    assert {0.1, 0.3, 0.5, 0.7, 0.9} <= set(paper.ratios)
+    # the four task variants, r in {0.1, 0.3, 1/m, 0.5, 0.7, 0.9} with 1/m per task
+    assert set(paper.tasks) == set(TASKS)
+    for task in paper.tasks:
+        chance = 1 / task_modulus(task)
+        assert sorted(paper.task_ratios(task)) == pytest.approx(sorted({0.1, 0.3, chance, 0.5, 0.7, 0.9}))
+    assert {(c["task"], round(c["r"], 6)) for c in paper.cells()} >= {("max_mod3_sum_mod3", 0.333333),
+                                                                     ("first_parity_sum_parity", 0.5)}
+    thresholds = paper.outcome_thresholds()
+    assert (thresholds.threshold, thresholds.transient_tolerance, thresholds.transient_min_span) == (1.0, 0.99, 3)
     quick = preset("quick")
     assert {0.5, 0.9} <= set(quick.ratios) and set(quick.n_layers) == {1, 2}
 

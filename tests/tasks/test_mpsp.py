@@ -1,7 +1,15 @@
 import pytest
 import torch
 
-from interp_toolkit.tasks.mpsp import TASKS, MPSPConfig, compute_features, make_split, make_splits
+from interp_toolkit.tasks.mpsp import (
+    TASKS,
+    MPSPConfig,
+    MPSPSplit,
+    compute_features,
+    make_split,
+    make_splits,
+    minimal_pairs,
+)
 
 
 @pytest.mark.parametrize("task", sorted(TASKS))
@@ -101,3 +109,50 @@ def test_unknown_task_name():
     with pytest.raises(ValueError, match="unknown MPSP task"):
         MPSPConfig.from_task("parity")
     assert MPSPConfig.from_task("first_mod3_sum_mod3").name == "first_mod3_sum_mod3"
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+@pytest.mark.parametrize("seq_len", range(3, 13))
+def test_minimal_pairs_differ_in_one_token_keep_the_shortcut_and_move_the_label(task, seq_len):
+    cfg = MPSPConfig.from_task(task, seq_len=seq_len, n_values=10, n_train=8, n_eval=8)
+    for r in (1.0, 0.0):  # val -> adv-like targets, and the reverse direction from adv
+        split = make_split(cfg, r, 48, seed=seq_len)
+        pairs = minimal_pairs(split, seed=1)
+        assert len(pairs) >= 40  # only examples without any valid edit are skipped
+        src, tgt = pairs.source, pairs.target
+        differs = src.values != tgt.values
+        assert (differs.sum(dim=1) == 1).all()
+        rows = torch.arange(len(pairs))
+        assert (differs[rows, pairs.position]).all()
+        assert (tgt.values[rows, pairs.position] - src.values[rows, pairs.position] == pairs.delta).all()
+        assert ((tgt.values >= 0) & (tgt.values < cfg.n_values)).all()
+        assert torch.equal(src.shortcut, tgt.shortcut)
+        assert (src.labels != tgt.labels).all()
+        assert torch.equal(tgt.agrees, ~src.agrees)
+        assert torch.equal(tgt.tokens[:, -1], src.tokens[:, -1])  # readout token kept
+        # labels and shortcut recomputed from the edited values
+        labels, feature = compute_features(tgt.values, cfg.label, cfg.shortcut)
+        assert torch.equal(labels, tgt.labels) and torch.equal(feature, tgt.shortcut)
+        if cfg.shortcut == "max":
+            assert torch.equal(src.values.max(1).values, tgt.values.max(1).values)
+            assert (tgt.values[rows, pairs.position] <= src.values.max(1).values).all()
+        else:
+            assert (pairs.position != 0).all()
+        # the smallest step: |delta| = 1 whenever a +-1 edit of an allowed position exists
+        if cfg.modulus == 2 or r == 1.0:
+            assert (pairs.delta.abs() == 1).float().mean() > 0.9
+        assert torch.equal(pairs.swapped().source.values, tgt.values)
+        assert torch.equal(pairs.head(5).target.values, tgt.values[:5])
+
+
+def test_minimal_pairs_bad_input():
+    cfg = MPSPConfig(seq_len=4, n_train=8, n_eval=8)
+    split = make_split(cfg, 1.0, 16, seed=0)
+    with pytest.raises(ValueError, match="n=999"):
+        minimal_pairs(split, n=999)
+    bare = MPSPSplit(split.values, split.tokens, split.labels, split.shortcut, split.agrees, 1.0)
+    with pytest.raises(ValueError, match="records its task"):
+        minimal_pairs(bare)
+    zeros = MPSPConfig(seq_len=3, n_values=1, n_train=4, n_eval=4)
+    with pytest.raises(ValueError, match="no example"):
+        minimal_pairs(make_split(zeros, 1.0, 4, seed=0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -73,3 +75,18 @@ def test_compare_windows_peak_agreement():
     assert same["peak_agreement"] == 1.0 and same["chance"] == 0.25
     shifted = compare_windows(torch.roll(effect, 1, 0), effect)
     assert shifted["peak_agreement"] == 0.0 and shifted["peak_within_one"] == 1.0
+
+
+def test_spearman_averages_ties_like_scipy():
+    from scipy.stats import spearmanr
+
+    x = torch.tensor([1.0, 1.0, 1.0, 2.0, 3.0, 3.0])
+    y = torch.tensor([4.0, 1.0, 2.0, 3.0, 6.0, 5.0])
+    # average ranks of x: 2, 2, 2, 4, 5.5, 5.5 -> Pearson of ranks; double argsort would
+    # break the ties by position instead (0.600 here vs 0.802 with averaged ranks)
+    rx = torch.tensor([2.0, 2.0, 2.0, 4.0, 5.5, 5.5])
+    ry = torch.tensor([4.0, 1.0, 2.0, 3.0, 6.0, 5.0])
+    expected = float(torch.corrcoef(torch.stack([rx, ry]))[0, 1])
+    assert spearman(x, y) == pytest.approx(expected)
+    assert spearman(x, y) == pytest.approx(spearmanr(x.numpy(), y.numpy()).statistic)
+    assert math.isnan(spearman(torch.ones(5), torch.arange(5.0)))
