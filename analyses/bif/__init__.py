@@ -39,7 +39,7 @@ observables are callables ``model -> tensor`` (flattened).
 Package layout (one concern per module): :mod:`.config` (settings), :mod:`.data` (data
 helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`.results`
 (result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
-:mod:`.phases` (phase labels), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
+:mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
 :mod:`.lm` (token-level BIF for language models), :mod:`.validation` (leave-one-out and
 causal-window checks on the deep linear network).
 """
@@ -51,7 +51,15 @@ from .config import SamplerConfig, SamplerDivergenceError
 from .data import data_length, index_data, per_example_losses
 from .estimator import compute_bif
 from .moments import CoMoments
-from .phases import cluster_phases
+from .phases import (
+    PhaseShare,
+    between_share,
+    cluster_phases,
+    gaussian_null_draws,
+    observable_phase_fn,
+    phase_share_with_null,
+    threshold_phases,
+)
 from .plots import plot_bif
 from .results import BIFResult, Draws, PhaseDecomposition
 from .sampler import SamplerDiagnostics, sample_sgld
@@ -61,15 +69,21 @@ __all__ = [
     "CoMoments",
     "Draws",
     "PhaseDecomposition",
+    "PhaseShare",
     "SamplerConfig",
     "SamplerDiagnostics",
     "SamplerDivergenceError",
+    "between_share",
     "bif",
     "cluster_phases",
     "compute_bif",
     "data_length",
+    "gaussian_null_draws",
     "index_data",
+    "observable_phase_fn",
     "per_example_losses",
+    "phase_share_with_null",
     "plot_bif",
     "sample_sgld",
+    "threshold_phases",
 ]
