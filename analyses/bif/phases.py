@@ -212,6 +212,7 @@ def phase_share_with_null(
     index: tuple[int, int] | None = None,
     null_repeats: int = 20,
     seed: int = 0,
+    observable: str | None = None,
 ) -> PhaseShare:
     """Split the draws into phases and report the between-phase share with its Gaussian null.
 
@@ -223,7 +224,9 @@ def phase_share_with_null(
             ``lambda d: cluster_phases(d.statistic, 2)``. It is applied to the draws and,
             unchanged, to Gaussian draws with their mean and covariance.
         index: ``(i, j)`` entry of the BIF to report the share of; ``None``: all entries
-            (:func:`between_share`).
+            (:func:`between_share`). Column ``j`` counts within ``observable`` if given.
+        observable: Restrict the shares (and ``between``/``total``) to this observable's
+            columns (a name in ``draws.observable_slices``); default all columns.
         null_repeats: Gaussian null samples (>= 1).
         seed: Seed of the null.
 
@@ -232,22 +235,28 @@ def phase_share_with_null(
     """
     if isinstance(null_repeats, bool) or not isinstance(null_repeats, int) or null_repeats < 1:
         raise ValueError(f"null_repeats must be an integer >= 1, got {null_repeats!r}")
+    if observable is not None and observable not in draws.observable_slices:
+        raise ValueError(f"no observable {observable!r} in the draws; have {sorted(draws.observable_slices)}")
+    columns = slice(*draws.observable_slices[observable]) if observable is not None else slice(None)
     labels = split(draws)
     decomposition = compute_bif(draws, phases=labels).phases
-    share = between_share(decomposition.between, decomposition.total, index)
+    between, total = decomposition.between[:, columns], decomposition.total[:, columns]
+    share = between_share(between, total, index)
     generator = torch.Generator().manual_seed(seed)
     null_shares = []
     for _ in range(null_repeats):
         null = gaussian_null_draws(draws, generator)
         null_decomposition = compute_bif(null, phases=split(null)).phases
-        null_shares.append(between_share(null_decomposition.between, null_decomposition.total, index))
+        null_shares.append(
+            between_share(null_decomposition.between[:, columns], null_decomposition.total[:, columns], index)
+        )
     values = torch.tensor(null_shares, dtype=torch.float64)
     return PhaseShare(
         labels=labels,
         weights=decomposition.weights,
         phase_ids=list(decomposition.labels),
-        between=decomposition.between,
-        total=decomposition.total,
+        between=between,
+        total=total,
         share=share,
         null_share=float(values.nanmean()),
         null_std=float(values.std()) if null_repeats > 1 else float("nan"),

@@ -54,7 +54,8 @@ def _split_on_phase(d: Draws):
 
 def test_solution_phases_recover_mixture_components_and_analytic_between():
     draws, in_u, mean_u, mean_v, sigma = _mixture()
-    result = phase_share_with_null(draws, _split_on_phase, index=(0, 0), null_repeats=5)
+    result = phase_share_with_null(draws, _split_on_phase, index=(0, 0), null_repeats=5, observable="query")
+    assert result.between.shape == (2, 2)
     assert torch.equal(result.labels, in_u.long())  # phase 1 = component U
     n = in_u.numel()
     pi_u = float(in_u.double().mean())
