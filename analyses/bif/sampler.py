@@ -103,6 +103,11 @@ def sample_sgld(
     saved_requires_grad = [p.requires_grad for p in all_params]
     centre = [p.detach().clone() for _, p in params]
     tensors = [p for _, p in params]
+    sizes = [p.numel() for p in tensors]
+    numel = sum(sizes)
+    noise_dtype = tensors[0].dtype
+    if any(p.dtype != noise_dtype for p in tensors):
+        raise ValueError(f"sampled parameters must share one dtype, got {sorted({str(p.dtype) for p in tensors})}")
     was_training = model.training
     device = centre[0].device
 
@@ -141,7 +146,8 @@ def sample_sgld(
                     index = order[cursor : cursor + config.batch_size]
                     cursor += config.batch_size
                     batch = index_data(train_data, index.to(_data_device(train_data)))
-                model.zero_grad(set_to_none=True)
+                for p in tensors:  # only these require grad while sampling
+                    p.grad = None
                 loss = loss_fn(model, batch).mean()
                 loss_value = float(loss.detach())
                 trace[chain, step] = loss_value
@@ -159,7 +165,9 @@ def sample_sgld(
                     drift = torch._foreach_sub(tensors, centre)
                     torch._foreach_mul_(drift, config.gamma)
                     torch._foreach_add_(drift, grads, alpha=n_beta)
-                    noise = [torch.randn(p.shape, generator=noise_gen, device=device, dtype=p.dtype) for p in tensors]
+                    # One draw of all the noise, split into views (one RNG call per step).
+                    flat = torch.randn(numel, generator=noise_gen, device=device, dtype=noise_dtype)
+                    noise = [part.view_as(p) for part, p in zip(flat.split(sizes), tensors, strict=True)]
                     torch._foreach_add_(tensors, drift, alpha=-config.eps / 2)
                     torch._foreach_add_(tensors, noise, alpha=sqrt_eps)
                 bar.update(1)
