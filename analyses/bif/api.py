@@ -59,8 +59,11 @@ def bif(
         observables: Extra ``name -> (model -> tensor)`` observables (columns), after
             ``"query_loss"`` if ``query_data`` is given.
         phase_fn: ``model -> int`` phase label evaluated at every draw; adds a streaming
-            :class:`PhaseDecomposition`. For an automatic split use ``keep_draws=True`` and
-            ``compute_bif(result.draws, phases=cluster_phases(result.draws.statistic, k))``.
+            :class:`PhaseDecomposition`. Label draws by solution with
+            :func:`observable_phase_fn` (e.g. ``studies.dln.mode_phase_fn``); to compare a
+            between-phase share with its Gaussian null use ``keep_draws=True`` and
+            :func:`phase_share_with_null` (:func:`cluster_phases` splits any posterior,
+            phases or not: its null share is about ``2/pi``).
         cache_dir: If given, results are stored under ``cache_dir/bif_<hash>/`` keyed by
             the config, model weights, data, loss/observable names and ``cache_tag``; a
             rerun with the same key loads the stored result. PNG figures are written beside.
