@@ -17,7 +17,8 @@ Writes beside each other in ``--out``:
   between-phase share of dog -> sparrow next to its Gaussian null; (f) BIF vs leave-one-out
   by retraining (and the cheaper local continuation), correlation per checkpoint;
   (g) causal windows.
-* ``summary.json``: every number quoted in ``docs/bif.md``.
+* ``summary.json``: every number quoted in ``docs/bif.md`` (``cluster_phases_vs_null``:
+  the 2-means loss split next to its Gaussian null).
 * ``dln_run/`` (checkpoints) and ``bif_cache/`` (one cached BIF result per checkpoint).
 """
 
@@ -31,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from interp_toolkit.analyses.bif import SamplerConfig, bif, phase_share_with_null, threshold_phases
+from interp_toolkit.analyses.bif import SamplerConfig, bif, cluster_phases, phase_share_with_null, threshold_phases
 from interp_toolkit.analyses.bif.validation import (
     causal_window_effects,
     compare_windows,
@@ -191,6 +192,15 @@ def main() -> None:
             "share": overall.share, "null_share": overall.null_share, "null_std": overall.null_std,
             "between_frobenius": between_norm,
         })
+    # The older split (2-means of the draws' mean training loss) next to its null, at the
+    # log-spaced checkpoints: it cuts any posterior in two, phases or not.
+    cluster_null = {}
+    for r in records:
+        if r["step"] in run.checkpoints and r["step"] >= 100:
+            share = phase_share_with_null(r["result"].draws, lambda d: cluster_phases(d.statistic, 2),
+                                          observable="query_loss", null_repeats=10 if args.quick else 30)
+            cluster_null[r["step"]] = {"weights": share.weights.tolist(), "share": share.share,
+                                       "null_share": share.null_share, "null_std": share.null_std}
     # Is the between term largest where pi_U ~ pi_V ~ 0.5? Per mode: the step of the
     # largest between term among the steps straddling it, vs the step closest to 0.5.
     per_mode_peak = {}
@@ -278,6 +288,7 @@ def main() -> None:
         "every_pair": pair_rows,
         "phase_transitions": transitions,
         "between_peak_vs_balance_per_mode": per_mode_peak,
+        "cluster_phases_vs_null": cluster_null,
         "leave_one_out": loo,
         "causal_windows": causal_summary,
     }
