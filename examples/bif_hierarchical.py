@@ -32,7 +32,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from interp_toolkit.analyses.bif import SamplerConfig, bif, cluster_phases, phase_share_with_null, threshold_phases
+from interp_toolkit.analyses.bif import (
+    SamplerConfig,
+    bif,
+    cluster_phases,
+    phase_share_with_null,
+    threshold_phases,
+)
 from interp_toolkit.analyses.bif.validation import (
     causal_window_effects,
     compare_windows,
