@@ -13,7 +13,9 @@ same recorded set, streamed).
 Each measurement runs in a fresh subprocess (``--repeats`` times, alternating libraries,
 fastest kept: the machines are shared and noisy); memory is the peak resident set size of
 that process above its size just before sampling (``ru_maxrss``), so library imports do
-not count. Run::
+not count. ``ours`` runs with the library's default recording batch
+(``SamplerConfig.eval_batch_size``, 1024); ``ours@32`` records in batches of 32 like
+devinterp (which ties its recording batch to the SGLD batch). Run::
 
     python benchmarks/bench_bif.py                       # ours only
     python benchmarks/bench_bif.py --compare-devinterp   # needs `pip install -e ".[compare]"`
@@ -65,15 +67,16 @@ def _sequence_loss(model, tokens):
     return losses.view(tokens.shape[0], -1).mean(-1)
 
 
-def worker_ours(n: int, chains: int, draws: int, out: Path, eval_batch: int = BATCH, seed: int = 0) -> dict:
+def worker_ours(n: int, chains: int, draws: int, out: Path, eval_batch: int | None = None, seed: int = 0) -> dict:
     import numpy as np
 
     from interp_toolkit.analyses.bif import SamplerConfig, bif
 
     model, pool, recorded = _setup(n)
+    # eval_batch None: the library's default recording batch (SamplerConfig.eval_batch_size).
+    batch_kw = {} if eval_batch is None else {"eval_batch_size": eval_batch}
     config = SamplerConfig(eps=1e-4, gamma=100.0, n_beta=30.0, chains=chains, draws=draws, burn_in=0,
-                           steps_between_draws=1, batch_size=BATCH, eval_batch_size=eval_batch, seed=seed,
-                           progress=False)
+                           steps_between_draws=1, batch_size=BATCH, seed=seed, progress=False, **batch_kw)
     before = _rss_mib()
     start = time.perf_counter()
     result = bif(model, pool, recorded, _sequence_loss, config, attribution_data=recorded)
@@ -117,11 +120,13 @@ def worker_devinterp(n: int, chains: int, draws: int, out: Path) -> dict:
     return {"seconds": seconds, "rss_before_mib": before}
 
 
-def run_worker(kind: str, n: int, chains: int, draws: int, tmp: Path, eval_batch: int = BATCH) -> dict:
+def run_worker(kind: str, n: int, chains: int, draws: int, tmp: Path, eval_batch: int | None = None) -> dict:
     out = tmp / f"{kind}_{n}.npy"
     cmd = [sys.executable, "-W", "ignore", __file__, "--worker", kind.split("@")[0].split("#")[0], "--n", str(n),
            "--seed", kind.split("#")[1] if "#" in kind else "0",
-           "--chains", str(chains), "--draws", str(draws), "--matrix-out", str(out), "--eval-batch", str(eval_batch)]
+           "--chains", str(chains), "--draws", str(draws), "--matrix-out", str(out)]
+    if eval_batch is not None:
+        cmd += ["--eval-batch", str(eval_batch)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
@@ -140,9 +145,10 @@ def main() -> None:
     parser.add_argument("--compare-devinterp", action="store_true")
     parser.add_argument("--repeats", type=int, default=2, help="runs per setting (alternating); fastest kept")
     parser.add_argument("--out", default="runs/bench_bif/results.json")
-    parser.add_argument("--ours-eval-batch", type=int, default=None,
-                        help="also time ours recording in forward batches of this size (devinterp ties it to 32)")
-    parser.add_argument("--eval-batch", type=int, default=BATCH, help=argparse.SUPPRESS)
+    parser.add_argument("--ours-eval-batch", type=int, default=BATCH,
+                        help="also time ours recording in forward batches of this size (devinterp ties its "
+                             "recording batch to the SGLD batch, 32); 0: skip")
+    parser.add_argument("--eval-batch", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=["ours", "devinterp"], help=argparse.SUPPRESS)
     parser.add_argument("--matrix-out", help=argparse.SUPPRESS)
@@ -171,10 +177,10 @@ def main() -> None:
         kinds.append(f"ours@{args.ours_eval_batch}")
     print(f"{'library':>10} {'n':>6} {'draws/s':>9} {'peak +MiB':>10} {'seconds':>8}")
     for n in args.n:
-        row = {"n_recorded": n, "accumulator_mib": args.chains * n * n * 8 / 2**20}
+        row = {"n_recorded": n, "accumulator_mib": args.chains * n * n * 4 / 2**20}  # float32 co-moments
         for _ in range(args.repeats):  # alternate libraries; keep each one's fastest run
             for kind in kinds:
-                eval_batch = int(kind.split("@")[1]) if "@" in kind else BATCH
+                eval_batch = int(kind.split("@")[1]) if "@" in kind else None
                 record = run_worker(kind, n, args.chains, args.draws, tmp, eval_batch)
                 if kind not in row or ("error" not in record and record["seconds"] < row[kind].get("seconds", 1e18)):
                     row[kind] = record
@@ -201,6 +207,16 @@ def main() -> None:
                     row["matrix_correlation_ours_two_seeds"] = float(np.corrcoef(ours_m.ravel(), other.ravel())[0, 1])
             else:
                 row["matrix_shapes"] = [list(ours_m.shape), list(theirs.shape)]
+            matched = f"ours@{args.ours_eval_batch}"
+            if args.ours_eval_batch and "error" not in row.get(matched, {"error": 1}):
+                row["speed_ratio_matched_batch_over_devinterp"] = (
+                    row[matched]["draws_per_s"] / row["devinterp"]["draws_per_s"]
+                )
+                row["memory_ratio_matched_batch_over_devinterp"] = (
+                    row[matched]["peak_increase_mib"] / max(row["devinterp"]["peak_increase_mib"], 1e-9)
+                )
+                print(f"{'ratio':>10} {n:>6} {matched}: speed x{row['speed_ratio_matched_batch_over_devinterp']:.2f}, "
+                      f"memory x{row['memory_ratio_matched_batch_over_devinterp']:.2f}")
             print(f"{'ratio':>10} {n:>6} speed x{row['speed_ratio_ours_over_devinterp']:.2f}, "
                   f"memory x{row['memory_ratio_ours_over_devinterp']:.2f}, "
                   f"corr(ours, -devinterp) {row.get('matrix_correlation', float('nan')):.2f} "

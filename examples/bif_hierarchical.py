@@ -1,19 +1,24 @@
-"""The toy-model story on one time axis: a deep linear network learns the living-things
-hierarchy stage by stage, and the Bayesian influence between items changes with it.
+"""Stagewise attribution on the hierarchy toy, as the paper tells it: a deep linear network
+learns animals vs plants, then mammals vs birds (and trees vs flowers), then the species;
+the Bayesian influence of a dog sample on a sparrow sample is helpful (negative) while
+animal vs plant is learned and harmful (positive) while mammal vs bird is learned.
 
-Run (CPU, about a minute; results are cached, a rerun is faster)::
+Run (CPU, a few minutes; the DLN run and every BIF result are cached, a rerun is faster)::
 
     python examples/bif_hierarchical.py --out runs/bif_hierarchical
 
 Writes beside each other in ``--out``:
 
-* ``bif_hierarchical.png``: (a) mode strengths per hierarchy level with the fitted Saxe
-  sigmoids, (b) classical-MDS snapshots of the hidden representations, (c) BIF of
-  canary on robin (same class), salmon (same kingdom) and oak (other kingdom) per
-  checkpoint with standard errors, (d) the within-/between-phase split of canary -> robin,
-  (e) causal windows: removal effects of canary on robin per window vs the BIF;
-* ``summary.json``: every number quoted (leave-one-out correlations, causal-window
-  agreement, BIF extremes and sign changes);
+* ``bif_hierarchical.png``: (a) mode strengths (and the hidden representation's branch
+  steps, dotted) over training; (b) MDS snapshots of the hidden representations; (c) BIF of
+  dog on sparrow, cat and oak per checkpoint (every other pair thin, coloured by the level
+  of the items' lowest common node), branch steps marked; (d) solution-based phase weights:
+  for each mode, the fraction of posterior draws that have learned it; (e) the
+  between-phase share of dog -> sparrow next to its Gaussian null; (f) BIF vs leave-one-out
+  by retraining (and the cheaper local continuation), correlation per checkpoint;
+  (g) causal windows.
+* ``summary.json``: every number quoted in ``docs/bif.md`` (``cluster_phases_vs_null``:
+  the 2-means loss split next to its Gaussian null).
 * ``dln_run/`` (checkpoints) and ``bif_cache/`` (one cached BIF result per checkpoint).
 """
 
@@ -27,38 +32,77 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from interp_toolkit.analyses.bif import SamplerConfig, bif, cluster_phases, compute_bif
+from interp_toolkit.analyses.bif import (
+    SamplerConfig,
+    bif,
+    cluster_phases,
+    phase_share_with_null,
+    threshold_phases,
+)
 from interp_toolkit.analyses.bif.validation import (
     causal_window_effects,
     compare_windows,
-    leave_one_out_effects,
+    local_continuation_effects,
     pearson,
+    retrain_leave_one_out_effects,
     spearman,
 )
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json
 from interp_toolkit.studies.dln import (
+    DeepLinearNetwork,
     DLNConfig,
     DLNTrainConfig,
     classical_mds,
     dln_per_example_loss,
-    fit_initial_strength,
     gradient_descent,
+    mode_strength_observable,
     mode_strengths,
-    saxe_trajectory,
     train_dln,
 )
-from interp_toolkit.tasks.hierarchical import living_things, svd_modes
+from interp_toolkit.tasks.hierarchical import animals_and_plants, svd_modes
 
 LR = 0.05
-STEPS = 1500
-PAIRS = {"canary->robin (same class)": ("canary", "robin"),
-         "canary->salmon (same kingdom)": ("canary", "salmon"),
-         "canary->oak (other kingdom)": ("canary", "oak")}
+STEPS = 2000
+HEADLINE = ("dog", "sparrow")
+PAIRS = {"dog -> sparrow (share animal)": ("dog", "sparrow"),
+         "dog -> cat (share mammal)": ("dog", "cat"),
+         "dog -> oak (share only the root)": ("dog", "oak")}
 
 
 def sampler_config(quick: bool) -> SamplerConfig:
     return SamplerConfig(eps=2e-5, gamma=100.0, n_beta=400.0, chains=4, draws=60 if quick else 200,
                          burn_in=100, steps_between_draws=2, keep_draws=True, progress=False)
+
+
+def hidden_branch_steps(hidden_by_step: list[torch.Tensor], data) -> tuple[dict[int, int], np.ndarray]:
+    """Steps where the hidden representation branches at each level: the distance between
+    the centroids of the two children of every node at that level (level 0: the centroid's
+    norm) reaches half its final value (mean over the level's nodes).
+
+    Args:
+        hidden_by_step: ``[items, hidden]`` hidden representations at steps 0, 1, 2, ...
+        data: The hierarchy.
+    """
+    steps = list(range(len(hidden_by_step)))
+    distances = []
+    for hidden in hidden_by_step:
+        hidden = hidden.double()
+        row = [float(hidden.mean(0).norm())]
+        for level in range(data.depth):
+            gaps = []
+            for parent in data.groups[level]:
+                children = [g for g in data.groups[level + 1] if set(g) <= set(parent)]
+                if len(children) == 2:
+                    gaps.append(float((hidden[children[0]].mean(0) - hidden[children[1]].mean(0)).norm()))
+            row.append(float(np.mean(gaps)))
+        distances.append(row)
+    distances = np.array(distances)  # [steps, depth + 1]: level 0 = root, level l = split below level l-1
+    branch = {}
+    for level in range(distances.shape[1]):
+        final = distances[-1, level]
+        above = np.nonzero(distances[:, level] >= final / 2)[0]
+        branch[level] = int(steps[above[0]]) if above.size else -1
+    return branch, distances
 
 
 def main() -> None:
@@ -70,168 +114,317 @@ def main() -> None:
     torch.set_num_threads(1)
     out = Path(args.out)
     started = time.time()
-    data = living_things()
+    data = animals_and_plants()
     modes = svd_modes(data)
     X, Y = data.inputs, data.targets
+    P = data.n_items
     idx = {name: data.item_index(name) for name in data.items}
-    model_cfg = DLNConfig(8, 16, 30, init_scale=1e-3, seed=args.seed)
-    run = train_dln(X, Y, model_cfg, DLNTrainConfig(lr=LR, steps=STEPS, n_checkpoints=20 if args.quick else 50),
-                    run_dir=out / "dln_run")
-    steps = sorted(run.checkpoints)
+    model_cfg = DLNConfig(P, 16, data.n_properties, init_scale=1e-3, seed=args.seed)
 
-    # (a) dense mode-strength curves and fitted Saxe sigmoids.
-    dense_model = run.model_at(0)
-    curve = [mode_strengths(dense_model, modes)]
-    gradient_descent(dense_model, X, Y, LR, STEPS, on_step=lambda s, m: curve.append(mode_strengths(m, modes)))
-    curve = torch.stack(curve)
-    t = torch.arange(STEPS + 1)
-    fits, half_times = [], []
-    for k in range(len(modes.S)):
-        s = float(modes.target_strengths[k])
-        a0 = fit_initial_strength(t, curve[:, k], s, LR, modes.input_variance)
-        fits.append(saxe_trajectory(t, s, a0, LR, modes.input_variance))
-        half_times.append(int((curve[:, k] >= s / 2).nonzero()[0]))
-    saxe_error = max(float((curve[:, k] - fits[k]).abs().max() / modes.target_strengths[k]) for k in range(len(fits)))
+    # Dense mode-strength curves (one GD run, every step): half-strength steps per mode.
+    # Hidden representations W1 x_i = column i of W1 (one-hot inputs), for the branch steps.
+    probe = DeepLinearNetwork(model_cfg)
+    curve = [mode_strengths(probe, modes)]
+    hidden_by_step = [probe.W1.weight.detach().T.clone()]
 
-    # (c, d) BIF at every checkpoint, with a 2-phase split of the draws by training loss.
+    def record(step: int, model: DeepLinearNetwork) -> None:
+        curve.append(mode_strengths(model, modes))
+        hidden_by_step.append(model.W1.weight.detach().T.clone())
+
+    gradient_descent(probe, X, Y, LR, STEPS, on_step=record)
+    curve = torch.stack(curve).numpy()
+    half = modes.target_strengths.numpy() / 2
+    half_times = [int(np.nonzero(curve[:, k] >= half[k])[0][0]) for k in range(len(half))]
+
+    # Checkpoints: log-spaced, plus a dense comb just before every mode's half-strength step
+    # (the posterior runs a few steps ahead of w*, and straddles half strength only there).
+    train_cfg = DLNTrainConfig(lr=LR, steps=STEPS, n_checkpoints=16 if args.quick else 36)
+    comb = sorted({t + d for t in half_times for d in ((-8, -4, 0) if args.quick else range(-12, 1, 3)) if t + d > 0})
+    run = train_dln(X, Y, model_cfg, train_cfg, run_dir=out / "dln_run")
+    cache: dict[int, object] = {}
+
+    def model_at(step: int):
+        if step in run.checkpoints:
+            return run.model_at(step)
+        if step not in cache:
+            model = run.model_at(0)
+            gradient_descent(model, X, Y, LR, step)
+            cache[step] = {k: v.clone() for k, v in model.state_dict().items()}
+        model = run.model_at(0)
+        model.load_state_dict(cache[step])
+        return model
+
+    steps = sorted(set(run.checkpoints) | set(comb))
+    branch_steps, branch_distances = hidden_branch_steps(hidden_by_step, data)
+
+    # BIF at every step, recording the mode strengths too: the draws' solution-based phases.
     config = sampler_config(args.quick)
+    mode_obs = mode_strength_observable(modes)
     records = []
     for step in steps:
-        result = bif(run.model_at(step), (X, Y), (X, Y), dln_per_example_loss, config,
-                     cache_dir=out / "bif_cache", cache_tag="dln-living-things")
-        split = compute_bif(result.draws, phases=cluster_phases(result.draws.statistic, 2)).phases
-        records.append((step, result, split))
-        print(f"step {step:5d}  loss {result.diagnostics.initial_loss:.4f}  "
-              + "  ".join(f"{a}->{b} {float(result.bif[idx[a], idx[b]]):+.2e}" for a, b in PAIRS.values()))
+        result = bif(model_at(step), (X, Y), (X, Y), dln_per_example_loss, config,
+                     observables={"modes": mode_obs}, cache_dir=out / "bif_cache", cache_tag="dln-animals-plants")
+        a, b = result.draws.observable_slices["modes"]
+        strengths = result.draws.observables[..., a:b].double()
+        learned = (strengths > torch.as_tensor(half, dtype=torch.float64)).double().mean((0, 1))  # per mode
+        records.append({"step": step, "result": result, "learned": learned.numpy()})
+    bif_q = np.stack([r["result"].observable("query_loss").double().numpy() for r in records])  # [steps, P, P]
+    se_q = np.stack([r["result"].stderr[:, :P].double().numpy() for r in records])
+    learned = np.stack([r["learned"] for r in records])  # [steps, modes]
 
-    # Leave-one-out at several checkpoints: continue 50 GD steps with / without each item.
-    loo = {}
-    for step in [s for s in steps if s >= 50][:: max(1, len(steps) // 8)]:
-        result = next(r for s, r, _ in records if s == step)
-        measured = leave_one_out_effects(run.model_at(step), X, Y, LR, 50)
-        loo[step] = {"pearson": pearson(result.bif, measured), "spearman": spearman(result.bif, measured)}
+    # Phase split by solution (which modes are learned), with the Gaussian null, where the
+    # posterior straddles a mode's half strength (some draws on each side).
+    def split(draws):
+        a, b = draws.observable_slices["modes"]
+        return threshold_phases(draws.observables[..., a:b], modes.target_strengths / 2)
 
-    # (e) causal windows of 100 steps over [0, 1000]; BIF at each window's midpoint.
-    horizon, width = 1000, 100
-    windows = [(a, a + width) for a in range(0, horizon, width)]
-    window_bif = []
-    for a, b in windows:
-        mid = run.model_at(0)
-        gradient_descent(mid, X, Y, LR, (a + b) // 2)
-        window_bif.append(bif(mid, (X, Y), (X, Y), dln_per_example_loss, config,
-                              cache_dir=out / "bif_cache", cache_tag="dln-living-things").bif)
-    window_bif = torch.stack(window_bif)
+    i, j = idx[HEADLINE[0]], idx[HEADLINE[1]]
+    transitions = []
+    for r in records:
+        straddling = [k for k in range(len(half)) if 0.02 < r["learned"][k] < 0.98]
+        if not straddling:
+            continue
+        pair = phase_share_with_null(r["result"].draws, split, index=(i, j), observable="query_loss",
+                                     null_repeats=10 if args.quick else 30)
+        overall = phase_share_with_null(r["result"].draws, split, observable="query_loss",
+                                        null_repeats=10 if args.quick else 30)
+        between_norm = float(np.linalg.norm(overall.between.numpy()))
+        transitions.append({
+            "step": r["step"], "modes": straddling, "levels": [modes.levels[k] for k in straddling],
+            "learned_fraction": [float(r["learned"][k]) for k in straddling],
+            "phase_weights": overall.weights.tolist(),
+            "dog_sparrow_between": float(pair.between[i, j]), "dog_sparrow_total": float(pair.total[i, j]),
+            "dog_sparrow_share": pair.share, "dog_sparrow_null": pair.null_share, "dog_sparrow_null_std": pair.null_std,
+            "share": overall.share, "null_share": overall.null_share, "null_std": overall.null_std,
+            "between_frobenius": between_norm,
+        })
+    # The older split (2-means of the draws' mean training loss) next to its null, at the
+    # log-spaced checkpoints: it cuts any posterior in two, phases or not.
+    cluster_null = {}
+    for r in records:
+        if r["step"] in run.checkpoints and r["step"] >= 100:
+            share = phase_share_with_null(r["result"].draws, lambda d: cluster_phases(d.statistic, 2),
+                                          observable="query_loss", null_repeats=10 if args.quick else 30)
+            cluster_null[r["step"]] = {"weights": share.weights.tolist(), "share": share.share,
+                                       "null_share": share.null_share, "null_std": share.null_std}
+    # Is the between term largest where pi_U ~ pi_V ~ 0.5? Per mode: the step of the
+    # largest between term among the steps straddling it, vs the step closest to 0.5.
+    per_mode_peak = {}
+    for k in range(len(half)):
+        rows = [t for t in transitions if k in t["modes"]]
+        if len(rows) < 2:
+            continue
+        peak = max(rows, key=lambda t: t["between_frobenius"])
+        balanced = min(rows, key=lambda t: abs(t["learned_fraction"][t["modes"].index(k)] - 0.5))
+        per_mode_peak[k] = {"level": modes.levels[k], "step_largest_between": peak["step"],
+                            "step_most_balanced": balanced["step"],
+                            "learned_fraction_at_largest_between": peak["learned_fraction"][peak["modes"].index(k)]}
+
+    # BIF peaks vs branch points: most helpful (min) and most harmful (max) step of every
+    # pair, against the branch of its lowest common node's level (helpful while that level
+    # is learned) and of the level below it (harmful while the pair is being separated).
+    pair_rows = []
+    for a_name in data.items:
+        for b_name in data.items:
+            if a_name == b_name:
+                continue
+            ia, ib = idx[a_name], idx[b_name]
+            level = data.lowest_common_level(ia, ib)
+            values = bif_q[:, ia, ib]
+            helpful, harmful = steps[int(values.argmin())], steps[int(values.argmax())]
+            pair_rows.append({"pair": f"{a_name}->{b_name}", "common_level": level,
+                              "step_most_helpful": helpful, "step_most_harmful": harmful,
+                              "helpful_minus_branch": helpful - branch_steps[level],
+                              "harmful_minus_branch": harmful - branch_steps[level + 1],
+                              "min": float(values.min()), "max": float(values.max())})
+    peak_distance = {}
+    for level in range(data.depth):
+        rows = [p for p in pair_rows if p["common_level"] == level]
+        peak_distance[level] = {
+            "pairs": len(rows),
+            "median_helpful_minus_branch": float(np.median([p["helpful_minus_branch"] for p in rows])),
+            "median_harmful_minus_branch_below": float(np.median([p["harmful_minus_branch"] for p in rows])),
+            "median_abs_helpful": float(np.median([abs(p["helpful_minus_branch"]) for p in rows])),
+            "median_abs_harmful": float(np.median([abs(p["harmful_minus_branch"]) for p in rows])),
+        }
+
+    # Leave-one-out by retraining (the paper's) at every checkpoint, and the cheaper local
+    # continuation (50 more steps from the checkpoint with / without each item).
+    retrained = retrain_leave_one_out_effects(run.model_at(0), X, Y, LR, steps)
+    loo = []
+    for k, step in enumerate(steps):
+        if step == 0:  # nothing trained yet: every inclusion effect is 0
+            continue
+        row = {"step": step, "retrain_pearson": pearson(torch.from_numpy(bif_q[k]), retrained[k]),
+               "retrain_spearman": spearman(torch.from_numpy(bif_q[k]), retrained[k])}
+        if step in run.checkpoints and step >= 20:
+            local = local_continuation_effects(model_at(step), X, Y, LR, 50)
+            row["local_continuation_pearson"] = pearson(torch.from_numpy(bif_q[k]), local)
+        loo.append(row)
+
+    # Causal windows of 100 steps over [0, 1200] (retrained from the start with the item
+    # removed only inside the window); BIF at each window's midpoint.
+    horizon, width = 1200, 100
+    windows = [(s, s + width) for s in range(0, horizon, width)]
+    window_bif = torch.stack([
+        bif(model_at((s + e) // 2), (X, Y), (X, Y), dln_per_example_loss, config,
+            cache_dir=out / "bif_cache", cache_tag="dln-animals-plants-window").bif for s, e in windows])
     causal = {m: causal_window_effects(run.model_at(0), X, Y, LR, windows, horizon, measure_at=m)
               for m in ("window_end", "horizon")}
     causal_summary = {m: compare_windows(window_bif, c.inclusion_effect) for m, c in causal.items()}
 
+    headline = bif_q[:, i, j]
     summary = {
         "seconds": round(time.time() - started, 1),
         "sampler": config.to_dict(),
+        "items": data.items,
         "mode_levels": modes.levels,
         "mode_target_strengths": modes.target_strengths.tolist(),
         "mode_half_times": half_times,
-        "saxe_max_relative_error": saxe_error,
-        "leave_one_out_continue_50_steps": loo,
+        "hidden_branch_steps": branch_steps,
+        "steps": steps,
+        "dog_sparrow": {"bif": headline.tolist(), "stderr": se_q[:, i, j].tolist(),
+                        "step_most_helpful": steps[int(headline.argmin())], "min": float(headline.min()),
+                        "step_most_harmful": steps[int(headline.argmax())], "max": float(headline.max())},
+        "pairs": {label: {"step_most_helpful": steps[int(bif_q[:, idx[a], idx[b]].argmin())],
+                          "min": float(bif_q[:, idx[a], idx[b]].min()),
+                          "step_most_harmful": steps[int(bif_q[:, idx[a], idx[b]].argmax())],
+                          "max": float(bif_q[:, idx[a], idx[b]].max())} for label, (a, b) in PAIRS.items()},
+        "peak_vs_branch_by_common_level": peak_distance,
+        "every_pair": pair_rows,
+        "phase_transitions": transitions,
+        "between_peak_vs_balance_per_mode": per_mode_peak,
+        "cluster_phases_vs_null": cluster_null,
+        "leave_one_out": loo,
         "causal_windows": causal_summary,
-        "pairs": {},
     }
-    for label, (a, b) in PAIRS.items():
-        values = np.array([float(r.bif[idx[a], idx[b]]) for _, r, _ in records])
-        errors = np.array([float(r.stderr[idx[a], idx[b]]) for _, r, _ in records])
-        significant = np.abs(values) > 2 * errors
-        signs = np.sign(values[significant])
-        summary["pairs"][label] = {
-            "min": float(values.min()), "step_of_min": steps[int(values.argmin())],
-            "max": float(values.max()), "step_of_max": steps[int(values.argmax())],
-            "significant_sign_changes": int((np.diff(signs) != 0).sum()),
-        }
-    plot(out / "bif_hierarchical.png", data, modes, curve, fits, run, steps, records, idx, windows,
-         window_bif, causal["window_end"])
+    figure = plot(data, modes, curve, half_times, branch_steps, model_at, steps, bif_q, se_q, learned, transitions,
+                  loo, idx, windows, window_bif, causal["window_end"])
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    atomic_write_bytes(out / "bif_hierarchical.png", buffer.getvalue())
     atomic_write_json(out / "summary.json", summary)
     print(f"wrote {out / 'bif_hierarchical.png'} and {out / 'summary.json'} in {time.time() - started:.0f} s")
-    print("leave-one-out (BIF vs measured inclusion effect):",
-          {s: round(v["pearson"], 2) for s, v in loo.items()})
+    print("mode half-strength steps:", half_times, "hidden branch steps:", branch_steps)
+    print("dog -> sparrow: most helpful at step", summary["dog_sparrow"]["step_most_helpful"],
+          f"({summary['dog_sparrow']['min']:+.2e}), most harmful at step", summary["dog_sparrow"]["step_most_harmful"],
+          f"({summary['dog_sparrow']['max']:+.2e})")
+    print("peaks vs branch steps by common level:", peak_distance)
+    for t in transitions:
+        print(f"step {t['step']:5d} modes {t['modes']} learned {np.round(t['learned_fraction'], 2).tolist()}: "
+              f"share {t['share']:+.2f} (null {t['null_share']:+.2f} ± {t['null_std']:.2f}); dog->sparrow "
+              f"{t['dog_sparrow_share']:+.2f} (null {t['dog_sparrow_null']:+.2f} ± {t['dog_sparrow_null_std']:.2f})")
+    print("between largest vs most balanced step per mode:", per_mode_peak)
+    print("LOO by retraining, Pearson per step:",
+          {r["step"]: round(r["retrain_pearson"], 2) for r in loo if r["step"] in run.checkpoints})
     print("causal windows:", causal_summary)
 
 
-def plot(path, data, modes, curve, fits, run, steps, records, idx, windows, window_bif, causal) -> None:
-    import matplotlib
+def plot(data, modes, curve, half_times, branch_steps, model_at, steps, bif_q, se_q, learned, transitions, loo, idx,
+         windows, window_bif, causal):
+    """The figure (a matplotlib Figure; no pyplot state, no backend change)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    figure = Figure(figsize=(12, 22))
+    grid = figure.add_gridspec(7, 5, height_ratios=[1.1, 0.9, 1.3, 0.9, 0.9, 0.9, 0.9])
+    x_min, x_max = 100, len(curve) - 1
+    level_colors = {0: "tab:gray", 1: "tab:blue", 2: "tab:orange", 3: "tab:green"}
 
-    fig = plt.figure(figsize=(12, 15))
-    grid = fig.add_gridspec(5, 5, height_ratios=[1.2, 0.9, 1.2, 1.0, 1.0])
-    x_min, x_max = 10, STEPS
-    # (a) mode strengths.
-    ax = fig.add_subplot(grid[0, :])
-    colors = plt.cm.viridis(np.linspace(0, 0.85, max(modes.levels) + 1))
+    def mark_branches(ax) -> None:
+        for level, step in branch_steps.items():
+            if step > 0:
+                ax.axvline(step, color=level_colors.get(level, "k"), ls=":", lw=1.2)
+
+    ax = figure.add_subplot(grid[0, :])
     seen = set()
     for k, level in enumerate(modes.levels):
-        label = f"level {level}" if level not in seen else None
+        ax.plot(np.arange(len(curve)), curve[:, k], color=level_colors[level], lw=2,
+                label=f"level {level} modes" if level not in seen else None)
         seen.add(level)
-        ax.plot(np.arange(len(curve)), curve[:, k], color=colors[level], lw=2, label=label)
-        ax.plot(np.arange(len(curve)), fits[k], color="k", lw=0.8, ls="--")
-    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="mode strength u^T W2 W1 v",
-           title="(a) modes learned level by level (dashed: Saxe sigmoid, a0 fitted)")
-    ax.legend(loc="upper left")
-    # (b) MDS snapshots.
-    snapshot_steps = [min(steps, key=lambda s, q=q: abs(s - q)) for q in (150, 250, 350, 600, 1500)]
-    markers = {0: "o", 1: "o", 2: "s", 3: "s", 4: "^", 5: "^", 6: "v", 7: "v"}
-    item_colors = ["gold", "red", "salmon", "orange", "saddlebrown", "darkgreen", "crimson", "gray"]
-    for col, step in enumerate(snapshot_steps):
-        sub = fig.add_subplot(grid[1, col])
-        _, cache = run.model_at(step).run_with_cache(data.inputs)
-        coords, _ = classical_mds(cache["hook_hidden"].detach(), 2)
-        for i, name in enumerate(data.items):
-            sub.scatter(coords[i, 0], coords[i, 1], c=item_colors[i], marker=markers[i], s=40)
-            sub.annotate(name, coords[i].tolist(), fontsize=6)
+    mark_branches(ax)
+    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="u^T W2 W1 v",
+           title="(a) mode strengths; dotted: steps where the hidden representation branches at each level")
+    ax.legend(loc="upper left", fontsize=8)
+
+    snapshots = [min(steps, key=lambda s, q=q: abs(s - q)) for q in (250, 400, 600, 900, 2000)]
+    for col, step in enumerate(snapshots):
+        sub = figure.add_subplot(grid[1, col])
+        hidden = model_at(step).W1.weight.detach().T
+        coords, _ = classical_mds(hidden, 2)
+        for item in data.items:
+            k = data.item_index(item)
+            sub.scatter(coords[k, 0], coords[k, 1], s=30)
+            sub.annotate(item, coords[k].tolist(), fontsize=6)
         sub.set_title(f"(b) MDS, step {step}", fontsize=8)
         sub.set_xticks([])
         sub.set_yticks([])
-    # (c) BIF of pairs.
-    ax = fig.add_subplot(grid[2, :])
-    for label, (a, b) in PAIRS.items():
-        values = np.array([float(r.bif[idx[a], idx[b]]) for _, r, _ in records])
-        errors = np.array([float(r.stderr[idx[a], idx[b]]) for _, r, _ in records])
-        ax.plot(steps, values, marker=".", label=label)
-        ax.fill_between(steps, values - errors, values + errors, alpha=0.25)
+
+    ax = figure.add_subplot(grid[2, :])
+    for a_name in data.items:
+        for b_name in data.items:
+            if a_name != b_name:
+                level = data.lowest_common_level(idx[a_name], idx[b_name])
+                ax.plot(steps, bif_q[:, idx[a_name], idx[b_name]], color=level_colors[level], lw=0.4, alpha=0.5)
+    for (label, (a_name, b_name)), color in zip(PAIRS.items(), ("k", "tab:orange", "tab:gray"), strict=True):
+        values, errors = bif_q[:, idx[a_name], idx[b_name]], se_q[:, idx[a_name], idx[b_name]]
+        ax.plot(steps, values, color=color, lw=2 if a_name == "dog" and b_name == "sparrow" else 1.2, label=label)
+        ax.fill_between(steps, values - errors, values + errors, color=color, alpha=0.2)
+    mark_branches(ax)
     ax.axhline(0, color="k", lw=0.5)
-    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="BIF = -Cov(loss_i, loss_j) (symlog)",
-           title="(c) Bayesian influence per checkpoint (negative: training on canary lowers the query's loss); ±1 SE")
-    ax.set_yscale("symlog", linthresh=1e-3)
-    ax.legend()
-    # (d) within / between split of canary -> robin.
-    ax = fig.add_subplot(grid[3, :])
-    i, j = idx["canary"], idx["robin"]
-    ax.plot(steps, [float(s.total[i, j]) for _, _, s in records], color="k", label="total")
-    ax.plot(steps, [float(s.within[i, j]) for _, _, s in records], label="within phases")
-    ax.plot(steps, [float(s.between[i, j]) for _, _, s in records], label="between phases")
+    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="BIF = -Cov (symlog)",
+           title="(c) BIF over training, negative = helpful; thin: every pair, coloured by its lowest common level")
+    ax.set_yscale("symlog", linthresh=1e-4)
+    ax.legend(fontsize=8)
+
+    ax = figure.add_subplot(grid[3, :])
+    for k, level in enumerate(modes.levels):
+        ax.plot(steps, learned[:, k], color=level_colors[level], marker=".", lw=1)
+    mark_branches(ax)
+    ax.axhline(0.5, color="k", lw=0.5, ls="--")
+    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="pi(mode learned)",
+           title="(d) solution-based phases: fraction of posterior draws past half strength, per mode")
+
+    ax = figure.add_subplot(grid[4, :])
+    if transitions:
+        t_steps = [t["step"] for t in transitions]
+        ax.plot(t_steps, [t["share"] for t in transitions], "o", color="k", label="between share, all pairs")
+        null = np.array([t["null_share"] for t in transitions])
+        null_std = np.array([t["null_std"] for t in transitions])
+        ax.errorbar(t_steps, null, yerr=2 * null_std, fmt="_", color="tab:red", label="Gaussian null ± 2 sd")
+        ax.plot(t_steps, [t["dog_sparrow_share"] for t in transitions], "x", color="tab:blue", label="dog -> sparrow")
+    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="between / total",
+           title="(e) between-phase share where the draws straddle a mode's half strength, vs its null")
+    ax.legend(fontsize=8)
+
+    ax = figure.add_subplot(grid[5, :])
+    ax.plot([r["step"] for r in loo], [r["retrain_pearson"] for r in loo], "o-", label="retrained LOO, Pearson")
+    ax.plot([r["step"] for r in loo], [r["retrain_spearman"] for r in loo], ".-", label="retrained LOO, Spearman")
+    local = [r for r in loo if "local_continuation_pearson" in r]
+    ax.plot([r["step"] for r in local], [r["local_continuation_pearson"] for r in local], "s--",
+            label="local continuation (50 steps), Pearson")
+    mark_branches(ax)
     ax.axhline(0, color="k", lw=0.5)
-    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="canary -> robin (symlog)",
-           title="(d) split of the draws into 2 phases by training loss: within + between = total")
-    ax.set_yscale("symlog", linthresh=1e-3)
-    ax.legend()
-    # (e) causal windows.
-    ax = fig.add_subplot(grid[4, :])
+    ax.set(xscale="log", xlim=(x_min, x_max), ylabel="corr(BIF, inclusion effect)",
+           title="(f) BIF vs leave-one-out, all 56 pairs + 8 self-terms, per checkpoint")
+    ax.legend(fontsize=8)
+
+    ax = figure.add_subplot(grid[6, :])
+    i, j = idx[HEADLINE[0]], idx[HEADLINE[1]]
     mids = [(a + b) / 2 for a, b in windows]
     effect = causal.inclusion_effect[:, i, j].numpy()
-    bif_values = window_bif[:, i, j].numpy()
-    def signed_sqrt(v: np.ndarray) -> np.ndarray:  # keeps the sign, compresses the range
-        return np.sign(v) * np.sqrt(np.abs(v) / np.abs(v).max())
+    values = window_bif[:, i, j].numpy()
+
+    def signed_sqrt(v: np.ndarray) -> np.ndarray:
+        return np.sign(v) * np.sqrt(np.abs(v) / max(np.abs(v).max(), 1e-30))
 
     ax.bar(mids, signed_sqrt(effect), width=80, alpha=0.5, label="inclusion effect at window end")
-    ax.plot(mids, signed_sqrt(bif_values), color="C3", marker="o", label="BIF at window midpoint")
+    ax.plot(mids, signed_sqrt(values), color="C3", marker="o", label="BIF at window midpoint")
     ax.axhline(0, color="k", lw=0.5)
-    ax.set(xlabel="training step", ylabel="canary -> robin, sign * sqrt(|x| / max|x|)",
-           title="(e) causal windows: including canary during a 100-step window (linear axis)")
-    ax.legend()
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    ax.set(xlabel="training step", ylabel="dog -> sparrow, sign * sqrt(|x| / max|x|)",
+           title="(g) causal windows: dog removed only during a 100-step window (linear axis)")
+    ax.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 of the input-output correlation whose modes a deep linear network learns one stage at a
 time (Rumelhart & Todd 1993; Saxe, McClelland & Ganguli 2019, PNAS).
 
+Any tree can be built from a nested dict (:func:`hierarchy_from_dict`); the preset
+:func:`animals_and_plants` splits animals into mammals (dog, cat) and birds (sparrow, robin).
 The classic eight-item *living things* hierarchy (:func:`living_things`) is stated here
 explicitly. Tree (depth 3)::
 
@@ -40,10 +42,13 @@ from jaxtyping import Float
 from torch import Tensor
 
 __all__ = [
+    "ANIMALS_AND_PLANTS",
     "HierarchicalDataset",
     "SVDModes",
     "LIVING_THINGS_TREE",
+    "animals_and_plants",
     "binary_tree_hierarchy",
+    "hierarchy_from_dict",
     "living_things",
     "svd_modes",
 ]
@@ -169,6 +174,97 @@ def _from_tree(tree: tuple, noise: float = 0.0, seed: int = 0) -> HierarchicalDa
 def living_things() -> HierarchicalDataset:
     """The eight-item living-things hierarchy (see the module docstring)."""
     return _from_tree(LIVING_THINGS_TREE)
+
+
+# The paper's pairs (a dog sample on a sparrow sample) need mammals and birds under animals.
+ANIMALS_AND_PLANTS: dict = {
+    "animal": {"mammal": ["dog", "cat"], "bird": ["sparrow", "robin"]},
+    "plant": {"tree": ["oak", "pine"], "flower": ["rose", "daisy"]},
+}
+
+
+def hierarchy_from_dict(
+    tree: dict,
+    root: str = "living thing",
+    properties_per_node: int = 1,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> HierarchicalDataset:
+    """Build a hierarchy from a nested dict whose leaves are lists of item names.
+
+    Every node (the root, every dict key) and every item owns ``properties_per_node``
+    properties, named ``"is_<node>"`` (``"is_<node>_<j>"`` for several), as in Saxe et al.;
+    an item has the properties of every node on its path from the root. Subtrees may have
+    different depths and sizes.
+
+    Example::
+
+        hierarchy_from_dict({"animal": {"mammal": ["dog", "cat"], "bird": ["sparrow", "robin"]},
+                             "plant": ["oak", "rose"]})
+
+    Args:
+        tree: ``{node: subtree}``, a subtree being such a dict or a non-empty list of
+            item names (strings). Node and item names must be unique.
+        root: Name of the root node.
+        properties_per_node: Properties owned by each node and item (>= 1).
+        noise: Standard deviation of Gaussian noise added to the targets (>= 0).
+        seed: Seed of the noise.
+
+    Returns:
+        The :class:`HierarchicalDataset` (items in the order they appear).
+
+    Raises:
+        ValueError: An empty subtree, a non-string name, a repeated name or a bad count.
+    """
+    if isinstance(properties_per_node, bool) or not isinstance(properties_per_node, int) or properties_per_node < 1:
+        raise ValueError(f"properties_per_node must be a positive integer, got {properties_per_node!r}")
+    if not (isinstance(noise, (int, float)) and noise >= 0):
+        raise ValueError(f"noise must be a number >= 0, got {noise!r}")
+    if not isinstance(tree, dict) or not tree:
+        raise ValueError(f"tree must be a non-empty dict of node -> subtree, got {tree!r}")
+    seen: set[str] = set()
+
+    def props(name: str) -> tuple[str, ...]:
+        if properties_per_node == 1:
+            return (f"is_{name}",)
+        return tuple(f"is_{name}_{j}" for j in range(properties_per_node))
+
+    def claim(name: object, where: str) -> str:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: names must be non-empty strings, got {name!r}")
+        if name in seen:
+            raise ValueError(f"{where}: name {name!r} appears twice; node and item names must be unique")
+        seen.add(name)
+        return name
+
+    def node(name: str, subtree: object) -> tuple:
+        claim(name, "hierarchy_from_dict")
+        if isinstance(subtree, dict):
+            if not subtree:
+                raise ValueError(f"node {name!r} has an empty dict of children")
+            children = tuple(node(k, v) for k, v in subtree.items())
+        elif isinstance(subtree, (list, tuple)):
+            if not subtree:
+                raise ValueError(f"node {name!r} has an empty list of items")
+            children = tuple((claim(item, f"items of {name!r}"), props(item), ()) for item in subtree)
+        else:
+            raise ValueError(
+                f"node {name!r}: a subtree must be a dict of children or a list of item names, "
+                f"got {type(subtree).__name__}"
+            )
+        return (name, props(name), children)
+
+    return _from_tree(node(root, tree), noise=noise, seed=seed)
+
+
+def animals_and_plants() -> HierarchicalDataset:
+    """Eight items: animals (mammals: dog, cat; birds: sparrow, robin) and plants (trees:
+    oak, pine; flowers: rose, daisy), one property per node and item (15 properties).
+
+    Built by :func:`hierarchy_from_dict` from :data:`ANIMALS_AND_PLANTS`. The paper's pair
+    (a dog sample on a sparrow sample) shares the animal node and splits at mammal/bird.
+    """
+    return hierarchy_from_dict(ANIMALS_AND_PLANTS)
 
 
 def binary_tree_hierarchy(

@@ -39,7 +39,7 @@ observables are callables ``model -> tensor`` (flattened).
 Package layout (one concern per module): :mod:`.config` (settings), :mod:`.data` (data
 helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`.results`
 (result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
-:mod:`.phases` (phase labels), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
+:mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
 :mod:`.lm` (token-level BIF for language models), :mod:`.validation` (leave-one-out and
 causal-window checks on the deep linear network).
 """
@@ -63,6 +63,12 @@ _EXPORTS = {
     "estimate_from_moments": ".estimator",
     "CoMoments": ".moments",
     "cluster_phases": ".phases",
+    "PhaseShare": ".phases",
+    "between_share": ".phases",
+    "gaussian_null_draws": ".phases",
+    "observable_phase_fn": ".phases",
+    "phase_share_with_null": ".phases",
+    "threshold_phases": ".phases",
     "plot_bif": ".plots",
     "BIFResult": ".results",
     "Draws": ".results",

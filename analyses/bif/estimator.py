@@ -15,10 +15,47 @@ from .results import BIFResult, Draws, PhaseDecomposition
 
 
 def _stderr(per_chain: Tensor) -> Tensor:
+    """Std across chains / sqrt(chains), with at most three n_a x n_b temporaries."""
     chains = per_chain.shape[0]
     if chains < 2:
         return torch.full_like(per_chain[0], float("nan"))
-    return per_chain.std(0, unbiased=True) / math.sqrt(chains)
+    mean = per_chain.mean(0)
+    total = torch.zeros_like(mean)
+    scratch = torch.empty_like(mean)
+    for chain in range(chains):
+        torch.sub(per_chain[chain], mean, out=scratch)
+        total.addcmul_(scratch, scratch)
+    del mean, scratch
+    return total.div_(chains - 1).sqrt_().div_(math.sqrt(chains))
+
+
+def _pooled_comoment(parts: list[CoMoments]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, int]:
+    """Pooled co-moment (one new n_a x n_b matrix), means and squared deviations of ``parts``."""
+    n = sum(p.count for p in parts)
+    mean_a = sum(p.mean_a * p.count for p in parts) / n
+    mean_b = sum(p.mean_b * p.count for p in parts) / n
+    dtype = parts[0].comoment.dtype
+    comoment = parts[0].comoment.clone()
+    for part in parts[1:]:
+        comoment.add_(part.comoment)
+    m2_a = torch.zeros_like(mean_a)
+    m2_b = torch.zeros_like(mean_b)
+    for part in parts:
+        delta_a, delta_b = part.mean_a - mean_a, part.mean_b - mean_b
+        comoment.addr_(delta_a.to(dtype), delta_b.to(dtype), alpha=part.count)
+        m2_a += part.m2_a + part.count * delta_a * delta_a
+        m2_b += part.m2_b + part.count * delta_b * delta_b
+    return comoment, mean_a, mean_b, m2_a, m2_b, n
+
+
+def _estimate_(comoment: Tensor, count: int, m2_a: Tensor, m2_b: Tensor, pearson: bool) -> Tensor:
+    """``-Cov`` (or ``-Corr``) from a co-moment, in place."""
+    if not pearson:
+        return comoment.div_(-count)
+    denom = torch.sqrt(torch.outer(m2_a, m2_b)).to(comoment.dtype)
+    zero = denom == 0
+    comoment.div_(denom.clamp_min_(torch.finfo(comoment.dtype).tiny)).neg_()
+    return comoment.masked_fill_(zero, 0.0)
 
 
 @dataclass
@@ -54,22 +91,29 @@ def estimate_from_moments(
         chains: Number of chains (each must have draws).
         pearson: ``-Corr`` instead of ``-Cov``.
         with_phases: Also compute the :class:`PhaseDecomposition`.
+
+        Memory beyond the accumulators: the pooled matrix, the per-chain estimates and the
+        standard error's scratch (each ``n_a x n_b`` in the accumulators' dtype); the
+        accumulators are not modified.
     """
     per_chain_acc = []
     for chain in range(chains):
         parts = [acc for (c, _), acc in accumulators.items() if c == chain and acc.count > 0]
         if not parts:
             raise ValueError(f"chain {chain} has no draws")
-        per_chain_acc.append(CoMoments.merged(parts))
-    pooled = CoMoments.merged(per_chain_acc)
-
-    def estimate(acc: CoMoments) -> Tensor:
-        return acc.correlation().neg_() if pearson else acc.comoment.div(-acc.count)
-
-    total = estimate(pooled)
+        per_chain_acc.append(parts if len(parts) > 1 else parts[0])
+    everything = [p for parts in per_chain_acc for p in (parts if isinstance(parts, list) else [parts])]
+    comoment, mean_a, mean_b, m2_a, m2_b, n = _pooled_comoment(everything)
+    total = _estimate_(comoment, n, m2_a, m2_b, pearson)
     per_chain = torch.empty(chains, *total.shape, dtype=total.dtype)
     for chain, acc in enumerate(per_chain_acc):
-        per_chain[chain] = estimate(acc)
+        if isinstance(acc, list):
+            chain_comoment, _, _, chain_m2_a, chain_m2_b, count = _pooled_comoment(acc)
+            per_chain[chain] = _estimate_(chain_comoment, count, chain_m2_a, chain_m2_b, pearson)
+            del chain_comoment
+        else:
+            per_chain[chain].copy_(acc.comoment)
+            _estimate_(per_chain[chain], acc.count, acc.m2_a, acc.m2_b, pearson)
     phases = None
     if with_phases:
         labels = sorted({k for (_, k), acc in accumulators.items() if acc.count > 0})
@@ -112,7 +156,7 @@ def estimate_from_moments(
             within_stderr=_stderr(torch.stack(chain_within)),
             between_stderr=_stderr(torch.stack(chain_between)),
         )
-    return BIFEstimate(total, _stderr(per_chain), per_chain, pooled.mean_a, pooled.mean_b, phases)
+    return BIFEstimate(total, _stderr(per_chain), per_chain, mean_a, mean_b, phases)
 
 
 def compute_bif(

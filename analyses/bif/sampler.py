@@ -102,6 +102,12 @@ def sample_sgld(
     all_params = list(model.parameters())
     saved_requires_grad = [p.requires_grad for p in all_params]
     centre = [p.detach().clone() for _, p in params]
+    tensors = [p for _, p in params]
+    sizes = [p.numel() for p in tensors]
+    numel = sum(sizes)
+    noise_dtype = tensors[0].dtype
+    if any(p.dtype != noise_dtype for p in tensors):
+        raise ValueError(f"sampled parameters must share one dtype, got {sorted({str(p.dtype) for p in tensors})}")
     was_training = model.training
     device = centre[0].device
 
@@ -140,7 +146,8 @@ def sample_sgld(
                     index = order[cursor : cursor + config.batch_size]
                     cursor += config.batch_size
                     batch = index_data(train_data, index.to(_data_device(train_data)))
-                model.zero_grad(set_to_none=True)
+                for p in tensors:  # only these require grad while sampling
+                    p.grad = None
                 loss = loss_fn(model, batch).mean()
                 loss_value = float(loss.detach())
                 trace[chain, step] = loss_value
@@ -152,15 +159,21 @@ def sample_sgld(
                     )
                 loss.backward()
                 with torch.no_grad():
-                    for (_, p), p0 in zip(params, centre, strict=True):
-                        grad = p.grad if p.grad is not None else torch.zeros_like(p)
-                        drift = grad.mul(n_beta).add_(p - p0, alpha=config.gamma)
-                        noise = torch.randn(p.shape, generator=noise_gen, device=device, dtype=p.dtype)
-                        p.add_(drift, alpha=-config.eps / 2).add_(noise, alpha=sqrt_eps)
+                    # One fused (foreach) update over all sampled tensors:
+                    # w <- w - eps/2 (n_beta grad + gamma (w - w*)) + sqrt(eps) noise.
+                    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in tensors]
+                    drift = torch._foreach_sub(tensors, centre)
+                    torch._foreach_mul_(drift, config.gamma)
+                    torch._foreach_add_(drift, grads, alpha=n_beta)
+                    # One draw of all the noise, split into views (one RNG call per step).
+                    flat = torch.randn(numel, generator=noise_gen, device=device, dtype=noise_dtype)
+                    noise = [part.view_as(p) for part, p in zip(flat.split(sizes), tensors, strict=True)]
+                    torch._foreach_add_(tensors, drift, alpha=-config.eps / 2)
+                    torch._foreach_add_(tensors, noise, alpha=sqrt_eps)
                 bar.update(1)
                 if step >= config.burn_in and (step - config.burn_in + 1) % config.steps_between_draws == 0:
                     if recorders:
-                        with torch.no_grad():
+                        with torch.inference_mode():  # cheaper than no_grad; values are only read
                             values = {k: fn(model).detach().reshape(-1) for k, fn in recorders.items()}
                         for key, value in values.items():
                             if not torch.isfinite(value).all():

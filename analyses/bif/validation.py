@@ -10,7 +10,11 @@ the **inclusion effect**::
 so a negative value means "training on z_i lowers the loss of query j", like a negative
 BIF. Removing an example sets its weight to 0 with the loss normalizer kept at ``P``.
 
-All retraining here is plain full-batch gradient descent, vectorized over the
+Three measurements: :func:`retrain_leave_one_out_effects` (the paper's: retrain from the
+same initialization without ``z_i``), :func:`causal_window_effects` (retrain from the same
+initialization with ``z_i`` removed only inside a window of steps) and
+:func:`local_continuation_effects` (cheaper: continue a few steps from a checkpoint with
+and without ``z_i``). All retraining here is plain full-batch gradient descent, vectorized over the
 ``n + 1`` variants (all examples, and each example left out) with closed-form gradients.
 """
 
@@ -31,7 +35,8 @@ __all__ = [
     "batched_gradient_descent",
     "causal_window_effects",
     "compare_windows",
-    "leave_one_out_effects",
+    "local_continuation_effects",
+    "retrain_leave_one_out_effects",
     "pearson",
     "spearman",
 ]
@@ -95,14 +100,51 @@ def _stack(model: DeepLinearNetwork, K: int) -> tuple[Tensor, Tensor]:
     return W1.expand(K, *W1.shape).clone(), W2.expand(K, *W2.shape).clone()
 
 
-def leave_one_out_effects(
+def retrain_leave_one_out_effects(
+    initial_model: DeepLinearNetwork,
+    inputs: Float[Tensor, "P n_in"],
+    targets: Float[Tensor, "P n_out"],
+    lr: float,
+    steps: list[int],
+) -> Float[Tensor, "checkpoints P P"]:
+    """Leave-one-out by retraining (the paper's): train from the same initialization with
+    and without each example, and compare the query losses at each of ``steps``.
+
+    Args:
+        initial_model: The model at step 0 of the run (its initialization).
+        inputs, targets: The full batch.
+        lr: Learning rate of the run.
+        steps: Checkpoint steps (>= 0) at which to measure, in any order.
+
+    Returns:
+        ``inclusion_effect[c, i, j] = loss_j(all, step c) - loss_j(without i from step 0,
+        step c)``, in the order of ``steps``.
+    """
+    if not steps or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps):
+        raise ValueError(f"steps must be a non-empty list of integers >= 0, got {steps!r}")
+    P = inputs.shape[0]
+    weights = torch.ones(P + 1, P, dtype=torch.float64)
+    weights[1:] -= torch.eye(P, dtype=torch.float64)  # variant 1 + i drops example i
+    W1, W2 = _stack(initial_model, P + 1)
+    effects: dict[int, Tensor] = {}
+    done = 0
+    for step in sorted(set(steps)):
+        W1, W2 = batched_gradient_descent(W1, W2, inputs, targets, lr, step - done, weights)
+        done = step
+        losses = _losses(W1, W2, inputs, targets)
+        effects[step] = losses[0][None, :] - losses[1:]
+    return torch.stack([effects[s] for s in steps])
+
+
+def local_continuation_effects(
     model: DeepLinearNetwork,
     inputs: Float[Tensor, "P n_in"],
     targets: Float[Tensor, "P n_out"],
     lr: float,
     steps: int,
 ) -> Float[Tensor, "P P"]:
-    """Continue training from ``model`` for ``steps`` with and without each example.
+    """Local-continuation leave-one-out (a cheaper variant, not the paper's retraining):
+    continue training from ``model`` for ``steps`` with and without each example.
 
     Returns:
         ``inclusion_effect[i, j] = loss_j(all) - loss_j(without i)`` after ``steps`` steps.
@@ -142,7 +184,8 @@ def causal_window_effects(
     horizon: int,
     measure_at: str = "horizon",
 ) -> CausalWindowResult:
-    """Remove one example only during a window of GD steps and measure the query losses.
+    """Causal windows: retrain from the initialization with one example removed only
+    during a window of GD steps, and measure the query losses.
 
     Args:
         initial_model: The model at step 0 of the run.

@@ -48,6 +48,8 @@ __all__ = [
     "fit_initial_strength",
     "gradient_descent",
     "log_spaced_steps",
+    "mode_phase_fn",
+    "mode_strength_observable",
     "mode_strengths",
     "saxe_trajectory",
     "train_dln",
@@ -150,6 +152,52 @@ def mode_strengths(model: DeepLinearNetwork, modes: Any) -> Float[Tensor, " k"]:
     with torch.no_grad():
         W = model.network_map().double()
         return torch.einsum("ok,oi,ik->k", modes.U.double(), W, modes.V.double()).float()
+
+
+def mode_strength_observable(modes: Any, which: list[int] | None = None) -> Callable[[nn.Module], Tensor]:
+    """An observable ``model -> a[which]`` (mode strengths ``u_k^T W2 W1 v_k``), for
+    recording at every SGLD draw (``bif(..., observables={"modes": ...})``)."""
+    U, V = modes.U.float(), modes.V.float()
+    index = list(range(U.shape[1])) if which is None else [int(k) for k in which]
+    for k in index:
+        if not 0 <= k < U.shape[1]:
+            raise ValueError(f"mode index {k} out of range: the data has {U.shape[1]} modes")
+    U, V = U[:, index], V[:, index]
+
+    def observable(model: nn.Module) -> Tensor:
+        W = model.W2.weight @ model.W1.weight
+        return torch.einsum("ok,oi,ik->k", U, W, V)
+
+    observable.__qualname__ = f"mode_strength_observable({index})"
+    return observable
+
+
+def mode_phase_fn(modes: Any, which: list[int] | None = None, fraction: float = 0.5) -> Callable[[nn.Module], int]:
+    """A ``phase_fn`` for :func:`interp_toolkit.analyses.bif.bif`: which data modes a draw has learned.
+
+    A mode ``k`` counts as learned when the network map projected on it,
+    ``u_k^T W2 W1 v_k``, exceeds ``fraction`` of its target strength ``s_k / lambda``.
+    The label is ``sum_m 2^m [mode which[m] learned]``
+    (:func:`interp_toolkit.analyses.bif.threshold_phases`).
+
+    Args:
+        modes: :class:`interp_toolkit.tasks.hierarchical.SVDModes` of the data.
+        which: Mode indices to classify by (default all).
+        fraction: Threshold as a fraction of each target strength (default half strength).
+
+    Returns:
+        ``model -> int``.
+    """
+    from interp_toolkit.analyses.bif.phases import observable_phase_fn
+
+    if not (isinstance(fraction, (int, float)) and 0 < fraction < 1):
+        raise ValueError(f"fraction must be a number in (0, 1), got {fraction!r}")
+    index = list(range(len(modes.S))) if which is None else [int(k) for k in which]
+    observable = mode_strength_observable(modes, index)
+    thresholds = fraction * modes.target_strengths[index].double()
+    fn = observable_phase_fn(observable, thresholds)
+    fn.__qualname__ = f"mode_phase_fn({index}, {fraction})"
+    return fn
 
 
 def saxe_trajectory(

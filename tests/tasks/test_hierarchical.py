@@ -146,3 +146,47 @@ def test_classical_mds_recovers_distances():
     coords, values = classical_mds(points, n_components=2)
     assert torch.allclose(torch.cdist(coords.double(), coords.double()), torch.cdist(points, points), atol=1e-4)
     assert values[0] >= values[1] > 0
+
+
+def test_tree_from_dict_builds_expected_correlation_and_singular_values():
+    from interp_toolkit.tasks.hierarchical import animals_and_plants, hierarchy_from_dict
+
+    data = animals_and_plants()
+    assert data.items == ["dog", "cat", "sparrow", "robin", "oak", "pine", "rose", "daisy"]
+    assert data.n_properties == 15  # one per node (7) and per item (8)
+    assert data.lowest_common_level(data.item_index("dog"), data.item_index("sparrow")) == 1
+    assert data.lowest_common_level(data.item_index("dog"), data.item_index("cat")) == 2
+    # Input-output correlation Sigma_yx[p, i] = 1/P iff property p's node is on item i's path.
+    paths = {"dog": ["living thing", "animal", "mammal", "dog"], "cat": ["living thing", "animal", "mammal", "cat"],
+             "sparrow": ["living thing", "animal", "bird", "sparrow"], "robin": ["living thing", "animal", "bird", "robin"],
+             "oak": ["living thing", "plant", "tree", "oak"], "pine": ["living thing", "plant", "tree", "pine"],
+             "rose": ["living thing", "plant", "flower", "rose"], "daisy": ["living thing", "plant", "flower", "daisy"]}
+    expected = torch.zeros(15, 8)
+    for i, item in enumerate(data.items):
+        for node in paths[item]:
+            expected[data.properties.index(f"is_{node}"), i] = 1 / 8
+    assert torch.equal(data.targets.T / 8, expected)
+    # Items sharing k+1 nodes: Y Y^T has eigenvalues 15, 7, 3, 3, 1, 1, 1, 1 (Saxe et al.).
+    modes = svd_modes(data)
+    assert modes.levels == [0, 1, 2, 2, 3, 3, 3, 3]
+    expected_s = torch.tensor([15, 7, 3, 3, 1, 1, 1, 1], dtype=torch.float64).sqrt()
+    assert torch.allclose(modes.target_strengths.double(), expected_s, atol=1e-5)
+    # An unbalanced tree with two properties per node.
+    small = hierarchy_from_dict({"animal": {"fish": ["salmon"], "bird": ["canary", "robin"]}, "plant": ["oak"]},
+                                properties_per_node=2)
+    assert small.items == ["salmon", "canary", "robin", "oak"]
+    assert small.n_properties == 2 * (1 + 2 + 2 + 4)
+    gram = small.targets @ small.targets.T  # 2 x shared nodes
+    assert gram.tolist() == [[8, 4, 4, 2], [4, 8, 6, 2], [4, 6, 8, 2], [2, 2, 2, 6]]
+
+
+@pytest.mark.parametrize(
+    "tree, message",
+    [({}, "non-empty dict"), ({"a": []}, "empty list"), ({"a": ["x", "x"]}, "twice"),
+     ({"a": {"b": 3}}, "subtree must be"), ({"a": ["x", 5]}, "non-empty strings")],
+)
+def test_tree_from_dict_rejects_bad_trees(tree, message):
+    from interp_toolkit.tasks.hierarchical import hierarchy_from_dict
+
+    with pytest.raises(ValueError, match=message):
+        hierarchy_from_dict(tree)

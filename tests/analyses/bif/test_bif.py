@@ -241,3 +241,18 @@ def test_query_equal_to_attribution_is_recorded_once_with_same_result():
     assert torch.allclose(shared.bif, separate.bif, atol=1e-12)
     # SGLD steps + initial loss + size probes + one attribution pass per draw (no query pass).
     assert calls["n"] == config.chains * (config.total_steps + config.draws) + 4
+
+
+def test_float32_block_accumulation_matches_float64():
+    # Values with a large offset and small spread: uncentred float32 sums would lose it.
+    gen = torch.Generator().manual_seed(3)
+    a = 50.0 + 1e-2 * torch.randn(400, 30, generator=gen, dtype=torch.float64)
+    b = -20.0 + 1e-2 * torch.randn(400, 20, generator=gen, dtype=torch.float64) + 0.5e-2 * a[:, :20]
+    a, b = a.float(), b.float()  # the recorded values are float32; the reference is exact on them
+    exact = CoMoments.from_batch(a.double(), b.double()).covariance()
+    streamed = CoMoments(30, 20, dtype=torch.float32)
+    for start in range(0, 400, 64):
+        streamed.update_batch(a[start : start + 64], b[start : start + 64])
+    assert streamed.comoment.dtype == torch.float32
+    error = (streamed.covariance().double() - exact).abs().max()
+    assert error < 1e-5 * exact.abs().max(), float(error / exact.abs().max())

@@ -20,3 +20,11 @@ def test_bif_hierarchical_example_quick(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["mode_half_times"][0] < summary["mode_half_times"][1] < min(summary["mode_half_times"][4:])
     assert set(summary["causal_windows"]) == {"window_end", "horizon"}
+    assert summary["items"][:4] == ["dog", "cat", "sparrow", "robin"]
+    branch = summary["hidden_branch_steps"]
+    assert int(branch["0"]) < int(branch["1"]) < int(branch["2"]) < int(branch["3"])
+    # Solution-based phases: some checkpoints have draws on both sides of a mode's half
+    # strength, and every between share there comes with its null.
+    assert summary["phase_transitions"]
+    assert all("null_share" in t and "share" in t for t in summary["phase_transitions"])
+    assert all(-1 <= row["retrain_pearson"] <= 1 for row in summary["leave_one_out"])

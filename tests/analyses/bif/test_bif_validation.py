@@ -12,8 +12,9 @@ from interp_toolkit.analyses.bif.validation import (
     batched_gradient_descent,
     causal_window_effects,
     compare_windows,
-    leave_one_out_effects,
+    local_continuation_effects,
     pearson,
+    retrain_leave_one_out_effects,
     spearman,
 )
 from interp_toolkit.studies.dln import (
@@ -48,10 +49,10 @@ def test_batched_gd_matches_autograd_gd_with_weights():
 
 def test_window_end_effect_equals_leave_one_out_from_window_start():
     start, length = 200, 30
-    loo = leave_one_out_effects(_model(start), X, Y, LR, length)
+    loo = local_continuation_effects(_model(start), X, Y, LR, length)
     windows = causal_window_effects(_model(0), X, Y, LR, [(start, start + length)], horizon=400, measure_at="window_end")
     assert torch.allclose(windows.inclusion_effect[0], loo, atol=1e-6)
-    assert leave_one_out_effects(_model(start), X, Y, LR, 0).abs().max() == 0
+    assert local_continuation_effects(_model(start), X, Y, LR, 0).abs().max() == 0
     # Including an example lowers its own loss.
     assert (torch.diagonal(loo) < 0).all()
     with pytest.raises(ValueError, match="window"):
@@ -63,7 +64,7 @@ def test_bif_correlates_with_leave_one_out_on_dln():
     config = SamplerConfig(eps=2e-5, gamma=100.0, n_beta=400.0, chains=4, draws=100, burn_in=100,
                            steps_between_draws=2, progress=False)
     result = bif(model, (X, Y), (X, Y), dln_per_example_loss, config)
-    measured = leave_one_out_effects(model, X, Y, LR, 50)
+    measured = local_continuation_effects(model, X, Y, LR, 50)
     assert pearson(result.bif, measured) > 0.4
     assert spearman(result.bif, measured) > 0.4
 
@@ -90,3 +91,26 @@ def test_spearman_averages_ties_like_scipy():
     assert spearman(x, y) == pytest.approx(expected)
     assert spearman(x, y) == pytest.approx(spearmanr(x.numpy(), y.numpy()).statistic)
     assert math.isnan(spearman(torch.ones(5), torch.arange(5.0)))
+
+
+def test_retraining_leave_one_out_equals_independent_retrain():
+    steps = [300, 0, 120]
+    effects = retrain_leave_one_out_effects(_model(0), X, Y, LR, steps)
+    assert effects.shape == (3, 8, 8)
+    assert effects[1].abs().max() == 0
+    baseline = _model(120)
+    for i in (0, 5):
+        weights = torch.ones(8)
+        weights[i] = 0.0
+        without = _model(0)
+        gradient_descent(without, X, Y, LR, 120, example_weights=weights)
+        with torch.no_grad():
+            expected = dln_per_example_loss(baseline, (X, Y)) - dln_per_example_loss(without, (X, Y))
+        assert torch.allclose(effects[2, i].float(), expected, atol=1e-5)
+    # Removing an item from the start raises its own loss by the end.
+    assert (torch.diagonal(effects[0]) < 0).all()
+    # The causal window covering the whole run is the retraining leave-one-out.
+    window = causal_window_effects(_model(0), X, Y, LR, [(0, 300)], horizon=300)
+    assert torch.allclose(window.inclusion_effect[0], effects[0], atol=1e-9)
+    with pytest.raises(ValueError, match="steps"):
+        retrain_leave_one_out_effects(_model(0), X, Y, LR, [-1])
