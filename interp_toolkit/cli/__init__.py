@@ -114,7 +114,7 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
         where = f" from epoch {epoch}" if epoch is not None else ""
         print(f"interrupted; rerun the same command to resume{where}", file=sys.stderr)
         return INTERRUPTED
-    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as err:
         message = str(err) if not isinstance(err, OSError) or not err.filename else (
             f"{err.strerror}: {err.filename}")
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
