@@ -241,3 +241,16 @@ def test_query_equal_to_attribution_is_recorded_once_with_same_result():
     assert torch.allclose(shared.bif, separate.bif, atol=1e-12)
     # SGLD steps + initial loss + size probes + one attribution pass per draw (no query pass).
     assert calls["n"] == config.chains * (config.total_steps + config.draws) + 4
+
+
+def test_a_cache_of_an_earlier_format_is_recomputed_not_an_error(tmp_path):
+    from safetensors.torch import save_file
+
+    config = small_config()
+    first = bif(Quadratic(), X_TRAIN, X_QUERY, quadratic_loss, config, cache_dir=tmp_path)
+    stored = tmp_path / f"bif_{first.cache_key}" / "bif.safetensors"
+    save_file({"bif": first.bif.contiguous()}, stored)  # what the format before artifacts left behind
+    assert not BIFResult.is_stored(stored.parent)
+    again = bif(Quadratic(), X_TRAIN, X_QUERY, quadratic_loss, config, cache_dir=tmp_path)
+    assert BIFResult.is_stored(stored.parent)
+    assert_fields_equal(first, again)
