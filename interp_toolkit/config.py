@@ -236,7 +236,14 @@ def _one_line(text: str) -> str:
         if set(line) <= set("─━-=_ "):
             continue
         lines.append(line)
-    return " ".join(" ".join(lines).split()) or "invalid arguments (see --help)"
+    text = " ".join(" ".join(lines).split())
+    text = text.split(" Argument helptext:")[0]
+    for title in ("Value error ", "Unrecognized options ", "Required options ", "Invalid choice "):
+        if text.startswith(title):  # tyro's panel title, repeated by its first line
+            text = text[len(title):]
+    if text.startswith("Error parsing "):
+        text = text[len("Error parsing "):]
+    return text or "invalid arguments (see --help)"
 
 
 __all__ = ["Config", "load_config_file", "parse_config", "reject_unknown_keys", "split_config_flag"]

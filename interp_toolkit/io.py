@@ -165,6 +165,22 @@ def read_safetensors_header(raw: bytes) -> dict[str, str]:
     return json.loads(raw[8 : 8 + header_len]).get("__metadata__", {}) or {}
 
 
+def is_artifact(path: str | os.PathLike, kind: str | None = None) -> bool:
+    """Whether ``path`` is an artifact (of ``kind``) written by :func:`save_artifact`; reads the
+    header only. A cache written in an earlier format is not one (it is recomputed)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            header_len = int.from_bytes(handle.read(8), "little")
+            if not 0 < header_len < 100_000_000:
+                return False
+            meta = json.loads(handle.read(header_len)).get("__metadata__") or {}
+        header = json.loads(meta[ARTIFACT_KEY])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return kind is None or header.get("kind") == kind
+
+
 def load_artifact(path: str | os.PathLike, kind: str | None = None) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
     """Read an artifact written by :func:`save_artifact`: ``(tensors, metadata)``.
 

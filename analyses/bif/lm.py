@@ -49,7 +49,7 @@ from interp_toolkit.analyses.bif.results import (
 )
 from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics, sample_sgld
 from interp_toolkit.config import Config
-from interp_toolkit.io import config_hash, load_artifact, save_artifact, tensor_digest
+from interp_toolkit.io import config_hash, is_artifact, load_artifact, save_artifact, tensor_digest
 
 LM_RESULT_FILE = "lm_bif.safetensors"
 
@@ -285,8 +285,8 @@ class LMBIFResult:
 
     @staticmethod
     def is_stored(directory: str | Path) -> bool:
-        """Whether ``directory`` holds a saved result (a cache hit)."""
-        return (Path(directory) / LM_RESULT_FILE).is_file()
+        """Whether ``directory`` holds a saved result (a cache hit; a file of an earlier format is not)."""
+        return is_artifact(Path(directory) / LM_RESULT_FILE, kind="lm_bif_result")
 
 
 def lm_bif(

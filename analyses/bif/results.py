@@ -9,7 +9,7 @@ from typing import Any
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_toolkit.io import load_artifact, save_artifact
+from interp_toolkit.io import is_artifact, load_artifact, save_artifact
 
 from .sampler import SamplerDiagnostics
 
@@ -198,8 +198,8 @@ class BIFResult:
 
     @staticmethod
     def is_stored(directory: str | Path) -> bool:
-        """Whether ``directory`` holds a saved result (a cache hit)."""
-        return (Path(directory) / RESULT_FILE).is_file()
+        """Whether ``directory`` holds a saved result (a cache hit; a file of an earlier format is not)."""
+        return is_artifact(Path(directory) / RESULT_FILE, kind="bif_result")
 
 
 def diagnostics_tensors(diagnostics: SamplerDiagnostics) -> dict[str, Tensor]:

@@ -256,3 +256,16 @@ def test_float32_block_accumulation_matches_float64():
     assert streamed.comoment.dtype == torch.float32
     error = (streamed.covariance().double() - exact).abs().max()
     assert error < 1e-5 * exact.abs().max(), float(error / exact.abs().max())
+
+
+def test_a_cache_of_an_earlier_format_is_recomputed_not_an_error(tmp_path):
+    from safetensors.torch import save_file
+
+    config = small_config()
+    first = bif(Quadratic(), X_TRAIN, X_QUERY, quadratic_loss, config, cache_dir=tmp_path)
+    stored = tmp_path / f"bif_{first.cache_key}" / "bif.safetensors"
+    save_file({"bif": first.bif.contiguous()}, stored)  # what the format before artifacts left behind
+    assert not BIFResult.is_stored(stored.parent)
+    again = bif(Quadratic(), X_TRAIN, X_QUERY, quadratic_loss, config, cache_dir=tmp_path)
+    assert BIFResult.is_stored(stored.parent)
+    assert_fields_equal(first, again)
