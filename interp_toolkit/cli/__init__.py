@@ -18,24 +18,17 @@ DEMO_OUT = "runs/demo"
 
 
 def _load_config_file(path: str) -> dict[str, Any]:
-    file = Path(path)
-    if not file.is_file():
-        raise SystemExit(f"error: config file {path} does not exist")
-    text = file.read_text()
-    if file.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as err:  # pragma: no cover - pyyaml ships with transformers
-            raise SystemExit("error: reading YAML configs needs pyyaml (pip install pyyaml)") from err
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
-    if not isinstance(data, dict):
-        raise SystemExit(f"error: config file {path} must hold a mapping with keys task/model/train")
+    from interp_toolkit.errors import UserError
+    from interp_toolkit.userfiles import read_mapping_file
+
+    data = read_mapping_file(path, "config file")
     unknown = sorted(set(data) - {"task", "model", "train", "run_dir"})
     if unknown:
-        raise SystemExit(f"error: config file {path} has unknown sections {unknown}; "
-                         "expected task, model, train, run_dir")
+        raise UserError(f"config file {path} has unknown sections {unknown}; "
+                        "expected task, model, train, run_dir")
+    for section in ("task", "model", "train"):
+        if not isinstance(data.get(section, {}), dict):
+            raise UserError(f"config file {path}: section {section!r} must be a mapping, got {data[section]!r}")
     return data
 
 
@@ -72,6 +65,9 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--run-dir", help="run directory (default runs/<task>_<L>L<H>H_r<r>_<key>)")
     g.add_argument("--device", help="torch device (default cpu)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--overwrite", action="store_true",
+                   help="move whatever the run directory holds aside to RUN_DIR.old-TIMESTAMP (never "
+                   "deleted) and train from scratch")
 
 
 def _resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
@@ -120,15 +116,26 @@ def _resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
     return task_cfg, model_cfg, train_cfg, Path(run_dir)
 
 
-def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None) -> Any:
+def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None,
+               overwrite: bool = False) -> Any:
     """Build the splits and model for an MPSP run and train it (resuming if possible)."""
     from interp_toolkit.model import build_model
     from interp_toolkit.runs.trainer import train
     from interp_toolkit.tasks.mpsp import make_splits
 
+    if device is not None:
+        import torch
+
+        from interp_toolkit.errors import UserError
+
+        try:
+            torch.device(device)
+        except RuntimeError as err:
+            raise UserError(f"--device {device!r} is not a torch device (e.g. cpu, cuda, cuda:0)") from err
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=device)
-    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}})
+    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
+                 overwrite=overwrite)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -137,7 +144,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result = train_mpsp(task_cfg, model_cfg, train_cfg, run_dir, device=args.device)
+    result = train_mpsp(task_cfg, model_cfg, train_cfg, run_dir, device=args.device, overwrite=args.overwrite)
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")
@@ -270,6 +277,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (the CLI error contract).
+
+    A :class:`~interp_toolkit.errors.UserError` (or ``ValueError``) prints one ``error:``
+    line and returns 2; Ctrl-C prints "interrupted; rerun the same command to resume
+    [from epoch N]" and returns 130; any other exception prints a short message naming a
+    log file that holds the traceback and returns 1.
+    """
+    from interp_toolkit.errors import TrainingInterrupted
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        result = args.func(args)
+    except TrainingInterrupted as err:
+        where = f" from epoch {err.resume_epoch}" if err.resume_epoch is not None else ""
+        print(f"interrupted; rerun the same command to resume{where}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    except ValueError as err:  # UserError and CheckpointError are ValueErrors
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except Exception as err:  # noqa: BLE001 - a bug: keep the traceback in a file, not on screen
+        return _report_bug(err)
+    return result if isinstance(result, int) else 0
+
+
+def _report_bug(err: BaseException) -> int:
+    import tempfile
+    import time
+    import traceback
+
+    log = Path(tempfile.gettempdir()) / f"interp-toolkit-error-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    try:
+        log.write_text("".join(traceback.format_exception(err)), encoding="utf-8")
+        where = f"; traceback in {log}"
+    except OSError:
+        where = ""
+    print(f"internal error ({type(err).__name__}: {str(err)[:200]}){where}", file=sys.stderr)
+    return 1

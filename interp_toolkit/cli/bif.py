@@ -66,21 +66,35 @@ def add_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _run_record_beside(checkpoint: Path) -> tuple[Path, dict[str, Any]] | None:
+    """``(path, record)`` of the ``run.json`` of the run holding ``checkpoint``, if any."""
+    from interp_toolkit.userfiles import read_mapping_file
+
+    for folder in (checkpoint.parent, checkpoint.parent.parent):
+        record_path = folder / "run.json"
+        if record_path.is_file():
+            return record_path, read_mapping_file(record_path, "run record")
+    return None
+
+
 def _task_config(args: argparse.Namespace) -> Any:
     from interp_toolkit.tasks.mpsp import MPSPConfig
+    from interp_toolkit.userfiles import read_mapping_file
 
     if args.task_config is not None:
-        return MPSPConfig.from_dict(json.loads(Path(args.task_config).read_text()))
-    for folder in (args.checkpoint.parent, args.checkpoint.parent.parent):
-        record_path = folder / "run.json"
-        if record_path.exists():
-            info = json.loads(record_path.read_text()).get("info", {})
-            for candidate in (info.get("task"), info.get("mpsp"), info):
-                if isinstance(candidate, dict):
-                    try:
-                        return MPSPConfig.from_dict(candidate)
-                    except (TypeError, ValueError):
-                        continue
+        return MPSPConfig.from_dict(read_mapping_file(args.task_config, "task config"))
+    found = _run_record_beside(args.checkpoint)
+    if found is not None:
+        record = found[1]
+        info = record.get("info", {})
+        task = dict((record.get("run_info") or {}).get("task") or {})
+        task.pop("name", None)  # train() stores the task's name beside its fields
+        for candidate in (task or None, info.get("task"), info.get("mpsp"), info or None):
+            if isinstance(candidate, dict):
+                try:
+                    return MPSPConfig.from_dict(candidate)
+                except (TypeError, ValueError):
+                    continue
     raise ValueError(
         f"no MPSP task config for {args.checkpoint}: pass --task-config task.json (an MPSPConfig as JSON)"
     )
@@ -99,9 +113,21 @@ def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("n_attribution", "n_query"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    from interp_toolkit.errors import UserError
+    from interp_toolkit.runs.trainer import check_label_ids, check_token_ids
+
+    if not args.checkpoint.is_file():
+        raise UserError(f"checkpoint {args.checkpoint} does not exist or is not a file")
     task = _task_config(args)
     splits = make_splits(task)
     model, metadata = load_checkpoint(args.checkpoint)
+    found = _run_record_beside(args.checkpoint)
+    if found is not None and args.task_config is None and metadata.get("run_key") not in (None, found[1].get("key")):
+        raise UserError(f"checkpoint {args.checkpoint} belongs to run {metadata['run_key']}, but {found[0]} records "
+                        f"run {found[1].get('key')}; pass --task-config for the checkpoint's own task")
+    for name, split in splits.items():  # a task config of another model: refuse before any file
+        check_token_ids(name, split.tokens, int(model.cfg.d_vocab))
+        check_label_ids(name, split.labels, int(getattr(model.cfg, "d_vocab_out", model.cfg.d_vocab)))
     train = splits["train"]
     if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
         config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})

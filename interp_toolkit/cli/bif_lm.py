@@ -228,7 +228,9 @@ def run_lm_bif_command(args: argparse.Namespace) -> list[dict[str, Any]]:
     config = LMBIFConfig(sampler, reductions=tuple(args.reductions))
     refs = resolve_checkpoints(args.checkpoints)
     if args.corpus_config is not None:
-        corpus = CorpusConfig.from_dict(json.loads(Path(args.corpus_config).read_text()))
+        from interp_toolkit.userfiles import read_mapping_file
+
+        corpus = CorpusConfig.from_dict(read_mapping_file(args.corpus_config, "corpus config"))
     else:
         corpus = _find_corpus(refs)
         if corpus is None:
