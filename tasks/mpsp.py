@@ -112,6 +112,7 @@ class MPSPConfig:
         if task not in TASKS:
             raise ValueError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
         label, shortcut = TASKS[task]
+        reject_unknown_keys(cls, kwargs)  # a misspelled field is named, not a TypeError
         return cls(label=label, shortcut=shortcut, **kwargs)
 
     def model_dims(self) -> dict[str, int]:

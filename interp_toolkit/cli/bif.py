@@ -125,9 +125,13 @@ def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
     if found is not None and args.task_config is None and metadata.get("run_key") not in (None, found[1].get("key")):
         raise UserError(f"checkpoint {args.checkpoint} belongs to run {metadata['run_key']}, but {found[0]} records "
                         f"run {found[1].get('key')}; pass --task-config for the checkpoint's own task")
-    for name, split in splits.items():  # a task config of another model: refuse before any file
-        check_token_ids(name, split.tokens, int(model.cfg.d_vocab))
-        check_label_ids(name, split.labels, int(getattr(model.cfg, "d_vocab_out", model.cfg.d_vocab)))
+    source = args.task_config if args.task_config is not None else "the run record"
+    try:  # a task config of another model: refuse before any file is written
+        for name, split in splits.items():
+            check_token_ids(name, split.tokens, int(model.cfg.d_vocab))
+            check_label_ids(name, split.labels, int(getattr(model.cfg, "d_vocab_out", model.cfg.d_vocab)))
+    except UserError as err:
+        raise UserError(f"the task of {source} does not fit checkpoint {args.checkpoint}: {err}") from err
     train = splits["train"]
     if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
         config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})

@@ -98,6 +98,8 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
         self.betas = tuple(float(b) for b in self.betas)  # JSON gives lists
         for name in ("epochs", "eval_every", "eval_batch_size"):
             value = getattr(self, name)
