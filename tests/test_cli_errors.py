@@ -8,6 +8,7 @@ seconds each here); argparse's own refusals raise ``SystemExit(2)``, which count
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,34 @@ def test_bad_input_exits_2_with_one_error_line(trained, tmp_path, monkeypatch, c
 def test_the_table_is_big_enough():
     assert len(CASES) >= 40
     assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EFBIG", "EACCES"])
+def test_disk_full_and_permission_errors_are_one_line(monkeypatch, capsys, errno_name):
+    import errno
+
+    import interp_toolkit.cli as cli
+
+    def refused(args):
+        code = getattr(errno, errno_name)
+        raise OSError(code, os.strerror(code), "/data/run/.metrics.jsonl.tmp")
+
+    monkeypatch.setattr(cli, "cmd_info", refused)
+    assert main(["info", "anything"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "/data/run/.metrics.jsonl.tmp" in err and "Traceback" not in err
+
+
+def test_a_bug_exits_1_with_a_log_of_the_traceback(monkeypatch, capsys):
+    import interp_toolkit.cli as cli
+
+    def broken(args):
+        raise ZeroDivisionError("division by zero in a handler")
+
+    monkeypatch.setattr(cli, "cmd_info", broken)
+    assert main(["info", "anything"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "ZeroDivisionError" in err
+    log = Path(err.rsplit("traceback in ", 1)[1].strip())
+    assert "ZeroDivisionError" in log.read_text() and "Traceback" in log.read_text()
+    log.unlink()

@@ -300,6 +300,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:  # UserError and CheckpointError are ValueErrors
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    except OSError as err:
+        import errno
+
+        # The machine refused a file the user pointed at (full disk, `ulimit -f`, permissions):
+        # not a bug, so one line naming the file; atomic writes left no partial file behind.
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS):
+            return _report_bug(err)
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+        return 2
     except Exception as err:  # noqa: BLE001 - a bug: keep the traceback in a file, not on screen
         return _report_bug(err)
     return result if isinstance(result, int) else 0
