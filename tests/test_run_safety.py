@@ -390,3 +390,29 @@ def test_killed_sweep_parent_leaves_no_worker_alive(tmp_path):
     # the study directory's lock died with the parent: a rerun may take it
     with DirectoryLock(study):
         pass
+
+
+def test_batched_copy_without_run_json_keeps_its_files_and_foreign_is_refused(tmp_path):
+    from interp_toolkit import TrainConfig
+    from interp_toolkit.model import ModelConfig
+    from interp_toolkit.runs.batched import train_batched
+    from interp_toolkit.runs.resume import ForeignRunDirectoryError
+    from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
+
+    task = MPSPConfig(seq_len=4, n_values=6, n_train=64, n_eval=32)
+    splits = make_splits(task)
+    cfgs = [ModelConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=16, seed=s, **task.model_dims()) for s in (0, 1)]
+    train_cfg = TrainConfig(epochs=4, eval_every=2, progress=False)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    first = train_batched(cfgs, splits, train_cfg, dirs)
+    (dirs[0] / "run.json").unlink()
+    stamps = {p: p.stat().st_mtime_ns for p in (dirs[0] / "checkpoints").iterdir()}
+    again = train_batched(cfgs, splits, train_cfg, dirs)
+    assert again.already_finished == [True, True]
+    assert again.finals == first.finals
+    assert {p: p.stat().st_mtime_ns for p in (dirs[0] / "checkpoints").iterdir()} == stamps
+    # seed 1's directory given to seed 0: refused, its files kept
+    before = _contents(dirs[1])
+    with pytest.raises(ForeignRunDirectoryError, match="holds a different run's files"):
+        train_batched(cfgs[:1], splits, train_cfg, [dirs[1]])
+    assert _contents(dirs[1]) == before

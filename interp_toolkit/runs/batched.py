@@ -50,6 +50,7 @@ from interp_toolkit.runs.resume import (
     inspect_run_dir,
     load_resume_state,
     move_aside,
+    recover_finished_record,
     refuse_foreign,
     refuse_legacy_resume,
     save_resume_state,
@@ -112,8 +113,11 @@ def _check_same_architecture(model_cfgs: Sequence[ModelConfig]) -> None:
             )
 
 
-def member_state(run_dir: str | Path, key: str) -> MemberState:
+def member_state(run_dir: str | Path, key: str, epochs: int | None = None) -> MemberState:
     """Classify a run directory as finished, resumable or fresh for the run ``key``.
+
+    With ``epochs`` (the run's last epoch), a directory copied without its ``run.json``
+    whose checkpoints and metrics show this run finished counts as finished.
 
     Raises:
         ForeignRunDirectoryError: If ``run_dir`` holds files of a different run (a
@@ -125,6 +129,8 @@ def member_state(run_dir: str | Path, key: str) -> MemberState:
     refuse_foreign(contents, key)
     refuse_legacy_resume(run_dir)
     record = contents.record
+    if record is None and epochs is not None and not (run_dir / RESUME_NAME).exists():
+        record = recover_finished_record(run_dir, key, epochs)
     if record is not None and record.get("status") == "finished":
         if not list_checkpoints(run_dir):
             from interp_toolkit.errors import UserError
@@ -409,7 +415,14 @@ def _train_members(model_cfgs: Sequence[ModelConfig], splits: Mapping[str, Split
                    stop_rule: StopRule | None, device: str | torch.device,
                    chunk_size: int | None) -> BatchedResult:
     """:func:`train_batched` once every run directory is locked by this process."""
-    states = [member_state(d, config_hash(ident)) for d, ident in zip(run_dirs, identities, strict=True)]
+    states = [member_state(d, config_hash(ident), cfg.epochs) for d, ident in zip(run_dirs, identities, strict=True)]
+    for state, identity, model_cfg, info in zip(states, identities, model_cfgs, infos, strict=True):
+        record_path = state.run_dir / "run.json"
+        if state.status == "finished" and not record_path.exists():  # recovered: write the record back
+            recovered = recover_finished_record(state.run_dir, state.key, cfg.epochs) or {}
+            atomic_write_json(record_path, {**recovered, "identity": identity, "train_config": cfg.to_dict(),
+                                            "model_config": model_cfg.to_dict(), "run_info": dict(info or {}),
+                                            "versions": library_versions()})
 
     started = time.perf_counter()
     groups: dict[int, list[int]] = {}

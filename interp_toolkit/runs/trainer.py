@@ -48,6 +48,7 @@ from interp_toolkit.runs.resume import (
     inspect_run_dir,
     load_resume_state,
     move_aside,
+    recover_finished_record,
     refuse_foreign,
     refuse_legacy_resume,
     save_resume_state,
@@ -412,7 +413,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     refuse_legacy_resume(run_dir)
     record = contents.record
     if record is None and not resume_path.exists():
-        record = _recover_finished_record(run_dir, key, cfg)  # copied without run.json
+        record = recover_finished_record(run_dir, key, cfg.epochs)  # copied without run.json
     if record is not None:
         if record.get("status") == "finished":
             found = list_checkpoints(run_dir)
@@ -519,23 +520,6 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     resume_path.unlink(missing_ok=True)
     return TrainResult(model, run_dir, metrics, final, resumed_from=resumed_from,
                        history_seconds=record["train_seconds"])
-
-
-def _recover_finished_record(run_dir: Path, key: str, cfg: TrainConfig) -> dict[str, Any] | None:
-    """The record of a finished run whose ``run.json`` is missing (e.g. a copied directory):
-    its final checkpoint carries this run's key and its metrics reach the last epoch. None
-    otherwise (the run is then trained again, overwriting its own files identically)."""
-    from interp_toolkit.checkpoint import read_checkpoint
-
-    found = dict(list_checkpoints(run_dir))
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    if cfg.epochs not in found or not metrics or metrics[-1].get("epoch") != cfg.epochs:
-        return None
-    _, _, metadata = read_checkpoint(found[cfg.epochs])
-    if metadata.get("run_key") != key:
-        return None
-    return {"key": key, "status": "finished", "final": metrics[-1], "recovered": "run.json was missing; "
-            "rebuilt from the checkpoints and metrics.jsonl of this run"}
 
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
