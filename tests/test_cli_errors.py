@@ -51,6 +51,8 @@ def trained(tmp_path_factory):
     (inputs / "garbage.safetensors").write_bytes(b"not a checkpoint at all")
     (inputs / "a_file").write_text("x")
     (inputs / "no_record").mkdir()
+    (inputs / "bad_record").mkdir()
+    (inputs / "bad_record" / "run.json").write_text('{"key": "abc", "status": ')
     checkpoint = sorted((run / "checkpoints").glob("*.safetensors"))[-1]
     return {"root": root, "run": run, "inputs": inputs, "checkpoint": checkpoint}
 
@@ -153,6 +155,9 @@ CASES = [
     ("info-missing", lambda p: ["info", str(p["work"] / "missing.safetensors")], ["missing.safetensors"]),
     ("info-garbage", lambda p: ["info", str(p["inputs"] / "garbage.safetensors")], ["garbage.safetensors"]),
     ("info-dir-without-record", lambda p: ["info", str(p["inputs"] / "no_record")], ["no_record", "run.json"]),
+    ("info-truncated-record", lambda p: ["info", str(p["inputs"] / "bad_record")], ["bad_record/run.json", "JSON"]),
+    ("train-truncated-record", lambda p: ["train", *TINY, "--epochs", "2", "--run-dir", str(p["inputs"] / "bad_record")],
+     ["bad_record/run.json", "unreadable"]),
     # bif
     ("bif-checkpoint-missing", _bif(checkpoint="{work}/missing.safetensors"), ["missing.safetensors"]),
     ("bif-checkpoint-is-directory", _bif(checkpoint="{inputs}/no_record"), ["no_record"]),

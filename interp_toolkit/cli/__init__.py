@@ -173,7 +173,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         if not record_path.exists():
             print(f"error: {target} is a directory without run.json (not a run directory)", file=sys.stderr)
             return 2
-        record = json.loads(record_path.read_text())
+        from interp_toolkit.userfiles import read_mapping_file
+
+        record = read_mapping_file(record_path, "run record")
         print(f"run {target}  status {record.get('status')}  key {record.get('key')}")
         print("task:  " + json.dumps(record.get("run_info", {}).get("task", {}), sort_keys=True))
         print("model: " + json.dumps(record.get("model_config"), sort_keys=True))
