@@ -416,3 +416,15 @@ def test_batched_copy_without_run_json_keeps_its_files_and_foreign_is_refused(tm
     with pytest.raises(ForeignRunDirectoryError, match="holds a different run's files"):
         train_batched(cfgs[:1], splits, train_cfg, [dirs[1]])
     assert _contents(dirs[1]) == before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ulimit -f through bash")
+def test_file_size_limit_is_one_error_line_naming_the_file(tmp_path):
+    run = tmp_path / "run"
+    command = " ".join([f"ulimit -f 8; exec {sys.executable} -m interp_toolkit.cli", *LONG, "--run-dir", str(run)])
+    done = subprocess.run(["bash", "-c", command], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "File too large" in errors[0] and str(run) in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not list(run.rglob("*.tmp"))  # atomic writes left no partial file
