@@ -75,6 +75,7 @@ def reference(tmp_path_factory):
 # ----------------------------------------------------------------------------- locks
 
 
+@pytest.mark.slow  # subprocesses: ~20-100 s on 2 loaded cores
 def test_lock_refuses_second_holder_names_pid_and_is_released(tmp_path):
     held = DirectoryLock(tmp_path / "d", "run directory").acquire()
     # another process is refused at once, naming this process
@@ -100,6 +101,7 @@ def test_lock_refuses_second_holder_names_pid_and_is_released(tmp_path):
         pass
 
 
+@pytest.mark.slow  # subprocesses: ~20-100 s on 2 loaded cores
 def test_concurrent_train_on_one_directory_is_refused_and_first_matches_lone_run(reference, tmp_path):
     run = tmp_path / "run"
     first = subprocess.Popen([*CLI, *LONG, "--run-dir", str(run)], env=ENV, stdout=subprocess.DEVNULL,
@@ -130,6 +132,7 @@ def test_concurrent_train_on_one_directory_is_refused_and_first_matches_lone_run
 # ----------------------------------------------------------------------------- Ctrl-C
 
 
+@pytest.mark.slow  # subprocesses: ~20-100 s on 2 loaded cores
 def test_sigint_exits_130_with_one_line_and_resumes_identically(reference, tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen([*CLI, *LONG, "--run-dir", str(run)], env=ENV, stdout=subprocess.PIPE,
@@ -361,6 +364,7 @@ def _session_workers(session: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # subprocesses: ~20-100 s on 2 loaded cores
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_PDEATHSIG is Linux-only")
 def test_killed_sweep_parent_leaves_no_worker_alive(tmp_path):
     study = tmp_path / "study"
@@ -418,6 +422,7 @@ def test_batched_copy_without_run_json_keeps_its_files_and_foreign_is_refused(tm
     assert _contents(dirs[1]) == before
 
 
+@pytest.mark.slow  # subprocesses: ~20-100 s on 2 loaded cores
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ulimit -f through bash")
 def test_file_size_limit_is_one_error_line_naming_the_file(tmp_path):
     run = tmp_path / "run"
