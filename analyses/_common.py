@@ -155,8 +155,9 @@ def model_device(model: Any) -> torch.device:
     return next(model.parameters()).device
 
 
-def check_split(name: str, split: Any, n_ctx: int | None = None) -> None:
-    """ValueError unless ``split`` has ``tokens`` [n, pos] and ``labels`` [n]."""
+def check_split(name: str, split: Any, n_ctx: int | None = None, d_vocab: int | None = None) -> None:
+    """ValueError unless ``split`` has ``tokens`` [n, pos] and ``labels`` [n] (and, with
+    ``d_vocab``, token ids the model's embedding has)."""
     tokens = getattr(split, "tokens", None)
     labels = getattr(split, "labels", None)
     if not isinstance(tokens, Tensor) or not isinstance(labels, Tensor):
@@ -168,6 +169,10 @@ def check_split(name: str, split: Any, n_ctx: int | None = None) -> None:
         )
     if n_ctx is not None and tokens.shape[1] > n_ctx:
         raise ValueError(f"split {name!r}: sequence length {tokens.shape[1]} exceeds the model's n_ctx {n_ctx}")
+    if d_vocab is not None:
+        from interp_toolkit.runs.trainer import check_token_ids
+
+        check_token_ids(name, tokens, d_vocab)
 
 
 def check_splits(splits: Mapping[str, Any], names: Iterable[str], model: Any | None = None) -> None:
@@ -175,10 +180,11 @@ def check_splits(splits: Mapping[str, Any], names: Iterable[str], model: Any | N
     if not isinstance(splits, Mapping) or not splits:
         raise ValueError(f"splits must be a non-empty mapping name -> split, got {type(splits).__name__}")
     n_ctx = model_shape(model)["n_ctx"] if model is not None else None
+    d_vocab = int(model.cfg.d_vocab) if model is not None and hasattr(model, "cfg") else None
     for name in names:
         if name not in splits:
             raise ValueError(f"split {name!r} not found; available splits: {sorted(splits)}")
-        check_split(name, splits[name], n_ctx)
+        check_split(name, splits[name], n_ctx, d_vocab)
 
 
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:

@@ -193,6 +193,17 @@ def fingerprints(
         vpos = check_positions(value_positions, seq_len)
     if any(p > readout for p in vpos) or not vpos:
         raise ValueError(f"value_positions {vpos} must be non-empty and at or before the readout {readout}")
+    if value_positions is None:
+        # The default layout is values then one readout token (MPSP); without that token the
+        # "readout row" is just another value's row and the fingerprints measure nothing.
+        at_readout = tokens[:, readout].unique().tolist()
+        if len(at_readout) != 1 or at_readout[0] in set(tokens[:, vpos].unique().tolist()):
+            shown = at_readout[:5] + (["..."] if len(at_readout) > 5 else [])
+            raise ValueError(
+                f"split {split!r} has no readout token at position {readout_position}: expected one token id, "
+                f"distinct from the values, there in every example; found ids {shown}. Append the task's "
+                f"readout token (MPSP: n_values) or pass value_positions and readout_position explicitly"
+            )
     if classes is not None:
         classes = list(classes)
         if any(not 0 <= c < shape["d_vocab_out"] for c in classes):

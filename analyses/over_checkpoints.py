@@ -105,6 +105,29 @@ def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
     return splits
 
 
+def check_checkpoints_belong_to_run(run_dir: str | Path, checkpoints: Sequence[tuple[int, Path]]) -> None:
+    """UserError if a checkpoint's recorded ``run_key`` is not the key in ``run_dir/run.json``
+    (e.g. a mod-3 checkpoint copied beside a parity run's record: its analysis would run on
+    the wrong task's data). Checkpoints or records without a key are not judged."""
+    from interp_toolkit.errors import UserError
+    from interp_toolkit.runs.resume import checkpoint_run_key
+
+    record_path = Path(run_dir) / "run.json"
+    if not record_path.is_file():
+        return
+    try:
+        record_key = json.loads(record_path.read_text(encoding="utf-8")).get("key")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+        raise UserError(f"run record {record_path} is unreadable: {err}") from err
+    if not record_key:
+        return
+    for _, path in checkpoints:
+        key = checkpoint_run_key(path)
+        if key is not None and key != record_key:
+            raise UserError(f"checkpoint {path} belongs to run {key}, but {record_path} records run {record_key}: "
+                            f"it was trained on another task or config, so this run's data does not fit it")
+
+
 def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) -> tuple[str, AnalysisSpec]:
     if isinstance(analysis, str):
         if analysis not in ANALYSES:
@@ -208,6 +231,7 @@ def over_checkpoints(
         if missing:
             raise ValueError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {sorted(available)}")
         checkpoints = [(e, available[e]) for e in sorted(set(epochs))]
+    check_checkpoints_belong_to_run(run_dir, checkpoints)
     if splits is None:
         splits = splits_from_run(run_dir)
     data_key = {split_name: fingerprint(split) for split_name, split in sorted(splits.items())}
@@ -283,5 +307,5 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
     return save_png(fig, path)
 
 
-__all__ = ["ANALYSES", "AnalysisSpec", "CheckpointsResult", "over_checkpoints", "plot_over_checkpoints",
-           "splits_from_run"]
+__all__ = ["ANALYSES", "AnalysisSpec", "CheckpointsResult", "check_checkpoints_belong_to_run", "over_checkpoints",
+           "plot_over_checkpoints", "splits_from_run"]

@@ -330,6 +330,9 @@ def resample_ablation_damage(
         n: Number of pairs (``None``: as many as the smaller split has).
         **kwargs: Passed to :func:`activation_patching` (components, positions, metric ...).
     """
+    if source == target:
+        raise ValueError(f"patching needs two different splits, got source = target = {source!r}: patching a "
+                         f"split into itself changes nothing and every normalized effect is 0/0")
     check_splits(splits, [source, target], model)
     check_choice("labels", labels, ["target", "source"])
     check_positive_int("n", n, allow_none=True)

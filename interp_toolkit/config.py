@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -96,25 +95,11 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a JSON or YAML (``.yaml``/``.yml``) file holding a mapping.
 
     Raises:
-        UserError: If the file is missing, unreadable, or not a mapping.
+        UserError: If the file is missing, a directory, not UTF-8, malformed, or not a mapping.
     """
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"config file {path} does not exist")
-    text = file.read_text()
-    try:
-        if file.suffix in (".yaml", ".yml"):
-            import yaml
+    from interp_toolkit.userfiles import read_mapping_file
 
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as err:  # noqa: BLE001 - JSON and YAML raise different types
-        raise UserError(f"config file {path} is not valid {'YAML' if file.suffix in ('.yaml', '.yml') else 'JSON'}: "
-                        f"{' '.join(str(err).split())}") from err
-    if not isinstance(data, dict):
-        raise UserError(f"config file {path} must hold a mapping of fields, got {type(data).__name__}")
-    return data
+    return read_mapping_file(path, "config file")
 
 
 def split_config_flag(argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -173,6 +158,12 @@ def parse_config(
     import tyro
 
     config_file, rest = split_config_flag(argv)
+    used_aliases = {}  # generated flag -> the old spelling the user typed (named in errors)
+    for token in rest:
+        flag = token.partition("=")[0]
+        new = (aliases or {}).get(flag)
+        if isinstance(new, str):
+            used_aliases[new] = flag
     rest = [expanded for token in rest for expanded in _alias(token, aliases or {})]
     start = default
     if config_file is not None or prepare is not None:
@@ -189,7 +180,10 @@ def parse_config(
                             config=() if prefixes else (tyro.conf.OmitArgPrefixes,))
     except SystemExit as exit_:
         if exit_.code not in (0, None):
-            print(f"error: {_one_line(stderr.getvalue())}", file=sys.stderr)
+            message = _one_line(stderr.getvalue())
+            for new, old in used_aliases.items():
+                message = message.replace(new, f"{old} ({new})")
+            print(f"error: {message}", file=sys.stderr)
         else:
             sys.stdout.write(stderr.getvalue())
         raise

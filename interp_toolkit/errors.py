@@ -16,3 +16,21 @@ class CheckpointError(UserError):
     """A stored artifact (checkpoint, BIF result, DLN state) is missing, truncated, corrupted,
     fails its recorded digest, or does not match its config; the message names the file (and
     the tensor, when one is at fault)."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGINT) stopped training; the run resumes from ``resume_epoch`` on rerun.
+
+    A ``KeyboardInterrupt``, so code that stops on Ctrl-C still stops; the CLI prints
+    "interrupted; rerun the same command to resume from epoch N" and exits with 130.
+
+    Attributes:
+        run_dir: The interrupted run's directory (None if unknown).
+        resume_epoch: The epoch of the last saved state (None if nothing was saved yet).
+    """
+
+    def __init__(self, run_dir: object = None, resume_epoch: int | None = None) -> None:
+        self.run_dir = run_dir
+        self.resume_epoch = resume_epoch
+        where = f" from epoch {resume_epoch}" if resume_epoch is not None else ""
+        super().__init__(f"training of {run_dir} interrupted; rerun the same command to resume{where}")

@@ -38,9 +38,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename is None:  # name the file (disk full, ulimit -f)
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
         raise
     return path
 
@@ -75,10 +77,15 @@ def config_hash(obj: Any, length: int = 12) -> str:
 
 def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
     """Append one JSON line and fsync (a crash loses at most the line being written)."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, sort_keys=True, default=_json_default) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, sort_keys=True, default=_json_default) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as err:
+        if err.filename is None:  # name the file (disk full, ulimit -f)
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
+        raise
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from interp_toolkit.config import Config
+from interp_toolkit.config import Config, reject_unknown_keys
 
 LABELS = {"sum_parity": 2, "sum_mod3": 3}
 SHORTCUTS = ("max", "first")
@@ -127,6 +127,7 @@ class MPSPConfig(Config):
         if task not in TASKS:
             raise ValueError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
         label, shortcut = TASKS[task]
+        reject_unknown_keys(cls, kwargs)  # a misspelled field is named, not a TypeError
         return cls(label=label, shortcut=shortcut, **kwargs)
 
     def model_dims(self) -> dict[str, int]:

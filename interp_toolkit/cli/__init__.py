@@ -23,6 +23,7 @@ module is imported, and heavy libraries (torch, TransformerLens) only inside han
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -31,6 +32,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Callable, Sequence
+
+from interp_toolkit.errors import TrainingInterrupted
 
 # name -> (module, one-line help); the module is imported only when the command is used.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -46,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 INTERRUPTED = 130
+_USER_OS_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS)
 USER_ERROR = 2
 BUG = 1
 
@@ -97,6 +101,11 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
         status = handler()
         if not isinstance(status, int) or isinstance(status, bool):
             raise TypeError(f"handler of {command!r} returned {status!r}, expected an int exit status")
+    except TrainingInterrupted as err:
+        epoch = err.resume_epoch if err.resume_epoch is not None else epoch_hint()
+        where = f" from epoch {epoch}" if epoch is not None else ""
+        print(f"interrupted; rerun the same command to resume{where}", file=sys.stderr)
+        return INTERRUPTED
     except KeyboardInterrupt:
         epoch = epoch_hint()
         where = f" from epoch {epoch}" if epoch is not None else ""
@@ -109,6 +118,17 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
         return USER_ERROR
     except SystemExit as exit_:  # a parser's --help (0) or usage error (2, already printed)
         return exit_.code if isinstance(exit_.code, int) else USER_ERROR
+    except OSError as err:
+        # The machine refused a file the user pointed at (full disk, `ulimit -f`, read-only):
+        # not a bug, so one line naming the file; atomic writes left no partial file behind.
+        if err.errno not in _USER_OS_ERRORS:
+            log = _log_bug(argv)
+            print(f"interp-toolkit: internal error ({type(err).__name__}: {err}); traceback in {log}",
+                  file=sys.stderr)
+            return BUG
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+        return USER_ERROR
     except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
         return BUG
     except Exception as err:  # noqa: BLE001 - the one place that turns a bug into a log file

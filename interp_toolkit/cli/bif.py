@@ -100,17 +100,13 @@ def task_for_checkpoint(checkpoint: Path, task_config: Path | None) -> tuple[Any
     from interp_toolkit.runs.record import check_task_matches, find_run_dir, record_path
     from interp_toolkit.runs.record import task_config as recorded
     from interp_toolkit.tasks.mpsp import MPSPConfig
+    from interp_toolkit.userfiles import read_mapping_file
 
     if not checkpoint.is_file():
         raise UserError(f"checkpoint {checkpoint} does not exist (expected a .safetensors file)")
     requested = None
     if task_config is not None:
-        if not Path(task_config).is_file():
-            raise UserError(f"--task-config {task_config} does not exist (expected an MPSPConfig as JSON)")
-        try:
-            requested = MPSPConfig.from_dict(json.loads(Path(task_config).read_text()))
-        except json.JSONDecodeError as err:
-            raise UserError(f"--task-config {task_config} is not JSON: {err}") from err
+        requested = MPSPConfig.from_dict(read_mapping_file(task_config, "task config"))
     run_dir = find_run_dir(checkpoint)
     if run_dir is not None:
         if requested is not None:
@@ -138,6 +134,8 @@ def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
     from interp_toolkit.checkpoint import load_checkpoint
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.runs.record import find_run_dir, read_record, record_path
+    from interp_toolkit.runs.trainer import check_label_ids, check_token_ids
     from interp_toolkit.tasks.mpsp import make_splits
 
     config = args.sampler
@@ -148,7 +146,17 @@ def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
     from interp_toolkit.model import model_config_of
 
     _check_model_fits(model_config_of(model), task, checkpoint)
+    run_dir = find_run_dir(checkpoint)
+    if run_dir is not None and metadata.get("run_key") not in (None, read_record(run_dir).get("key")):
+        raise UserError(f"checkpoint {checkpoint} belongs to run {metadata['run_key']}, but {record_path(run_dir)} "
+                        f"records run {read_record(run_dir).get('key')}")
     splits = make_splits(task)
+    try:  # a task config of another model: refuse before any file is written
+        for name, split in splits.items():
+            check_token_ids(name, split.tokens, int(model.cfg.d_vocab))
+            check_label_ids(name, split.labels, int(getattr(model.cfg, "d_vocab_out", model.cfg.d_vocab)))
+    except UserError as err:
+        raise UserError(f"the task of {task_source} does not fit checkpoint {checkpoint}: {err}") from err
     train = splits["train"]
     if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
         config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})

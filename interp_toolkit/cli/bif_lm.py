@@ -268,9 +268,9 @@ def run_config(args: LMBIFCommandConfig) -> int:
     config = LMBIFConfig(args.sampler, reductions=tuple(args.reductions))
     refs = resolve_checkpoints(list(args.checkpoints))
     if args.corpus_config is not None:
-        if not Path(args.corpus_config).is_file():
-            raise UserError(f"--corpus-config {args.corpus_config} does not exist (expected a CorpusConfig as JSON)")
-        corpus = CorpusConfig.from_dict(json.loads(Path(args.corpus_config).read_text()))
+        from interp_toolkit.userfiles import read_mapping_file
+
+        corpus = CorpusConfig.from_dict(read_mapping_file(args.corpus_config, "corpus config"))
     else:
         corpus = _find_corpus(refs)
         if corpus is None:

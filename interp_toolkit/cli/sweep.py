@@ -139,6 +139,14 @@ def run_config(args: SweepCommandConfig) -> int:
     from interp_toolkit.studies.report import write_report
 
     write_report(result.study_dir, print_table=True)
+    if result.failed:
+        import sys
+
+        for row in result.failed:
+            print(f"failed run {row['run_dir']}: {' '.join(row['error'].split())}", file=sys.stderr)
+        print(f"error: {len(result.failed)} run(s) of the sweep failed (listed above); the others finished",
+              file=sys.stderr)
+        return 2
     return 0
 
 

@@ -12,7 +12,8 @@ member alone with :func:`interp_toolkit.train` to float tolerance (see
 
 Every member gets a run directory with the layout :func:`interp_toolkit.train` writes
 (``run.json`` with the same key, ``metrics.jsonl``, ``checkpoints/epoch_*.safetensors``,
-``resume.pt`` in ``train``'s format, ``curves.png``), so a directory written here is a
+``resume.safetensors`` in ``train``'s pickle-free format, ``curves.png``), locked while
+training and guarded against clearing another run's files as ``train`` does, so a directory written here is a
 cache hit for ``train`` and every analysis that reads run directories works on it.
 """
 
@@ -36,24 +37,37 @@ from tqdm.auto import tqdm
 from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.io import (
     append_jsonl,
-    atomic_write_bytes,
     config_hash,
     read_jsonl,
 )
 from interp_toolkit.model import ModelConfig, build_model
+from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
+    has_record,
     is_finished,
+    library_versions,
     new_training_record,
     read_record,
-    read_run_record,
     write_record,
+)
+from interp_toolkit.runs.resume import (
+    RESUME_NAME,
+    inspect_run_dir,
+    load_resume_state,
+    move_aside,
+    recover_finished_record,
+    refuse_foreign,
+    refuse_legacy_resume,
+    save_resume_state,
+    saved_epoch,
 )
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
     checkpoint_path,
     clear_run_outputs,
+    list_checkpoints,
     plot_curves,
     run_identity,
     truncate_metrics,
@@ -106,21 +120,34 @@ def _check_same_architecture(model_cfgs: Sequence[ModelConfig]) -> None:
             )
 
 
-def member_state(run_dir: str | Path, key: str) -> MemberState:
+def member_state(run_dir: str | Path, key: str, epochs: int | None = None) -> MemberState:
     """Classify a run directory as finished, resumable or fresh for the run ``key``.
 
+    With ``epochs`` (the run's last epoch), a directory copied without its ``run.json``
+    whose checkpoints and metrics show this run finished counts as finished.
+
     Raises:
-        ValueError: If ``run_dir`` holds a different run (two runs never share a directory).
+        ForeignRunDirectoryError: If ``run_dir`` holds files of a different run (a
+            ``UserError``; two runs never share a directory).
+        ResumeStateError: If its resume file is unreadable, truncated or a pickle.
     """
     run_dir = Path(run_dir)
-    record = read_run_record(run_dir, key)
-    if record is None:
-        return MemberState(run_dir, key, "fresh")
+    contents = inspect_run_dir(run_dir)
+    refuse_foreign(contents, key)
+    refuse_legacy_resume(run_dir)
+    record = contents.record
+    if record is None and epochs is not None and not (run_dir / RESUME_NAME).exists():
+        record = recover_finished_record(run_dir, key, epochs)
     if is_finished(record):
+        if not list_checkpoints(run_dir):
+            from interp_toolkit.errors import UserError
+
+            raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
+                            f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside")
         return MemberState(run_dir, key, "finished")
-    resume_path = run_dir / "resume.pt"
-    if resume_path.exists():
-        state = torch.load(resume_path, map_location="cpu", weights_only=False)
+    resume_path = run_dir / RESUME_NAME
+    if resume_path.exists():  # also when run.json is missing: the state carries the run key
+        state = load_resume_state(resume_path, key)
         return MemberState(run_dir, key, "resume", int(state["epoch"]))
     return MemberState(run_dir, key, "fresh")
 
@@ -326,12 +353,14 @@ def train_batched(
     stop_rule: StopRule | None = None,
     device: str | torch.device = "cpu",
     chunk_size: int | None = None,
+    overwrite: bool = False,
 ) -> BatchedResult:
     """Train K seeds of one architecture together; each gets a ``train``-style run directory.
 
-    Finished members are skipped (cache hit); members with a ``resume.pt`` resume from it
+    Finished members are skipped (cache hit); members with a resume file resume from it
     (members saved at different epochs are trained in groups, one per start epoch); a
-    directory holding a different run raises ``ValueError``.
+    directory holding a different run's files raises ``ForeignRunDirectoryError`` (a
+    ``UserError``) unless ``overwrite``. Every run directory is locked while training.
 
     Args:
         model_cfgs: One config per member; only ``seed`` may differ between them.
@@ -343,6 +372,8 @@ def train_batched(
             evaluation; True finishes that member there (recorded as ``stopped_early_at``).
         device: Torch device of the stacked parameters.
         chunk_size: Examples per vmapped pass (default :func:`default_chunk_size`).
+        overwrite: Move whatever each run directory holds aside (to ``RUN_DIR.old-TIMESTAMP``,
+            never deleted) and start fresh.
 
     Returns:
         A :class:`BatchedResult` (final metrics per member, in input order).
@@ -353,7 +384,7 @@ def train_batched(
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train_batched expects a TrainConfig, got {type(cfg).__name__}")
     _check_same_architecture(model_cfgs)
-    validate_splits(splits, cfg)
+    validate_splits(splits, cfg, model_cfgs[0])
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) != len(model_cfgs):
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(run_dirs)} run_dirs")
@@ -364,7 +395,40 @@ def train_batched(
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(infos)} run_infos")
 
     identities = [run_identity(m.to_dict(), cfg, splits, info) for m, info in zip(model_cfgs, infos, strict=True)]
-    states = [member_state(d, config_hash(ident)) for d, ident in zip(run_dirs, identities, strict=True)]
+    locks: list[DirectoryLock] = []
+    try:
+        for run_dir in run_dirs:
+            locks.append(DirectoryLock(run_dir, "run directory").acquire())
+        if overwrite:
+            for run_dir in run_dirs:
+                move_aside(run_dir)
+        return _train_members(model_cfgs, splits, cfg, run_dirs, infos, identities, stop_rule, device,
+                              chunk_size)
+    except KeyboardInterrupt as err:
+        from interp_toolkit.errors import TrainingInterrupted
+
+        if isinstance(err, TrainingInterrupted):
+            raise
+        epochs = [e for e in (saved_epoch(d) for d in run_dirs) if e is not None]
+        raise TrainingInterrupted(run_dirs[0].parent if len(run_dirs) > 1 else run_dirs[0],
+                                  min(epochs) if epochs else None) from None
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+
+
+def _train_members(model_cfgs: Sequence[ModelConfig], splits: Mapping[str, Split], cfg: TrainConfig,
+                   run_dirs: list[Path], infos: list[Any], identities: list[dict[str, Any]],
+                   stop_rule: StopRule | None, device: str | torch.device,
+                   chunk_size: int | None) -> BatchedResult:
+    """:func:`train_batched` once every run directory is locked by this process."""
+    states = [member_state(d, config_hash(ident), cfg.epochs) for d, ident in zip(run_dirs, identities, strict=True)]
+    for state, identity, model_cfg, info in zip(states, identities, model_cfgs, infos, strict=True):
+        if state.status == "finished" and not has_record(state.run_dir):  # recovered: write the record back
+            recovered = recover_finished_record(state.run_dir, state.key, cfg.epochs) or {}
+            write_record(state.run_dir, {**recovered, "identity": identity, "train_config": cfg.to_dict(),
+                                         "model_config": model_cfg.to_dict(), "run_info": dict(info or {}),
+                                         "versions": library_versions()})
 
     started = time.perf_counter()
     groups: dict[int, list[int]] = {}
@@ -410,13 +474,14 @@ def _train_group(
 
     for i, state in enumerate(states):
         if state.status == "resume":
-            saved = torch.load(state.run_dir / "resume.pt", map_location="cpu", weights_only=False)
+            saved = load_resume_state(state.run_dir / RESUME_NAME, state.key)
             stacked.load_member(i, saved["model"])
-            opt_state = saved["optimizer"]["state"]
+            opt_state = saved["optimizer_state"]
             for j, name in enumerate(stacked.param_names):
-                optimizer.exp_avg[name][i].copy_(opt_state[j]["exp_avg"])
-                optimizer.exp_avg_sq[name][i].copy_(opt_state[j]["exp_avg_sq"])
-            optimizer.step_count = int(float(opt_state[0]["step"]))
+                if j in opt_state:  # empty before the first step (a state saved at epoch 0)
+                    optimizer.exp_avg[name][i].copy_(opt_state[j]["exp_avg"])
+                    optimizer.exp_avg_sq[name][i].copy_(opt_state[j]["exp_avg_sq"])
+            optimizer.step_count = int(float(opt_state[0]["step"])) if opt_state else 0
             shuffle_gen.set_state(saved["shuffle_rng"])  # identical across members (same cfg.seed)
             truncate_metrics(state.run_dir, start_epoch)
         else:
@@ -447,11 +512,9 @@ def _train_group(
         if epoch in ckpt_epochs or force_checkpoint:
             save_checkpoint(model, checkpoint_path(run_dir, epoch),
                             metadata={"epoch": epoch, "metrics": metrics, "run_key": states[i].key})
-        buffer = _io.BytesIO()
-        torch.save({"epoch": epoch, "model": model.state_dict(),
-                    "optimizer": optimizer.member_state_dict(j, stacked.param_names, param_groups),
-                    "shuffle_rng": shuffle_gen.get_state()}, buffer)
-        atomic_write_bytes(run_dir / "resume.pt", buffer.getvalue())
+        save_resume_state(run_dir / RESUME_NAME, epoch, states[i].key, model.state_dict(),
+                          optimizer.member_state_dict(j, stacked.param_names, param_groups)["state"],
+                          shuffle_gen.get_state())
 
     def finish_member(j: int, seconds: float, stopped_at: int | None) -> None:
         i = active[j]
@@ -460,7 +523,7 @@ def _train_group(
         plot_curves(metrics, run_dir / "curves.png")
         extra = {"stopped_early_at": stopped_at} if stopped_at is not None else {}
         finish_record(run_dir, records[i], metrics[-1] if metrics else {}, seconds, **extra)
-        (run_dir / "resume.pt").unlink(missing_ok=True)
+        (run_dir / RESUME_NAME).unlink(missing_ok=True)
         stopped[global_ids[i]] = stopped_at
 
     def log_evaluation(epoch: int) -> list[dict[str, Any]]:

@@ -55,9 +55,10 @@ def read_record(run_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise RunRecordError(f"{run_dir} is not a run directory (no {RECORD_NAME})")
     try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise RunRecordError(f"{path} is not a readable run record: {err}") from err
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunRecordError(f"{path} is not a readable run record ({err}); move the directory aside or "
+                             f"rerun with --overwrite") from err
     if not isinstance(record, dict):
         raise RunRecordError(f"{path} must hold a JSON object, got {type(record).__name__}")
     return record

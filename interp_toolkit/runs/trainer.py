@@ -8,7 +8,8 @@ Run directory layout (written by :func:`train`)::
       checkpoints/
         epoch_000000.safetensors   self-describing (see interp_toolkit.checkpoint)
         ...
-      resume.pt           optimizer + RNG state of the last saved epoch (deleted when done)
+      resume.safetensors  optimizer + RNG state of the last saved epoch, no pickle (deleted when done)
+      .lock               held (fcntl.flock) by the process writing the run: one writer at a time
       curves.png          loss/accuracy curves per split
 """
 
@@ -38,6 +39,7 @@ from interp_toolkit.io import (
     tensor_digest,
 )
 from interp_toolkit.model import model_config_of
+from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
     has_record,
@@ -46,6 +48,16 @@ from interp_toolkit.runs.record import (
     new_training_record,
     read_run_record,
     write_record,
+)
+from interp_toolkit.runs.resume import (
+    RESUME_NAME,
+    inspect_run_dir,
+    load_resume_state,
+    move_aside,
+    recover_finished_record,
+    refuse_foreign,
+    refuse_legacy_resume,
+    save_resume_state,
 )
 
 
@@ -93,6 +105,8 @@ class TrainConfig(Config):
     progress: bool = True
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
         self.betas = tuple(float(b) for b in self.betas)  # JSON gives lists
         for name in ("epochs", "eval_every", "eval_batch_size"):
             value = getattr(self, name)
@@ -174,7 +188,33 @@ def evaluate(model: Any, splits: Mapping[str, Split], position: int = -1,
     return out
 
 
-def validate_splits(splits: Mapping[str, Split], cfg: TrainConfig) -> None:
+def check_token_ids(name: str, tokens: Tensor, d_vocab: int) -> None:
+    """UserError naming the split and the offending id unless ``0 <= tokens < d_vocab``."""
+    from interp_toolkit.errors import UserError
+
+    if tokens.numel() == 0:
+        return
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= d_vocab:
+        bad = low if low < 0 else high
+        raise UserError(f"split {name!r} has token id {bad}, outside the model's vocabulary 0..{d_vocab - 1} "
+                        f"(d_vocab {d_vocab}); the data and the model do not belong together")
+
+
+def check_label_ids(name: str, labels: Tensor, n_classes: int) -> None:
+    """UserError naming the split and the offending label unless ``0 <= labels < n_classes``."""
+    from interp_toolkit.errors import UserError
+
+    if labels.numel() == 0:
+        return
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0 or high >= n_classes:
+        bad = low if low < 0 else high
+        raise UserError(f"split {name!r} has label {bad}, outside the model's outputs 0..{n_classes - 1} "
+                        f"(d_vocab_out {n_classes})")
+
+
+def validate_splits(splits: Mapping[str, Split], cfg: TrainConfig, model_cfg: Any = None) -> None:
     if cfg.train_split not in splits:
         raise ValueError(f"splits has no {cfg.train_split!r} split to train on; got {sorted(splits)}")
     for name, split in splits.items():
@@ -187,6 +227,9 @@ def validate_splits(splits: Mapping[str, Split], cfg: TrainConfig) -> None:
             )
         if len(split.labels) == 0:
             raise ValueError(f"split {name!r} is empty")
+        if model_cfg is not None:  # out-of-vocabulary ids would fail deep inside the model
+            check_token_ids(name, split.tokens, model_cfg.d_vocab)
+            check_label_ids(name, split.labels, model_cfg.d_vocab_out or model_cfg.d_vocab)
 
 
 def run_identity(model_cfg: dict[str, Any], train_cfg: TrainConfig, splits: Mapping[str, Split],
@@ -266,14 +309,22 @@ def train(
     cfg: TrainConfig,
     run_dir: str | Path,
     run_info: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> TrainResult:
     """Train ``model`` on ``splits[cfg.train_split]`` with AdamW, logging every split.
 
     Cross-entropy is taken at ``cfg.readout_position``. If ``run_dir`` holds an unfinished
     run with the same configs and data, training resumes from its last saved state and
     ends with the same weights as an uninterrupted run; if it holds a finished one, the
-    stored result is returned and nothing is retrained. A directory holding a different
-    run raises ``ValueError`` (two runs never share a directory).
+    stored result is returned and nothing is retrained. A directory holding files of a
+    different run (by the run key in ``run.json``, the resume file or any checkpoint) is
+    never cleared: it raises ``ForeignRunDirectoryError`` (a ``UserError``) unless
+    ``overwrite``, which moves its files aside to ``RUN_DIR.old-TIMESTAMP``. A directory
+    copied without its ``run.json`` whose checkpoints carry this run's key keeps its files.
+
+    The directory is locked while training (:class:`~interp_toolkit.runs.lock.DirectoryLock`):
+    a second writer is refused at once naming this process's PID. Ctrl-C raises
+    :class:`~interp_toolkit.errors.TrainingInterrupted` carrying the epoch a rerun resumes from.
 
     Args:
         model: A model from :func:`interp_toolkit.build_model` (modified in place).
@@ -281,26 +332,69 @@ def train(
         cfg: Optimization and bookkeeping settings.
         run_dir: Where the run record, metrics and checkpoints go.
         run_info: Extra JSON-able description stored in ``run.json`` (e.g. the task config).
+        overwrite: Move whatever ``run_dir`` holds aside (never deleted) and start fresh.
 
     Returns:
         A :class:`TrainResult` with the trained model and the metrics history.
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train expects a TrainConfig, got {type(cfg).__name__}")
-    validate_splits(splits, cfg)
     model_cfg = model_config_of(model)
-    run_dir = Path(run_dir)
+    validate_splits(splits, cfg, model_cfg)
+    lock = DirectoryLock(run_dir, "run directory").acquire()
+    try:
+        return _train_locked(model, splits, cfg, Path(run_dir), run_info, overwrite, model_cfg)
+    except KeyboardInterrupt as err:
+        raise interrupted(err, run_dir) from None
+    finally:
+        lock.release()
+
+
+def interrupted(err: KeyboardInterrupt, run_dir: str | Path) -> KeyboardInterrupt:
+    """``err`` as a :class:`~interp_toolkit.errors.TrainingInterrupted` carrying the epoch a
+    rerun resumes from (read from the resume file: every saved state is complete)."""
+    from interp_toolkit.errors import TrainingInterrupted
+    from interp_toolkit.runs.resume import saved_epoch
+
+    if isinstance(err, TrainingInterrupted):
+        return err
+    return TrainingInterrupted(run_dir, saved_epoch(run_dir))
+
+
+def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run_dir: Path,
+                  run_info: Mapping[str, Any] | None, overwrite: bool, model_cfg: Any) -> TrainResult:
+    """:func:`train` once ``run_dir`` is locked by this process."""
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
     key = config_hash(identity)
-    resume_path = run_dir / "resume.pt"
+    resume_path = run_dir / RESUME_NAME
     metrics_path = run_dir / "metrics.jsonl"
 
-    record = read_run_record(run_dir, key)
+    # Whose files are here decides what may be touched: another run's are never cleared.
+    contents = inspect_run_dir(run_dir)
+    if overwrite:
+        move_aside(run_dir)
+        contents = inspect_run_dir(run_dir)
+    refuse_foreign(contents, key)
+    refuse_legacy_resume(run_dir)
+    record = contents.record
+    if record is None and not resume_path.exists():
+        record = recover_finished_record(run_dir, key, cfg.epochs)  # copied without run.json
     if record is not None:
         if is_finished(record):
-            last = list_checkpoints(run_dir)[-1][1]
-            finished_model, _ = load_checkpoint(last)
+            found = list_checkpoints(run_dir)
+            if not found:
+                from interp_toolkit.errors import UserError
+
+                raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
+                                f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "
+                                f"and train it again")
+            finished_model, _ = load_checkpoint(found[-1][1])
             model.load_state_dict(finished_model.state_dict())
+            if not has_record(run_dir):  # recovered: write the whole record back
+                record = {**record, "identity": identity, "train_config": cfg.to_dict(),
+                          "model_config": model_cfg.to_dict(), "run_info": dict(run_info or {}),
+                          "versions": library_versions()}
+                write_record(run_dir, record)
             return TrainResult(model, run_dir, read_jsonl(metrics_path), record.get("final", {}),
                                already_finished=True)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -311,10 +405,11 @@ def train(
     shuffle_gen = torch.Generator().manual_seed(cfg.seed)
     start_epoch = 0
     resumed_from = None
-    if resume_path.exists() and has_record(run_dir):
-        state = torch.load(resume_path, map_location="cpu", weights_only=False)
+    if resume_path.exists():
+        state = load_resume_state(resume_path, key)
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        optimizer.load_state_dict({"state": state["optimizer_state"],
+                                   "param_groups": optimizer.state_dict()["param_groups"]})
         shuffle_gen.set_state(state["shuffle_rng"])
         start_epoch = resumed_from = int(state["epoch"])
         # Drop evaluations logged after the saved state; they are recomputed identically.
@@ -337,10 +432,8 @@ def train(
         if epoch in ckpt_epochs:
             save_checkpoint(model, checkpoint_path(run_dir, epoch),
                             metadata={"epoch": epoch, "metrics": last_metrics, "run_key": key})
-        buffer = _io.BytesIO()
-        torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "shuffle_rng": shuffle_gen.get_state()}, buffer)
-        atomic_write_bytes(resume_path, buffer.getvalue())
+        save_resume_state(resume_path, epoch, key, model.state_dict(), optimizer.state_dict()["state"],
+                          shuffle_gen.get_state())
 
     last_metrics: dict[str, Any] = {}
     if resumed_from is None:
@@ -383,4 +476,4 @@ def train(
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
            "checkpoint_path", "clear_run_outputs", "fingerprint", "truncate_metrics", "library_versions",
-           "read_run_record", "run_identity"]
+           "read_run_record", "run_identity", "check_token_ids", "check_label_ids", "validate_splits"]

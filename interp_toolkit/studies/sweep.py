@@ -15,6 +15,12 @@ runs never share one; rerunning a sweep skips finished runs and resumes interrup
 (from their last evaluation). Each job trains the seeds of one cell together with
 :func:`interp_toolkit.runs.batched.train_batched`. Backends: ``local`` (a process pool) and
 ``ray`` (tasks on a Ray cluster; ``pip install interp-toolkit[ray]``).
+
+The study directory is locked while a sweep runs (a second sweep on it is refused naming
+the holder's PID). Local workers die with the sweep: on Linux each worker asks the kernel
+for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), and on an error or Ctrl-C the
+parent cancels pending jobs and terminates its workers. A run that cannot start (e.g. a
+truncated resume file) fails alone: the other runs go on, and the sweep reports it.
 """
 
 from __future__ import annotations
@@ -284,13 +290,18 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
     """Train one job's seeds together and write each run's ``outcome.json``.
 
     This is the unit a backend executes (a top-level function, picklable by reference).
+    A run whose directory cannot be used (unreadable resume file, another run's files)
+    fails alone: its row carries ``error`` (the message naming the file) and no outcome.
 
     Returns:
         One outcome row per run: cell fields, seed, run directory and the outcome record.
     """
     import torch
 
-    from interp_toolkit.runs.batched import train_batched
+    from interp_toolkit.errors import UserError
+    from interp_toolkit.io import config_hash
+    from interp_toolkit.runs.batched import member_state, train_batched
+    from interp_toolkit.runs.trainer import run_identity
     from interp_toolkit.studies.outcomes import generalization_stop_rule, outcome_of_run
     from interp_toolkit.tasks.mpsp import make_splits, task_modulus
 
@@ -300,8 +311,17 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
     modulus = task_modulus(cell["task"])
     per_run = [cell_configs(cfg, cell, run["seed"]) for run in job["runs"]]
     todo = [i for i, run in enumerate(job["runs"]) if not (Path(run["run_dir"]) / "outcome.json").exists()]
+    failed: dict[int, str] = {}
     if todo:
         splits = make_splits(per_run[0][0])
+        for i in todo:  # a run that cannot start must not take the job's other runs down
+            key = config_hash(run_identity(per_run[i][1].to_dict(), per_run[i][2], splits, per_run[i][3]))
+            try:
+                member_state(job["runs"][i]["run_dir"], key)
+            except UserError as err:
+                failed[i] = str(err)
+        todo = [i for i in todo if i not in failed]
+    if todo:
         result = train_batched(
             [per_run[i][1] for i in todo], splits, per_run[0][2], [job["runs"][i]["run_dir"] for i in todo],
             [per_run[i][3] for i in todo],
@@ -313,10 +333,46 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
             outcome.update(resumed_from=result.resumed_from[j], stopped_early_at=result.stopped_early_at[j])
             atomic_write_json(run_dir / "outcome.json", outcome)
     rows = []
-    for run in job["runs"]:
+    for i, run in enumerate(job["runs"]):
+        if i in failed:
+            rows.append({**cell, "seed": run["seed"], "run_dir": run["run_dir"], "error": failed[i]})
+            continue
         outcome = json.loads((Path(run["run_dir"]) / "outcome.json").read_text())
         rows.append({**cell, "seed": run["seed"], "run_dir": run["run_dir"], **outcome})
     return rows
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
+
+    Used as the pool initializer of local sweep workers, so a sweep killed with ``kill -9``
+    leaves no worker training on as an orphan.
+    """
+    import signal
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the parent's cleanup still applies
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before the request took effect
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel pending jobs and terminate this process's pool workers (no waiting for jobs)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    for child in multiprocessing.active_children():
+        child.terminate()
+    for child in multiprocessing.active_children():
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
 
 
 def _run_local(jobs: list[dict[str, Any]], workers: int, threads: int, bar: Any) -> list[dict[str, Any]]:
@@ -327,11 +383,17 @@ def _run_local(jobs: list[dict[str, Any]], workers: int, threads: int, bar: Any)
             bar.update(len(job["runs"]))
         return rows
     context = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent,
+                               initargs=(os.getpid(),))
+    try:
         futures = {pool.submit(run_job, job, threads): job for job in jobs}
         for future in as_completed(futures):
             rows.extend(future.result())
             bar.update(len(futures[future]["runs"]))
+    except BaseException:
+        _stop_workers(pool)  # Ctrl-C or a failed job: no worker goes on alone
+        raise
+    pool.shutdown(wait=True)
     return rows
 
 
@@ -367,6 +429,7 @@ class SweepResult:
     rows: list[dict[str, Any]]
     n_cached: int
     seconds: float
+    failed: list[dict[str, Any]] = field(default_factory=list)
 
 
 def default_study_dir(cfg: SweepConfig, root: str | Path = "runs/sweeps") -> Path:
@@ -405,9 +468,23 @@ def run_sweep(
         raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
     study_dir = Path(study_dir) if study_dir is not None else default_study_dir(cfg)
     study_dir = study_dir.resolve()
+    from interp_toolkit.runs.lock import DirectoryLock
+
+    with DirectoryLock(study_dir, "study directory"):
+        return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report)
+
+
+def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: int | None,
+                      address: str | None, progress: bool, report: bool) -> SweepResult:
+    """:func:`run_sweep` once ``study_dir`` is locked by this process."""
+    from interp_toolkit.errors import UserError
+
     study_path = study_dir / "study.json"
     if study_path.exists():
-        existing = json.loads(study_path.read_text())
+        try:
+            existing = json.loads(study_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise UserError(f"study record {study_path} is unreadable ({err}); choose another directory") from err
         if existing.get("key") != cfg.key():
             raise ValueError(
                 f"study directory {study_dir} holds a different sweep (key {existing.get('key')}, this "
@@ -434,13 +511,15 @@ def run_sweep(
             threads = max(1, (os.cpu_count() or 1) // n_workers)
             rows.extend(_run_local(todo, n_workers, threads, bar))
     bar.close()
+    failed = [row for row in rows if "error" in row]
+    rows = [row for row in rows if "error" not in row]
     rows.sort(key=lambda row: (row["task"], row["n_layers"], row["n_heads"], row["weight_decay"],
                                row["r"], row["seed"]))
     if report:
         from interp_toolkit.studies.report import write_report
 
         write_report(study_dir, print_table=False)
-    return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started)
+    return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started, failed)
 
 
 def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:

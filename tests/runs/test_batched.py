@@ -102,7 +102,7 @@ def test_batched_resume_after_crash_matches_uninterrupted(tmp_path):
         final = json.loads((dirs[i] / "run.json").read_text())["final"]
         for key, value in full.finals[i].items():
             assert final[key] == pytest.approx(value, abs=2e-4), (i, key)
-        assert not (dirs[i] / "resume.pt").exists()
+        assert not (dirs[i] / "resume.safetensors").exists()
 
 
 def test_stacked_adamw_matches_torch_adamw():

@@ -36,7 +36,7 @@ def test_train_writes_run_directory(tmp_path, splits, small_model_cfg):
     assert {"torch", "transformer_lens", "interp_toolkit"} <= set(record["versions"])
     assert record["run_info"] == {"task": "x"}
     assert (run / "curves.png").stat().st_size > 1000
-    assert not (run / "resume.pt").exists()
+    assert not (run / "resume.safetensors").exists()
     assert result.final == metrics[-1]
     # Training moved the loss.
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]

@@ -135,7 +135,7 @@ def test_resume_after_kill_mid_way(smoke_local, tmp_path):
         Path(row["run_dir"]).name for row in smoke_local.rows if row["r"] == 0.9}
     assert _summary(result.rows) == _summary([row for row in smoke_local.rows if row["r"] == 0.9])
     for row in result.rows:
-        assert not (Path(row["run_dir"]) / "resume.pt").exists()
+        assert not (Path(row["run_dir"]) / "resume.safetensors").exists()
 
 
 def test_cli_dry_run_and_validation(capsys):

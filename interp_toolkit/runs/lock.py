@@ -1,0 +1,160 @@
+"""One writer per run directory and per study directory.
+
+:class:`DirectoryLock` takes an OS file lock (``fcntl.flock``) on ``DIR/.lock``. The
+kernel releases it when the holding process exits in any way (normal exit, exception,
+``kill -9``), so a lock is never stale; a second writer, in this process or another, is
+refused at once with :class:`DirectoryLockedError` naming the holder's PID (which the
+holder writes into the lock file). The holder deletes the lock file when it releases the
+lock (while still holding it), and a taker checks after locking that the file it locked is
+still the one at the path, retrying otherwise, so two processes never hold two different
+files of the same name; a killed holder leaves its file behind, unlocked and harmless.
+
+Re-entrant within one process: locking a directory this process already holds only
+counts up, so a trainer called from a sweep job that holds the same directory works.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from interp_toolkit.errors import UserError
+
+LOCK_NAME = ".lock"
+
+# resolved directory -> [open lock file, hold count]; flock is per open file description,
+# so the process keeps one descriptor per directory and counts nested holds on it.
+_HELD: dict[Path, list[Any]] = {}
+_HELD_GUARD = threading.Lock()
+
+
+class DirectoryLockedError(UserError):
+    """Another process is writing to the directory (its PID is in the message)."""
+
+
+def _holder_of(lock_path: Path) -> str:
+    try:
+        text = lock_path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return "an unknown process"
+    fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
+    if "pid" in fields:
+        host = f" on {fields['host']}" if fields.get("host") else ""
+        return f"process {fields['pid']}{host}"
+    return "an unknown process"
+
+
+class DirectoryLock:
+    """Exclusive lock of a directory for the life of the holder (a context manager).
+
+    Args:
+        directory: The directory to lock (created if missing).
+        what: How the directory is named in errors (``"run directory"``, ``"study directory"``).
+
+    Raises:
+        DirectoryLockedError: On ``acquire`` when another process holds the directory.
+    """
+
+    def __init__(self, directory: str | os.PathLike, what: str = "directory") -> None:
+        self.directory = Path(directory)
+        self.what = what
+        self._key: Path | None = None
+        self._created_dir = False
+
+    @property
+    def lock_path(self) -> Path:
+        return self.directory / LOCK_NAME
+
+    def acquire(self) -> "DirectoryLock":
+        import fcntl
+
+        if self._key is not None:
+            return self
+        if self.directory.exists() and not self.directory.is_dir():
+            raise UserError(f"{self.what} {self.directory} exists and is not a directory")
+        self._created_dir = not self.directory.exists()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create {self.what} {self.directory}: {err.strerror or err}") from err
+        key = self.directory.resolve()
+        with _HELD_GUARD:
+            held = _HELD.get(key)
+            if held is not None:
+                held[1] += 1
+                self._key = key
+                return self
+            while True:
+                try:
+                    handle = open(self.lock_path, "a+", encoding="utf-8")  # noqa: SIM115 - held open on purpose
+                except OSError as err:
+                    raise UserError(f"cannot create the lock file {self.lock_path}: {err.strerror or err}") from err
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    handle.close()
+                    self._remove_if_created()
+                    raise DirectoryLockedError(
+                        f"{self.what} {self.directory} is in use by {_holder_of(self.lock_path)} "
+                        f"(lock file {self.lock_path}); wait for it to finish, or stop it first"
+                    ) from None
+                try:  # the previous holder may have deleted the file between our open and lock
+                    if os.stat(self.lock_path).st_ino == os.fstat(handle.fileno()).st_ino:
+                        break
+                except FileNotFoundError:
+                    pass
+                handle.close()
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid={os.getpid()} host={socket.gethostname()}\n")
+            handle.flush()
+            _HELD[key] = [handle, 1]
+            self._key = key
+        return self
+
+    def release(self) -> None:
+        import fcntl
+
+        if self._key is None:
+            return
+        with _HELD_GUARD:
+            held = _HELD[self._key]
+            held[1] -= 1
+            if held[1] == 0:
+                handle = held[0]
+                try:
+                    self.lock_path.unlink(missing_ok=True)  # still locked: no one else can be using it
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                finally:
+                    handle.close()
+                del _HELD[self._key]
+                self._remove_if_created()
+        self._key = None
+
+    def _remove_if_created(self) -> None:
+        """A directory this lock created and nothing else wrote to is removed again, so a
+        refused or failed command leaves no empty directory behind."""
+        if not self._created_dir:
+            return
+        try:
+            if not any(self.directory.iterdir()):
+                self.directory.rmdir()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "DirectoryLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def lock_directory(directory: str | os.PathLike, what: str = "directory") -> DirectoryLock:
+    """Acquire and return a :class:`DirectoryLock` (use it as a context manager)."""
+    return DirectoryLock(directory, what).acquire()
+
+
+__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLockedError", "lock_directory"]

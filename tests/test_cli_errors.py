@@ -1,0 +1,246 @@
+"""Bad input to the command line: every case exits 2 with one ``error:`` line naming the bad
+value, prints no traceback and leaves no file behind.
+
+The cases run in-process through :func:`interp_toolkit.cli.main` (a subprocess costs
+seconds each here); argparse's own refusals raise ``SystemExit(2)``, which counts as exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from interp_toolkit.cli import main
+
+TINY = ["--seq-len", "3", "--n-values", "4", "--n-train", "64", "--n-eval", "32", "--d-model", "16",
+        "--d-mlp", "16", "--n-layers", "1", "--n-heads", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny finished run (2 epochs) and the input files the cases point at."""
+    root = tmp_path_factory.mktemp("cli_errors")
+    run = root / "run"
+    assert main(["train", *TINY, "--epochs", "2", "--eval-every", "1", "--run-dir", str(run)]) == 0
+    inputs = root / "inputs"
+    inputs.mkdir()
+    (inputs / "truncated.json").write_text('{"task": {"seq_len": 3, ')
+    (inputs / "latin1.json").write_bytes(b'{"task": {"task": "caf\xe9"}}')
+    (inputs / "malformed.yaml").write_text("task: {seq_len: 3\nmodel: [unclosed\n")
+    (inputs / "list.json").write_text("[1, 2, 3]")
+    (inputs / "a_dir.json").mkdir()
+    for name, data in {
+        "unknown_section.json": {"tasks": {}},
+        "unknown_train_key.json": {"train": {"epochz": 3}},
+        "unknown_model_key.json": {"model": {"n_layerz": 1}},
+        "unknown_task_key.json": {"task": {"seq_lenn": 3}},
+        "train_seed_null.json": {"train": {"seed": None}},
+        "model_seed_null.json": {"model": {"seed": None}},
+        "task_seed_null.json": {"task": {"seed": None}},
+        "epochs_string.json": {"train": {"epochs": "ten"}},
+        "section_not_mapping.json": {"train": 5},
+        "sweep_unknown_key.json": {"ratioz": [0.5]},
+        "task_bigger_vocab.json": {"seq_len": 3, "n_values": 9, "n_train": 64, "n_eval": 32},
+    }.items():
+        (inputs / name).write_text(json.dumps(data))
+    (inputs / "sweep_malformed.yaml").write_text("ratios: [0.5, 0.9\n")
+    (inputs / "corpus_truncated.json").write_text('{"vocab_size": ')
+    (inputs / "garbage.safetensors").write_bytes(b"not a checkpoint at all")
+    (inputs / "a_file").write_text("x")
+    (inputs / "no_record").mkdir()
+    (inputs / "bad_record").mkdir()
+    (inputs / "bad_record" / "run.json").write_text('{"key": "abc", "status": ')
+    checkpoint = sorted((run / "checkpoints").glob("*.safetensors"))[-1]
+    return {"root": root, "run": run, "inputs": inputs, "checkpoint": checkpoint}
+
+
+def _train(*extra):
+    return lambda p: ["train", *TINY, "--epochs", "2", "--run-dir", str(p["work"] / "new_run"), *extra]
+
+
+def _config(name):  # no --epochs flag: it would override the file's value
+    return lambda p: ["train", "--quiet", "--run-dir", str(p["work"] / "new_run"), "--config", "{inputs}/" + name]
+
+
+def _sweep(*extra):
+    return lambda p: ["sweep", "--preset", "smoke", "--quiet", "--workers", "1", "--out", str(p["work"] / "study"),
+                      *extra]
+
+
+def _analyze(analysis, *extra):
+    return lambda p: ["analyze", str(p["run"]), "--analysis", analysis, "--no-progress", "--no-plot", *extra]
+
+
+def _bif(*extra, checkpoint="{checkpoint}"):
+    return lambda p: ["bif", checkpoint, "--out", str(p["work"] / "bif"), "--no-progress", "--draws", "2",
+                      "--burn-in", "1", "--chains", "1", *extra]
+
+
+# (id, argv builder, fragments the single error line must contain). "{inputs}" etc. are filled in.
+CASES = [
+    # train: numbers and choices of every option class
+    ("train-epochs-0", _train("--epochs", "0"), ["epochs", "0"]),
+    ("train-epochs-text", _train("--epochs", "abc"), ["--epochs", "'abc'"]),
+    ("train-lr-negative", _train("--lr", "-1"), ["lr", "-1"]),
+    ("train-lr-nan", _train("--lr", "nan"), ["lr", "nan"]),
+    ("train-weight-decay-negative", _train("--weight-decay", "-0.5"), ["weight_decay", "-0.5"]),
+    ("train-batch-size-0", _train("--batch-size", "0"), ["batch_size", "0"]),
+    ("train-eval-every-0", _train("--eval-every", "0"), ["eval_every", "0"]),
+    ("train-checkpoint-every-negative", _train("--checkpoint-every", "-3"), ["checkpoint_every", "-3"]),
+    ("train-r-above-1", _train("--r", "1.5"), ["r", "1.5"]),
+    ("train-r-text", _train("--r", "abc"), ["--r", "'abc'"]),
+    ("train-seq-len-0", _train("--seq-len", "0"), ["seq_len", "0"]),
+    ("train-n-values-1", _train("--n-values", "1"), ["n_values", "1"]),
+    ("train-n-train-0", _train("--n-train", "0"), ["n_train", "0"]),
+    ("train-n-eval-negative", _train("--n-eval", "-1"), ["n_eval", "-1"]),
+    ("train-n-layers-0", _train("--n-layers", "0"), ["n_layers", "0"]),
+    ("train-n-heads-0", _train("--n-heads", "0"), ["n_heads", "0"]),
+    ("train-d-mlp-0", _train("--d-mlp", "0"), ["d_mlp", "0"]),
+    ("train-task-unknown", _train("--task", "nonsense"), ["--task", "'nonsense'"]),
+    ("train-data-seed-text", _train("--data-seed", "x1"), ["--data-seed", "'x1'"]),
+    ("train-device-unknown", _train("--device", "banana"), ["device", "banana"]),
+    ("train-run-dir-is-file", lambda p: ["train", *TINY, "--epochs", "2", "--run-dir", str(p["inputs"] / "a_file")],
+     ["a_file", "not a directory"]),
+    # train: config files
+    ("config-missing", _config("missing.json"), ["missing.json", "does not exist"]),
+    ("config-is-directory", _config("a_dir.json"), ["a_dir.json", "directory"]),
+    ("config-truncated-json", _config("truncated.json"), ["truncated.json", "not valid JSON"]),
+    ("config-not-utf8", _config("latin1.json"), ["latin1.json", "UTF-8"]),
+    ("config-malformed-yaml", _config("malformed.yaml"), ["malformed.yaml", "not valid YAML"]),
+    ("config-not-a-mapping", _config("list.json"), ["list.json", "mapping"]),
+    ("config-unknown-section", _config("unknown_section.json"), ["unknown_section.json", "tasks"]),
+    ("config-unknown-train-key", _config("unknown_train_key.json"), ["epochz"]),
+    ("config-unknown-model-key", _config("unknown_model_key.json"), ["n_layerz"]),
+    ("config-unknown-task-key", _config("unknown_task_key.json"), ["seq_lenn"]),
+    ("config-train-seed-none", _config("train_seed_null.json"), ["seed", "None"]),
+    ("config-model-seed-none", _config("model_seed_null.json"), ["seed", "None"]),
+    ("config-task-seed-none", _config("task_seed_null.json"), ["seed", "None"]),
+    ("config-epochs-string", _config("epochs_string.json"), ["epochs", "'ten'"]),
+    ("config-section-not-mapping", _config("section_not_mapping.json"), ["train", "5"]),
+    # sweep
+    ("sweep-workers-0", _sweep("--workers", "0"), ["workers", "0"]),
+    ("sweep-ratio-text", _sweep("--ratios", "0.5,abc"), ["0.5,abc"]),
+    ("sweep-ratio-above-1", _sweep("--ratios", "1.5"), ["1.5"]),
+    ("sweep-seeds-0", _sweep("--seeds", "0"), ["seeds", "0"]),
+    ("sweep-seeds-text", _sweep("--seeds", "a,b"), ["a,b"]),
+    ("sweep-layers-0", _sweep("--layers", "0"), ["n_layers", "0"]),
+    ("sweep-task-unknown", _sweep("--tasks", "nonsense"), ["nonsense"]),
+    ("sweep-backend-unknown", _sweep("--backend", "nope"), ["--backend", "'nope'"]),
+    ("sweep-preset-unknown", lambda p: ["sweep", "--preset", "huge"], ["--preset", "'huge'"]),
+    ("sweep-epochs-0", _sweep("--epochs", "0"), ["epochs", "0"]),
+    ("sweep-config-missing", _sweep("--config", "{inputs}/missing.yaml"), ["missing.yaml", "does not exist"]),
+    ("sweep-config-malformed-yaml", _sweep("--config", "{inputs}/sweep_malformed.yaml"),
+     ["sweep_malformed.yaml", "YAML"]),
+    ("sweep-config-unknown-key", _sweep("--config", "{inputs}/sweep_unknown_key.json"), ["ratioz"]),
+    ("sweep-out-is-file", lambda p: ["sweep", "--preset", "smoke", "--quiet", "--out", str(p["inputs"] / "a_file")],
+     ["a_file", "not a directory"]),
+    # analyze
+    ("analyze-run-dir-missing", lambda p: ["analyze", str(p["work"] / "nowhere"), "--analysis", "fingerprints"],
+     ["nowhere"]),
+    ("analyze-run-dir-is-file", lambda p: ["analyze", str(p["inputs"] / "a_file"), "--analysis", "fingerprints"],
+     ["a_file"]),
+    ("analyze-analysis-unknown", _analyze("nope"), ["--analysis", "'nope'"]),
+    ("analyze-epoch-missing", _analyze("fingerprints", "--epochs", "999"), ["999"]),
+    ("analyze-n-0", _analyze("fingerprints", "--n", "0"), ["n", "0"]),
+    ("analyze-patching-source-is-target", _analyze("patching", "--source", "val", "--target", "val"),
+     ["source = target", "'val'"]),
+    ("analyze-split-unknown", _analyze("fingerprints", "--split", "nope"), ["'nope'"]),
+    ("analyze-option-out-of-scope", _analyze("fingerprints", "--method", "zero"), ["--method", "fingerprints"]),
+    ("analyze-component-unknown", _analyze("ablation", "--components", "L9H9"), ["L9H9"]),
+    ("analyze-last-and-epochs", _analyze("fingerprints", "--last", "--epochs", "0"), ["--last", "--epochs"]),
+    # info
+    ("info-missing", lambda p: ["info", str(p["work"] / "missing.safetensors")], ["missing.safetensors"]),
+    ("info-garbage", lambda p: ["info", str(p["inputs"] / "garbage.safetensors")], ["garbage.safetensors"]),
+    ("info-dir-without-record", lambda p: ["info", str(p["inputs"] / "no_record")], ["no_record", "run.json"]),
+    ("info-truncated-record", lambda p: ["info", str(p["inputs"] / "bad_record")], ["bad_record/run.json", "JSON"]),
+    ("train-truncated-record", lambda p: ["train", *TINY, "--epochs", "2", "--run-dir", str(p["inputs"] / "bad_record")],
+     ["bad_record/run.json", "unreadable"]),
+    # bif
+    ("bif-checkpoint-missing", _bif(checkpoint="{work}/missing.safetensors"), ["missing.safetensors"]),
+    ("bif-checkpoint-is-directory", _bif(checkpoint="{inputs}/no_record"), ["no_record"]),
+    ("bif-n-attribution-0", _bif("--n-attribution", "0"), ["--n-attribution", "0"]),
+    ("bif-eps-negative", _bif("--eps", "-1"), ["eps", "-1"]),
+    ("bif-chains-0", _bif("--chains", "0"), ["chains", "0"]),
+    ("bif-query-split-unknown", _bif("--query-split", "test"), ["--query-split", "'test'"]),
+    ("bif-task-config-truncated", _bif("--task-config", "{inputs}/truncated.json"), ["truncated.json", "JSON"]),
+    ("bif-token-ids-outside-vocab", _bif("--task-config", "{inputs}/task_bigger_vocab.json"),
+     ["token id", "vocabulary"]),
+    # bif-lm
+    ("bif-lm-checkpoint-missing", lambda p: ["bif-lm", str(p["work"] / "no_such_run"), "--out", str(p["work"] / "o")],
+     ["no_such_run"]),
+    ("bif-lm-corpus-config-truncated", lambda p: ["bif-lm", str(p["run"]), "--corpus-config",
+                                                   str(p["inputs"] / "corpus_truncated.json"),
+                                                   "--out", str(p["work"] / "o")], ["corpus_truncated.json"]),
+    # demo
+    ("demo-epochs-0", lambda p: ["demo", "--epochs", "0", "--out", str(p["work"] / "demo")], ["epochs", "0"]),
+    ("demo-n-train-0", lambda p: ["demo", "--n-train", "0", "--out", str(p["work"] / "demo")], ["n_train", "0"]),
+]
+
+
+def _snapshot(*roots: Path) -> dict[str, int]:
+    files = {}
+    for root in roots:
+        for path in root.rglob("*"):
+            files[str(path)] = path.stat().st_mtime_ns if path.is_file() else -1
+    return files
+
+
+@pytest.mark.parametrize("builder,fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_one_error_line(trained, tmp_path, monkeypatch, capsys, builder, fragments):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # default output folders (runs/...) land here and are checked too
+    paths = {**trained, "work": work}
+    argv = [a.format(**{k: str(v) for k, v in paths.items()}) for a in builder(paths)]
+    before = _snapshot(trained["root"], work)
+    try:
+        code = main(argv)
+    except SystemExit as err:  # argparse refuses bad choices and types itself (exit 2)
+        code = err.code
+    out, err = capsys.readouterr()
+    assert code == 2, (argv, out, err)
+    error_lines = [line for line in (out + err).splitlines() if "error:" in line]
+    assert len(error_lines) == 1, (out, err)
+    for fragment in fragments:
+        assert fragment in error_lines[0], (fragment, error_lines[0])
+    assert "Traceback" not in out + err
+    assert _snapshot(trained["root"], work) == before, "a refused command left or changed a file"
+
+
+def test_the_table_is_big_enough():
+    assert len(CASES) >= 40
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EFBIG", "EACCES"])
+def test_disk_full_and_permission_errors_are_one_line(monkeypatch, capsys, errno_name):
+    import errno
+
+    import interp_toolkit.cli as cli
+
+    def refused(args):
+        code = getattr(errno, errno_name)
+        raise OSError(code, os.strerror(code), "/data/run/.metrics.jsonl.tmp")
+
+    monkeypatch.setattr(cli, "cmd_info", refused)
+    assert main(["info", "anything"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "/data/run/.metrics.jsonl.tmp" in err and "Traceback" not in err
+
+
+def test_a_bug_exits_1_with_a_log_of_the_traceback(monkeypatch, capsys):
+    import interp_toolkit.cli as cli
+
+    def broken(args):
+        raise ZeroDivisionError("division by zero in a handler")
+
+    monkeypatch.setattr(cli, "cmd_info", broken)
+    assert main(["info", "anything"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "ZeroDivisionError" in err
+    log = Path(err.rsplit("traceback in ", 1)[1].strip())
+    assert "ZeroDivisionError" in log.read_text() and "Traceback" in log.read_text()
+    log.unlink()
