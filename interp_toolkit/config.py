@@ -68,8 +68,12 @@ class Config:
         values = dict(data)
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             nested = _nested_config_type(cls, f)
-            if nested is not None and isinstance(values.get(f.name), Mapping):
-                values[f.name] = nested.from_dict(values[f.name])
+            if nested is None or f.name not in values or isinstance(values[f.name], nested):
+                continue
+            if not isinstance(values[f.name], Mapping):
+                raise UserError(f"{cls.__name__}.{f.name} must be a mapping of {nested.__name__} fields, "
+                                f"got {values[f.name]!r}")
+            values[f.name] = nested.from_dict(values[f.name])
         try:
             return cls(**values)
         except TypeError as err:  # e.g. a missing required field
@@ -172,7 +176,12 @@ def parse_config(
             data = _merge(data, load_config_file(config_file))
         if prepare is not None:
             data = prepare(data)
-        start = cls.from_dict(data)
+        try:
+            start = cls.from_dict(data)
+        except (UserError, TypeError) as err:
+            if config_file is None:
+                raise
+            raise UserError(f"config file {config_file}: {err}") from err
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
