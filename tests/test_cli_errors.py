@@ -220,7 +220,6 @@ def test_the_table_is_big_enough():
 def test_disk_full_and_permission_errors_are_one_line(monkeypatch, capsys, errno_name):
     import errno
 
-    import interp_toolkit.cli as cli
 
     def refused(args):
         code = getattr(errno, errno_name)
@@ -235,7 +234,6 @@ def test_disk_full_and_permission_errors_are_one_line(monkeypatch, capsys, errno
 
 
 def test_a_bug_exits_1_with_a_log_of_the_traceback(monkeypatch, capsys):
-    import interp_toolkit.cli as cli
 
     def broken(args):
         raise ZeroDivisionError("division by zero in a handler")
