@@ -10,6 +10,19 @@ position of a set of *training* sequences, ``a[s, t](w)``, and of *query* sequen
 (population covariance over draws; negative = up-weighting train token ``(s, t)`` lowers
 the loss of query token ``(u, v)``). ``pearson=True`` gives ``-Corr`` instead.
 
+Pearson conventions for a reduction (:data:`PEARSON_CONVENTIONS`, ``LMBIFConfig.pearson_convention``):
+
+* ``"token_mean"`` (devinterp's ``average_tokenwise_bif``, the paper's): the *mean of the
+  token-level correlations* over the block. Computed exactly from the kept per-token
+  draws: the block mean of ``Corr(a_i, b_j)`` is the covariance of the group means of
+  the *standardized* losses ``(a_i - mean a_i) / std a_i``.
+* ``"group_means"`` (the toolkit's first convention): the *correlation of the group-mean
+  losses*, streamed like the covariance. It weights tokens by their loss variance, so a
+  few high-variance tokens dominate a class.
+
+Both equal ``-Corr`` for ``"token:token"``; covariances (``pearson=False``) do not depend
+on the convention.
+
 Reductions. A *grouping* maps each token to a group: ``"token"`` (every position its own
 group), ``"sequence"``, ``"class"`` (the token-class label of the predicted token) or
 ``"all"``. A reduction ``"<train grouping>:<query grouping>"`` (e.g. ``"class:class"``,
@@ -23,8 +36,12 @@ Memory (streaming; independent of the number of draws), with ``N_a``/``N_b`` the
 train/query tokens and ``k_a x k_b`` a reduction's shape: ``O(chains x sum_r k_a k_b)``
 float64 for the co-moments (``"token:token"``: ``chains x N_a x N_b x 8`` bytes, guarded by
 ``LMBIFConfig.max_matrix_entries``), plus ``O(N_a + N_b)`` per draw for the recorded
-losses and one forward pass of ``eval_batch_size`` sequences. ``keep_draws=True``
-additionally stores ``chains x draws x (N_a + N_b)`` floats.
+losses and one forward pass of ``eval_batch_size`` sequences. ``keep_draws=True``, and
+``pearson`` with the ``"token_mean"`` convention, store ``chains x draws x (N_a + N_b)``
+floats (the latter drops them from the result unless ``keep_draws``).
+
+Two levels, as in devinterp: :func:`lm_bif` samples and estimates; :func:`compute_lm_bif`
+estimates every reduction from stored per-token draws (ours or another library's).
 """
 
 from __future__ import annotations
@@ -53,7 +70,9 @@ __all__ = [
     "LMBIFConfig",
     "LMBIFResult",
     "ReducedBIF",
+    "PEARSON_CONVENTIONS",
     "TokenSet",
+    "compute_lm_bif",
     "group_ids",
     "lm_bif",
     "naive_token_bif",
@@ -63,6 +82,9 @@ __all__ = [
 
 GROUPINGS = ("token", "sequence", "class", "all")
 DEFAULT_REDUCTIONS = ("class:class", "class:all", "sequence:sequence")
+#: ``-Corr`` of a reduction: mean of token-level correlations (devinterp's), or correlation
+#: of group-mean losses.
+PEARSON_CONVENTIONS = ("token_mean", "group_means")
 
 
 def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq_minus_1"]:
@@ -171,11 +193,15 @@ class LMBIFConfig:
             :data:`GROUPINGS`; ``"token:token"`` is the full matrix.
         max_matrix_entries: Refuse reductions with more than this many entries (memory
             guard: each entry costs ``8 x (chains + 2)`` bytes).
+        pearson_convention: With ``sampler.pearson``: ``"token_mean"`` (mean of token-level
+            correlations over each block, devinterp's and the paper's) or ``"group_means"``
+            (correlation of the group-mean losses). See the module docstring.
     """
 
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     reductions: tuple[str, ...] = DEFAULT_REDUCTIONS
     max_matrix_entries: int = 4_000_000
+    pearson_convention: str = "token_mean"
 
     def __post_init__(self) -> None:
         if isinstance(self.sampler, Mapping):
@@ -195,10 +221,14 @@ class LMBIFConfig:
                 )
         if isinstance(self.max_matrix_entries, bool) or not isinstance(self.max_matrix_entries, int) or self.max_matrix_entries < 1:
             raise ValueError(f"LMBIFConfig.max_matrix_entries must be an integer >= 1, got {self.max_matrix_entries!r}")
+        if self.pearson_convention not in PEARSON_CONVENTIONS:
+            raise ValueError(
+                f"LMBIFConfig.pearson_convention must be one of {PEARSON_CONVENTIONS}, got {self.pearson_convention!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler.to_dict(), "reductions": list(self.reductions),
-                "max_matrix_entries": self.max_matrix_entries}
+                "max_matrix_entries": self.max_matrix_entries, "pearson_convention": self.pearson_convention}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LMBIFConfig":
@@ -233,8 +263,8 @@ class LMBIFResult:
 
     Attributes:
         reductions: ``"train:query" -> ReducedBIF``.
-        pearson: Whether the entries are ``-Corr`` (note: a Pearson reduction is the
-            correlation of group means, not the average of token-level correlations).
+        pearson: Whether the entries are ``-Corr`` (which convention:
+            ``config["pearson_convention"]``; see the module docstring).
         train_mean_loss, query_mean_loss: Posterior mean loss per recorded token.
         diagnostics: SGLD health (``None`` when loaded from a cache without it).
         train_draws, query_draws: Per-token draws ``[chains, draws, n_tokens]`` if kept.
@@ -393,8 +423,12 @@ def lm_bif(
     if not same:
         recorders["query"] = recorder(query.tokens)
     accumulators = {r: {} for r in config.reductions}
-    kept_a = torch.zeros(sampler.chains, sampler.draws, train.n_tokens, dtype=torch.float64) if sampler.keep_draws else None
-    kept_b = torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=torch.float64) if sampler.keep_draws else None
+    # devinterp's Pearson convention standardizes each token by its posterior std, known
+    # only at the end: keep the per-token draws and estimate from them.
+    from_draws = sampler.pearson and config.pearson_convention == "token_mean"
+    keep = sampler.keep_draws or from_draws
+    kept_a = torch.zeros(sampler.chains, sampler.draws, train.n_tokens, dtype=torch.float64) if keep else None
+    kept_b = (kept_a if same else torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=torch.float64)) if keep else None
     sum_a = torch.zeros(train.n_tokens, dtype=torch.float64)
     sum_b = torch.zeros(query.n_tokens, dtype=torch.float64)
 
@@ -408,6 +442,12 @@ def lm_bif(
             )
         sum_a.add_(a)
         sum_b.add_(b)
+        if kept_a is not None:
+            kept_a[chain, draw] = a
+            if not same:
+                kept_b[chain, draw] = b
+        if from_draws:
+            return
         reduced: dict[tuple[str, str], Tensor] = {}
         for (side, grouping), (ids, _, counts) in groupings.items():
             reduced[(side, grouping)] = (a if side == "a" else b) if grouping == "token" else _group_mean(
@@ -418,17 +458,20 @@ def lm_bif(
             if acc is None:
                 acc = accumulators[reduction][(chain, 0)] = CoMoments(*shapes[reduction])
             acc.update(reduced[("a", g_a)], reduced[("b", g_b)])
-        if kept_a is not None:
-            kept_a[chain, draw] = a
-            kept_b[chain, draw] = b
 
     diagnostics = sample_sgld(model, posterior_tokens, loss_fn, sampler, recorders, on_draw)
-    tables = {}
-    for reduction in config.reductions:
-        g_a, g_b = reduction.split(":")
-        total, stderr, per_chain, _, _, _ = finalize(accumulators[reduction], sampler.chains, sampler.pearson, False)
-        tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
+    if from_draws:
+        tables = compute_lm_bif(kept_a, kept_b, train, query, config.reductions, pearson=True,
+                                pearson_convention="token_mean")
+    else:
+        tables = {}
+        for reduction in config.reductions:
+            g_a, g_b = reduction.split(":")
+            total, stderr, per_chain, _, _, _ = finalize(accumulators[reduction], sampler.chains, sampler.pearson, False)
+            tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
     n_draws = sampler.chains * sampler.draws
+    if not sampler.keep_draws:
+        kept_a = kept_b = None
     result = LMBIFResult(
         reductions=tables, pearson=sampler.pearson, train_mean_loss=sum_a / n_draws, query_mean_loss=sum_b / n_draws,
         diagnostics=diagnostics, train_draws=kept_a, query_draws=kept_b, config=config.to_dict(), cache_key=key,
@@ -436,6 +479,86 @@ def lm_bif(
     if cache_dir is not None:
         result.save(Path(cache_dir) / f"lm_bif_{key}")
     return result
+
+
+def _group_means_of_draws(values: Tensor, ids: Tensor, k: int) -> Tensor:
+    """``[..., n] -> [..., k]``: mean over each group of the last axis."""
+    counts = torch.bincount(ids, minlength=k).to(torch.float64)
+    out = torch.zeros(*values.shape[:-1], k, dtype=torch.float64)
+    return out.index_add_(-1, ids, values.to(torch.float64)) / counts
+
+
+def _standardize(draws: Tensor) -> Tensor:
+    """``(x - mean) / std`` over the draw axis (population std), ``[draws, n]``."""
+    centred = draws - draws.mean(0)
+    return centred / centred.pow(2).mean(0).sqrt()
+
+
+def compute_lm_bif(
+    train_draws: Float[Tensor, "chains draws n_a"],
+    query_draws: Float[Tensor, "chains draws n_b"] | None,
+    train: TokenSet,
+    query: TokenSet | None,
+    reductions: Sequence[str] = DEFAULT_REDUCTIONS,
+    *,
+    pearson: bool = False,
+    pearson_convention: str = "token_mean",
+) -> dict[str, ReducedBIF]:
+    """Every reduction of the token-level BIF from stored per-token draws (low level).
+
+    Args:
+        train_draws: Per-token losses of the recorded training tokens at every draw
+            (row-major over ``train.tokens``' losses).
+        query_draws: Same for the query tokens; ``None``: the query is the training set.
+        train, query: The token sets (groupings); ``query=None``: ``train``.
+        reductions: ``"<train grouping>:<query grouping>"`` entries.
+        pearson: ``-Corr`` instead of ``-Cov``.
+        pearson_convention: ``"token_mean"`` (devinterp) or ``"group_means"``.
+
+    Returns:
+        ``reduction -> ReducedBIF`` (pooled estimate over all chains' draws, per-chain
+        estimates, stderr = std across chains / sqrt(chains)).
+    """
+    if pearson_convention not in PEARSON_CONVENTIONS:
+        raise ValueError(f"pearson_convention must be one of {PEARSON_CONVENTIONS}, got {pearson_convention!r}")
+    query = train if query is None else query
+    query_draws = train_draws if query_draws is None else query_draws
+    if train_draws.ndim != 3 or query_draws.ndim != 3 or train_draws.shape[:2] != query_draws.shape[:2]:
+        raise ValueError(f"draws must be [chains, draws, n] with equal chains/draws, got {tuple(train_draws.shape)} "
+                         f"and {tuple(query_draws.shape)}")
+    if train_draws.shape[-1] != train.n_tokens or query_draws.shape[-1] != query.n_tokens:
+        raise ValueError(f"draws have {train_draws.shape[-1]} / {query_draws.shape[-1]} tokens, token sets "
+                         f"{train.n_tokens} / {query.n_tokens}")
+    chains = train_draws.shape[0]
+    standardized = pearson and pearson_convention == "token_mean"
+    a_all, b_all = train_draws.double(), query_draws.double()
+    if standardized:
+        # per chain (per-chain estimates) and pooled (the estimate) standardizations
+        a_chain = torch.stack([_standardize(c) for c in a_all])
+        b_chain = torch.stack([_standardize(c) for c in b_all])
+        a_pool = _standardize(a_all.reshape(-1, a_all.shape[-1]))
+        b_pool = _standardize(b_all.reshape(-1, b_all.shape[-1]))
+    out = {}
+    for reduction in reductions:
+        g_a, g_b = reduction.split(":")
+        ids_a, labels_a = group_ids(train, g_a)
+        ids_b, labels_b = group_ids(query, g_b)
+        k_a, k_b = len(labels_a), len(labels_b)
+        if standardized:
+            pooled = CoMoments.from_batch(_group_means_of_draws(a_pool, ids_a, k_a), _group_means_of_draws(b_pool, ids_b, k_b))
+            total = pooled.comoment.div(-pooled.count)
+            per_chain = torch.stack([
+                CoMoments.from_batch(ga, gb).comoment.div(-ga.shape[0])
+                for ga, gb in zip(_group_means_of_draws(a_chain, ids_a, k_a), _group_means_of_draws(b_chain, ids_b, k_b))
+            ])
+            stderr = per_chain.std(0) / chains**0.5 if chains > 1 else torch.full_like(total, float("nan"))
+        else:
+            ga = _group_means_of_draws(a_all, ids_a, k_a)
+            gb = _group_means_of_draws(b_all, ids_b, k_b)
+            accs = {(c, 0): CoMoments.from_batch(ga[c], gb[c]) for c in range(chains)}
+            total, stderr, per_chain, _, _, _ = finalize(accs, chains, pearson, False)
+        out[reduction] = ReducedBIF(total, stderr, per_chain, labels_a, labels_b)
+    return out
 
 
 def naive_token_bif(

@@ -90,3 +90,24 @@ def test_config_validation():
     with pytest.raises(ValueError, match="max_matrix_entries"):
         lm_bif(torch.nn.Linear(1, 1), posterior, train, query,
                LMBIFConfig(reductions=("token:token",), max_matrix_entries=10))
+
+
+def test_pearson_conventions_streamed_and_from_draws_agree(neox_ref):
+    """lm_bif's two Pearson paths equal compute_lm_bif on the same kept draws."""
+    from interp_toolkit.analyses.bif.lm import compute_lm_bif
+
+    model = neox_ref.load()
+    posterior, train, query = _data()
+    reductions = ("class:class", "sequence:all", "token:token")
+    for convention in ("token_mean", "group_means"):
+        config = LMBIFConfig(SamplerConfig(**{**SAMPLER, "pearson": True, "keep_draws": True}), reductions=reductions,
+                             pearson_convention=convention)
+        result = lm_bif(model, posterior, train, query, config)
+        again = compute_lm_bif(result.train_draws, result.query_draws, train, query, reductions, pearson=True,
+                               pearson_convention=convention)
+        for name in reductions:
+            torch.testing.assert_close(result[name].bif, again[name].bif, rtol=1e-6, atol=1e-9)
+            torch.testing.assert_close(result[name].per_chain, again[name].per_chain, rtol=1e-6, atol=1e-9)
+        assert result.config["pearson_convention"] == convention
+    with pytest.raises(ValueError, match="pearson_convention"):
+        LMBIFConfig(pearson_convention="mean")
