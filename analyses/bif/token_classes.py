@@ -27,8 +27,10 @@ later row, or in another document packed into the same row, is not an induction 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, Union
 
@@ -44,11 +46,13 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "OPENING_CHARS",
     "TokenClasses",
+    "TextClassesConfig",
     "TokenizedText",
     "UserClass",
     "delimiter_masks",
     "induction_masks",
     "load_documents",
+    "load_tokenizer",
     "regex_class",
     "token_classes",
     "tokenize_documents",
@@ -274,6 +278,28 @@ class TokenClasses:
             out[self.masks[self.priority[index]]] = index
         return out
 
+    def bif_sets(self, n_posterior: int, n_train: int, n_query: int) -> tuple[Tensor, Any, Any]:
+        """Posterior rows (the first ``n_posterior``), recorded training rows (the first
+        ``n_train`` of those) and held-out query rows (the next ``n_query``), as
+        ``(posterior_tokens, train TokenSet, query TokenSet)``.
+
+        Raises:
+            UserError: Bad counts, or fewer rows than ``n_posterior + n_query``.
+        """
+        for name, value in (("n_posterior", n_posterior), ("n_train", n_train), ("n_query", n_query)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"{name} must be an integer >= 1, got {value!r}")
+        if n_train > n_posterior:
+            raise UserError(f"n_train ({n_train}) must be <= n_posterior ({n_posterior})")
+        rows = int(self.tokens.shape[0])
+        if rows < n_posterior + n_query:
+            raise UserError(
+                f"the text gives {rows} sequences, fewer than n_posterior + n_query = {n_posterior + n_query}; "
+                "pass more text, a shorter seq_len, or smaller --n-posterior / --n-query"
+            )
+        return (self.tokens[:n_posterior], self.token_set(slice(0, n_train)),
+                self.token_set(slice(n_posterior, n_posterior + n_query)))
+
     def token_set(self, rows: slice | Tensor | None = None) -> Any:
         """A :class:`~interp_toolkit.analyses.bif.lm.TokenSet` of ``rows``, each loss
         labelled by the class of the token it predicts."""
@@ -350,3 +376,116 @@ def regex_class(pattern: str) -> Callable[[int, str], bool]:
     except re.error as err:
         raise UserError(f"token class regex {pattern!r} is not a valid regular expression: {err}") from err
     return lambda token_id, text: compiled.fullmatch(text.strip()) is not None
+
+
+@dataclass
+class TextClassesConfig:
+    """Where the BIF's text comes from and which token classes to mark (``bif-lm --text``).
+
+    Attributes:
+        text: A text file (one document per line) or a directory holding a
+            ``datasets.Dataset`` saved with ``save_to_disk`` (``text`` or ``input_ids`` column).
+        tokenizer: Local tokenizer directory or Hub name (loaded with ``local_files_only``);
+            ``None``: the first checkpoint's directory / Hub name.
+        seq_len: Tokens per sequence.
+        pack: Concatenate documents and cut rows (``True``) or one row per document.
+        text_column: Text column of a Dataset.
+        delimiters: Mark ``open`` / ``close`` delimiters.
+        induction: Mark ``induction`` / ``induction_trigger`` tokens.
+        user_classes: Class name -> token ids.
+        user_class_regex: Class name -> regular expression on the token's text (stripped).
+    """
+
+    text: str | None = None
+    tokenizer: str | None = None
+    seq_len: int = 64
+    pack: bool = True
+    text_column: str = "text"
+    delimiters: bool = True
+    induction: bool = True
+    user_classes: dict[str, list[int]] = field(default_factory=dict)
+    user_class_regex: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.text is not None and not isinstance(self.text, str):
+            self.text = str(self.text)
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2:
+            raise UserError(f"TextClassesConfig.seq_len must be an integer >= 2, got {self.seq_len!r}")
+        for name in ("pack", "delimiters", "induction"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"TextClassesConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.user_classes, Mapping) or not all(
+            isinstance(ids, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+            for ids in self.user_classes.values()
+        ):
+            raise UserError(f"TextClassesConfig.user_classes must map names to lists of token ids >= 0, got {self.user_classes!r}")
+        if not isinstance(self.user_class_regex, Mapping):
+            raise UserError(f"TextClassesConfig.user_class_regex must map names to regexes, got {self.user_class_regex!r}")
+        clash = set(self.user_classes) & set(self.user_class_regex)
+        if clash:
+            raise UserError(f"token classes {sorted(clash)} are given both as ids and as a regex")
+        for pattern in self.user_class_regex.values():
+            regex_class(pattern)  # validates
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TextClassesConfig":
+        from interp_toolkit.config import reject_unknown_keys
+
+        reject_unknown_keys(cls, data)
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "TextClassesConfig":
+        """Read a JSON or YAML file with these fields."""
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"token-class config {str(path)!r} does not exist")
+        raw = path.read_text()
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(raw)
+        else:
+            data = json.loads(raw)
+        if not isinstance(data, Mapping):
+            raise UserError(f"token-class config {str(path)!r} must hold a mapping of TextClassesConfig fields")
+        return cls.from_dict(data)
+
+    def load_source(self) -> Any:
+        """The text file path, or the Dataset saved at ``text``."""
+        if self.text is None:
+            raise UserError("TextClassesConfig.text is not set (a text file or a saved datasets.Dataset directory)")
+        path = Path(self.text)
+        if path.is_dir():
+            from datasets import load_from_disk
+
+            return load_from_disk(str(path))
+        return path
+
+    def classes(self, tokenizer: Any, max_sequences: int | None = None) -> TokenClasses:
+        """Tokenize :attr:`text` and mark the configured classes."""
+        text = tokenize_documents(self.load_source(), tokenizer, self.seq_len, pack=self.pack,
+                                  text_column=self.text_column, max_sequences=max_sequences)
+        user: dict[str, UserClass] = {name: list(ids) for name, ids in self.user_classes.items()}
+        user.update({name: regex_class(p) for name, p in self.user_class_regex.items()})
+        return token_classes(text, tokenizer, delimiters=self.delimiters, induction=self.induction, user_classes=user)
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """A Hugging Face tokenizer from a local directory or the local HF cache (no network).
+
+    Raises:
+        UserError: Nothing loadable there (the message says how to provide one).
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(name_or_path), local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise UserError(
+            f"cannot load a tokenizer from {str(name_or_path)!r} offline ({type(err).__name__}); pass --tokenizer DIR "
+            "with a tokenizer saved by tokenizer.save_pretrained(DIR)"
+        ) from err

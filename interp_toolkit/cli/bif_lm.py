@@ -34,7 +34,8 @@ import torch
 from tqdm.auto import tqdm
 
 from interp_toolkit.analyses.bif import SamplerConfig
-from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet, lm_bif
+from interp_toolkit.analyses.bif.lm import PEARSON_CONVENTIONS, LMBIFConfig, TokenSet, lm_bif
+from interp_toolkit.analyses.bif.token_classes import TextClassesConfig, load_tokenizer
 from interp_toolkit.analyses.induction import induction_scores
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from interp_toolkit.sources import CheckpointRef, resolve_checkpoints
@@ -82,6 +83,8 @@ def bif_over_checkpoints(
     n_query: int = 16,
     induction_half_len: int | None = None,
     progress: bool = True,
+    sets: tuple[torch.Tensor, TokenSet, TokenSet] | None = None,
+    probe_vocab: tuple[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Token-level BIF and induction score at every checkpoint; writes CSV, PNG and JSON.
 
@@ -95,6 +98,11 @@ def bif_over_checkpoints(
         induction_half_len: Length of the repeated half of the induction probe (default
             ``(seq_len - 1) // 2``).
         progress: tqdm bars.
+        sets: ``(posterior tokens, train, query)`` to use instead of the corpus's (e.g.
+            :meth:`~interp_toolkit.analyses.bif.token_classes.TokenClasses.bif_sets` of real
+            text); ``corpus`` may then be ``None``.
+        probe_vocab: Token range ``[low, high)`` of the induction probe (default: the
+            corpus's ordinary tokens).
 
     Returns:
         The CSV rows (also in ``per_class.csv``).
@@ -104,14 +112,16 @@ def bif_over_checkpoints(
     if "class:all" not in config.reductions:
         config = LMBIFConfig.from_dict({**config.to_dict(), "reductions": [*config.reductions, "class:all"]})
     out = Path(out_dir)
-    posterior, train, query = corpus_sets(corpus, n_posterior, n_train, n_query)
-    half = induction_half_len or (corpus.seq_len - 1) // 2
-    probe = repeated_random_tokens(32, half, corpus.first_ordinary, corpus.vocab_size, seed=corpus.seed + 77)
+    posterior, train, query = sets if sets is not None else corpus_sets(corpus, n_posterior, n_train, n_query)
+    seq_len = int(posterior.shape[1])
+    half = induction_half_len or (seq_len - 1) // 2
+    low, high = probe_vocab or (corpus.first_ordinary, corpus.vocab_size)
+    probe = repeated_random_tokens(32, half, low, high, seed=(corpus.seed if corpus else 0) + 77)
     rows: list[dict[str, Any]] = []
     summary = []
     for index, ref in enumerate(tqdm(refs, desc="checkpoints", disable=not progress)):
         model = ref.load()
-        if getattr(model.cfg, "d_vocab", corpus.vocab_size) < corpus.vocab_size:
+        if corpus is not None and getattr(model.cfg, "d_vocab", corpus.vocab_size) < corpus.vocab_size:
             raise ValueError(f"checkpoint {ref.label} has vocabulary {model.cfg.d_vocab} < corpus vocabulary {corpus.vocab_size}")
         heads = induction_scores(model, probe, half)
         score = float(heads.max())
@@ -135,7 +145,7 @@ def bif_over_checkpoints(
     writer.writerows(rows)
     atomic_write_text(out / "per_class.csv", buffer.getvalue())
     plot_per_class(rows, out / "per_class.png", pearson=config.sampler.pearson)
-    atomic_write_json(out / "summary.json", {"config": config.to_dict(), "corpus": corpus.to_dict(),
+    atomic_write_json(out / "summary.json", {"config": config.to_dict(), "corpus": corpus.to_dict() if corpus else None,
                                              "n_posterior": n_posterior, "n_train": n_train, "n_query": n_query,
                                              "checkpoints": summary})
     return rows
@@ -214,6 +224,21 @@ def add_lm_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pearson", action="store_true")
+    parser.add_argument("--pearson-convention", choices=PEARSON_CONVENTIONS, default="token_mean",
+                        help="-Corr of a group: mean of token correlations (devinterp's) or correlation of group means")
+    text = parser.add_argument_group("real text (instead of the synthetic corpus); fields of TextClassesConfig")
+    text.add_argument("--classes-config", type=Path, help="TextClassesConfig as JSON/YAML (flags below override it)")
+    text.add_argument("--text", help="text file (one document per line) or a datasets.Dataset saved with save_to_disk")
+    text.add_argument("--tokenizer", help="tokenizer directory (default: the first checkpoint's)")
+    text.add_argument("--seq-len", type=int, help="tokens per sequence (default 64)")
+    text.add_argument("--no-pack", action="store_true", help="one sequence per document instead of packing")
+    text.add_argument("--text-column", help="text column of a Dataset (default 'text')")
+    text.add_argument("--no-delimiters", action="store_true", help="do not mark open/close delimiters")
+    text.add_argument("--no-induction", action="store_true", help="do not mark induction tokens")
+    text.add_argument("--token-class", action="append", default=[], metavar="NAME=ID,ID,...",
+                      help="a user token class by token ids (repeatable)")
+    text.add_argument("--token-class-regex", action="append", default=[], metavar="NAME=REGEX",
+                      help="a user token class by a regex on the token text (repeatable)")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(func=run_lm_bif_command)
     return parser
@@ -225,8 +250,20 @@ def run_lm_bif_command(args: argparse.Namespace) -> list[dict[str, Any]]:
                             burn_in=args.burn_in, steps_between_draws=args.steps_between_draws,
                             batch_size=args.batch_size, seed=args.seed, pearson=args.pearson,
                             progress=not args.no_progress)
-    config = LMBIFConfig(sampler, reductions=tuple(args.reductions))
+    config = LMBIFConfig(sampler, reductions=tuple(args.reductions),
+                         pearson_convention=getattr(args, "pearson_convention", "token_mean"))
+    text_config = text_classes_config(args)
     refs = resolve_checkpoints(args.checkpoints)
+    if text_config is not None:
+        tokenizer = load_tokenizer(text_config.tokenizer or refs[0].location)
+        classes = text_config.classes(tokenizer, max_sequences=args.n_posterior + args.n_query)
+        sets = classes.bif_sets(args.n_posterior, args.n_train, args.n_query)
+        rows = bif_over_checkpoints(refs, None, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
+                                    n_query=args.n_query, progress=not args.no_progress, sets=sets,
+                                    probe_vocab=(0, len(tokenizer)))
+        print(f"wrote {args.out / 'per_class.csv'} and {args.out / 'per_class.png'} ({len(refs)} checkpoints, "
+              f"classes {classes.names})")
+        return rows
     if args.corpus_config is not None:
         corpus = CorpusConfig.from_dict(json.loads(Path(args.corpus_config).read_text()))
     else:
@@ -238,6 +275,33 @@ def run_lm_bif_command(args: argparse.Namespace) -> list[dict[str, Any]]:
                                 n_query=args.n_query, progress=not args.no_progress)
     print(f"wrote {args.out / 'per_class.csv'} and {args.out / 'per_class.png'} ({len(refs)} checkpoints)")
     return rows
+
+
+def text_classes_config(args: argparse.Namespace) -> TextClassesConfig | None:
+    """The :class:`TextClassesConfig` of ``--classes-config`` overridden by the text flags,
+    or ``None`` when neither names a text."""
+    base = TextClassesConfig.from_file(args.classes_config).to_dict() if getattr(args, "classes_config", None) else {}
+    for flag, key in (("text", "text"), ("tokenizer", "tokenizer"), ("seq_len", "seq_len"), ("text_column", "text_column")):
+        if getattr(args, flag, None) is not None:
+            base[key] = getattr(args, flag)
+    for flag, key in (("no_pack", "pack"), ("no_delimiters", "delimiters"), ("no_induction", "induction")):
+        if getattr(args, flag, False):
+            base[key] = False
+    for flag, key, parse in (("token_class", "user_classes", lambda v: [int(x) for x in v.split(",") if x.strip()]),
+                             ("token_class_regex", "user_class_regex", str)):
+        for item in getattr(args, flag, None) or []:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise ValueError(f"--{flag.replace('_', '-')} {item!r} must be NAME=VALUE")
+            try:
+                base.setdefault(key, {})[name] = parse(value)
+            except ValueError as err:
+                raise ValueError(f"--token-class {item!r}: expected NAME=ID,ID,... with integer ids") from err
+    if not base.get("text"):
+        if base:
+            raise ValueError("token-class options need a text: pass --text FILE_OR_DATASET_DIR (or 'text' in --classes-config)")
+        return None
+    return TextClassesConfig.from_dict(base)
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:

@@ -42,3 +42,54 @@ def test_testbed_and_cli_end_to_end(tmp_path):
     assert mtimes == [(tmp_path / "out" / d.split("/")[-1] / "lm_bif.safetensors").stat().st_mtime_ns for d in stored]
     with pytest.raises(ValueError, match="reductions"):
         main([*argv, "--reductions", "class:nope"])
+
+
+def _text_model(tmp_path):
+    """A tiny GPTNeoX and a WordLevel tokenizer trained on a small text, saved together."""
+    import random
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+
+    rng = random.Random(0)
+    words = ["the", "cat", "sat", "on", "mat", "dog", "ran", "(", ")", "[", "]", '"']
+    halves = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(40)]
+    lines = [f"{h} {h}" for h in halves]  # every document repeats itself: induction tokens
+    (tmp_path / "text.txt").write_text("\n".join(lines) + "\n")
+    vocab = {w: i for i, w in enumerate(["[UNK]", "<eos>", *sorted(set(words))])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="<eos>")
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16)
+    GPTNeoXForCausalLM(cfg).save_pretrained(tmp_path / "model" / "step7")
+    tokenizer.save_pretrained(tmp_path / "model" / "step7")
+    return tmp_path / "model" / "step7", tokenizer
+
+
+def test_cli_token_classes_on_text_from_flags_and_config_file(tmp_path):
+    model_dir, tokenizer = _text_model(tmp_path)
+    sampler = ["--n-posterior", "12", "--n-train", "3", "--n-query", "3", "--chains", "2", "--draws", "3",
+               "--burn-in", "1", "--batch-size", "4", "--eps", "1e-4", "--no-progress"]
+    cat = tokenizer.convert_tokens_to_ids("cat")
+    rows = main([str(model_dir), "--text", str(tmp_path / "text.txt"), "--seq-len", "16", "--token-class",
+                 f"cat={cat}", "--token-class-regex", "canine=dog", "--out", str(tmp_path / "a"), *sampler])
+    groups = {r["train_group"] for r in rows if r["reduction"] == "class:all"}
+    assert {"open", "close", "induction", "cat", "canine"} <= groups
+    assert {int(r["step"]) for r in rows} == {7}
+    config = {"text": str(tmp_path / "text.txt"), "seq_len": 16, "user_classes": {"cat": [cat]},
+              "user_class_regex": {"canine": "dog"}}
+    (tmp_path / "classes.json").write_text(json.dumps(config))
+    again = main([str(model_dir), "--classes-config", str(tmp_path / "classes.json"), "--out", str(tmp_path / "b"),
+                  *sampler])
+    assert [(r["train_group"], r["query_group"], r["bif"]) for r in again] == [
+        (r["train_group"], r["query_group"], r["bif"]) for r in rows]
+    with pytest.raises(ValueError, match="need a text"):
+        main([str(model_dir), "--token-class", "x=1", "--out", str(tmp_path / "c"), *sampler])
+    with pytest.raises(ValueError, match="unknown TextClassesConfig keys"):
+        (tmp_path / "bad.json").write_text(json.dumps({**config, "seqlen": 3}))
+        main([str(model_dir), "--classes-config", str(tmp_path / "bad.json"), "--out", str(tmp_path / "c"), *sampler])
+    with pytest.raises(ValueError, match="fewer than n_posterior"):
+        main([str(model_dir), "--text", str(tmp_path / "text.txt"), "--seq-len", "16", "--out", str(tmp_path / "c"),
+              *sampler[:1], "200", *sampler[2:]])
