@@ -422,15 +422,26 @@ def lm_bif(
     recorders = {"train": recorder(train.tokens)}
     if not same:
         recorders["query"] = recorder(query.tokens)
-    accumulators = {r: {} for r in config.reductions}
     # devinterp's Pearson convention standardizes each token by its posterior std, known
-    # only at the end: keep the per-token draws and estimate from them.
-    from_draws = sampler.pearson and config.pearson_convention == "token_mean"
-    keep = sampler.keep_draws or from_draws
-    kept_a = torch.zeros(sampler.chains, sampler.draws, train.n_tokens, dtype=torch.float64) if keep else None
-    kept_b = (kept_a if same else torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=torch.float64)) if keep else None
+    # only at the end: keep the per-token draws and estimate every reduction from them.
+    # Otherwise a reduction is streamed (co-moments updated at every draw) unless its
+    # co-moment matrix is larger than the draws themselves (e.g. "token:token" with fewer
+    # draws than tokens): then it is computed once from the kept draws, which is faster
+    # and needs chains x draws x (N_a + N_b) floats instead of chains x N_a x N_b.
+    all_from_draws = sampler.pearson and config.pearson_convention == "token_mean"
+    draws_size = sampler.draws * (train.n_tokens + (0 if same else query.n_tokens))
+    from_draws = {r for r in config.reductions
+                  if all_from_draws or (not sampler.pearson and shapes[r][0] * shapes[r][1] > draws_size)}
+    streamed = [r for r in config.reductions if r not in from_draws]
+    keep = sampler.keep_draws or bool(from_draws)
+    # the losses arrive as float32: float32 storage is exact (float64 kept for keep_draws' API)
+    kept_dtype = torch.float64 if sampler.keep_draws else torch.float32
+    kept_a = torch.zeros(sampler.chains, sampler.draws, train.n_tokens, dtype=kept_dtype) if keep else None
+    kept_b = (kept_a if same else torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=kept_dtype)) if keep else None
     sum_a = torch.zeros(train.n_tokens, dtype=torch.float64)
     sum_b = torch.zeros(query.n_tokens, dtype=torch.float64)
+    accumulators: dict[str, dict[tuple[int, int], CoMoments]] = {r: {} for r in streamed}
+    streamed_groupings = {(side, g) for r in streamed for side, g in zip("ab", r.split(":"))}
 
     def on_draw(chain: int, draw: int, values: dict[str, Tensor]) -> None:
         a = values["train"].to("cpu", torch.float64)
@@ -446,13 +457,12 @@ def lm_bif(
             kept_a[chain, draw] = a
             if not same:
                 kept_b[chain, draw] = b
-        if from_draws:
-            return
         reduced: dict[tuple[str, str], Tensor] = {}
-        for (side, grouping), (ids, _, counts) in groupings.items():
-            reduced[(side, grouping)] = (a if side == "a" else b) if grouping == "token" else _group_mean(
-                a if side == "a" else b, ids, counts)
-        for reduction in config.reductions:
+        for side, grouping in streamed_groupings:
+            ids, _, counts = groupings[(side, grouping)]
+            values_side = a if side == "a" else b
+            reduced[(side, grouping)] = values_side if grouping == "token" else _group_mean(values_side, ids, counts)
+        for reduction in streamed:
             g_a, g_b = reduction.split(":")
             acc = accumulators[reduction].get((chain, 0))
             if acc is None:
@@ -460,15 +470,16 @@ def lm_bif(
             acc.update(reduced[("a", g_a)], reduced[("b", g_b)])
 
     diagnostics = sample_sgld(model, posterior_tokens, loss_fn, sampler, recorders, on_draw)
+    tables = {}
     if from_draws:
-        tables = compute_lm_bif(kept_a, kept_b, train, query, config.reductions, pearson=True,
-                                pearson_convention="token_mean")
-    else:
-        tables = {}
-        for reduction in config.reductions:
-            g_a, g_b = reduction.split(":")
-            total, stderr, per_chain, _, _, _ = finalize(accumulators[reduction], sampler.chains, sampler.pearson, False)
-            tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
+        tables.update(compute_lm_bif(kept_a, None if same else kept_b, train, None if same else query,
+                                     [r for r in config.reductions if r in from_draws], pearson=sampler.pearson,
+                                     pearson_convention=config.pearson_convention))
+    for reduction in streamed:
+        g_a, g_b = reduction.split(":")
+        total, stderr, per_chain, _, _, _ = finalize(accumulators.pop(reduction), sampler.chains, sampler.pearson, False)
+        tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
+    tables = {r: tables[r] for r in config.reductions}
     n_draws = sampler.chains * sampler.draws
     if not sampler.keep_draws:
         kept_a = kept_b = None
@@ -486,6 +497,24 @@ def _group_means_of_draws(values: Tensor, ids: Tensor, k: int) -> Tensor:
     counts = torch.bincount(ids, minlength=k).to(torch.float64)
     out = torch.zeros(*values.shape[:-1], k, dtype=torch.float64)
     return out.index_add_(-1, ids, values.to(torch.float64)) / counts
+
+
+def _neg_cov_from_draws(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``-Cov`` (1/N) pooled over chains, its per-chain values and stderr, from draws
+    ``[chains, draws, k]``, without the ``chains x k_a x k_b`` co-moment temporaries of
+    :class:`CoMoments` (per-chain matrices are written in place; the pooled one is their
+    mean minus the between-chain term)."""
+    chains, draws = a.shape[:2]
+    mean_a, mean_b = a.mean(1, dtype=torch.float64), b.mean(1, dtype=torch.float64)
+    per_chain = torch.empty(chains, a.shape[2], b.shape[2], dtype=torch.float64)
+    for c in range(chains):
+        torch.matmul((a[c].double() - mean_a[c]).T, b[c].double() - mean_b[c], out=per_chain[c])
+        per_chain[c].div_(-draws)
+    total = per_chain.mean(0)
+    # pooled Cov = mean_c Cov_c + (1/C) sum_c (mu_c - mu)(mu_c - mu)^T  (equal draws per chain)
+    total.addmm_((mean_a - mean_a.mean(0)).T, mean_b - mean_b.mean(0), alpha=-1.0 / chains)
+    stderr = per_chain.std(0).div_(chains**0.5) if chains > 1 else torch.full_like(total, float("nan"))
+    return total, stderr, per_chain
 
 
 def _standardize(draws: Tensor) -> Tensor:
@@ -531,8 +560,9 @@ def compute_lm_bif(
                          f"{train.n_tokens} / {query.n_tokens}")
     chains = train_draws.shape[0]
     standardized = pearson and pearson_convention == "token_mean"
-    a_all, b_all = train_draws.double(), query_draws.double()
+    a_all, b_all = train_draws, query_draws
     if standardized:
+        a_all, b_all = a_all.double(), b_all.double()
         # per chain (per-chain estimates) and pooled (the estimate) standardizations
         a_chain = torch.stack([_standardize(c) for c in a_all])
         b_chain = torch.stack([_standardize(c) for c in b_all])
@@ -544,14 +574,17 @@ def compute_lm_bif(
         ids_a, labels_a = group_ids(train, g_a)
         ids_b, labels_b = group_ids(query, g_b)
         k_a, k_b = len(labels_a), len(labels_b)
+        def means(draws: Tensor, grouping: str, ids: Tensor, k: int) -> Tensor:
+            return draws if grouping == "token" else _group_means_of_draws(draws, ids, k)
+
         if standardized:
-            pooled = CoMoments.from_batch(_group_means_of_draws(a_pool, ids_a, k_a), _group_means_of_draws(b_pool, ids_b, k_b))
+            # per-chain estimates from per-chain standardization, the estimate from the pooled one
+            pooled = CoMoments.from_batch(means(a_pool, g_a, ids_a, k_a), means(b_pool, g_b, ids_b, k_b))
             total = pooled.comoment.div(-pooled.count)
-            per_chain = torch.stack([
-                CoMoments.from_batch(ga, gb).comoment.div(-ga.shape[0])
-                for ga, gb in zip(_group_means_of_draws(a_chain, ids_a, k_a), _group_means_of_draws(b_chain, ids_b, k_b))
-            ])
+            _, _, per_chain = _neg_cov_from_draws(means(a_chain, g_a, ids_a, k_a), means(b_chain, g_b, ids_b, k_b))
             stderr = per_chain.std(0) / chains**0.5 if chains > 1 else torch.full_like(total, float("nan"))
+        elif not pearson:
+            total, stderr, per_chain = _neg_cov_from_draws(means(a_all, g_a, ids_a, k_a), means(b_all, g_b, ids_b, k_b))
         else:
             ga = _group_means_of_draws(a_all, ids_a, k_a)
             gb = _group_means_of_draws(b_all, ids_b, k_b)
