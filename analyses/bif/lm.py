@@ -50,7 +50,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +71,7 @@ __all__ = [
     "LMBIFResult",
     "ReducedBIF",
     "PEARSON_CONVENTIONS",
+    "STDERR_METHODS",
     "TokenSet",
     "compute_lm_bif",
     "group_ids",
@@ -85,6 +86,10 @@ DEFAULT_REDUCTIONS = ("class:class", "class:all", "sequence:sequence")
 #: ``-Corr`` of a reduction: mean of token-level correlations (devinterp's), or correlation
 #: of group-mean losses.
 PEARSON_CONVENTIONS = ("token_mean", "group_means")
+#: Standard error of the pooled estimate: leave-one-chain-out jackknife, or the spread of the
+#: chains' own estimates / sqrt(chains) (which misses the between-chain part of the pooled
+#: covariance; see docs/lm_bif.md, "Cross-check with devinterp").
+STDERR_METHODS = ("jackknife", "per_chain")
 
 
 def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq_minus_1"]:
@@ -196,12 +201,15 @@ class LMBIFConfig:
         pearson_convention: With ``sampler.pearson``: ``"token_mean"`` (mean of token-level
             correlations over each block, devinterp's and the paper's) or ``"group_means"``
             (correlation of the group-mean losses). See the module docstring.
+        stderr_method: ``"jackknife"`` (leave-one-chain-out, default) or ``"per_chain"``
+            (std of the chains' own estimates / sqrt(chains)); see :data:`STDERR_METHODS`.
     """
 
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     reductions: tuple[str, ...] = DEFAULT_REDUCTIONS
     max_matrix_entries: int = 4_000_000
     pearson_convention: str = "token_mean"
+    stderr_method: str = "jackknife"
 
     def __post_init__(self) -> None:
         if isinstance(self.sampler, Mapping):
@@ -226,9 +234,13 @@ class LMBIFConfig:
                 f"LMBIFConfig.pearson_convention must be one of {PEARSON_CONVENTIONS}, got {self.pearson_convention!r}"
             )
 
+        if self.stderr_method not in STDERR_METHODS:
+            raise ValueError(f"LMBIFConfig.stderr_method must be one of {STDERR_METHODS}, got {self.stderr_method!r}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler.to_dict(), "reductions": list(self.reductions),
-                "max_matrix_entries": self.max_matrix_entries, "pearson_convention": self.pearson_convention}
+                "max_matrix_entries": self.max_matrix_entries, "pearson_convention": self.pearson_convention,
+                "stderr_method": self.stderr_method}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LMBIFConfig":
@@ -474,10 +486,17 @@ def lm_bif(
     if from_draws:
         tables.update(compute_lm_bif(kept_a, None if same else kept_b, train, None if same else query,
                                      [r for r in config.reductions if r in from_draws], pearson=sampler.pearson,
-                                     pearson_convention=config.pearson_convention))
+                                     pearson_convention=config.pearson_convention, stderr_method=config.stderr_method))
     for reduction in streamed:
         g_a, g_b = reduction.split(":")
-        total, stderr, per_chain, _, _, _ = finalize(accumulators.pop(reduction), sampler.chains, sampler.pearson, False)
+        accs = accumulators.pop(reduction)
+        total, stderr, per_chain, _, _, _ = finalize(accs, sampler.chains, sampler.pearson, False)
+        if config.stderr_method == "jackknife":
+            stderr = _jackknife_stderr(
+                finalize({(i, 0): v for i, v in enumerate(v for k, v in sorted(accs.items()) if k[0] != left_out)},
+                         sampler.chains - 1, sampler.pearson, False)[0]
+                for left_out in range(sampler.chains)
+            ) if sampler.chains > 1 else stderr
         tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
     tables = {r: tables[r] for r in config.reductions}
     n_draws = sampler.chains * sampler.draws
@@ -517,6 +536,22 @@ def _neg_cov_from_draws(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return total, stderr, per_chain
 
 
+def _jackknife_stderr(leave_one_out: Iterable[Tensor]) -> Tensor:
+    """Jackknife standard error ``sqrt((C - 1) / C * sum_c (theta_-c - mean)^2)`` from the
+    ``C`` leave-one-chain-out estimates (streamed: Welford, two matrices of memory)."""
+    count, mean, m2 = 0, None, None
+    for estimate in leave_one_out:
+        estimate = estimate.double()
+        count += 1
+        if mean is None:
+            mean, m2 = estimate.clone(), torch.zeros_like(estimate)
+            continue
+        delta = estimate - mean
+        mean.add_(delta, alpha=1.0 / count)
+        m2.addcmul_(delta, estimate - mean)
+    return m2.mul_((count - 1) / count).sqrt_()
+
+
 def _standardize(draws: Tensor) -> Tensor:
     """``(x - mean) / std`` over the draw axis (population std), ``[draws, n]``."""
     centred = draws - draws.mean(0)
@@ -532,6 +567,7 @@ def compute_lm_bif(
     *,
     pearson: bool = False,
     pearson_convention: str = "token_mean",
+    stderr_method: str = "jackknife",
 ) -> dict[str, ReducedBIF]:
     """Every reduction of the token-level BIF from stored per-token draws (low level).
 
@@ -543,13 +579,30 @@ def compute_lm_bif(
         reductions: ``"<train grouping>:<query grouping>"`` entries.
         pearson: ``-Corr`` instead of ``-Cov``.
         pearson_convention: ``"token_mean"`` (devinterp) or ``"group_means"``.
+        stderr_method: ``"jackknife"`` (leave one chain out) or ``"per_chain"`` (std
+            across chains / sqrt(chains)).
 
     Returns:
         ``reduction -> ReducedBIF`` (pooled estimate over all chains' draws, per-chain
-        estimates, stderr = std across chains / sqrt(chains)).
+        estimates, stderr of the pooled estimate).
     """
     if pearson_convention not in PEARSON_CONVENTIONS:
         raise ValueError(f"pearson_convention must be one of {PEARSON_CONVENTIONS}, got {pearson_convention!r}")
+    if stderr_method not in STDERR_METHODS:
+        raise ValueError(f"stderr_method must be one of {STDERR_METHODS}, got {stderr_method!r}")
+    if stderr_method == "jackknife" and train_draws.shape[0] > 1:
+        # the estimates, then each leave-one-chain-out estimate (same code on fewer chains)
+        out = compute_lm_bif(train_draws, query_draws, train, query, reductions, pearson=pearson,
+                             pearson_convention=pearson_convention, stderr_method="per_chain")
+        chains = train_draws.shape[0]
+        for name, red in out.items():
+            red.stderr = _jackknife_stderr(
+                compute_lm_bif(train_draws[[c for c in range(chains) if c != left_out]],
+                               None if query_draws is None else query_draws[[c for c in range(chains) if c != left_out]],
+                               train, query, (name,), pearson=pearson, pearson_convention=pearson_convention,
+                               stderr_method="per_chain")[name].bif
+                for left_out in range(chains))
+        return out
     query = train if query is None else query
     query_draws = train_draws if query_draws is None else query_draws
     if train_draws.ndim != 3 or query_draws.ndim != 3 or train_draws.shape[:2] != query_draws.shape[:2]:

@@ -111,3 +111,26 @@ def test_pearson_conventions_streamed_and_from_draws_agree(neox_ref):
         assert result.config["pearson_convention"] == convention
     with pytest.raises(ValueError, match="pearson_convention"):
         LMBIFConfig(pearson_convention="mean")
+
+
+def test_jackknife_stderr_streamed_and_from_draws(neox_ref):
+    """The default stderr is the leave-one-chain-out jackknife of the pooled estimate."""
+    from interp_toolkit.analyses.bif.lm import compute_lm_bif
+
+    model = neox_ref.load()
+    posterior, train, query = _data()
+    reductions = ("class:class", "token:token")
+    config = LMBIFConfig(SamplerConfig(**{**SAMPLER, "chains": 3}), reductions=reductions)
+    assert config.stderr_method == "jackknife"
+    result = lm_bif(model, posterior, train, query, config)
+    a, b = result.train_draws, result.query_draws
+    for name in reductions:
+        loo = torch.stack([compute_lm_bif(a[[c for c in range(3) if c != k]], b[[c for c in range(3) if c != k]],
+                                          train, query, (name,), stderr_method="per_chain")[name].bif for k in range(3)])
+        expected = ((loo - loo.mean(0)).pow(2).sum(0) * 2 / 3).sqrt()
+        torch.testing.assert_close(result[name].stderr, expected, rtol=1e-6, atol=1e-12)
+        per_chain = compute_lm_bif(a, b, train, query, (name,), stderr_method="per_chain")[name]
+        torch.testing.assert_close(per_chain.stderr, per_chain.per_chain.std(0) / 3**0.5)
+        torch.testing.assert_close(per_chain.bif, result[name].bif, rtol=1e-6, atol=1e-12)
+    with pytest.raises(ValueError, match="stderr_method"):
+        LMBIFConfig(stderr_method="bootstrap")
