@@ -55,8 +55,13 @@ def main() -> None:
     parser.add_argument("--n-beta", type=float, default=30.0)
     parser.add_argument("--train-steps", type=int, default=300, help="testbed training steps of the checked model")
     parser.add_argument("--skip-devinterp", action="store_true", help="only our two seeds (null comparison)")
+    parser.add_argument("--probe-minibatch-order", action="store_true",
+                        help="instead: mean recorded loss of both samplers with minibatches and with full batches")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.probe_minibatch_order:
+        probe_minibatch_order(args)
+        return
 
     from datasets import Dataset
     from devinterp.slt.bif import compute_bif as dv_compute_bif
@@ -201,6 +206,50 @@ def main() -> None:
               f"{row['frac_abs_z_gt_2_per_chain']:5.2f} | {row['max_abs_z_jackknife']:11.2f} "
               f"{row['rms_z_jackknife']:6.2f} {row['frac_abs_z_gt_2_jackknife']:5.2f}")
     print(f"wrote {args.out / 'crosscheck.json'}")
+
+
+def probe_minibatch_order(args: argparse.Namespace) -> None:
+    """Mean recorded loss, ours vs devinterp, with minibatches of 16 and with the full pool.
+
+    devinterp's ``epoch_mode="cycle"`` (``itertools.cycle`` over the DataLoader) replays the
+    first epoch's shuffled minibatch order for the whole chain; ours draws a fresh
+    permutation every epoch. With full batches the order cannot matter, so a mean-loss
+    offset that appears with minibatches and vanishes with full batches comes from it.
+    """
+    from datasets import Dataset
+    from devinterp.slt.sampling import sample as dv_sample
+
+    from interp_toolkit.analyses.bif import SamplerConfig
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet, lm_bif, next_token_losses
+    from interp_toolkit.studies.lm_testbed import TestbedConfig, train_testbed
+    from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
+
+    corpus_cfg = CorpusConfig(n_sequences=1024, seq_len=32, n_ordinary=24, chunk_min=6, chunk_max=12)
+    tb = TestbedConfig(corpus=corpus_cfg, total_steps=args.train_steps, linear_every=args.train_steps, batch_size=32)
+    model = train_testbed(tb, args.out / "testbed", progress=False)[-1].load()
+    pool = make_corpus(corpus_cfg).tokens[: args.n_posterior]
+    out = {}
+    for batch in (16, args.n_posterior):
+        sampler = SamplerConfig(eps=args.eps, gamma=args.gamma, n_beta=args.n_beta, chains=args.chains,
+                                draws=args.draws, burn_in=args.burn_in, batch_size=batch, eval_batch_size=batch,
+                                keep_draws=True, progress=False)
+        ours = lm_bif(model, pool, TokenSet(pool), None, LMBIFConfig(sampler, reductions=("all:all",))).train_draws
+        ds = Dataset.from_dict({"input_ids": pool.tolist()}).with_format("torch")
+        samples = dv_sample(model, ds, {"rec": (ds, args.n_posterior // batch)}, lr=args.eps, n_beta=args.n_beta,
+                            localization=args.gamma, num_chains=args.chains, num_draws=args.draws, batch_size=batch,
+                            num_burnin_steps=args.burn_in, device="cpu", loss_fn=next_token_losses,
+                            match_sampling_input_ids_across_chains=False,
+                            output_path=str(args.out / f"dv_probe_{batch}"))
+        theirs = torch.from_numpy(np.asarray(samples.dataset["loss_rec"].values, dtype=np.float64))
+        for name, draws in (("ours", ours), ("devinterp", theirs)):
+            per_chain = draws.reshape(draws.shape[0], -1).mean(1)
+            out[f"{name}_batch{batch}"] = {"mean_loss": float(per_chain.mean()),
+                                           "stderr": float(per_chain.std() / per_chain.numel() ** 0.5)}
+        print(json.dumps({k: v for k, v in out.items() if k.endswith(f"batch{batch}")}), flush=True)
+    from interp_toolkit.io import atomic_write_json
+
+    atomic_write_json(args.out / "minibatch_order_probe.json", {"settings": {k: str(v) for k, v in vars(args).items()},
+                                                               "results": out})
 
 
 if __name__ == "__main__":

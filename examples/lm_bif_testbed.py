@@ -25,6 +25,7 @@ import torch
 
 from interp_toolkit.analyses.bif import SamplerConfig
 from interp_toolkit.analyses.bif.lm import LMBIFConfig
+from interp_toolkit.analyses.induction import induction_score
 from interp_toolkit.cli.bif_lm import bif_over_checkpoints
 from interp_toolkit.io import atomic_write_text
 from interp_toolkit.studies.lm_testbed import (
@@ -33,7 +34,7 @@ from interp_toolkit.studies.lm_testbed import (
     plot_testbed_bif,
     train_testbed,
 )
-from interp_toolkit.tasks.induction_corpus import CorpusConfig
+from interp_toolkit.tasks.induction_corpus import CorpusConfig, repeated_random_tokens
 
 
 def configs(quick: bool) -> tuple[TestbedConfig, LMBIFConfig, dict]:
@@ -48,9 +49,23 @@ def configs(quick: bool) -> tuple[TestbedConfig, LMBIFConfig, dict]:
         # tokens the induction score leaves chance around step 600 and plateaus near 0.85.
         corpus = CorpusConfig(n_sequences=2048, seq_len=48, n_ordinary=64, chunk_min=10, chunk_max=20)
         testbed = TestbedConfig(corpus=corpus, total_steps=2000, linear_every=50, batch_size=64, lr=1e-3)
-        sampler = SamplerConfig(eps=1e-4, gamma=100.0, n_beta=30.0, chains=4, draws=40, burn_in=40, batch_size=32)
-        sizes = {"n_posterior": 1024, "n_train": 16, "n_query": 16}
+        sampler = SamplerConfig(eps=1e-4, gamma=100.0, n_beta=30.0, chains=4, draws=25, burn_in=25, batch_size=16)
+        sizes = {"n_posterior": 512, "n_train": 16, "n_query": 16}
     return testbed, LMBIFConfig(sampler, reductions=("class:class", "class:all", "sequence:sequence")), sizes
+
+
+def select_checkpoints(refs: list, corpus: CorpusConfig, every: int, dense_every: int) -> list:
+    """Checkpoints for the BIF: every ``every`` steps, and every ``dense_every`` steps from
+    one ``every`` before the transition's "during" window to one ``dense_every`` after it
+    (the window comes from the induction score, cheap to compute at every checkpoint)."""
+    half = (corpus.seq_len - 1) // 2
+    probe = repeated_random_tokens(32, half, corpus.first_ordinary, corpus.vocab_size, seed=corpus.seed + 77)
+    scores = [induction_score(ref.load(), probe, half) for ref in refs]
+    phases = induction_phases([r.step for r in refs], scores)
+    start = (phases["start"] or 0) - every // 2
+    end = (phases["end"] or 0) + dense_every
+    return [r for r in refs if r.step % every == 0 or (start <= r.step <= end and r.step % dense_every == 0)
+            or r.step == refs[-1].step]
 
 
 def closing_note(csv_path: Path) -> str:
@@ -91,6 +106,9 @@ def main() -> None:
     start = time.perf_counter()
     refs = train_testbed(testbed, args.out / "testbed")
     print(f"testbed: {len(refs)} checkpoints (steps {[r.step for r in refs]}) in {time.perf_counter() - start:.0f} s")
+    if not args.quick:
+        refs = select_checkpoints(refs, testbed.corpus, every=200, dense_every=50)
+        print(f"BIF at steps {[r.step for r in refs]}")
     start = time.perf_counter()
     bif_over_checkpoints(refs, testbed.corpus, config, args.out / "bif", **sizes)
     print(f"BIF over checkpoints in {time.perf_counter() - start:.0f} s")

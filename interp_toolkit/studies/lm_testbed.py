@@ -241,11 +241,12 @@ def plot_testbed_bif(
     reduction: str = "class:all",
     query_group: str = "all",
     classes: Sequence[str] | None = None,
+    xscale: str = "linear",
 ) -> Any:
     """Per-class token BIF over checkpoints with the induction transition marked.
 
     The BIF of each training-token class on the ``query_group`` loss (``reduction`` rows
-    of ``bif-lm``'s ``per_class.csv``), +-1 stderr bands, on a symlog step axis; the
+    of ``bif-lm``'s ``per_class.csv``), +-1 stderr bands, over training steps; the
     induction score on one labelled twin axis; shaded, labelled before / during / after
     bands (:func:`induction_phases`) and a line at the formation step (max slope).
 
@@ -254,6 +255,7 @@ def plot_testbed_bif(
         ax: Matplotlib axes to draw on (default: a new figure).
         reduction, query_group: Which BIF entries.
         classes: Training classes to draw (default: all in the table but ``bos``).
+        xscale: ``"linear"`` or ``"symlog"`` (for log-spaced early checkpoints).
 
     Returns:
         The matplotlib ``Figure``.
@@ -277,9 +279,10 @@ def plot_testbed_bif(
         ax.fill_between(xs, [y - e for y, e in zip(ys, es)], [y + e for y, e in zip(ys, es)], color=line.get_color(),
                         alpha=0.18, lw=0)
     ax.axhline(0, color="k", lw=0.5)
-    ax.set_xscale("symlog", linthresh=10)
+    if xscale == "symlog":
+        ax.set_xscale("symlog", linthresh=10)
     ax.set_xlim(0, steps[-1])
-    ax.set_xlabel("training step (symlog)")
+    ax.set_xlabel("training step" + (" (symlog)" if xscale == "symlog" else ""))
     ax.set_ylabel(f"BIF on mean {query_group} query loss (-Cov)")
     if phases["start"] is not None:
         spans = [("before", 0, phases["start"], "#dddddd"), ("during", phases["start"], phases["end"], "#ffe2b3"),
@@ -287,8 +290,8 @@ def plot_testbed_bif(
         for label, lo, hi, color in spans:
             if hi > lo:
                 ax.axvspan(lo, hi, color=color, alpha=0.5, lw=0, zorder=0)
-                ax.text(math.sqrt(max(lo, 1) * hi) if lo > 0 else hi / 3, 0.98, label, transform=ax.get_xaxis_transform(),
-                        ha="center", va="top", fontsize=9)
+                middle = math.sqrt(max(lo, 1) * hi) if xscale == "symlog" and lo > 0 else (lo + hi) / 2
+                ax.text(middle, 0.98, label, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=9)
         ax.axvline(phases["formation_step"], color="k", ls=":", lw=1.2,
                    label=f"formation (max slope), step {phases['formation_step']}")
     twin = ax.twinx()
@@ -297,7 +300,7 @@ def plot_testbed_bif(
     twin.set_ylabel("induction score (max-head prefix-matching attention)")
     lines, labels = ax.get_legend_handles_labels()
     lines2, labels2 = twin.get_legend_handles_labels()
-    ax.legend(lines + lines2, labels + labels2, fontsize=7.5, loc="lower left")
+    ax.legend(lines + lines2, labels + labels2, fontsize=7.5, loc="center left", framealpha=0.9)
     ax.set_title("Token-class BIF across the induction transition (tiny GPTNeoX testbed)")
     fig.tight_layout()
     return fig
