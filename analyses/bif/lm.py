@@ -518,21 +518,40 @@ def _group_means_of_draws(values: Tensor, ids: Tensor, k: int) -> Tensor:
     return out.index_add_(-1, ids, values.to(torch.float64)) / counts
 
 
-def _neg_cov_from_draws(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _neg_cov_from_draws(a: Tensor, b: Tensor, jackknife: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """``-Cov`` (1/N) pooled over chains, its per-chain values and stderr, from draws
-    ``[chains, draws, k]``, without the ``chains x k_a x k_b`` co-moment temporaries of
-    :class:`CoMoments` (per-chain matrices are written in place; the pooled one is their
-    mean minus the between-chain term)."""
+    ``[chains, draws, k]``, with few ``k_a x k_b`` temporaries: per-chain matrices are
+    written in place, the pooled one is their mean minus the between-chain term, and the
+    jackknife's leave-one-chain-out estimates are formed one at a time from the same
+    pieces (peak: ``chains + 4`` matrices with the jackknife, outputs included)."""
     chains, draws = a.shape[:2]
     mean_a, mean_b = a.mean(1, dtype=torch.float64), b.mean(1, dtype=torch.float64)
     per_chain = torch.empty(chains, a.shape[2], b.shape[2], dtype=torch.float64)
     for c in range(chains):
         torch.matmul((a[c].double() - mean_a[c]).T, b[c].double() - mean_b[c], out=per_chain[c])
         per_chain[c].div_(-draws)
-    total = per_chain.mean(0)
+    total = per_chain.sum(0)
+    if chains < 2:
+        stderr = torch.full_like(total, float("nan"))
+    elif jackknife:
+        # theta_-k = mean_{c != k} per_chain[c] - 1/(C-1) sum_{c != k} (mu_c - mu_-k)(mu_c - mu_-k)^T
+        sum_loo = torch.zeros_like(total)
+        stderr = torch.zeros_like(total)  # sum of squares, then the stderr in place
+        estimate = torch.empty_like(total)
+        for k in range(chains):
+            keep = [c for c in range(chains) if c != k]
+            da, db = mean_a[keep] - mean_a[keep].mean(0), mean_b[keep] - mean_b[keep].mean(0)
+            torch.sub(total, per_chain[k], out=estimate).div_(chains - 1)
+            estimate.addmm_(da.T, db, alpha=-1.0 / (chains - 1))
+            sum_loo.add_(estimate)
+            stderr.addcmul_(estimate, estimate)
+        del estimate
+        stderr.sub_(sum_loo.pow_(2).div_(chains)).mul_((chains - 1) / chains).clamp_min_(0).sqrt_()
+        del sum_loo
+    else:
+        stderr = per_chain.std(0).div_(chains**0.5)
     # pooled Cov = mean_c Cov_c + (1/C) sum_c (mu_c - mu)(mu_c - mu)^T  (equal draws per chain)
-    total.addmm_((mean_a - mean_a.mean(0)).T, mean_b - mean_b.mean(0), alpha=-1.0 / chains)
-    stderr = per_chain.std(0).div_(chains**0.5) if chains > 1 else torch.full_like(total, float("nan"))
+    total.div_(chains).addmm_((mean_a - mean_a.mean(0)).T, mean_b - mean_b.mean(0), alpha=-1.0 / chains)
     return total, stderr, per_chain
 
 
@@ -590,7 +609,7 @@ def compute_lm_bif(
         raise ValueError(f"pearson_convention must be one of {PEARSON_CONVENTIONS}, got {pearson_convention!r}")
     if stderr_method not in STDERR_METHODS:
         raise ValueError(f"stderr_method must be one of {STDERR_METHODS}, got {stderr_method!r}")
-    if stderr_method == "jackknife" and train_draws.shape[0] > 1:
+    if stderr_method == "jackknife" and train_draws.shape[0] > 1 and pearson:
         # the estimates, then each leave-one-chain-out estimate (same code on fewer chains)
         out = compute_lm_bif(train_draws, query_draws, train, query, reductions, pearson=pearson,
                              pearson_convention=pearson_convention, stderr_method="per_chain")
@@ -637,7 +656,8 @@ def compute_lm_bif(
             _, _, per_chain = _neg_cov_from_draws(means(a_chain, g_a, ids_a, k_a), means(b_chain, g_b, ids_b, k_b))
             stderr = per_chain.std(0) / chains**0.5 if chains > 1 else torch.full_like(total, float("nan"))
         elif not pearson:
-            total, stderr, per_chain = _neg_cov_from_draws(means(a_all, g_a, ids_a, k_a), means(b_all, g_b, ids_b, k_b))
+            total, stderr, per_chain = _neg_cov_from_draws(means(a_all, g_a, ids_a, k_a), means(b_all, g_b, ids_b, k_b),
+                                                           jackknife=stderr_method == "jackknife")
         else:
             ga = _group_means_of_draws(a_all, ids_a, k_a)
             gb = _group_means_of_draws(b_all, ids_b, k_b)
