@@ -11,7 +11,11 @@ Data: the induction/delimiter corpus (:mod:`interp_toolkit.tasks.induction_corpu
 config is read from a testbed ``testbed.json`` found at or above the first checkpoint, or
 from ``--corpus-config``. The posterior is the first ``--n-posterior`` training sequences;
 the recorded training tokens are the first ``--n-train`` of those; the query tokens are
-``--n-query`` held-out sequences (same generator, another seed).
+``--n-query`` held-out sequences (same generator, another seed). Real text instead:
+``--text FILE_OR_DATASET_DIR`` (plus ``--tokenizer``, ``--seq-len``, ``--token-class``,
+``--token-class-regex``, ... or ``--classes-config``; see
+:class:`~interp_toolkit.analyses.bif.token_classes.TextClassesConfig`) marks delimiter,
+induction and user token classes on the tokenized text.
 
 Writes under ``--out``: one cached ``lm_bif_<hash>/`` per checkpoint, ``per_class.csv``
 (step, checkpoint, induction score, train class, query group, BIF, stderr),
