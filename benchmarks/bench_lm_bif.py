@@ -6,8 +6,10 @@ on 256 corpus sequences, minibatch ``n`` (devinterp uses one batch size for mini
 observables), ``eps = 1e-4``, ``gamma = 100``, ``n_beta = 30``, no burn-in, one step between
 draws. At every draw both record the per-token losses of ``n`` sequences and estimate the
 full token-level BIF ``(n x 31) x (n x 31)`` (devinterp: ``correlation_method="token"``,
-``compute_covariance=True``; ours: ``"token:token"`` plus the ``"class:class"`` reduction,
-streamed). Timing includes sampling and the BIF computation.
+``compute_covariance=True``; ours: ``"token:token"``, computed once from the kept draws since
+its matrix is larger than the draws, plus the streamed ``"class:class"`` reduction; ours also
+gives jackknife standard errors). Timing includes sampling and the BIF computation. Goal:
+ours >= 2x devinterp's draws/s and peak memory <= devinterp's at every size (docs/lm_bif.md).
 
 Each measurement runs in a fresh subprocess (``--repeats`` times, alternating libraries,
 fastest kept: the machines are shared and noisy); memory is the peak resident set size

@@ -18,6 +18,15 @@ A :class:`CheckpointRef` names one checkpoint and loads it as a TransformerLens
     testbed/checkpoints               # folder of HF dirs (step0/, step1/, ...), sorted by step
     testbed/checkpoints/step512       # one HF dir (has config.json)
     hub:EleutherAI/pythia-14m@step1000,step2000
+    hub:EleutherAI/pythia-14m@step{1000..143000:10000}   # a range: step1000, step11000, ..., step141000
+    hub:EleutherAI/pythia-14m@pythia                    # Pythia's 154 checkpoints (step0 .. step143000)
+
+A range ``PREFIX{START..STOP:EVERY}SUFFIX`` (``:EVERY`` optional, default 1) expands to
+``START, START + EVERY, ...`` up to and including ``STOP`` (:func:`expand_revisions`);
+ranges and plain revisions mix freely (``step0,step{512..2000:512}``).
+:func:`pythia_revisions` lists Pythia's schedule. Resolving specs never touches the
+network; loading a Hub revision that is not cached offline fails with the same
+:class:`CheckpointLoadError` for every revision of a range.
 """
 
 from __future__ import annotations
@@ -33,14 +42,20 @@ import torch
 __all__ = [
     "CheckpointLoadError",
     "CheckpointRef",
+    "expand_revisions",
     "hf_local_checkpoints",
     "hub_checkpoints",
+    "pythia_revisions",
     "resolve_checkpoints",
     "toolkit_checkpoints",
 ]
 
 KINDS = ("toolkit", "hf_local", "hub")
 _STEP = re.compile(r"(\d+)$")
+_RANGE = re.compile(r"\{([^{}]*)\}")
+_RANGE_BODY = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
+#: Most revisions one range may expand to (a typo like ``{0..143000}`` would list 143,001).
+MAX_RANGE_REVISIONS = 10_000
 
 
 class CheckpointLoadError(ValueError):
@@ -185,6 +200,64 @@ def hf_local_checkpoints(path: str | Path) -> list[CheckpointRef]:
     return sorted(refs, key=lambda r: (r.step is None, r.step if r.step is not None else 0, r.location))
 
 
+def pythia_revisions(total_steps: int = 143_000, linear_every: int = 1000) -> list[str]:
+    """Pythia's checkpoint revisions: ``step0``, ``step1``, ``step2``, ``step4``, ...,
+    ``step512``, then every ``linear_every`` steps to ``total_steps`` (154 by default)."""
+    from interp_toolkit.studies.lm_testbed import pythia_schedule
+
+    return [f"step{s}" for s in pythia_schedule(total_steps, linear_every)]
+
+
+def expand_revisions(text: str) -> list[str]:
+    """Expand a comma-separated revision list with ``PREFIX{START..STOP:EVERY}`` ranges.
+
+    ``"pythia"`` alone stands for :func:`pythia_revisions`. Duplicates are dropped, order kept.
+
+    Raises:
+        CheckpointLoadError: A malformed or empty range (the message shows the expected form).
+    """
+    if text.strip() == "pythia":
+        return pythia_revisions()
+    out: list[str] = []
+    # split on commas outside braces
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "{"
+        depth -= ch == "}"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        ranges = _RANGE.findall(part)
+        if not ranges and "{" not in part and "}" not in part:
+            out.append(part)
+            continue
+        body = _RANGE_BODY.match(ranges[0]) if len(ranges) == 1 else None
+        if body is None:
+            raise CheckpointLoadError(
+                f"revision range {part!r} is malformed; expected PREFIX{{START..STOP:EVERY}}, e.g. step{{1000..143000:10000}}"
+            )
+        start, stop, every = int(body.group(1)), int(body.group(2)), int(body.group(3) or 1)
+        if every < 1 or stop < start:
+            raise CheckpointLoadError(
+                f"revision range {part!r} is empty: need START <= STOP and EVERY >= 1 (got {start}..{stop}:{every})"
+            )
+        count = (stop - start) // every + 1
+        if count > MAX_RANGE_REVISIONS:
+            raise CheckpointLoadError(
+                f"revision range {part!r} expands to {count} revisions (> {MAX_RANGE_REVISIONS}); use a larger EVERY"
+            )
+        span = _RANGE.search(part)
+        prefix, suffix = part[: span.start()], part[span.end() :]
+        out.extend(f"{prefix}{value}{suffix}" for value in range(start, stop + 1, every))
+    return list(dict.fromkeys(out))
+
+
 def hub_checkpoints(name: str, revisions: Sequence[str | None]) -> list[CheckpointRef]:
     """Refs for Hub revisions of ``name`` (step = trailing number of the revision, if any)."""
     if not revisions:
@@ -204,8 +277,8 @@ def resolve_checkpoints(specs: Sequence[str | Path]) -> list[CheckpointRef]:
         if text.startswith("hub:"):
             name, _, revs = text[4:].partition("@")
             if not name:
-                raise CheckpointLoadError(f"hub spec {text!r} has no model name; expected hub:NAME[@REV[,REV...]]")
-            refs.extend(hub_checkpoints(name, [r for r in revs.split(",") if r] if revs else []))
+                raise CheckpointLoadError(f"hub spec {text!r} has no model name; expected hub:NAME[@REV[,REV...]] (REV may be a range PREFIX{{START..STOP:EVERY}})")
+            refs.extend(hub_checkpoints(name, expand_revisions(revs) if revs else []))
             continue
         path = Path(text)
         if path.is_file() and path.suffix == ".safetensors":

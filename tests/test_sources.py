@@ -54,3 +54,27 @@ def test_toolkit_run_dir_and_bad_specs(tmp_path):
         resolve_checkpoints([tmp_path / "missing"])
     with pytest.raises(ValueError, match="kind"):
         CheckpointRef("s3", "x")
+
+
+def test_checkpoint_range_expands_to_expected_revisions():
+    from interp_toolkit.sources import expand_revisions, pythia_revisions
+
+    refs = resolve_checkpoints(["hub:EleutherAI/pythia-14m@step{1000..143000:10000}"])
+    assert [r.revision for r in refs] == [f"step{s}" for s in range(1000, 143001, 10000)]
+    assert refs[0].revision == "step1000" and refs[-1].revision == "step141000" and len(refs) == 15
+    assert [r.step for r in refs] == list(range(1000, 143001, 10000))
+    assert all(r.kind == "hub" and r.location == "EleutherAI/pythia-14m" for r in refs)
+    assert expand_revisions("step0,step{512..2048:512},step1024") == ["step0", "step512", "step1024", "step1536", "step2048"]
+    assert expand_revisions("ckpt{1..3}-final") == ["ckpt1-final", "ckpt2-final", "ckpt3-final"]
+    pythia = pythia_revisions()
+    assert len(pythia) == 154 and pythia[:4] == ["step0", "step1", "step2", "step4"]
+    assert "step512" in pythia and pythia[11] == "step1000" and pythia[-1] == "step143000"
+    assert [r.revision for r in resolve_checkpoints(["hub:x/y@pythia"])] == pythia
+    for bad, message in (("step{5..1:1}", "empty"), ("step{1..5:0}", "empty"), ("step{1-5}", "malformed"),
+                         ("step{0..143000}", "expands to 143001")):
+        with pytest.raises(CheckpointLoadError, match=message):
+            expand_revisions(bad)
+    # every revision of a range fails offline with the same clear error
+    for ref in resolve_checkpoints(["hub:EleutherAI/no-such-model-xyz@step{1000..3000:1000}"]):
+        with pytest.raises(CheckpointLoadError, match="not in the local HF cache"):
+            ref.load(offline=True)

@@ -40,7 +40,8 @@ Package layout (one concern per module): :mod:`.config` (settings), :mod:`.data`
 helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`.results`
 (result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
 :mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
-:mod:`.lm` (token-level BIF for language models), :mod:`.validation` (leave-one-out and
+:mod:`.lm` (token-level BIF for language models), :mod:`.token_classes` (delimiter, induction
+and user token classes on any tokenized text), :mod:`.validation` (leave-one-out and
 causal-window checks on the deep linear network).
 """
 

@@ -10,6 +10,19 @@ position of a set of *training* sequences, ``a[s, t](w)``, and of *query* sequen
 (population covariance over draws; negative = up-weighting train token ``(s, t)`` lowers
 the loss of query token ``(u, v)``). ``pearson=True`` gives ``-Corr`` instead.
 
+Pearson conventions for a reduction (:data:`PEARSON_CONVENTIONS`, ``LMBIFConfig.pearson_convention``):
+
+* ``"token_mean"`` (devinterp's ``average_tokenwise_bif``, the paper's): the *mean of the
+  token-level correlations* over the block. Computed exactly from the kept per-token
+  draws: the block mean of ``Corr(a_i, b_j)`` is the covariance of the group means of
+  the *standardized* losses ``(a_i - mean a_i) / std a_i``.
+* ``"group_means"`` (the toolkit's first convention): the *correlation of the group-mean
+  losses*, streamed like the covariance. It weights tokens by their loss variance, so a
+  few high-variance tokens dominate a class.
+
+Both equal ``-Corr`` for ``"token:token"``; covariances (``pearson=False``) do not depend
+on the convention.
+
 Reductions. A *grouping* maps each token to a group: ``"token"`` (every position its own
 group), ``"sequence"``, ``"class"`` (the token-class label of the predicted token) or
 ``"all"``. A reduction ``"<train grouping>:<query grouping>"`` (e.g. ``"class:class"``,
@@ -23,15 +36,19 @@ Memory (streaming; independent of the number of draws), with ``N_a``/``N_b`` the
 train/query tokens and ``k_a x k_b`` a reduction's shape: ``O(chains x sum_r k_a k_b)``
 float64 for the co-moments (``"token:token"``: ``chains x N_a x N_b x 8`` bytes, guarded by
 ``LMBIFConfig.max_matrix_entries``), plus ``O(N_a + N_b)`` per draw for the recorded
-losses and one forward pass of ``eval_batch_size`` sequences. ``keep_draws=True``
-additionally stores ``chains x draws x (N_a + N_b)`` floats.
+losses and one forward pass of ``eval_batch_size`` sequences. ``keep_draws=True``, and
+``pearson`` with the ``"token_mean"`` convention, store ``chains x draws x (N_a + N_b)``
+floats (the latter drops them from the result unless ``keep_draws``).
+
+Two levels, as in devinterp: :func:`lm_bif` samples and estimates; :func:`compute_lm_bif`
+estimates every reduction from stored per-token draws (ours or another library's).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +75,10 @@ __all__ = [
     "LMBIFConfig",
     "LMBIFResult",
     "ReducedBIF",
+    "PEARSON_CONVENTIONS",
+    "STDERR_METHODS",
     "TokenSet",
+    "compute_lm_bif",
     "group_ids",
     "lm_bif",
     "naive_token_bif",
@@ -68,6 +88,13 @@ __all__ = [
 
 GROUPINGS = ("token", "sequence", "class", "all")
 DEFAULT_REDUCTIONS = ("class:class", "class:all", "sequence:sequence")
+#: ``-Corr`` of a reduction: mean of token-level correlations (devinterp's), or correlation
+#: of group-mean losses.
+PEARSON_CONVENTIONS = ("token_mean", "group_means")
+#: Standard error of the pooled estimate: leave-one-chain-out jackknife, or the spread of the
+#: chains' own estimates / sqrt(chains) (which misses the between-chain part of the pooled
+#: covariance; see docs/lm_bif.md, "Cross-check with devinterp").
+STDERR_METHODS = ("jackknife", "per_chain")
 
 
 def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq_minus_1"]:
@@ -170,11 +197,18 @@ class LMBIFConfig(Config):
             :data:`GROUPINGS`; ``"token:token"`` is the full matrix.
         max_matrix_entries: Refuse reductions with more than this many entries (memory
             guard: each entry costs ``8 x (chains + 2)`` bytes).
+        pearson_convention: With ``sampler.pearson``: ``"token_mean"`` (mean of token-level
+            correlations over each block, devinterp's and the paper's) or ``"group_means"``
+            (correlation of the group-mean losses). See the module docstring.
+        stderr_method: ``"jackknife"`` (leave-one-chain-out, default) or ``"per_chain"``
+            (std of the chains' own estimates / sqrt(chains)); see :data:`STDERR_METHODS`.
     """
 
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     reductions: tuple[str, ...] = DEFAULT_REDUCTIONS
     max_matrix_entries: int = 4_000_000
+    pearson_convention: str = "token_mean"
+    stderr_method: str = "jackknife"
 
     def __post_init__(self) -> None:
         if isinstance(self.sampler, Mapping):
@@ -194,6 +228,13 @@ class LMBIFConfig(Config):
                 )
         if isinstance(self.max_matrix_entries, bool) or not isinstance(self.max_matrix_entries, int) or self.max_matrix_entries < 1:
             raise ValueError(f"LMBIFConfig.max_matrix_entries must be an integer >= 1, got {self.max_matrix_entries!r}")
+        if self.pearson_convention not in PEARSON_CONVENTIONS:
+            raise ValueError(
+                f"LMBIFConfig.pearson_convention must be one of {PEARSON_CONVENTIONS}, got {self.pearson_convention!r}"
+            )
+
+        if self.stderr_method not in STDERR_METHODS:
+            raise ValueError(f"LMBIFConfig.stderr_method must be one of {STDERR_METHODS}, got {self.stderr_method!r}")
 
 
 
@@ -222,8 +263,8 @@ class LMBIFResult:
 
     Attributes:
         reductions: ``"train:query" -> ReducedBIF``.
-        pearson: Whether the entries are ``-Corr`` (note: a Pearson reduction is the
-            correlation of group means, not the average of token-level correlations).
+        pearson: Whether the entries are ``-Corr`` (which convention:
+            ``config["pearson_convention"]``; see the module docstring).
         train_mean_loss, query_mean_loss: Posterior mean loss per recorded token.
         diagnostics: SGLD health (``None`` when loaded from a cache without it).
         train_draws, query_draws: Per-token draws ``[chains, draws, n_tokens]`` if kept.
@@ -374,11 +415,26 @@ def lm_bif(
     recorders = {"train": recorder(train.tokens)}
     if not same:
         recorders["query"] = recorder(query.tokens)
-    accumulators = {r: {} for r in config.reductions}
-    kept_a = torch.zeros(sampler.chains, sampler.draws, train.n_tokens, dtype=torch.float64) if sampler.keep_draws else None
-    kept_b = torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=torch.float64) if sampler.keep_draws else None
+    # devinterp's Pearson convention standardizes each token by its posterior std, known
+    # only at the end: keep the per-token draws and estimate every reduction from them.
+    # Otherwise a reduction is streamed (co-moments updated at every draw) unless its
+    # co-moment matrix is larger than the draws themselves (e.g. "token:token" with fewer
+    # draws than tokens): then it is computed once from the kept draws, which is faster
+    # and needs chains x draws x (N_a + N_b) floats instead of chains x N_a x N_b.
+    all_from_draws = sampler.pearson and config.pearson_convention == "token_mean"
+    draws_size = sampler.draws * (train.n_tokens + (0 if same else query.n_tokens))
+    from_draws = {r for r in config.reductions
+                  if all_from_draws or (not sampler.pearson and shapes[r][0] * shapes[r][1] > draws_size)}
+    streamed = [r for r in config.reductions if r not in from_draws]
+    keep = sampler.keep_draws or bool(from_draws)
+    # the losses arrive as float32: float32 storage is exact (float64 kept for keep_draws' API)
+    kept_dtype = torch.float64 if sampler.keep_draws else torch.float32
+    kept_a = torch.zeros(sampler.chains, sampler.draws, train.n_tokens, dtype=kept_dtype) if keep else None
+    kept_b = (kept_a if same else torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=kept_dtype)) if keep else None
     sum_a = torch.zeros(train.n_tokens, dtype=torch.float64)
     sum_b = torch.zeros(query.n_tokens, dtype=torch.float64)
+    accumulators: dict[str, dict[tuple[int, int], CoMoments]] = {r: {} for r in streamed}
+    streamed_groupings = {(side, g) for r in streamed for side, g in zip("ab", r.split(":"))}
 
     def on_draw(chain: int, draw: int, values: dict[str, Tensor]) -> None:
         a = values["train"].to("cpu", torch.float64)
@@ -390,28 +446,47 @@ def lm_bif(
             )
         sum_a.add_(a)
         sum_b.add_(b)
+        if kept_a is not None:
+            kept_a[chain, draw] = a
+            if not same:
+                kept_b[chain, draw] = b
         reduced: dict[tuple[str, str], Tensor] = {}
-        for (side, grouping), (ids, _, counts) in groupings.items():
-            reduced[(side, grouping)] = (a if side == "a" else b) if grouping == "token" else _group_mean(
-                a if side == "a" else b, ids, counts)
-        for reduction in config.reductions:
+        for side, grouping in streamed_groupings:
+            ids, _, counts = groupings[(side, grouping)]
+            values_side = a if side == "a" else b
+            reduced[(side, grouping)] = values_side if grouping == "token" else _group_mean(values_side, ids, counts)
+        for reduction in streamed:
             g_a, g_b = reduction.split(":")
             acc = accumulators[reduction].get((chain, 0))
             if acc is None:
                 acc = accumulators[reduction][(chain, 0)] = CoMoments(*shapes[reduction])
             acc.update(reduced[("a", g_a)], reduced[("b", g_b)])
-        if kept_a is not None:
-            kept_a[chain, draw] = a
-            kept_b[chain, draw] = b
 
     diagnostics = sample_sgld(model, posterior_tokens, loss_fn, sampler, recorders, on_draw)
     tables = {}
-    for reduction in config.reductions:
+    if from_draws:
+        tables.update(compute_lm_bif(kept_a, None if same else kept_b, train, None if same else query,
+                                     [r for r in config.reductions if r in from_draws], pearson=sampler.pearson,
+                                     pearson_convention=config.pearson_convention, stderr_method=config.stderr_method))
+    for reduction in streamed:
         g_a, g_b = reduction.split(":")
-        estimate = estimate_from_moments(accumulators[reduction], sampler.chains, sampler.pearson, False)
+        accs = accumulators.pop(reduction)
+        estimate = estimate_from_moments(accs, sampler.chains, sampler.pearson, False)
         total, stderr, per_chain = estimate.bif, estimate.stderr, estimate.per_chain
+        if config.stderr_method == "jackknife" and sampler.chains > 1:
+            # leave-one-chain-out estimates, each from the remaining chains' accumulators
+            stderr = _jackknife_stderr(
+                estimate_from_moments(
+                    {(i, 0): v for i, v in enumerate(v for k, v in sorted(accs.items()) if k[0] != left_out)},
+                    sampler.chains - 1, sampler.pearson, False,
+                ).bif
+                for left_out in range(sampler.chains)
+            )
         tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
+    tables = {r: tables[r] for r in config.reductions}
     n_draws = sampler.chains * sampler.draws
+    if not sampler.keep_draws:
+        kept_a = kept_b = None
     result = LMBIFResult(
         reductions=tables, pearson=sampler.pearson, train_mean_loss=sum_a / n_draws, query_mean_loss=sum_b / n_draws,
         diagnostics=diagnostics, train_draws=kept_a, query_draws=kept_b, config=config.to_dict(), cache_key=key,
@@ -419,6 +494,163 @@ def lm_bif(
     if cache_dir is not None:
         result.save(Path(cache_dir) / f"lm_bif_{key}")
     return result
+
+
+def _group_means_of_draws(values: Tensor, ids: Tensor, k: int) -> Tensor:
+    """``[..., n] -> [..., k]``: mean over each group of the last axis."""
+    counts = torch.bincount(ids, minlength=k).to(torch.float64)
+    out = torch.zeros(*values.shape[:-1], k, dtype=torch.float64)
+    return out.index_add_(-1, ids, values.to(torch.float64)) / counts
+
+
+def _neg_cov_from_draws(a: Tensor, b: Tensor, jackknife: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """``-Cov`` (1/N) pooled over chains, its per-chain values and stderr, from draws
+    ``[chains, draws, k]``, with few ``k_a x k_b`` temporaries: per-chain matrices are
+    written in place, the pooled one is their mean minus the between-chain term, and the
+    jackknife's leave-one-chain-out estimates are formed one at a time from the same
+    pieces (peak: ``chains + 4`` matrices with the jackknife, outputs included)."""
+    chains, draws = a.shape[:2]
+    mean_a, mean_b = a.mean(1, dtype=torch.float64), b.mean(1, dtype=torch.float64)
+    per_chain = torch.empty(chains, a.shape[2], b.shape[2], dtype=torch.float64)
+    for c in range(chains):
+        torch.matmul((a[c].double() - mean_a[c]).T, b[c].double() - mean_b[c], out=per_chain[c])
+        per_chain[c].div_(-draws)
+    total = per_chain.sum(0)
+    if chains < 2:
+        stderr = torch.full_like(total, float("nan"))
+    elif jackknife:
+        # theta_-k = mean_{c != k} per_chain[c] - 1/(C-1) sum_{c != k} (mu_c - mu_-k)(mu_c - mu_-k)^T
+        sum_loo = torch.zeros_like(total)
+        stderr = torch.zeros_like(total)  # sum of squares, then the stderr in place
+        estimate = torch.empty_like(total)
+        for k in range(chains):
+            keep = [c for c in range(chains) if c != k]
+            da, db = mean_a[keep] - mean_a[keep].mean(0), mean_b[keep] - mean_b[keep].mean(0)
+            torch.sub(total, per_chain[k], out=estimate).div_(chains - 1)
+            estimate.addmm_(da.T, db, alpha=-1.0 / (chains - 1))
+            sum_loo.add_(estimate)
+            stderr.addcmul_(estimate, estimate)
+        del estimate
+        stderr.sub_(sum_loo.pow_(2).div_(chains)).mul_((chains - 1) / chains).clamp_min_(0).sqrt_()
+        del sum_loo
+    else:
+        stderr = per_chain.std(0).div_(chains**0.5)
+    # pooled Cov = mean_c Cov_c + (1/C) sum_c (mu_c - mu)(mu_c - mu)^T  (equal draws per chain)
+    total.div_(chains).addmm_((mean_a - mean_a.mean(0)).T, mean_b - mean_b.mean(0), alpha=-1.0 / chains)
+    return total, stderr, per_chain
+
+
+def _jackknife_stderr(leave_one_out: Iterable[Tensor]) -> Tensor:
+    """Jackknife standard error ``sqrt((C - 1) / C * sum_c (theta_-c - mean)^2)`` from the
+    ``C`` leave-one-chain-out estimates (streamed: Welford, two matrices of memory)."""
+    count, mean, m2 = 0, None, None
+    for estimate in leave_one_out:
+        estimate = estimate.double()
+        count += 1
+        if mean is None:
+            mean, m2 = estimate.clone(), torch.zeros_like(estimate)
+            continue
+        delta = estimate - mean
+        mean.add_(delta, alpha=1.0 / count)
+        m2.addcmul_(delta, estimate - mean)
+    return m2.mul_((count - 1) / count).sqrt_()
+
+
+def _standardize(draws: Tensor) -> Tensor:
+    """``(x - mean) / std`` over the draw axis (population std), ``[draws, n]``."""
+    centred = draws - draws.mean(0)
+    return centred / centred.pow(2).mean(0).sqrt()
+
+
+def compute_lm_bif(
+    train_draws: Float[Tensor, "chains draws n_a"],
+    query_draws: Float[Tensor, "chains draws n_b"] | None,
+    train: TokenSet,
+    query: TokenSet | None,
+    reductions: Sequence[str] = DEFAULT_REDUCTIONS,
+    *,
+    pearson: bool = False,
+    pearson_convention: str = "token_mean",
+    stderr_method: str = "jackknife",
+) -> dict[str, ReducedBIF]:
+    """Every reduction of the token-level BIF from stored per-token draws (low level).
+
+    Args:
+        train_draws: Per-token losses of the recorded training tokens at every draw
+            (row-major over ``train.tokens``' losses).
+        query_draws: Same for the query tokens; ``None``: the query is the training set.
+        train, query: The token sets (groupings); ``query=None``: ``train``.
+        reductions: ``"<train grouping>:<query grouping>"`` entries.
+        pearson: ``-Corr`` instead of ``-Cov``.
+        pearson_convention: ``"token_mean"`` (devinterp) or ``"group_means"``.
+        stderr_method: ``"jackknife"`` (leave one chain out) or ``"per_chain"`` (std
+            across chains / sqrt(chains)).
+
+    Returns:
+        ``reduction -> ReducedBIF`` (pooled estimate over all chains' draws, per-chain
+        estimates, stderr of the pooled estimate).
+    """
+    if pearson_convention not in PEARSON_CONVENTIONS:
+        raise ValueError(f"pearson_convention must be one of {PEARSON_CONVENTIONS}, got {pearson_convention!r}")
+    if stderr_method not in STDERR_METHODS:
+        raise ValueError(f"stderr_method must be one of {STDERR_METHODS}, got {stderr_method!r}")
+    if stderr_method == "jackknife" and train_draws.shape[0] > 1 and pearson:
+        # the estimates, then each leave-one-chain-out estimate (same code on fewer chains)
+        out = compute_lm_bif(train_draws, query_draws, train, query, reductions, pearson=pearson,
+                             pearson_convention=pearson_convention, stderr_method="per_chain")
+        chains = train_draws.shape[0]
+        for name, red in out.items():
+            red.stderr = _jackknife_stderr(
+                compute_lm_bif(train_draws[[c for c in range(chains) if c != left_out]],
+                               None if query_draws is None else query_draws[[c for c in range(chains) if c != left_out]],
+                               train, query, (name,), pearson=pearson, pearson_convention=pearson_convention,
+                               stderr_method="per_chain")[name].bif
+                for left_out in range(chains))
+        return out
+    query = train if query is None else query
+    query_draws = train_draws if query_draws is None else query_draws
+    if train_draws.ndim != 3 or query_draws.ndim != 3 or train_draws.shape[:2] != query_draws.shape[:2]:
+        raise ValueError(f"draws must be [chains, draws, n] with equal chains/draws, got {tuple(train_draws.shape)} "
+                         f"and {tuple(query_draws.shape)}")
+    if train_draws.shape[-1] != train.n_tokens or query_draws.shape[-1] != query.n_tokens:
+        raise ValueError(f"draws have {train_draws.shape[-1]} / {query_draws.shape[-1]} tokens, token sets "
+                         f"{train.n_tokens} / {query.n_tokens}")
+    chains = train_draws.shape[0]
+    standardized = pearson and pearson_convention == "token_mean"
+    a_all, b_all = train_draws, query_draws
+    if standardized:
+        a_all, b_all = a_all.double(), b_all.double()
+        # per chain (per-chain estimates) and pooled (the estimate) standardizations
+        a_chain = torch.stack([_standardize(c) for c in a_all])
+        b_chain = torch.stack([_standardize(c) for c in b_all])
+        a_pool = _standardize(a_all.reshape(-1, a_all.shape[-1]))
+        b_pool = _standardize(b_all.reshape(-1, b_all.shape[-1]))
+    out = {}
+    for reduction in reductions:
+        g_a, g_b = reduction.split(":")
+        ids_a, labels_a = group_ids(train, g_a)
+        ids_b, labels_b = group_ids(query, g_b)
+        k_a, k_b = len(labels_a), len(labels_b)
+        def means(draws: Tensor, grouping: str, ids: Tensor, k: int) -> Tensor:
+            return draws if grouping == "token" else _group_means_of_draws(draws, ids, k)
+
+        if standardized:
+            # per-chain estimates from per-chain standardization, the estimate from the pooled one
+            pooled = CoMoments.from_batch(means(a_pool, g_a, ids_a, k_a), means(b_pool, g_b, ids_b, k_b))
+            total = pooled.comoment.div(-pooled.count)
+            _, _, per_chain = _neg_cov_from_draws(means(a_chain, g_a, ids_a, k_a), means(b_chain, g_b, ids_b, k_b))
+            stderr = per_chain.std(0) / chains**0.5 if chains > 1 else torch.full_like(total, float("nan"))
+        elif not pearson:
+            total, stderr, per_chain = _neg_cov_from_draws(means(a_all, g_a, ids_a, k_a), means(b_all, g_b, ids_b, k_b),
+                                                           jackknife=stderr_method == "jackknife")
+        else:
+            ga = _group_means_of_draws(a_all, ids_a, k_a)
+            gb = _group_means_of_draws(b_all, ids_b, k_b)
+            accs = {(c, 0): CoMoments.from_batch(ga[c], gb[c]) for c in range(chains)}
+            estimate = estimate_from_moments(accs, chains, pearson, False)
+            total, stderr, per_chain = estimate.bif, estimate.stderr, estimate.per_chain
+        out[reduction] = ReducedBIF(total, stderr, per_chain, labels_a, labels_b)
+    return out
 
 
 def naive_token_bif(

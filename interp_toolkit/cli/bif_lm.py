@@ -1,7 +1,7 @@
 """Token-level BIF over a series of LM checkpoints: tables, plots and the ``bif-lm`` command.
 
-``interp-toolkit bif-lm CHECKPOINTS... --out DIR`` (register with
-:func:`add_lm_bif_parser`; ``bif`` is the MPSP single-checkpoint command of
+``interp-toolkit bif-lm CHECKPOINTS... --out DIR`` (flags generated from
+:class:`LMBIFCommandConfig`; ``bif`` is the MPSP single-checkpoint command of
 :mod:`interp_toolkit.cli.bif`). ``CHECKPOINTS`` are specs understood by
 :func:`interp_toolkit.sources.resolve_checkpoints`: a toolkit run directory, a folder of
 local HF checkpoint directories (e.g. the testbed's ``checkpoints/``), single
@@ -11,7 +11,12 @@ Data: the induction/delimiter corpus (:mod:`interp_toolkit.tasks.induction_corpu
 config is read from a testbed ``testbed.json`` found at or above the first checkpoint, or
 from ``--corpus-config``. The posterior is the first ``--n-posterior`` training sequences;
 the recorded training tokens are the first ``--n-train`` of those; the query tokens are
-``--n-query`` held-out sequences (same generator, another seed).
+``--n-query`` held-out sequences (same generator, another seed). Real text instead:
+``--text FILE_OR_DATASET_DIR`` (plus ``--tokenizer``, ``--seq-len``, ``--token-class``,
+``--token-class-regex``, ``--no-pack``, ``--no-delimiters``, ``--no-induction``, ... or
+``--classes-config``; see
+:class:`~interp_toolkit.analyses.bif.token_classes.TextClassesConfig`) marks delimiter,
+induction and user token classes on the tokenized text.
 
 Writes under ``--out``: one cached ``lm_bif_<hash>/`` per checkpoint, ``per_class.csv``
 (step, checkpoint, induction score, train class, query group, BIF, stderr),
@@ -29,7 +34,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import tyro
 
@@ -42,11 +47,12 @@ if TYPE_CHECKING:
     import torch
 
     from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet
+    from interp_toolkit.analyses.bif.token_classes import TextClassesConfig
     from interp_toolkit.sources import CheckpointRef
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
 __all__ = ["DESCRIPTION", "HELP", "LMBIFCommandConfig", "bif_over_checkpoints", "main", "parse",
-           "plot_per_class", "run_config"]
+           "plot_per_class", "run_config", "text_classes_config"]
 
 HELP = "token-level BIF of a language model across checkpoints"
 DESCRIPTION = __doc__.split("\n\n")[0]
@@ -93,6 +99,8 @@ def bif_over_checkpoints(
     n_query: int = 16,
     induction_half_len: int | None = None,
     progress: bool = True,
+    sets: tuple[torch.Tensor, TokenSet, TokenSet] | None = None,
+    probe_vocab: tuple[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Token-level BIF and induction score at every checkpoint; writes CSV, PNG and JSON.
 
@@ -106,6 +114,11 @@ def bif_over_checkpoints(
         induction_half_len: Length of the repeated half of the induction probe (default
             ``(seq_len - 1) // 2``).
         progress: tqdm bars.
+        sets: ``(posterior tokens, train, query)`` to use instead of the corpus's (e.g.
+            :meth:`~interp_toolkit.analyses.bif.token_classes.TokenClasses.bif_sets` of real
+            text); ``corpus`` may then be ``None``.
+        probe_vocab: Token range ``[low, high)`` of the induction probe (default: the
+            corpus's ordinary tokens).
 
     Returns:
         The CSV rows (also in ``per_class.csv``).
@@ -121,14 +134,16 @@ def bif_over_checkpoints(
     if "class:all" not in config.reductions:
         config = LMBIFConfig.from_dict({**config.to_dict(), "reductions": [*config.reductions, "class:all"]})
     out = Path(out_dir)
-    posterior, train, query = corpus_sets(corpus, n_posterior, n_train, n_query)
-    half = induction_half_len or (corpus.seq_len - 1) // 2
-    probe = repeated_random_tokens(32, half, corpus.first_ordinary, corpus.vocab_size, seed=corpus.seed + 77)
+    posterior, train, query = sets if sets is not None else corpus_sets(corpus, n_posterior, n_train, n_query)
+    seq_len = int(posterior.shape[1])
+    half = induction_half_len or (seq_len - 1) // 2
+    low, high = probe_vocab or (corpus.first_ordinary, corpus.vocab_size)
+    probe = repeated_random_tokens(32, half, low, high, seed=(corpus.seed if corpus else 0) + 77)
     rows: list[dict[str, Any]] = []
     summary = []
     for index, ref in enumerate(tqdm(refs, desc="checkpoints", disable=not progress)):
         model = ref.load()
-        if getattr(model.cfg, "d_vocab", corpus.vocab_size) < corpus.vocab_size:
+        if corpus is not None and getattr(model.cfg, "d_vocab", corpus.vocab_size) < corpus.vocab_size:
             raise ValueError(f"checkpoint {ref.label} has vocabulary {model.cfg.d_vocab} < corpus vocabulary {corpus.vocab_size}")
         heads = induction_scores(model, probe, half)
         score = float(heads.max())
@@ -152,7 +167,7 @@ def bif_over_checkpoints(
     writer.writerows(rows)
     atomic_write_text(out / "per_class.csv", buffer.getvalue())
     plot_per_class(rows, out / "per_class.png", pearson=config.sampler.pearson)
-    atomic_write_json(out / "summary.json", {"config": config.to_dict(), "corpus": corpus.to_dict(),
+    atomic_write_json(out / "summary.json", {"config": config.to_dict(), "corpus": corpus.to_dict() if corpus else None,
                                              "n_posterior": n_posterior, "n_train": n_train, "n_query": n_query,
                                              "checkpoints": summary})
     return rows
@@ -225,8 +240,24 @@ class LMBIFCommandConfig(Config):
         n_train: Recorded training sequences.
         n_query: Recorded held-out query sequences.
         reductions: Reductions of the token-level BIF matrix (class:class, class:all, ...).
+        pearson_convention: -Corr of a group (with --pearson): token_mean = mean of token
+            correlations (devinterp's, the paper's), group_means = correlation of group means.
+        stderr_method: Standard error of the pooled estimate: jackknife (leave-one-chain-out)
+            or per_chain (std of the chains' estimates / sqrt(chains)).
         device: cpu, cuda, cuda:N or auto (checked before any work).
         sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
+        classes_config: Real text instead of the synthetic corpus: TextClassesConfig as
+            JSON/YAML (the text flags below override it).
+        text: Real text: a text file (one document per line) or a datasets.Dataset saved
+            with save_to_disk.
+        tokenizer: Tokenizer directory (default: the first checkpoint's).
+        seq_len: Tokens per sequence of the text (default 64).
+        pack: Pack documents into rows (--no-pack: one sequence per document).
+        text_column: Text column of a Dataset (default 'text').
+        delimiters: Mark open/close delimiter tokens (--no-delimiters: do not).
+        induction: Mark induction tokens (--no-induction: do not).
+        token_class: A user token class by token ids, NAME=ID,ID,...
+        token_class_regex: A user token class by a regex on the token text, NAME=REGEX.
     """
 
     checkpoints: tyro.conf.Positional[tuple[str, ...]] = ()
@@ -236,16 +267,71 @@ class LMBIFCommandConfig(Config):
     n_train: int = 16
     n_query: int = 16
     reductions: tuple[str, ...] = ("class:class", "class:all", "sequence:sequence")
+    pearson_convention: Literal["token_mean", "group_means"] = "token_mean"
+    stderr_method: Literal["jackknife", "per_chain"] = "jackknife"
     device: str = "cpu"
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(
         eps=1e-4, chains=2, draws=50, burn_in=50, steps_between_draws=1, batch_size=32))
+    classes_config: Path | None = None
+    text: str | None = None
+    tokenizer: str | None = None
+    seq_len: int | None = None
+    pack: bool = True
+    text_column: str | None = None
+    delimiters: bool = True
+    induction: bool = True
+    token_class: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
+    token_class_regex: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self.checkpoints = tuple(str(c) for c in self.checkpoints)
         self.reductions = tuple(self.reductions)
-        for name in ("corpus_config", "out"):
+        self.token_class = tuple(self.token_class)
+        self.token_class_regex = tuple(self.token_class_regex)
+        for name in ("corpus_config", "out", "classes_config"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
+        self.check("pearson_convention", self.pearson_convention in ("token_mean", "group_means"),
+                   "'token_mean' or 'group_means'")
+        self.check("stderr_method", self.stderr_method in ("jackknife", "per_chain"), "'jackknife' or 'per_chain'")
+
+
+def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
+    """The :class:`TextClassesConfig` of ``--classes-config`` overridden by the text flags,
+    or ``None`` when neither names a text (the synthetic corpus is used).
+
+    Raises:
+        UserError: A malformed ``--token-class`` / ``--token-class-regex``, token-class
+            options without a text, or a field the config refuses.
+    """
+    from interp_toolkit.analyses.bif.token_classes import TextClassesConfig
+
+    base = TextClassesConfig.from_file(args.classes_config).to_dict() if args.classes_config is not None else {}
+    for key in ("text", "tokenizer", "seq_len", "text_column"):
+        if getattr(args, key) is not None:
+            base[key] = getattr(args, key)
+    for key in ("pack", "delimiters", "induction"):
+        if not getattr(args, key):  # the flags only switch off (so a config file's false is kept)
+            base[key] = False
+    for flag, key in (("token_class", "user_classes"), ("token_class_regex", "user_class_regex")):
+        for item in getattr(args, flag):
+            name, sep, value = item.partition("=")
+            option = "--" + flag.replace("_", "-")
+            if not sep or not name:
+                raise UserError(f"{option} {item!r} must be NAME=VALUE")
+            if flag == "token_class":
+                try:
+                    parsed: Any = [int(x) for x in value.split(",") if x.strip()]
+                except ValueError as err:
+                    raise UserError(f"{option} {item!r}: expected NAME=ID,ID,... with integer ids") from err
+            else:
+                parsed = value
+            base.setdefault(key, {})[name] = parsed
+    if not base.get("text"):
+        if base:
+            raise UserError("token-class options need a text: pass --text FILE_OR_DATASET_DIR (or 'text' in --classes-config)")
+        return None
+    return TextClassesConfig.from_dict(base)
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit bif-lm") -> LMBIFCommandConfig:
@@ -265,8 +351,22 @@ def run_config(args: LMBIFCommandConfig) -> int:
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
     resolve_device(args.device)  # a bad or unavailable device fails before any work
-    config = LMBIFConfig(args.sampler, reductions=tuple(args.reductions))
+    config = LMBIFConfig(args.sampler, reductions=tuple(args.reductions), pearson_convention=args.pearson_convention,
+                         stderr_method=args.stderr_method)
+    text_config = text_classes_config(args)
     refs = resolve_checkpoints(list(args.checkpoints))
+    if text_config is not None:
+        from interp_toolkit.analyses.bif.token_classes import load_tokenizer
+
+        tokenizer = load_tokenizer(text_config.tokenizer or refs[0].location)
+        classes = text_config.classes(tokenizer, max_sequences=args.n_posterior + args.n_query)
+        sets = classes.bif_sets(args.n_posterior, args.n_train, args.n_query)
+        rows = bif_over_checkpoints(refs, None, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
+                                    n_query=args.n_query, progress=args.sampler.progress, sets=sets,
+                                    probe_vocab=(0, len(tokenizer)))
+        print(f"wrote {args.out / 'per_class.csv'} and {args.out / 'per_class.png'} ({len(refs)} checkpoints, "
+              f"{len(rows)} rows, classes {classes.names})")
+        return 0
     if args.corpus_config is not None:
         from interp_toolkit.userfiles import read_mapping_file
 

@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,7 @@ from interp_toolkit.io import atomic_write_json, config_hash
 from interp_toolkit.sources import CheckpointRef, hf_local_checkpoints
 from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
 
-__all__ = ["TestbedConfig", "pythia_schedule", "train_testbed", "gptneox_config"]
+__all__ = ["TestbedConfig", "gptneox_config", "induction_phases", "plot_testbed_bif", "pythia_schedule", "train_testbed"]
 
 
 def pythia_schedule(total_steps: int, linear_every: int) -> list[int]:
@@ -192,3 +192,106 @@ def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = T
     atomic_write_json(out / "train_log.json", log)
     atomic_write_json(record, {"config": config.to_dict(), "config_hash": key, "complete": True})
     return hf_local_checkpoints(out / "checkpoints")
+
+
+def induction_phases(steps: Sequence[int], scores: Sequence[float], low: float = 0.1, high: float = 0.9) -> dict[str, Any]:
+    """Formation step and before/during/after boundaries of the induction transition.
+
+    The formation step is the checkpoint interval with the largest slope of the induction
+    score (``delta score / delta step``), reported at its end. "During" runs from the first
+    checkpoint whose score has covered ``low`` of the total rise (from the first score to
+    the maximum) to the first that has covered ``high`` of it.
+
+    Args:
+        steps: Checkpoint steps (increasing).
+        scores: Induction score at each step.
+        low, high: Fractions of the rise that open and close "during".
+
+    Returns:
+        ``{"formation_step", "max_slope", "start", "end", "rise"}`` (``start``/``end`` are
+        ``None`` when the score never rises).
+    """
+    if len(steps) != len(scores) or len(steps) < 2:
+        raise ValueError(f"need >= 2 (step, score) pairs, got {len(steps)} steps and {len(scores)} scores")
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        raise ValueError(f"steps must be strictly increasing, got {list(steps)}")
+    slopes = [(scores[i + 1] - scores[i]) / (steps[i + 1] - steps[i]) for i in range(len(steps) - 1)]
+    best = max(range(len(slopes)), key=lambda i: slopes[i])
+    rise = max(scores) - scores[0]
+    start = end = None
+    if rise > 0:
+        start = next(s for s, v in zip(steps, scores) if v - scores[0] >= low * rise)
+        end = next(s for s, v in zip(steps, scores) if v - scores[0] >= high * rise)
+    return {"formation_step": steps[best + 1], "max_slope": slopes[best], "start": start, "end": end, "rise": rise}
+
+
+def plot_testbed_bif(
+    rows: Sequence[Mapping[str, Any]],
+    ax: Any = None,
+    *,
+    reduction: str = "class:all",
+    query_group: str = "all",
+    classes: Sequence[str] | None = None,
+    xscale: str = "linear",
+) -> Any:
+    """Per-class token BIF over checkpoints with the induction transition marked.
+
+    The BIF of each training-token class on the ``query_group`` loss (``reduction`` rows
+    of ``bif-lm``'s ``per_class.csv``), +-1 stderr bands, over training steps; the
+    induction score on one labelled twin axis; shaded, labelled before / during / after
+    bands (:func:`induction_phases`) and a line at the formation step (max slope).
+
+    Args:
+        rows: ``per_class.csv`` rows (dicts; values may be strings).
+        ax: Matplotlib axes to draw on (default: a new figure).
+        reduction, query_group: Which BIF entries.
+        classes: Training classes to draw (default: all in the table but ``bos``).
+        xscale: ``"linear"`` or ``"symlog"`` (for log-spaced early checkpoints).
+
+    Returns:
+        The matplotlib ``Figure``.
+    """
+    from matplotlib.figure import Figure
+
+    sel = [r for r in rows if r["reduction"] == reduction and r["query_group"] == query_group]
+    if not sel:
+        raise ValueError(f"no rows with reduction {reduction!r} and query group {query_group!r}")
+    fig = ax.figure if ax is not None else Figure(figsize=(8.5, 4.8))
+    ax = ax if ax is not None else fig.add_subplot()
+    score = {int(r["step"]): float(r["induction_score"]) for r in sel}
+    steps = sorted(score)
+    phases = induction_phases(steps, [score[s] for s in steps])
+    names = classes or [c for c in dict.fromkeys(r["train_group"] for r in sel) if c != "bos"]
+    for name in names:
+        pts = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"])) for r in sel if r["train_group"] == name)
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        es = [0.0 if math.isnan(p[2]) else p[2] for p in pts]
+        line = ax.plot(xs, ys, marker="o", ms=2.5, lw=1.2, label=f"train {name} tokens")[0]
+        ax.fill_between(xs, [y - e for y, e in zip(ys, es)], [y + e for y, e in zip(ys, es)], color=line.get_color(),
+                        alpha=0.18, lw=0)
+    ax.axhline(0, color="k", lw=0.5)
+    if xscale == "symlog":
+        ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlim(0, steps[-1])
+    ax.set_xlabel("training step" + (" (symlog)" if xscale == "symlog" else ""))
+    ax.set_ylabel(f"BIF on mean {query_group} query loss (-Cov)")
+    if phases["start"] is not None:
+        spans = [("before", 0, phases["start"], "#dddddd"), ("during", phases["start"], phases["end"], "#ffe2b3"),
+                 ("after", phases["end"], steps[-1], "#d6ecd2")]
+        for label, lo, hi, color in spans:
+            if hi > lo:
+                ax.axvspan(lo, hi, color=color, alpha=0.5, lw=0, zorder=0)
+                middle = math.sqrt(max(lo, 1) * hi) if xscale == "symlog" and lo > 0 else (lo + hi) / 2
+                ax.text(middle, 0.98, label, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=9)
+        ax.axvline(phases["formation_step"], color="k", ls=":", lw=1.2,
+                   label=f"formation (max slope), step {phases['formation_step']}")
+    twin = ax.twinx()
+    twin.plot(steps, [score[s] for s in steps], color="k", ls="--", lw=1.5, label="induction score")
+    twin.set_ylim(0, 1)
+    twin.set_ylabel("induction score (max-head prefix-matching attention)")
+    lines, labels = ax.get_legend_handles_labels()
+    lines2, labels2 = twin.get_legend_handles_labels()
+    ax.legend(lines + lines2, labels + labels2, fontsize=7.5, loc="center left", framealpha=0.9)
+    ax.set_title("Token-class BIF across the induction transition (tiny GPTNeoX testbed)")
+    fig.tight_layout()
+    return fig

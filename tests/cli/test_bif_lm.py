@@ -4,6 +4,7 @@ import json
 import pytest
 import torch
 
+from interp_toolkit.cli import main as cli_main
 from interp_toolkit.cli.bif_lm import main
 from interp_toolkit.studies.lm_testbed import TestbedConfig, pythia_schedule, train_testbed
 from interp_toolkit.tasks.induction_corpus import CorpusConfig
@@ -46,3 +47,81 @@ def test_testbed_and_cli_end_to_end(tmp_path, capsys):
     assert main([*argv, "--reductions", "class:nope"]) == 2
     err = capsys.readouterr().err
     assert "reductions" in err and err.count("error:") == 1 and "Traceback" not in err
+
+
+def _text_model(tmp_path):
+    """A tiny GPTNeoX and a WordLevel tokenizer trained on a small text, saved together."""
+    import random
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+
+    rng = random.Random(0)
+    words = ["the", "cat", "sat", "on", "mat", "dog", "ran", "(", ")", "[", "]", '"']
+    halves = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(40)]
+    lines = [f"{h} {h}" for h in halves]  # every document repeats itself: induction tokens
+    (tmp_path / "text.txt").write_text("\n".join(lines) + "\n")
+    vocab = {w: i for i, w in enumerate(["[UNK]", "<eos>", *sorted(set(words))])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="<eos>")
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16)
+    GPTNeoXForCausalLM(cfg).save_pretrained(tmp_path / "model" / "step7")
+    tokenizer.save_pretrained(tmp_path / "model" / "step7")
+    return tmp_path / "model" / "step7", tokenizer
+
+
+def _rows(out_dir):
+    return list(csv.DictReader((out_dir / "per_class.csv").read_text().splitlines()))
+
+
+def test_cli_token_classes_on_text_from_flags_and_config_file(tmp_path, capsys):
+    model_dir, tokenizer = _text_model(tmp_path)
+    sampler = ["--n-posterior", "12", "--n-train", "3", "--n-query", "3", "--chains", "2", "--draws", "3",
+               "--burn-in", "1", "--batch-size", "4", "--eps", "1e-4", "--no-progress"]
+    cat = tokenizer.convert_tokens_to_ids("cat")
+    assert cli_main(["bif-lm", str(model_dir), "--text", str(tmp_path / "text.txt"), "--seq-len", "16",
+                     "--token-class", f"cat={cat}", "--token-class-regex", "canine=dog", "--out", str(tmp_path / "a"),
+                     *sampler]) == 0
+    rows = _rows(tmp_path / "a")
+    groups = {r["train_group"] for r in rows if r["reduction"] == "class:all"}
+    assert {"open", "close", "induction", "cat", "canine"} <= groups
+    assert {int(r["step"]) for r in rows} == {7}
+    config = {"text": str(tmp_path / "text.txt"), "seq_len": 16, "user_classes": {"cat": [cat]},
+              "user_class_regex": {"canine": "dog"}}
+    (tmp_path / "classes.json").write_text(json.dumps(config))
+    assert cli_main(["bif-lm", str(model_dir), "--classes-config", str(tmp_path / "classes.json"),
+                     "--out", str(tmp_path / "b"), *sampler]) == 0
+    again = _rows(tmp_path / "b")
+    assert [(r["train_group"], r["query_group"], r["bif"]) for r in again] == [
+        (r["train_group"], r["query_group"], r["bif"]) for r in rows]
+    capsys.readouterr()
+    (tmp_path / "bad.json").write_text(json.dumps({**config, "seqlen": 3}))
+    for argv, message in [
+        (["--token-class", "x=1"], "need a text"),
+        (["--classes-config", str(tmp_path / "bad.json")], "unknown TextClassesConfig keys"),
+        (["--text", str(tmp_path / "text.txt"), "--seq-len", "16", *sampler[:1], "200"], "fewer than n_posterior"),
+        (["--text", str(tmp_path / "text.txt"), "--token-class", "cat"], "--token-class 'cat' must be NAME=VALUE"),
+        (["--text", str(tmp_path / "text.txt"), "--token-class", "cat=a,b"], "integer ids"),
+        (["--pearson-convention", "nope"], "nope"),
+    ]:
+        code = cli_main(["bif-lm", str(model_dir), "--out", str(tmp_path / "c"), *sampler, *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("error:") == 1 and "Traceback" not in err, (argv, err)
+    assert not (tmp_path / "c").exists()  # refused before any work
+
+
+def test_text_flags_override_classes_config_and_repeat(tmp_path):
+    from interp_toolkit.cli.bif_lm import parse, text_classes_config
+
+    (tmp_path / "classes.yaml").write_text("text: a.txt\nseq_len: 8\npack: false\nuser_classes: {x: [1]}\n")
+    args = parse(["ckpt", "--classes-config", str(tmp_path / "classes.yaml"), "--seq-len", "12", "--no-induction",
+                  "--token-class", "y=2,3", "--token-class", "z=4", "--token-class-regex", "w=^a$",
+                  "--pearson-convention", "group_means", "--stderr-method", "per_chain"])
+    text = text_classes_config(args)
+    assert (text.text, text.seq_len, text.pack, text.induction, text.delimiters) == ("a.txt", 12, False, False, True)
+    assert text.user_classes == {"x": [1], "y": [2, 3], "z": [4]} and text.user_class_regex == {"w": "^a$"}
+    assert (args.pearson_convention, args.stderr_method) == ("group_means", "per_chain")
+    assert text_classes_config(parse(["ckpt"])) is None

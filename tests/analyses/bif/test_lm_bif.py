@@ -92,3 +92,65 @@ def test_config_validation():
     with pytest.raises(ValueError, match="max_matrix_entries"):
         lm_bif(torch.nn.Linear(1, 1), posterior, train, query,
                LMBIFConfig(reductions=("token:token",), max_matrix_entries=10))
+
+
+def test_pearson_conventions_streamed_and_from_draws_agree(neox_ref):
+    """lm_bif's two Pearson paths equal compute_lm_bif on the same kept draws."""
+    from interp_toolkit.analyses.bif.lm import compute_lm_bif
+
+    model = neox_ref.load()
+    posterior, train, query = _data()
+    reductions = ("class:class", "sequence:all", "token:token")
+    for convention in ("token_mean", "group_means"):
+        config = LMBIFConfig(SamplerConfig(**{**SAMPLER, "pearson": True, "keep_draws": True}), reductions=reductions,
+                             pearson_convention=convention)
+        result = lm_bif(model, posterior, train, query, config)
+        again = compute_lm_bif(result.train_draws, result.query_draws, train, query, reductions, pearson=True,
+                               pearson_convention=convention)
+        for name in reductions:
+            torch.testing.assert_close(result[name].bif, again[name].bif, rtol=1e-6, atol=1e-9)
+            torch.testing.assert_close(result[name].per_chain, again[name].per_chain, rtol=1e-6, atol=1e-9)
+        assert result.config["pearson_convention"] == convention
+    with pytest.raises(ValueError, match="pearson_convention"):
+        LMBIFConfig(pearson_convention="mean")
+
+
+def test_jackknife_stderr_streamed_and_from_draws(neox_ref):
+    """The default stderr is the leave-one-chain-out jackknife of the pooled estimate."""
+    from interp_toolkit.analyses.bif.lm import compute_lm_bif
+
+    model = neox_ref.load()
+    posterior, train, query = _data()
+    reductions = ("class:class", "token:token")
+    config = LMBIFConfig(SamplerConfig(**{**SAMPLER, "chains": 3}), reductions=reductions)
+    assert config.stderr_method == "jackknife"
+    result = lm_bif(model, posterior, train, query, config)
+    a, b = result.train_draws, result.query_draws
+    for name in reductions:
+        loo = torch.stack([compute_lm_bif(a[[c for c in range(3) if c != k]], b[[c for c in range(3) if c != k]],
+                                          train, query, (name,), stderr_method="per_chain")[name].bif for k in range(3)])
+        expected = ((loo - loo.mean(0)).pow(2).sum(0) * 2 / 3).sqrt()
+        torch.testing.assert_close(result[name].stderr, expected, rtol=1e-6, atol=1e-12)
+        per_chain = compute_lm_bif(a, b, train, query, (name,), stderr_method="per_chain")[name]
+        torch.testing.assert_close(per_chain.stderr, per_chain.per_chain.std(0) / 3**0.5)
+        torch.testing.assert_close(per_chain.bif, result[name].bif, rtol=1e-6, atol=1e-12)
+    with pytest.raises(ValueError, match="stderr_method"):
+        LMBIFConfig(stderr_method="bootstrap")
+
+
+def test_cache_hit_equals_fresh_with_pearson_conventions_and_jackknife(neox_ref, tmp_path):
+    """lmbif's options (draw-based token_mean Pearson, jackknife stderr, draws dropped without
+    keep_draws) round-trip through the artifact cache field by field, and are part of the key."""
+    model = neox_ref.load()
+    posterior, train, query = _data()
+    sampler = SamplerConfig(**{**SAMPLER, "chains": 3, "pearson": True, "keep_draws": False})
+    config = LMBIFConfig(sampler, reductions=("class:class", "sequence:all"), pearson_convention="token_mean")
+    fresh = lm_bif(model, posterior, train, query, config, cache_dir=tmp_path)
+    assert fresh.train_draws is None and fresh.query_draws is None  # kept for the estimate only
+    assert torch.isfinite(fresh["class:class"].stderr).all()
+    again = lm_bif(model, posterior, train, query, config, cache_dir=tmp_path)
+    assert_fields_equal(fresh, again)
+    other = lm_bif(model, posterior, train, query, config.replace(stderr_method="per_chain"), cache_dir=tmp_path)
+    assert other.cache_key != fresh.cache_key and other.config["stderr_method"] == "per_chain"
+    torch.testing.assert_close(other["class:class"].bif, fresh["class:class"].bif)
+    assert not torch.equal(other["class:class"].stderr, fresh["class:class"].stderr)
