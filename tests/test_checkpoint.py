@@ -161,3 +161,24 @@ def test_metadata_must_be_json(saved):
     model, path = saved
     with pytest.raises(ValueError, match="JSON-serializable"):
         save_checkpoint(model, path, metadata={"bad": object()})
+
+
+def test_a_flipped_bit_is_refused_by_the_cli(tiny_run, tmp_path, capsys):
+    """One bit flipped inside a tensor of a run's checkpoint: `info` and `analyze` exit 2 naming it."""
+    import shutil
+
+    from interp_toolkit.cli import main
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run[0], run_dir)
+    path = sorted((run_dir / "checkpoints").glob("*.safetensors"))[-1]
+    raw = bytearray(path.read_bytes())
+    header_end = 8 + int.from_bytes(raw[:8], "little")
+    raw[header_end + 5] ^= 0x40  # inside the first tensor's bytes
+    path.write_bytes(bytes(raw))
+    assert main(["info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and path.name in err and "does not match" in err and "Traceback" not in err
+    assert main(["analyze", str(run_dir), "--analysis", "fingerprints", "--last", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and path.name in err
