@@ -22,7 +22,6 @@ import contextlib
 import copy
 import io as _io
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +52,6 @@ from interp_toolkit.runs.engine import (
     stacked_logits,
     warn_fallback_once,
 )
-from interp_toolkit.threads import with_threads
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
@@ -65,6 +63,7 @@ from interp_toolkit.runs.trainer import (
     read_run_record,
     run_identity,
 )
+from interp_toolkit.threads import with_threads
 
 ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which train() uses
 

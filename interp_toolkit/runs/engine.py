@@ -82,7 +82,9 @@ class EngineSpec:
     n_heads: int
     d_head: int
     d_model: int
+    d_mlp: int
     d_vocab: int
+    d_vocab_out: int
     n_ctx: int
     act_fn: str
     layer_norm: bool
@@ -125,7 +127,8 @@ def engine_spec(model_cfg: Any, bridge_cfg: Any) -> tuple[EngineSpec | None, str
     scale = attn_scale if (use_scale and attn_scale > 0) else math.sqrt(model_cfg.d_head)
     spec = EngineSpec(
         n_layers=model_cfg.n_layers, n_heads=model_cfg.n_heads, d_head=model_cfg.d_head,
-        d_model=model_cfg.d_model, d_vocab=model_cfg.d_vocab, n_ctx=model_cfg.n_ctx,
+        d_model=model_cfg.d_model, d_mlp=model_cfg.d_mlp, d_vocab=model_cfg.d_vocab,
+        d_vocab_out=model_cfg.d_vocab_out, n_ctx=model_cfg.n_ctx,
         act_fn=model_cfg.act_fn, layer_norm=model_cfg.normalization == "LN",
         attn_only=model_cfg.attn_only, eps=float(getattr(bridge_cfg, "eps", 1e-5)), attn_scale=scale,
     )
@@ -424,11 +427,22 @@ class ReadoutForward:
 CPU_MEMBER_EXAMPLES_PER_PASS = 16_384
 
 
-def default_engine_chunk(n_members: int, n_examples: int, device: str | torch.device = "cpu") -> int:
-    """Examples per pass of :func:`stacked_grads` (all of them on a GPU)."""
-    if torch.device(device).type != "cpu":
+def default_engine_chunk(n_members: int, n_examples: int, device: str | torch.device = "cpu",
+                         spec: "EngineSpec | None" = None, n_pos: int = 1) -> int:
+    """Examples per pass of :func:`stacked_grads`.
+
+    On a CPU, :data:`CPU_MEMBER_EXAMPLES_PER_PASS` member-examples per pass; on a GPU, the
+    whole batch if every member's activations fit in 60% of the free memory, else as many
+    examples as fit (so a GPU holds as many seeds as it can, each pass as large as fits).
+    """
+    device = torch.device(device)
+    if device.type == "cpu":
+        return max(64, CPU_MEMBER_EXAMPLES_PER_PASS // max(1, n_members))
+    if device.type != "cuda" or spec is None:
         return n_examples
-    return max(64, CPU_MEMBER_EXAMPLES_PER_PASS // max(1, n_members))
+    free, _ = torch.cuda.mem_get_info(device)
+    per_example = bytes_per_member_example(spec, n_pos) * max(1, n_members)
+    return max(1, min(n_examples, int(0.6 * free // per_example)))
 
 
 def stacked_grads(
@@ -456,7 +470,7 @@ def stacked_grads(
     """
     n = labels.shape[0]
     k_members = next(iter(params.values())).shape[0]
-    chunk = chunk_size or default_engine_chunk(k_members, n, tokens.device)
+    chunk = chunk_size or default_engine_chunk(k_members, n, tokens.device, spec, tokens.shape[1])
     leaves = {key: p.detach().requires_grad_(True) for key, p in params.items()}
     inputs = {**constants, **leaves}
     grads: list[Tensor] | None = None
@@ -502,25 +516,13 @@ def step_flops(model_cfg: Any, n_examples: int, n_pos: int, readout_only: bool =
 
 
 def bytes_per_member_example(model_cfg: Any, n_pos: int) -> int:
-    """Rough bytes of activations autograd keeps per member and example (float32)."""
+    """Rough bytes of activations autograd keeps per member and example (float32).
+
+    ``model_cfg``: a ``ModelConfig`` or :class:`EngineSpec` (both have the fields used).
+    """
     d, hd, mlp = model_cfg.d_model, model_cfg.n_heads * model_cfg.d_head, model_cfg.d_mlp
     per_position = 4 * d + 3 * hd + 2 * hd + (0 if model_cfg.attn_only else 2 * mlp + 2 * d)
     return 4 * 2 * n_pos * per_position * model_cfg.n_layers  # x2: temporaries, gradients
-
-
-def members_that_fit(model_cfg: Any, n_examples: int, n_pos: int, device: str | torch.device,
-                     fraction: float = 0.6) -> int | None:
-    """How many members' full-batch passes fit in ``fraction`` of a GPU's free memory.
-
-    Returns ``None`` on a CPU (the CPU path chunks passes instead, see
-    :data:`CPU_MEMBER_EXAMPLES_PER_PASS`).
-    """
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    free, _ = torch.cuda.mem_get_info(device)
-    per_member = bytes_per_member_example(model_cfg, n_pos) * n_examples
-    return max(1, int(fraction * free // max(1, per_member)))
 
 
 def train_threads(model: Any, splits: Mapping[str, Any], cfg: Any, *args: Any, **kwargs: Any) -> int | None:
@@ -619,6 +621,6 @@ def adamw_step(
 
 __all__ = ["CPU_MEMBER_EXAMPLES_PER_PASS", "ENGINES", "EngineFallbackWarning", "EngineSpec", "ReadoutForward",
            "adamw_step", "bytes_per_member_example", "check_device_name", "check_engine_name",
-           "default_engine_chunk", "engine_spec", "member_losses", "members_that_fit", "param_key_map",
+           "default_engine_chunk", "engine_spec", "member_losses", "param_key_map",
            "readout_logits", "resolve_device", "stacked_grads", "stacked_logits", "state_dict_names",
            "step_flops", "train_threads", "batched_train_threads", "warn_fallback_once"]
