@@ -37,6 +37,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from interp_toolkit.io import atomic_write_bytes, atomic_write_json, config_hash
+from interp_toolkit.threads import with_threads
 
 __all__ = [
     "DLNConfig",
@@ -245,6 +246,11 @@ class DLNTrainConfig:
         return dataclasses.asdict(self)
 
 
+def _one_thread(*args: Any, **kwargs: Any) -> int:
+    return 1  # DLN steps are tiny: a second thread cost ~100x on a busy 2-core machine
+
+
+@with_threads(_one_thread)  # 1 torch thread; the caller's count is restored on return
 def gradient_descent(
     model: DeepLinearNetwork,
     inputs: Float[Tensor, "P n_in"],
@@ -343,6 +349,7 @@ def _save_state(path: Path, model: DeepLinearNetwork, metadata: dict[str, Any]) 
     atomic_write_bytes(path, save(tensors, metadata={"metadata": json.dumps(metadata, sort_keys=True)}))
 
 
+@with_threads(_one_thread)  # 1 torch thread; the caller's count is restored on return
 def train_dln(
     inputs: Float[Tensor, "P n_in"],
     targets: Float[Tensor, "P n_out"],
