@@ -70,7 +70,7 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-log-checkpoints", action="store_true", default=None,
                    help="no log-spaced checkpoints at epochs 1, 2, 4, ...")
     g.add_argument("--run-dir", help="run directory (default runs/<task>_<L>L<H>H_r<r>_<key>)")
-    g.add_argument("--device", help="torch device (default cpu)")
+    g.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: cpu)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -126,8 +126,10 @@ def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, dev
     from interp_toolkit.runs.trainer import train
     from interp_toolkit.tasks.mpsp import make_splits
 
+    from interp_toolkit.runs.engine import resolve_device
+
     splits = make_splits(task_cfg)
-    model = build_model(model_cfg, device=device)
+    model = build_model(model_cfg, device=resolve_device(device) if device else None)
     return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}})
 
 
