@@ -123,10 +123,9 @@ def _resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
 def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None) -> Any:
     """Build the splits and model for an MPSP run and train it (resuming if possible)."""
     from interp_toolkit.model import build_model
+    from interp_toolkit.runs.engine import resolve_device
     from interp_toolkit.runs.trainer import train
     from interp_toolkit.tasks.mpsp import make_splits
-
-    from interp_toolkit.runs.engine import resolve_device
 
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=resolve_device(device) if device else None)
