@@ -432,11 +432,10 @@ def train(
         order = torch.randperm(n, generator=shuffle_gen).to(device) if cfg.batch_size else None
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size] if order is not None else slice(None)
-            loss = forward.loss(tokens[idx], labels[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss = forward.backward(tokens[idx], labels[idx])  # gradients into .grad, in cache-sized passes
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}; lower lr")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
             optimizer.step()
         is_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs or epoch in ckpt_epochs
         if is_eval:
