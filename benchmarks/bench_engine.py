@@ -69,14 +69,18 @@ class BareModel(nn.Module):
         return self.unembed(self.ln_final(x))
 
 
-def time_epochs(step, epochs: int) -> float:
-    step()  # warm-up
-    times = []
-    for _ in range(epochs):
-        start = time.perf_counter()
+def interleaved(steps: dict, epochs: int) -> dict[str, float]:
+    """Median seconds per call of each step, timed in alternating rounds (after a warm-up)
+    so that load changes on a shared machine hit every contender alike."""
+    for step in steps.values():
         step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(epochs):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def sgemm_gflops(size: int = 2048, reps: int = 3) -> float:
@@ -92,8 +96,21 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def engine_step_fn(cfg: ModelConfig, tokens, labels):
+    model = build_model(cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.1)
+    forward = ReadoutForward(model, -1)
+    assert forward.fast
+
+    def engine_step():  # what train() does per full-batch step
+        optimizer.zero_grad(set_to_none=True)
+        forward.backward(tokens, labels)
+        optimizer.step()
+
+    return engine_step
+
+
 def single_runs(cfg: ModelConfig, tokens, labels, epochs: int) -> dict[str, float]:
-    out = {}
     model = build_model(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.1)
 
@@ -103,7 +120,6 @@ def single_runs(cfg: ModelConfig, tokens, labels, epochs: int) -> dict[str, floa
         loss.backward()
         optimizer.step()
 
-    out["bridge"] = time_epochs(bridge_step, epochs)
     bare = BareModel(cfg)
     bare_opt = torch.optim.AdamW(bare.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.1)
 
@@ -113,29 +129,21 @@ def single_runs(cfg: ModelConfig, tokens, labels, epochs: int) -> dict[str, floa
         loss.backward()
         bare_opt.step()
 
-    out["bare"] = time_epochs(bare_step, epochs)
-    forward = ReadoutForward(model, -1)
-    assert forward.fast
-
-    def engine_step():
-        loss = forward.loss(tokens, labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    out["engine"] = time_epochs(engine_step, epochs)
-    return out
+    return interleaved({"bridge": bridge_step, "bare": bare_step,
+                        "engine": engine_step_fn(cfg, tokens, labels)}, epochs)
 
 
-def stacked_seconds(cfg: ModelConfig, k: int, tokens, labels, epochs: int) -> float:
+def stacked_vs_sequential(cfg: ModelConfig, k: int, tokens, labels, epochs: int) -> tuple[float, float]:
+    """(seconds per stacked K-member epoch, seconds per single-member engine epoch), interleaved."""
     stacked = StackedModel([ModelConfig.from_dict({**cfg.to_dict(), "seed": s}) for s in range(k)])
     optimizer = StackedAdamW(stacked.params, 1e-3, (0.9, 0.98), 0.1)
 
-    def step():
+    def stacked_step():
         grads, _ = batched_readout_loss(stacked, tokens, labels, -1)
         optimizer.step(stacked.params, grads)
 
-    return time_epochs(step, epochs)
+    times = interleaved({"stacked": stacked_step, "single": engine_step_fn(cfg, tokens, labels)}, epochs)
+    return times["stacked"], times["single"]
 
 
 def main() -> None:
@@ -172,11 +180,10 @@ def main() -> None:
             print(f"  {name:<8} {times[name]:8.3f} {times['bridge'] / times[name]:9.2f}x {rate:15.1f} "
                   f"{rate / peak:8.0%}")
         print(f"  engine vs bare: {times['bare'] / times['engine']:.2f}x faster")
-        single = times["engine"]
         for k in ks:
-            seconds = stacked_seconds(cfg, k, tokens, labels, max(1, args.epochs - 1))
-            print(f"  K={k:<3} stacked: {k / seconds:6.2f} seed-epochs/s; K sequential engine runs: "
-                  f"{1 / single:6.2f}; ratio {single * k / seconds:.2f}x")
+            stacked, single = stacked_vs_sequential(cfg, k, tokens, labels, max(2, args.epochs - 1))
+            print(f"  K={k:<3} stacked: {k / stacked:6.2f} seed-epochs/s; K sequential engine runs: "
+                  f"{1 / single:6.2f}; ratio {single * k / stacked:.2f}x")
 
 
 if __name__ == "__main__":

@@ -313,7 +313,7 @@ def readout_logits(
             readout_rows = tokens[:, readout] * pos + readout
             x_r = x_table.index_select(1, readout_rows)  # [K, B, D]
             q_w, q_b = p.qkv(0, "q")
-            q = _linear(h_table.index_select(1, readout_rows), q_w, q_b)
+            q = _linear(h_table, q_w, q_b).index_select(1, readout_rows)  # [K, B, H*dh]
         else:
             x = x_table.index_select(1, rows)  # [K, B*T, D]
     else:
