@@ -2,7 +2,10 @@
 
 ``train_batched`` trains K models that share an architecture, a training config and the
 data, and differ only in their initialization seed. Their parameters are stacked with
-``torch.func.stack_module_state``; one ``vmap(grad_and_value(loss))`` over
+``torch.func.stack_module_state``. By default (``TrainConfig.engine == "fast"``) the
+gradients come from :mod:`interp_toolkit.runs.engine` (batched matmuls over the member
+dimension; each member bit-identical to ``train()`` when a step is one pass); otherwise one
+``vmap(grad_and_value(loss))`` over
 ``functional_call`` of a meta-device copy of the ``TransformerBridge`` gives every
 member's gradient in one pass, and AdamW is applied functionally to the stacked tensors
 with exactly the update rule of ``torch.optim.AdamW`` (decoupled weight decay, bias
