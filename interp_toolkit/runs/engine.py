@@ -155,8 +155,14 @@ def param_key_map(model: Any) -> dict[str, str]:
 
 
 #: Use the batched (any-K) form of every op also for one member, so that stacked members
-#: are bit-identical to single runs (measured no slower; False: plain F.linear/layer_norm).
+#: are bit-identical to single runs. False: plain ``F.linear`` / fused ``layer_norm`` for
+#: K = 1 (measured 0-12% faster on a loaded 2-core machine, within its noise).
 SAME_OPS_FOR_ANY_K = True
+
+#: ``"sdpa"``: ``F.scaled_dot_product_attention`` (fused kernels, on CPU and GPU);
+#: ``"matmul"``: explicit scores, mask and softmax as the bridge writes them. Equal up to
+#: rounding; they measured alike on CPU (2 layers, 11 positions).
+ATTENTION = "sdpa"
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -237,8 +243,6 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, spec: EngineSpec, causal: bool) 
         scores = scores.masked_fill(mask, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), v)
 
-
-ATTENTION = "sdpa"
 
 
 def _causal_attention(qkv: Tensor, spec: EngineSpec, k_members: int, batch: int, pos: int) -> Tensor:
@@ -449,7 +453,10 @@ class ReadoutForward:
 #: step's gradient is accumulated over passes of this size: their activations stay near the
 #: caches instead of growing with K x n (measured at n = 4,096, 6 positions, 2 layers, one
 #: thread: a pass of ~4,096 member-examples took 0.65 s per seed-epoch against 0.75 s for one
-#: member's full batch in one pass and 0.85 s for 16 members x 1,024 examples).
+#: member's full batch in one pass and 0.85 s for 16 members x 1,024 examples). Scaled by
+#: the torch thread count: with more threads every op must be larger to pay for the
+#: fork/join (2 threads on a loaded machine: 4.5 s per 1-layer epoch at n = 16,384 in
+#: passes of 2,234 examples, 2.6 s in one pass; 1 thread: 0.78 s and 1.33 s).
 CPU_MEMBER_POSITIONS_PER_PASS = 24_576
 
 
@@ -457,13 +464,14 @@ def default_engine_chunk(n_members: int, n_examples: int, device: str | torch.de
                          spec: "EngineSpec | None" = None, n_pos: int = 1) -> int:
     """Examples per pass of :func:`stacked_grads`.
 
-    On a CPU, :data:`CPU_MEMBER_POSITIONS_PER_PASS` member-positions per pass; on a GPU, the
+    On a CPU, :data:`CPU_MEMBER_POSITIONS_PER_PASS` member-positions per pass and thread; on a GPU, the
     whole batch if every member's activations fit in 60% of the free memory, else as many
     examples as fit (so a GPU holds as many seeds as it can, each pass as large as fits).
     """
     device = torch.device(device)
     if device.type == "cpu":
-        return max(32, CPU_MEMBER_POSITIONS_PER_PASS // (max(1, n_members) * max(1, n_pos)))
+        budget = CPU_MEMBER_POSITIONS_PER_PASS * torch.get_num_threads()
+        return max(32, budget // (max(1, n_members) * max(1, n_pos)))
     if device.type != "cuda" or spec is None:
         return n_examples
     free, _ = torch.cuda.mem_get_info(device)

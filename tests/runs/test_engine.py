@@ -67,6 +67,16 @@ def test_readout_logits_equal_the_bridge(n_layers, n_heads, norm, act):
     assert full[:, -1].std(0).min() > 1e-3
 
 
+def test_explicit_attention_path_equals_the_bridge_too(monkeypatch):
+    monkeypatch.setattr(engine, "ATTENTION", "matmul")
+    model = _model(2, 2, "LN", "gelu")
+    tokens, _ = _inputs()
+    forward = ReadoutForward(model, -1)
+    with torch.no_grad():
+        reference = model(tokens)[:, -1]
+        assert (forward(tokens) - reference).abs().max() <= 1e-5 * reference.abs().max()
+
+
 @pytest.mark.parametrize("n_layers, n_heads, norm, act", GRID)
 def test_gradients_equal_the_bridge_for_every_parameter(n_layers, n_heads, norm, act):
     model = _model(n_layers, n_heads, norm, act)
