@@ -44,7 +44,7 @@ def command_config_class() -> type:
 
     Fields: ``task_name`` (sets task.label/shortcut), ``task`` (MPSPConfig), ``model``
     (ModelConfig; vocabulary and context sizes always follow the task), ``train``
-    (TrainConfig; its ``device`` is the command's ``--device``), ``run_dir``.
+    (TrainConfig; its ``device`` is the command's ``--device``), ``run_dir``, ``overwrite``.
     """
     if _COMMAND_CONFIG:
         return _COMMAND_CONFIG[0]
@@ -81,7 +81,8 @@ def command_config_class() -> type:
          ("task", MPSPConfig, dataclasses.field(default_factory=MPSPConfig)),
          ("model", ModelConfig, dataclasses.field(default_factory=default_model)),
          ("train", TrainConfig, dataclasses.field(default_factory=TrainConfig)),
-         ("run_dir", Optional[Path], dataclasses.field(default=None))],  # noqa: UP007
+         ("run_dir", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
+         ("overwrite", bool, dataclasses.field(default=False))],
         bases=(Config,),
         namespace={"__post_init__": post_init, "__module__": __name__, "__doc__": """Settings of ``interp-toolkit train``.
 
@@ -92,6 +93,8 @@ def command_config_class() -> type:
         train: Optimization and bookkeeping, and where to train (``train.device``, also
             spelled ``--device``: cpu, cuda, cuda:N or auto; default cpu).
         run_dir: Run directory (default runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>).
+        overwrite: Move whatever the run directory holds aside to RUN_DIR.old-TIMESTAMP (never
+            deleted) and train from scratch.
     """},
     )
     _COMMAND_CONFIG.append(cls)
@@ -146,11 +149,12 @@ def default_run_dir(task_cfg: Any, model_cfg: Any, train_cfg: Any) -> Path:
                 f"_s{model_cfg.seed}_{key}")
 
 
-def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None) -> Any:
+def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None,
+               overwrite: bool = False) -> Any:
     """Build the splits and model for an MPSP run and train it (resuming if possible).
 
     ``device`` (default ``train_cfg.device``, else the CPU) is where the model is built and
-    trained; it becomes ``train_cfg.device``.
+    trained; it becomes ``train_cfg.device``. ``overwrite``: see :func:`~interp_toolkit.runs.trainer.train`.
     """
     import dataclasses
 
@@ -165,13 +169,14 @@ def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, dev
         train_cfg = dataclasses.replace(train_cfg, device=device)
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=resolved)
-    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}})
+    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
+                 overwrite=overwrite)
 
 
 def run_config(cfg: Any) -> int:
     """``interp-toolkit train``: returns 0; bad input raises a user error (exit 2 in ``main``)."""
     run_dir = cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)
-    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir)
+    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, overwrite=cfg.overwrite)
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")
