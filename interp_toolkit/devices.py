@@ -21,6 +21,8 @@ def resolve_device(device: Any = "cpu") -> Any:
     import torch
 
     if isinstance(device, torch.device):
+        if device.type == "cpu":
+            return device  # "cpu:0" and the like: already a CPU device
         device = str(device)
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -42,4 +44,21 @@ def resolve_device(device: Any = "cpu") -> Any:
     raise UserError(f"device {device!r} is not valid; expected {DEVICE_CHOICES}")
 
 
-__all__ = ["DEVICE_CHOICES", "resolve_device"]
+def check_device_name(device: Any) -> None:
+    """Check a device string's form without needing the device (configs are validated on
+    machines that may lack it; :func:`resolve_device` checks availability at run time).
+
+    ``None`` passes (it means "the default"; see :func:`resolve_device`).
+
+    Raises:
+        UserError: Naming the value unless it is ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
+    """
+    if device is None:
+        return
+    text = device.strip().lower() if isinstance(device, str) else None
+    if text in ("cpu", "cuda", "auto") or (text is not None and text.startswith("cuda:") and text[5:].isdigit()):
+        return
+    raise UserError(f"device must be one of {DEVICE_CHOICES}, got {device!r}")
+
+
+__all__ = ["DEVICE_CHOICES", "check_device_name", "resolve_device"]

@@ -42,8 +42,8 @@ class SweepCommandConfig(Config):
         workers: Local processes (default: CPU count).
         dry_run: Print the grid and exit.
         quiet: No progress bar.
-        device: cpu, cuda, cuda:N or auto (checked before any work).
-        sweep: The grid and the training settings of every run.
+        sweep: The grid and the training settings of every run (its ``device``, ``--device``:
+            cpu, cuda, cuda:N or auto, is checked before any work).
     """
 
     preset: Optional[str] = None  # noqa: UP007 - tyro reads the annotation at run time
@@ -53,7 +53,6 @@ class SweepCommandConfig(Config):
     workers: Optional[int] = None  # noqa: UP007
     dry_run: bool = False
     quiet: bool = False
-    device: Optional[str] = None  # noqa: UP007
     sweep: SweepConfig = field(default_factory=lambda: SweepConfig.from_dict(PRESETS["smoke"]))
 
     def __post_init__(self) -> None:
@@ -114,21 +113,19 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepComma
         command_fields = {f.name for f in dataclasses.fields(SweepCommandConfig)} - {"sweep"}
         command_data = {k: v for k, v in data.items() if k in command_fields}
         sweep_data.update(data.get("sweep") or {k: v for k, v in data.items() if k not in command_fields})
+        if data.get("sweep") and "device" in data:  # earlier files: device beside the sweep section
+            sweep_data.setdefault("device", data["device"])
     default = SweepCommandConfig.from_dict({**command_data, "sweep": SweepConfig.from_dict(sweep_data)})
     return parse_config(SweepCommandConfig, rest, default=default, prog=prog, description=DESCRIPTION)
 
 
 def run_config(args: SweepCommandConfig) -> int:
     """``interp-toolkit sweep``."""
+    from interp_toolkit.devices import resolve_device
     from interp_toolkit.studies.sweep import run_sweep
 
     cfg = args.sweep
-    if args.device is not None:
-        from interp_toolkit.devices import resolve_device
-
-        resolve_device(args.device)  # a bad or unavailable device fails before any work
-        if "device" in {f.name for f in dataclasses.fields(SweepConfig)}:
-            cfg = SweepConfig.from_dict({**cfg.to_dict(), "device": args.device})
+    resolve_device(cfg.device)  # a bad or unavailable device fails before any work
     if args.dry_run:
         print(json.dumps(cfg.to_dict(), indent=2))
         print(f"{len(cfg.cells())} cells x {len(cfg.seeds)} seeds = {cfg.n_runs()} runs")

@@ -26,7 +26,7 @@ ALIASES: dict[str, str | list[str]] = {
     "--epochs": "--train.epochs", "--lr": "--train.lr", "--weight-decay": "--train.weight-decay",
     "--batch-size": "--train.batch-size", "--eval-every": "--train.eval-every",
     "--checkpoint-every": "--train.checkpoint-every", "--no-log-checkpoints": "--train.no-checkpoint-log-spaced",
-    "--quiet": "--train.no-progress",
+    "--quiet": "--train.no-progress", "--device": "--train.device",
 }
 DESCRIPTION = ("Train one MPSP model. Reruns of a finished run recompute nothing; an interrupted run resumes "
                "from its last saved epoch. Every field of the task (MPSPConfig), model (ModelConfig) and "
@@ -44,7 +44,7 @@ def command_config_class() -> type:
 
     Fields: ``task_name`` (sets task.label/shortcut), ``task`` (MPSPConfig), ``model``
     (ModelConfig; vocabulary and context sizes always follow the task), ``train``
-    (TrainConfig), ``run_dir``, ``device``.
+    (TrainConfig; its ``device`` is the command's ``--device``), ``run_dir``, ``overwrite``.
     """
     if _COMMAND_CONFIG:
         return _COMMAND_CONFIG[0]
@@ -82,7 +82,6 @@ def command_config_class() -> type:
          ("model", ModelConfig, dataclasses.field(default_factory=default_model)),
          ("train", TrainConfig, dataclasses.field(default_factory=TrainConfig)),
          ("run_dir", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
-         ("device", str, dataclasses.field(default="cpu")),
          ("overwrite", bool, dataclasses.field(default=False))],
         bases=(Config,),
         namespace={"__post_init__": post_init, "__module__": __name__, "__doc__": """Settings of ``interp-toolkit train``.
@@ -91,11 +90,11 @@ def command_config_class() -> type:
         task_name: Task variant (sets task.label and task.shortcut); default: from them.
         task: The MPSP data.
         model: The architecture (vocabulary and context sizes always follow the task).
-        train: Optimization and bookkeeping.
+        train: Optimization and bookkeeping, and where to train (``train.device``, also
+            spelled ``--device``: cpu, cuda, cuda:N or auto; default cpu).
         run_dir: Run directory (default runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>).
-        device: cpu, cuda, cuda:N or auto.
-        overwrite: Move whatever the run directory holds aside to RUN_DIR.old-TIMESTAMP
-            (never deleted) and train from scratch.
+        overwrite: Move whatever the run directory holds aside to RUN_DIR.old-TIMESTAMP (never
+            deleted) and train from scratch.
     """},
     )
     _COMMAND_CONFIG.append(cls)
@@ -103,10 +102,19 @@ def command_config_class() -> type:
 
 
 def _prepare(data: dict[str, Any]) -> dict[str, Any]:
-    """Config-file layout of earlier versions: ``task: {task: NAME, ...}``."""
+    """Config-file layouts of earlier versions: ``task: {task: NAME, ...}``; a top-level
+    ``device`` (now ``train.device``)."""
     task = dict(data.get("task") or {})
     if "task" in task:
         data = {**data, "task_name": task.pop("task"), "task": task}
+    if "device" in data:
+        data = dict(data)
+        device = data.pop("device")
+        train = data.get("train") or {}
+        train = dict(train) if isinstance(train, dict) else train.to_dict()
+        if train.get("device") is None:
+            train["device"] = device
+        data["train"] = train
     return data
 
 
@@ -128,23 +136,37 @@ def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
 
 
 def default_run_dir(task_cfg: Any, model_cfg: Any, train_cfg: Any) -> Path:
-    """``runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>``: distinct configs, distinct directories."""
+    """``runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>``: distinct configs, distinct directories.
+
+    Where and with which engine a run trains (``train.device``, ``train.engine``) changes how,
+    not what, it computes: not part of the name.
+    """
     from interp_toolkit.io import config_hash
 
-    key = config_hash({"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), "train": train_cfg.to_dict()}, 8)
+    train = {k: v for k, v in train_cfg.to_dict().items() if k not in ("device", "engine")}
+    key = config_hash({"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), "train": train}, 8)
     return Path(f"runs/{task_cfg.name}_{model_cfg.n_layers}L{model_cfg.n_heads}H_r{task_cfg.r:g}"
                 f"_s{model_cfg.seed}_{key}")
 
 
 def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None,
                overwrite: bool = False) -> Any:
-    """Build the splits and model for an MPSP run and train it (resuming if possible)."""
+    """Build the splits and model for an MPSP run and train it (resuming if possible).
+
+    ``device`` (default ``train_cfg.device``, else the CPU) is where the model is built and
+    trained; it becomes ``train_cfg.device``. ``overwrite``: see :func:`~interp_toolkit.runs.trainer.train`.
+    """
+    import dataclasses
+
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.model import build_model
     from interp_toolkit.runs.trainer import train
     from interp_toolkit.tasks.mpsp import make_splits
 
-    resolved = resolve_device(device or "cpu")
+    device = device if device is not None else (train_cfg.device or "cpu")
+    resolved = resolve_device(device)  # a bad or unavailable device fails before any work
+    if train_cfg.device != device:
+        train_cfg = dataclasses.replace(train_cfg, device=device)
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=resolved)
     return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
@@ -154,7 +176,7 @@ def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, dev
 def run_config(cfg: Any) -> int:
     """``interp-toolkit train``: returns 0; bad input raises a user error (exit 2 in ``main``)."""
     run_dir = cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)
-    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, device=cfg.device, overwrite=cfg.overwrite)
+    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, overwrite=cfg.overwrite)
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")

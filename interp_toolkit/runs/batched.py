@@ -2,7 +2,10 @@
 
 ``train_batched`` trains K models that share an architecture, a training config and the
 data, and differ only in their initialization seed. Their parameters are stacked with
-``torch.func.stack_module_state``; one ``vmap(grad_and_value(loss))`` over
+``torch.func.stack_module_state``. By default (``TrainConfig.engine == "fast"``) the
+gradients come from :mod:`interp_toolkit.runs.engine` (batched matmuls over the member
+dimension; each member bit-identical to ``train()`` when a step is one pass); otherwise one
+``vmap(grad_and_value(loss))`` over
 ``functional_call`` of a meta-device copy of the ``TransformerBridge`` gives every
 member's gradient in one pass, and AdamW is applied functionally to the stacked tensors
 with exactly the update rule of ``torch.optim.AdamW`` (decoupled weight decay, bias
@@ -22,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io as _io
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,12 +37,22 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp_toolkit.checkpoint import save_checkpoint
+from interp_toolkit.devices import resolve_device
 from interp_toolkit.io import (
     append_jsonl,
     config_hash,
     read_jsonl,
 )
 from interp_toolkit.model import ModelConfig, build_model
+from interp_toolkit.runs.engine import (
+    adamw_step,
+    batched_train_threads,
+    engine_spec,
+    param_key_map,
+    stacked_grads,
+    stacked_logits,
+    warn_fallback_once,
+)
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
@@ -73,6 +85,7 @@ from interp_toolkit.runs.trainer import (
     truncate_metrics,
     validate_splits,
 )
+from interp_toolkit.threads import with_threads
 
 ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which train() uses
 
@@ -172,19 +185,11 @@ class StackedAdamW:
     @torch.no_grad()
     def step(self, params: dict[str, Tensor], grads: Mapping[str, Tensor]) -> None:
         """Update ``params`` in place from ``grads`` (same keys and shapes)."""
-        beta1, beta2 = self.betas
         self.step_count += 1
-        bias_correction1 = 1 - beta1**self.step_count
-        bias_correction2_sqrt = math.sqrt(1 - beta2**self.step_count)
-        step_size = self.lr / bias_correction1
-        for name, param in params.items():
-            grad = grads[name]
-            exp_avg, exp_avg_sq = self.exp_avg[name], self.exp_avg_sq[name]
-            param.mul_(1 - self.lr * self.weight_decay)
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
-            param.addcdiv_(exp_avg, denom, value=-step_size)
+        names = list(params)
+        adamw_step([params[k] for k in names], [grads[k] for k in names], [self.exp_avg[k] for k in names],
+                   [self.exp_avg_sq[k] for k in names], self.step_count, self.lr, self.betas,
+                   self.weight_decay, self.eps)
 
     def select(self, keep: Tensor) -> None:
         """Keep only the members indexed by ``keep`` (after others stopped early)."""
@@ -211,9 +216,13 @@ class StackedModel:
     Args:
         model_cfgs: One config per member; only ``seed`` may differ.
         device: Where the stacked tensors live.
+        engine: ``"fast"``: gradients and logits from :mod:`interp_toolkit.runs.engine`
+            where it can express the model (else vmap over the bridge, with a warning);
+            ``"bridge"``: always vmap over the bridge's forward.
     """
 
-    def __init__(self, model_cfgs: Sequence[ModelConfig], device: str | torch.device = "cpu") -> None:
+    def __init__(self, model_cfgs: Sequence[ModelConfig], device: str | torch.device = "cpu",
+                 engine: str = "fast") -> None:
         _check_same_architecture(model_cfgs)
         self.model_cfgs = list(model_cfgs)
         members = [build_model(cfg, device=device) for cfg in model_cfgs]
@@ -225,6 +234,19 @@ class StackedModel:
         with contextlib.redirect_stdout(_io.StringIO()):  # TransformerLens prints the move
             self.base = copy.deepcopy(self.template).to("meta")
         del members
+        # The fast engine (issue 10) addresses tensors by state-dict key.
+        self.spec = None
+        if engine == "fast":
+            self.spec, reason = engine_spec(self.model_cfgs[0], self.template.cfg)
+            if self.spec is None:
+                warn_fallback_once(reason or "unknown")
+        self.state_keys = param_key_map(self.template)
+
+    def engine_tensors(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """``(params, constants)`` by state-dict key, for the fast engine."""
+        params = {self.state_keys[k]: v for k, v in self.params.items()}
+        constants = {self.state_keys[k]: v for k, v in self.buffers.items() if k in self.state_keys}
+        return params, constants
 
     @property
     def size(self) -> int:
@@ -296,6 +318,10 @@ def batched_readout_loss(
     Returns:
         ``(grads, losses)``: ``grads[name]`` is ``[member, ...]``, ``losses`` is ``[member]``.
     """
+    if stacked.spec is not None:  # the fast engine (issue 10)
+        params, constants = stacked.engine_tensors()
+        grads_by_key, losses = stacked_grads(stacked.spec, params, constants, tokens, labels, position, chunk_size)
+        return {name: grads_by_key[key] for name, key in stacked.state_keys.items() if name in stacked.params}, losses
     n = labels.shape[0]
     chunk = chunk_size or default_chunk_size(stacked.size)
 
@@ -326,6 +352,7 @@ def evaluate_batched(stacked: StackedModel, splits: Mapping[str, Split], positio
     forward = torch.func.vmap(lambda p, b, x: stacked.logits(p, b, x)[:, position, :], in_dims=(0, 0, None))
     device = next(iter(stacked.params.values())).device
     k = stacked.size
+    engine_params, engine_constants = stacked.engine_tensors()
     out: list[dict[str, float]] = [{} for _ in range(k)]
     for name, split in splits.items():
         total_loss = torch.zeros(k, dtype=torch.float64)
@@ -334,7 +361,10 @@ def evaluate_batched(stacked: StackedModel, splits: Mapping[str, Split], positio
         for start in range(0, n, batch_size):
             tokens = split.tokens[start : start + batch_size].to(device)
             labels = split.labels[start : start + batch_size].to(device)
-            logits = forward(stacked.params, stacked.buffers, tokens)  # [k, b, vocab]
+            if stacked.spec is not None:  # the fast engine (issue 10)
+                logits = stacked_logits(stacked.spec, {**engine_params, **engine_constants}, tokens, position)
+            else:
+                logits = forward(stacked.params, stacked.buffers, tokens)  # [k, b, vocab]
             losses = F.cross_entropy(logits.flatten(0, 1), labels.repeat(k), reduction="none")
             total_loss += losses.view(k, -1).sum(-1).double().cpu()
             correct += (logits.argmax(-1) == labels).sum(-1).cpu()
@@ -344,6 +374,7 @@ def evaluate_batched(stacked: StackedModel, splits: Mapping[str, Split], positio
     return out
 
 
+@with_threads(batched_train_threads)  # 1 torch thread for tiny work; the caller's count is restored
 def train_batched(
     model_cfgs: Sequence[ModelConfig],
     splits: Mapping[str, Split],
@@ -351,7 +382,7 @@ def train_batched(
     run_dirs: Sequence[str | Path],
     run_infos: Sequence[Mapping[str, Any] | None] | None = None,
     stop_rule: StopRule | None = None,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     chunk_size: int | None = None,
     overwrite: bool = False,
 ) -> BatchedResult:
@@ -370,7 +401,7 @@ def train_batched(
         run_infos: Optional ``run_info`` per member, stored in ``run.json`` as ``train`` does.
         stop_rule: Optional early stop: called with a member's metrics after every
             evaluation; True finishes that member there (recorded as ``stopped_early_at``).
-        device: Torch device of the stacked parameters.
+        device: Torch device of the stacked parameters (``None``: ``cfg.device``, else CPU).
         chunk_size: Examples per vmapped pass (default :func:`default_chunk_size`).
         overwrite: Move whatever each run directory holds aside (to ``RUN_DIR.old-TIMESTAMP``,
             never deleted) and start fresh.
@@ -385,6 +416,7 @@ def train_batched(
         raise TypeError(f"train_batched expects a TrainConfig, got {type(cfg).__name__}")
     _check_same_architecture(model_cfgs)
     validate_splits(splits, cfg, model_cfgs[0])
+    device = resolve_device(device if device is not None else (cfg.device or "cpu"))
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) != len(model_cfgs):
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(run_dirs)} run_dirs")
@@ -465,7 +497,7 @@ def _train_group(
     chunk_size: int | None = None,
 ) -> dict[int, int | None]:
     """Train members that all start at ``start_epoch``; returns early-stop epochs by global id."""
-    stacked = StackedModel(model_cfgs, device=device)
+    stacked = StackedModel(model_cfgs, device=device, engine=cfg.engine)
     optimizer = StackedAdamW(stacked.params, cfg.lr, cfg.betas, cfg.weight_decay)
     param_groups = torch.optim.AdamW(stacked.template.parameters(), lr=cfg.lr, betas=cfg.betas,
                                      weight_decay=cfg.weight_decay).state_dict()["param_groups"]

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
 from interp_toolkit.config import Config
+from interp_toolkit.devices import check_device_name, resolve_device
 from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,
@@ -39,6 +40,7 @@ from interp_toolkit.io import (
     tensor_digest,
 )
 from interp_toolkit.model import model_config_of
+from interp_toolkit.runs.engine import ReadoutForward, check_engine_name, train_threads
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
@@ -59,6 +61,7 @@ from interp_toolkit.runs.resume import (
     refuse_legacy_resume,
     save_resume_state,
 )
+from interp_toolkit.threads import with_threads
 
 
 class Split(Protocol):
@@ -88,6 +91,12 @@ class TrainConfig(Config):
         eval_batch_size: Batch size of evaluation passes.
         seed: Seed of minibatch shuffling.
         progress: Show a tqdm bar.
+        engine: ``"fast"``: the lean readout-only forward of :mod:`interp_toolkit.runs.engine`
+            where it can express the model exactly (else the bridge's forward, with a
+            warning); ``"bridge"``: always the TransformerBridge's full forward. Same results
+            up to float rounding, so not part of a run's identity.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA if available); the
+            model is moved there before training. ``None``: train where the model is.
     """
 
     epochs: int = 2_000
@@ -103,11 +112,15 @@ class TrainConfig(Config):
     eval_batch_size: int = 8_192
     seed: int = 0
     progress: bool = True
+    engine: str = "fast"
+    device: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
         self.betas = tuple(float(b) for b in self.betas)  # JSON gives lists
+        check_engine_name(self.engine)
+        check_device_name(self.device)
         for name in ("epochs", "eval_every", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -136,8 +149,9 @@ class TrainConfig(Config):
         return sorted(epochs)
 
 
-# Fields that change how a run is displayed, not what it computes.
-_NON_SEMANTIC = ("progress", "eval_batch_size")
+# Fields that change how a run is displayed or computed (engine, device: equal up to float
+# rounding), not what it computes: outside the run key, so a run resumes on another device.
+_NON_SEMANTIC = ("progress", "eval_batch_size", "engine", "device")
 
 
 @dataclass
@@ -168,18 +182,23 @@ def readout_loss(
 
 @torch.no_grad()
 def evaluate(model: Any, splits: Mapping[str, Split], position: int = -1,
-             batch_size: int = 8_192) -> dict[str, float]:
-    """Loss and accuracy at the readout position on every named split."""
+             batch_size: int = 8_192, engine: str = "fast") -> dict[str, float]:
+    """Loss and accuracy at the readout position on every named split.
+
+    ``engine`` chooses the forward (see ``TrainConfig.engine``); ``train`` evaluates with
+    the engine it trains with.
+    """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+    forward = ReadoutForward(model, position, engine)
     out: dict[str, float] = {}
     for name, split in splits.items():
         total_loss, correct, n = 0.0, 0, len(split.labels)
         for start in range(0, n, batch_size):
             tokens = split.tokens[start : start + batch_size].to(device)
             labels = split.labels[start : start + batch_size].to(device)
-            logits = model(tokens)[:, position, :]
+            logits = forward(tokens)
             total_loss += float(F.cross_entropy(logits, labels, reduction="sum"))
             correct += int((logits.argmax(-1) == labels).sum())
         out[f"{name}_loss"] = total_loss / n
@@ -303,6 +322,7 @@ def clear_run_outputs(run_dir: str | Path) -> None:
         stale.unlink()
 
 
+@with_threads(train_threads)  # 1 torch thread for tiny work; the caller's count is restored
 def train(
     model: Any,
     splits: Mapping[str, Split],
@@ -341,9 +361,11 @@ def train(
         raise TypeError(f"train expects a TrainConfig, got {type(cfg).__name__}")
     model_cfg = model_config_of(model)
     validate_splits(splits, cfg, model_cfg)
+    # A bad or absent device fails here, before the directory is locked or created.
+    target_device = resolve_device(cfg.device) if cfg.device is not None else None
     lock = DirectoryLock(run_dir, "run directory").acquire()
     try:
-        return _train_locked(model, splits, cfg, Path(run_dir), run_info, overwrite, model_cfg)
+        return _train_locked(model, splits, cfg, Path(run_dir), run_info, overwrite, model_cfg, target_device)
     except KeyboardInterrupt as err:
         raise interrupted(err, run_dir) from None
     finally:
@@ -362,8 +384,10 @@ def interrupted(err: KeyboardInterrupt, run_dir: str | Path) -> KeyboardInterrup
 
 
 def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run_dir: Path,
-                  run_info: Mapping[str, Any] | None, overwrite: bool, model_cfg: Any) -> TrainResult:
-    """:func:`train` once ``run_dir`` is locked by this process."""
+                  run_info: Mapping[str, Any] | None, overwrite: bool, model_cfg: Any,
+                  target_device: torch.device | None = None) -> TrainResult:
+    """:func:`train` once ``run_dir`` is locked by this process (``target_device``: where to
+    move the model first; ``None``: train where it is)."""
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
     key = config_hash(identity)
     resume_path = run_dir / RESUME_NAME
@@ -399,6 +423,8 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
                                already_finished=True)
     run_dir.mkdir(parents=True, exist_ok=True)
 
+    if target_device is not None:
+        model.to(target_device)
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
                                   weight_decay=cfg.weight_decay)
@@ -437,27 +463,28 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
 
     last_metrics: dict[str, Any] = {}
     if resumed_from is None:
-        last_metrics = {"epoch": 0, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size)}
+        last_metrics = {"epoch": 0, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}
         append_jsonl(metrics_path, last_metrics)
         save_state(0, last_metrics)
 
     started = time.perf_counter()
     model.train()
+    # The training forward (issue 10): the lean readout-only engine or the bridge.
+    forward = ReadoutForward(model, cfg.readout_position, cfg.engine)
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train {run_dir.name}",
                disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
     for epoch in bar:
         order = torch.randperm(n, generator=shuffle_gen).to(device) if cfg.batch_size else None
         for start in range(0, n, batch_size):
             idx = order[start : start + batch_size] if order is not None else slice(None)
-            loss = readout_loss(model(tokens[idx]), labels[idx], cfg.readout_position)
+            optimizer.zero_grad(set_to_none=True)
+            loss = forward.backward(tokens[idx], labels[idx])  # gradients into .grad, in cache-sized passes
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}; lower lr")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
             optimizer.step()
         is_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs or epoch in ckpt_epochs
         if is_eval:
-            last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size)}
+            last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}
             append_jsonl(metrics_path, last_metrics)
             save_state(epoch, last_metrics)
             model.train()

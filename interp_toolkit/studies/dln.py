@@ -37,6 +37,7 @@ from transformer_lens.hook_points import HookPoint
 
 from interp_toolkit.io import config_hash, load_artifact, save_artifact, tensor_digest
 from interp_toolkit.runs.record import is_finished, read_run_record, write_record
+from interp_toolkit.threads import with_threads
 
 __all__ = [
     "DLNConfig",
@@ -293,6 +294,11 @@ class DLNTrainConfig:
         return dataclasses.asdict(self)
 
 
+def _one_thread(*args: Any, **kwargs: Any) -> int:
+    return 1  # DLN steps are tiny: a second thread cost ~100x on a busy 2-core machine
+
+
+@with_threads(_one_thread)  # 1 torch thread; the caller's count is restored on return
 def gradient_descent(
     model: DeepLinearNetwork,
     inputs: Float[Tensor, "P n_in"],
@@ -389,6 +395,7 @@ def _save_state(path: Path, model: DeepLinearNetwork, metadata: dict[str, Any]) 
     save_artifact(path, tensors, metadata, kind="dln_state")
 
 
+@with_threads(_one_thread)  # 1 torch thread; the caller's count is restored on return
 def train_dln(
     inputs: Float[Tensor, "P n_in"],
     targets: Float[Tensor, "P n_out"],

@@ -40,8 +40,13 @@ from tqdm.auto import tqdm
 
 from interp_toolkit.config import Config
 from interp_toolkit.io import atomic_write_json, config_hash
+from interp_toolkit.threads import with_threads
 
 BACKENDS = ("local", "ray")
+#: SweepConfig fields that do not change results (beyond float rounding): not in its key.
+_NOT_IN_KEY = ("device",)
+#: TrainConfig fields that choose how, not what, to compute: not in run directory names.
+_HOW_NOT_WHAT = ("engine", "device")
 
 #: A ratio entry meaning "r = 1/m of each task" (0.5 for parity tasks, 1/3 for mod-3 tasks).
 CHANCE = "chance"
@@ -80,6 +85,10 @@ class SweepConfig(Config):
         transient_tolerance: A generalized run whose generalization-split accuracy falls
             below this ...
         transient_min_span: ... for at least this many consecutive evaluations is transient.
+        device: Where runs train: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA if
+            the worker has it). On a GPU every seed of a cell trains in one job (the engine
+            splits the batch into passes that fit the GPU's memory) and Ray tasks ask for
+            one GPU. Not part of the study's key: results agree up to float rounding.
     """
 
     name: str = "mpsp"
@@ -108,8 +117,12 @@ class SweepConfig(Config):
     threshold: float = 1.0
     transient_tolerance: float = 0.99
     transient_min_span: int = 3
+    device: str = "auto"
 
     def __post_init__(self) -> None:
+        from interp_toolkit.devices import check_device_name
+
+        check_device_name(self.device)
         if isinstance(self.seeds, int) and not isinstance(self.seeds, bool):
             if self.seeds < 1:
                 raise ValueError(f"SweepConfig.seeds must be a positive count or a list of ints, got {self.seeds!r}")
@@ -182,8 +195,9 @@ class SweepConfig(Config):
                                  transient_min_span=self.transient_min_span)
 
     def key(self) -> str:
-        """Hash of everything that decides the study's training (not the outcome-only fields)."""
-        data = {k: v for k, v in self.to_dict().items() if k not in OUTCOME_ONLY_FIELDS}
+        """Hash of everything that decides the study's training (not the outcome-only fields,
+        nor where it runs)."""
+        data = {k: v for k, v in self.to_dict().items() if k not in OUTCOME_ONLY_FIELDS + _NOT_IN_KEY}
         return config_hash(data, 8)
 
     def n_runs(self) -> int:
@@ -260,8 +274,9 @@ def cell_configs(cfg: SweepConfig, cell: Mapping[str, Any], seed: int) -> tuple[
 def run_dir_name(cell: Mapping[str, Any], seed: int, task_cfg: Any, model_cfg: Any, train_cfg: Any,
                  run_info: Mapping[str, Any]) -> str:
     """Readable name plus a hash of every config: distinct runs, distinct directories."""
+    train = {k: v for k, v in train_cfg.to_dict().items() if k not in _HOW_NOT_WHAT}
     key = config_hash({"task": task_cfg.to_dict(), "model": model_cfg.to_dict(),
-                       "train": train_cfg.to_dict(), "info": dict(run_info)}, 8)
+                       "train": train, "info": dict(run_info)}, 8)
     return (f"{cell['task']}_{cell['n_layers']}L{cell['n_heads']}H_r{cell['r']:g}_wd{cell['weight_decay']:g}"
             f"_s{seed}_{key}")
 
@@ -286,6 +301,11 @@ def _job_done(job: Mapping[str, Any]) -> bool:
     return all((Path(run["run_dir"]) / "outcome.json").exists() for run in job["runs"])
 
 
+def _job_threads(job: Mapping[str, Any], threads: int = 1) -> int:
+    return max(1, threads)
+
+
+@with_threads(_job_threads)  # the caller's torch thread count is restored on return
 def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
     """Train one job's seeds together and write each run's ``outcome.json``.
 
@@ -296,8 +316,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
     Returns:
         One outcome row per run: cell fields, seed, run directory and the outcome record.
     """
-    import torch
-
+    from interp_toolkit.devices import resolve_device
     from interp_toolkit.errors import UserError
     from interp_toolkit.io import config_hash
     from interp_toolkit.runs.batched import member_state, train_batched
@@ -305,8 +324,8 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
     from interp_toolkit.studies.outcomes import generalization_stop_rule, outcome_of_run
     from interp_toolkit.tasks.mpsp import make_splits, task_modulus
 
-    torch.set_num_threads(max(1, threads))
     cfg = SweepConfig.from_dict(job["sweep"])
+    device = resolve_device(cfg.device)
     cell = job["cell"]
     modulus = task_modulus(cell["task"])
     per_run = [cell_configs(cfg, cell, run["seed"]) for run in job["runs"]]
@@ -326,6 +345,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
             [per_run[i][1] for i in todo], splits, per_run[0][2], [job["runs"][i]["run_dir"] for i in todo],
             [per_run[i][3] for i in todo],
             stop_rule=generalization_stop_rule(cell["r"], modulus, cfg.threshold) if cfg.early_stop else None,
+            device=device,
         )
         for j, i in enumerate(todo):
             run_dir = Path(job["runs"][i]["run_dir"])
@@ -397,7 +417,7 @@ def _run_local(jobs: list[dict[str, Any]], workers: int, threads: int, bar: Any)
     return rows
 
 
-def _run_ray(jobs: list[dict[str, Any]], address: str | None, bar: Any) -> list[dict[str, Any]]:
+def _run_ray(jobs: list[dict[str, Any]], address: str | None, bar: Any, device: str = "cpu") -> list[dict[str, Any]]:
     try:
         import ray
     except ImportError as err:
@@ -407,7 +427,9 @@ def _run_ray(jobs: list[dict[str, Any]], address: str | None, bar: Any) -> list[
         ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
         started_here = True
     try:
-        remote_job = ray.remote(num_cpus=1)(run_job)
+        # A task asks for a GPU when the sweep's device is CUDA ("auto": when the cluster has one).
+        wants_gpu = device.startswith("cuda") or (device == "auto" and ray.cluster_resources().get("GPU", 0) > 0)
+        remote_job = ray.remote(num_cpus=1, num_gpus=1 if wants_gpu else 0)(run_job)
         pending = {remote_job.remote(job, 1): job for job in jobs}
         rows: list[dict[str, Any]] = []
         while pending:
@@ -505,11 +527,15 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
                disable=not progress, file=sys.stderr)
     if todo:
         if backend == "ray":
-            rows.extend(_run_ray(todo, address, bar))
+            rows.extend(_run_ray(todo, address, bar, cfg.device))
         else:
-            n_workers = min(workers or os.cpu_count() or 1, len(todo))
-            threads = max(1, (os.cpu_count() or 1) // n_workers)
-            rows.extend(_run_local(todo, n_workers, threads, bar))
+            from interp_toolkit.devices import resolve_device
+
+            # One job per GPU at a time (it holds every seed of its cell); on CPUs one process
+            # per core, each on 1 torch thread (small per-op work: threads only add contention).
+            on_gpu = resolve_device(cfg.device).type == "cuda"
+            n_workers = min(workers or (1 if on_gpu else os.cpu_count() or 1), len(todo))
+            rows.extend(_run_local(todo, n_workers, 1, bar))
     bar.close()
     failed = [row for row in rows if "error" in row]
     rows = [row for row in rows if "error" not in row]

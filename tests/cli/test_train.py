@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import signal
@@ -126,4 +127,17 @@ def test_train_flags_are_generated_from_the_configs_and_old_names_still_work():
     assert parsed.model.act_fn == "gelu" and parsed.train.readout_position == -2
     assert parsed.train.eval_batch_size == TrainConfig().eval_batch_size
     assert parsed.model.d_mlp == ModelConfig(n_layers=1, n_heads=1, d_vocab=2, n_ctx=2).d_mlp
-    assert len(ALIASES) == 22
+    assert len(ALIASES) == 23
+
+
+def test_train_has_one_device_option_reaching_train_config(tmp_path):
+    from interp_toolkit.cli.train import command_config_class, parse
+
+    assert "device" not in {f.name for f in dataclasses.fields(command_config_class())}
+    assert parse([]).train.device is None  # trains on the CPU (train_mpsp's default)
+    assert parse(["--device", "cpu"]).train.device == "cpu"
+    assert parse(["--train.device", "auto"]).train.device == "auto"
+    config = tmp_path / "train.yaml"  # earlier files put device beside the sections
+    config.write_text("device: cpu\ntrain: {epochs: 3}\n")
+    parsed = parse(["--config", str(config)])
+    assert parsed.train.device == "cpu" and parsed.train.epochs == 3

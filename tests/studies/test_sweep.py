@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -219,3 +220,9 @@ def test_sweep_flags_are_generated_from_sweep_config(tmp_path):
     parsed = parse(["--config", str(config), "--epochs", "6"])
     assert parsed.sweep.ratios == [0.3] and parsed.sweep.epochs == 6 and parsed.workers == 1
     assert parsed.sweep.n_train == SweepConfig().n_train  # no preset when a file is given
+    # one device option: SweepConfig.device, spelled --device
+    assert parse(["--device", "cpu"]).sweep.device == "cpu"
+    assert parse([]).sweep.device == SweepConfig().device == "auto"
+    from interp_toolkit.cli.sweep import SweepCommandConfig
+
+    assert "device" not in {f.name for f in dataclasses.fields(SweepCommandConfig)}

@@ -1,0 +1,627 @@
+"""A lean, exact training forward for readout-classification models (MPSP-style).
+
+The loss of an MPSP run is a cross-entropy at one readout position ``r``. Causality means
+nothing after ``r`` matters, and in the last layer only the readout query matters: the
+engine runs every position ``<= r`` through the layers below the last, and in the last
+layer computes the keys and values of every position but the query, attention, MLP,
+final norm and unembedding at ``r`` only. Two more exact shortcuts:
+
+* the input of layer 0 at a position is ``W_E[token] + W_pos[position]``, a function of
+  ``(token, position)`` alone, so layer 0's ``ln1`` and fused QKV projection are computed
+  once per distinct ``(token, position)`` pair (``d_vocab * n_pos`` rows) and gathered,
+  instead of once per ``(example, position)`` (used when the table is smaller than the
+  batch; :func:`readout_logits` ``table=``);
+* the Q, K and V projections are one matmul (one concatenated weight).
+
+It works on the bridge's own parameter tensors, addressed by their TransformerLens
+state-dict keys (``blocks.0.attn.q.weight`` ...), so initialization, checkpoints, resume
+files and analyses are those of the :class:`~transformer_lens.model_bridge.TransformerBridge`
+(``boot_native``) it reads; only the order of floating-point operations differs from the
+bridge's full forward (logits agree to ~1e-6 relative in float32, ~1e-15 in float64; see
+``tests/runs/test_engine.py``). The same code takes a leading member dimension ``K`` on every
+parameter (``[K, ...]``), so K seeds train together with batched matmuls.
+
+A model the engine cannot express exactly (rotary or shortformer positions, ``solu_ln`` or
+gated MLPs, RMS norms, soft caps, grouped-query attention, a non-default attention scale)
+falls back to the bridge's forward, with one :class:`EngineFallbackWarning` per reason.
+
+The matching optimizer is :func:`adamw_step`, ``torch.optim.AdamW``'s update written
+functionally for tensors with a member dimension.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp_toolkit.devices import resolve_device
+
+ENGINES = ("fast", "bridge")
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    # The formulas of transformer_lens.model_bridge.sources.native.model._ACTIVATIONS.
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+class EngineFallbackWarning(UserWarning):
+    """The fast engine cannot express a model exactly; the bridge's forward is used."""
+
+
+_warned: set[str] = set()
+
+
+def warn_fallback_once(reason: str) -> None:
+    """Warn (once per distinct ``reason`` per process) that the bridge forward is used."""
+    if reason in _warned:
+        return
+    _warned.add(reason)
+    warnings.warn(f"fast training engine not used ({reason}); falling back to the "
+                  "TransformerBridge forward (slower, same results)", EngineFallbackWarning, stacklevel=3)
+
+
+def check_engine_name(engine: str) -> None:
+    """Raise ``ValueError`` naming ``engine`` unless it is one of :data:`ENGINES`."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """The architecture facts the engine's forward needs (all read from the model)."""
+
+    n_layers: int
+    n_heads: int
+    d_head: int
+    d_model: int
+    d_mlp: int
+    d_vocab: int
+    d_vocab_out: int
+    n_ctx: int
+    act_fn: str
+    layer_norm: bool
+    attn_only: bool
+    eps: float
+    attn_scale: float
+
+
+def engine_spec(model_cfg: Any, bridge_cfg: Any) -> tuple[EngineSpec | None, str | None]:
+    """The :class:`EngineSpec` of a model, or ``(None, reason)`` if it is not expressible.
+
+    Args:
+        model_cfg: The toolkit's ``ModelConfig``.
+        bridge_cfg: The bridge's ``TransformerBridgeConfig`` (``model.cfg``): the source of
+            the LayerNorm eps, attention scale and every option the toolkit never sets.
+    """
+    checks = [
+        (model_cfg.positional_embedding == "standard",
+         f"positional_embedding={model_cfg.positional_embedding!r}"),
+        (model_cfg.act_fn in _ACTIVATIONS, f"act_fn={model_cfg.act_fn!r}"),
+        (model_cfg.normalization in ("LN", None), f"normalization={model_cfg.normalization!r}"),
+        (str(getattr(bridge_cfg, "normalization_type", None) or "").upper() in ("LN", ""),
+         f"bridge normalization_type={getattr(bridge_cfg, 'normalization_type', None)!r}"),
+        (getattr(bridge_cfg, "attention_dir", "causal") == "causal", "non-causal attention"),
+        (not getattr(bridge_cfg, "gated_mlp", False), "gated MLP"),
+        (not getattr(bridge_cfg, "final_rms", False), "final RMS norm"),
+        (float(getattr(bridge_cfg, "attn_scores_soft_cap", -1.0)) <= 0, "attention soft cap"),
+        (float(getattr(bridge_cfg, "output_logits_soft_cap", -1.0)) <= 0, "logit soft cap"),
+        (getattr(bridge_cfg, "n_key_value_heads", None) in (None, model_cfg.n_heads),
+         "grouped-query attention"),
+        (str(getattr(bridge_cfg, "positional_embedding_type", "standard") or "standard").lower()
+         == "standard", "bridge positional embedding is not 'standard'"),
+    ]
+    for ok, reason in checks:
+        if not ok:
+            return None, reason
+    use_scale = getattr(bridge_cfg, "use_attn_scale", True)
+    attn_scale = float(getattr(bridge_cfg, "attn_scale", -1.0))
+    # NativeAttention: cfg.attn_scale if use_attn_scale and attn_scale > 0, else sqrt(d_head).
+    scale = attn_scale if (use_scale and attn_scale > 0) else math.sqrt(model_cfg.d_head)
+    spec = EngineSpec(
+        n_layers=model_cfg.n_layers, n_heads=model_cfg.n_heads, d_head=model_cfg.d_head,
+        d_model=model_cfg.d_model, d_mlp=model_cfg.d_mlp, d_vocab=model_cfg.d_vocab,
+        d_vocab_out=model_cfg.d_vocab_out, n_ctx=model_cfg.n_ctx,
+        act_fn=model_cfg.act_fn, layer_norm=model_cfg.normalization == "LN",
+        attn_only=model_cfg.attn_only, eps=float(getattr(bridge_cfg, "eps", 1e-5)), attn_scale=scale,
+    )
+    return spec, None
+
+
+def state_dict_names(model: Any) -> dict[int, str]:
+    """``id(tensor) -> TransformerLens state-dict key`` for every tensor of a bridge."""
+    return {id(tensor): key for key, tensor in model.state_dict(keep_vars=True).items()}
+
+
+def param_key_map(model: Any) -> dict[str, str]:
+    """``raw parameter/buffer name -> state-dict key`` (e.g. ``layers.0._original_component
+    .attn._original_component.q._original_component.weight -> blocks.0.attn.q.weight``)."""
+    ids = state_dict_names(model)
+    out = {}
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if id(tensor) in ids:
+            out[name] = ids[id(tensor)]
+    return out
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+#: Use the batched (any-K) form of every op also for one member, so that stacked members
+#: are bit-identical to single runs. False: plain ``F.linear`` / fused ``layer_norm`` for
+#: K = 1 (measured 0-12% faster on a loaded 2-core machine, within its noise).
+SAME_OPS_FOR_ANY_K = True
+
+#: ``"sdpa"``: ``F.scaled_dot_product_attention`` (fused kernels, on CPU and GPU);
+#: ``"matmul"``: explicit scores, mask and softmax as the bridge writes them. Equal up to
+#: rounding; they measured alike on CPU (2 layers, 11 positions).
+ATTENTION = "sdpa"
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``x @ weight.T + bias`` with a leading member dim: x [K, N, in], weight [K, out, in].
+
+    The same batched kernels for every K: member k of a K-member pass computes exactly what
+    a one-member pass computes (the K-seed trainer reproduces single runs bit for bit).
+    """
+    if x.shape[0] == 1 and not SAME_OPS_FOR_ANY_K:
+        out = F.linear(x[0], weight[0], None if bias is None else bias[0])
+        return out.unsqueeze(0)
+    if bias is None:
+        return torch.bmm(x, weight.transpose(1, 2))
+    return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+
+def _norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    """LayerNorm over the last dim with per-member affine parameters ([K, D])."""
+    if weight is None:
+        return x
+    d = x.shape[-1]
+    if x.shape[0] == 1 and not SAME_OPS_FOR_ANY_K:
+        return F.layer_norm(x, (d,), weight[0], bias[0], eps)
+    shape = (weight.shape[0],) + (1,) * (x.ndim - 2) + (d,)
+    return torch.addcmul(bias.view(shape), F.layer_norm(x, (d,), None, None, eps), weight.view(shape))
+
+
+class _Params:
+    """Parameter lookup by state-dict key, with the member dim leading."""
+
+    def __init__(self, params: Mapping[str, Tensor], spec: EngineSpec) -> None:
+        self.p = params
+        self.spec = spec
+
+    def __getitem__(self, key: str) -> Tensor:
+        return self.p[key]
+
+    def ln(self, layer: int | None, which: str) -> tuple[Tensor | None, Tensor | None]:
+        if not self.spec.layer_norm:
+            return None, None
+        prefix = "ln_final" if layer is None else f"blocks.{layer}.{which}"
+        return self.p[f"{prefix}.weight"], self.p[f"{prefix}.bias"]
+
+    def qkv(self, layer: int, parts: str = "qkv") -> tuple[Tensor, Tensor]:
+        """Concatenated ``[K, len(parts) * H * d_head, d_model]`` weight and its bias."""
+        prefix = f"blocks.{layer}.attn"
+        if len(parts) == 1:
+            return self.p[f"{prefix}.{parts}.weight"], self.p[f"{prefix}.{parts}.bias"]
+        weight = torch.cat([self.p[f"{prefix}.{c}.weight"] for c in parts], dim=1)
+        bias = torch.cat([self.p[f"{prefix}.{c}.bias"] for c in parts], dim=1)
+        return weight, bias
+
+
+def _mlp(x: Tensor, p: _Params, layer: int) -> Tensor:
+    """Residual after the MLP of ``layer`` (x: [K, N, D])."""
+    spec = p.spec
+    if spec.attn_only:
+        return x
+    w, b = p.ln(layer, "ln2")
+    h = _norm(x, w, b, spec.eps)
+    mid = _ACTIVATIONS[spec.act_fn](_linear(h, p[f"blocks.{layer}.mlp.in.weight"], p[f"blocks.{layer}.mlp.in.bias"]))
+    return x + _linear(mid, p[f"blocks.{layer}.mlp.out.weight"], p[f"blocks.{layer}.mlp.out.bias"])
+
+
+def _heads(x: Tensor, rows: int, pos: int, spec: EngineSpec) -> Tensor:
+    """[K, rows*pos, H*dh] -> [K*rows, H, pos, dh] (a view)."""
+    return x.reshape(-1, pos, spec.n_heads, spec.d_head).transpose(1, 2)
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, spec: EngineSpec, causal: bool) -> Tensor:
+    """Softmax attention [KB, H, Tq, dh]: scores / scale, causal mask when ``causal``."""
+    if ATTENTION == "sdpa":
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0 / spec.attn_scale)
+    scores = torch.matmul(q, k.transpose(-2, -1)) / spec.attn_scale
+    if causal:
+        n = q.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+
+def _causal_attention(qkv: Tensor, spec: EngineSpec, k_members: int, batch: int, pos: int) -> Tensor:
+    """Causal self-attention of every position: qkv [K, B*T, 3*H*dh] -> [K, B*T, H*dh]."""
+    width = spec.n_heads * spec.d_head
+    q, k, v = (_heads(t, batch, pos, spec) for t in qkv.split(width, dim=-1))
+    z = _attention(q, k, v, spec, causal=True)  # [KB, H, T, dh]
+    return z.transpose(1, 2).reshape(k_members, batch * pos, width)
+
+
+def _readout_attention(q: Tensor, kv: Tensor, spec: EngineSpec, k_members: int, batch: int, pos: int) -> Tensor:
+    """The readout query over every key: q [K, B, H*dh], kv [K, B*T, 2*H*dh] -> [K, B, H*dh]."""
+    width = spec.n_heads * spec.d_head
+    k, v = (_heads(t, batch, pos, spec) for t in kv.split(width, dim=-1))
+    q = q.reshape(-1, 1, spec.n_heads, spec.d_head).transpose(1, 2)  # [KB, H, 1, dh]
+    z = _attention(q, k, v, spec, causal=False)  # the readout is the last position kept
+    return z.reshape(k_members, batch, width)
+
+
+def readout_logits(
+    spec: EngineSpec,
+    params: Mapping[str, Tensor],
+    tokens: Int[Tensor, "batch pos"],
+    position: int = -1,
+    table: bool | None = None,
+) -> Float[Tensor, "member batch vocab_out"]:
+    """Logits at the readout position of K stacked members of one architecture.
+
+    Args:
+        spec: The architecture (:func:`engine_spec`).
+        params: Every parameter by TransformerLens state-dict key (plus the ``unembed.bias``
+            buffer), each with a leading member dimension ``K``.
+        tokens: Inputs shared by all members.
+        position: Readout position (negative counts from the end, as in ``logits[:, position]``).
+        table: Compute layer 0's ``ln1`` + QKV once per ``(token, position)`` pair and gather
+            (``None``: when the table has fewer rows than a quarter of the batch's positions).
+
+    Returns:
+        ``[K, batch, d_vocab_out]`` logits, equal to the bridge's ``model(tokens)[:, position]``
+        up to floating-point rounding.
+    """
+    n_pos = tokens.shape[1]
+    if not -n_pos <= position < n_pos:
+        raise ValueError(f"readout position {position} is outside sequences of length {n_pos}")
+    if n_pos > spec.n_ctx:
+        raise ValueError(f"input length {n_pos} exceeds the model's n_ctx={spec.n_ctx}")
+    readout = position % n_pos
+    pos = readout + 1  # causal: positions after the readout never reach its logits
+    tokens = tokens[:, :pos]
+    batch = tokens.shape[0]
+    p = _Params(params, spec)
+    embed = params["embed.weight"]  # [K, V, D]
+    k_members, d_vocab, d_model = embed.shape
+    pos_embed = params["pos_embed.weight"][:, :pos]  # [K, T, D]
+    last = spec.n_layers - 1
+    if table is None:
+        table = 4 * d_vocab * pos <= batch * pos
+    position_ids = torch.arange(pos, device=tokens.device)
+    flat = tokens.reshape(-1)
+    readout_rows = None
+
+    # ---- layer 0's input, its ln1 and its projections (from the (token, position) table)
+    parts0 = "kv" if last == 0 else "qkv"
+    w_ln, b_ln = p.ln(0, "ln1")
+    w_proj, b_proj = p.qkv(0, parts0)
+    if table:
+        x_table = (embed.unsqueeze(2) + pos_embed.unsqueeze(1)).reshape(k_members, d_vocab * pos, d_model)
+        h_table = _norm(x_table, w_ln, b_ln, spec.eps)
+        rows = flat * pos + position_ids.repeat(batch)  # row of (token, position) in the table
+        proj = _linear(h_table, w_proj, b_proj).index_select(1, rows)  # [K, B*T, parts*H*dh]
+        if last == 0:
+            readout_rows = tokens[:, readout] * pos + readout
+            x_r = x_table.index_select(1, readout_rows)  # [K, B, D]
+            q_w, q_b = p.qkv(0, "q")
+            q = _linear(h_table, q_w, q_b).index_select(1, readout_rows)  # [K, B, H*dh]
+        else:
+            x = x_table.index_select(1, rows)  # [K, B*T, D]
+    else:
+        x = (embed.index_select(1, flat).view(k_members, batch, pos, d_model)
+             + pos_embed.unsqueeze(1)).view(k_members, batch * pos, d_model)
+        h = _norm(x, w_ln, b_ln, spec.eps)
+        proj = _linear(h, w_proj, b_proj)
+        if last == 0:
+            x_r = x.view(k_members, batch, pos, d_model)[:, :, readout]
+            q_w, q_b = p.qkv(0, "q")
+            q = _linear(h.view(k_members, batch, pos, d_model)[:, :, readout], q_w, q_b)
+
+    # ---- layers below the last: every position
+    for layer in range(last):
+        if layer > 0:
+            w_ln, b_ln = p.ln(layer, "ln1")
+            w_proj, b_proj = p.qkv(layer, "qkv")
+            proj = _linear(_norm(x, w_ln, b_ln, spec.eps), w_proj, b_proj)
+        z = _causal_attention(proj, spec, k_members, batch, pos)
+        x = x + _linear(z, p[f"blocks.{layer}.attn.o.weight"], p[f"blocks.{layer}.attn.o.bias"])
+        x = _mlp(x, p, layer)
+
+    # ---- last layer: keys and values everywhere, everything else at the readout only
+    if last > 0:
+        w_ln, b_ln = p.ln(last, "ln1")
+        h = _norm(x, w_ln, b_ln, spec.eps)
+        w_kv, b_kv = p.qkv(last, "kv")
+        proj = _linear(h, w_kv, b_kv)
+        x_r = x.view(k_members, batch, pos, d_model)[:, :, readout]
+        q_w, q_b = p.qkv(last, "q")
+        q = _linear(h.view(k_members, batch, pos, d_model)[:, :, readout], q_w, q_b)
+    z = _readout_attention(q, proj, spec, k_members, batch, pos)
+    x_r = x_r + _linear(z, p[f"blocks.{last}.attn.o.weight"], p[f"blocks.{last}.attn.o.bias"])
+    x_r = _mlp(x_r, p, last)
+    w_ln, b_ln = p.ln(None, "")
+    return _linear(_norm(x_r, w_ln, b_ln, spec.eps), params["unembed.weight"], params.get("unembed.bias"))
+
+
+def member_losses(
+    logits: Float[Tensor, "member batch vocab_out"], labels: Int[Tensor, " batch"], divisor: int | None = None
+) -> Float[Tensor, " member"]:
+    """Per-member cross-entropy: the mean over the batch, or the sum divided by ``divisor``."""
+    k_members, batch, vocab = logits.shape
+    if divisor is None and k_members == 1 and not SAME_OPS_FOR_ANY_K:
+        return F.cross_entropy(logits[0], labels).unsqueeze(0)
+    losses = F.cross_entropy(logits.reshape(k_members * batch, vocab), labels.repeat(k_members), reduction="none")
+    return losses.view(k_members, batch).sum(1) / (divisor or batch)
+
+
+# ----------------------------------------------------------------------------- one model
+
+
+class ReadoutForward:
+    """``tokens -> logits at the readout position`` of one bridge, fast or via the bridge.
+
+    Built once per training run (cheap): it holds references to the bridge's own
+    parameter tensors, so optimizer steps and ``load_state_dict`` are seen at once.
+
+    Args:
+        model: A toolkit model (``build_model`` / ``load_checkpoint``).
+        position: Readout position.
+        engine: ``"fast"`` (the lean engine where expressible, else the bridge with a
+            warning) or ``"bridge"`` (always the bridge's full forward).
+    """
+
+    def __init__(self, model: Any, position: int = -1, engine: str = "fast") -> None:
+        check_engine_name(engine)
+        self.model = model
+        self.position = position
+        self.spec: EngineSpec | None = None
+        self.reason: str | None = None
+        if engine == "fast":
+            model_cfg = getattr(model, "interp_config", None)
+            if model_cfg is None:
+                self.reason = "the model has no interp_toolkit ModelConfig"
+            else:
+                self.spec, self.reason = engine_spec(model_cfg, getattr(model, "cfg", None))
+            if self.spec is None:
+                warn_fallback_once(self.reason or "unknown")
+            else:
+                self.tensors = [(key, t) for key, t in model.state_dict(keep_vars=True).items()
+                                if not key.endswith("causal_mask")]
+
+    @property
+    def fast(self) -> bool:
+        """Whether the lean engine (not the bridge) computes the logits."""
+        return self.spec is not None
+
+    def params(self) -> dict[str, Tensor]:
+        """The bridge's tensors by state-dict key, with a member dim of 1 (views)."""
+        return {key: t.unsqueeze(0) for key, t in self.tensors}
+
+    def __call__(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch vocab_out"]:
+        if self.spec is None:
+            return self.model(tokens)[:, self.position, :]
+        return readout_logits(self.spec, self.params(), tokens, self.position)[0]
+
+    def loss(self, tokens: Int[Tensor, "batch pos"], labels: Int[Tensor, " batch"]) -> Float[Tensor, ""]:
+        """Mean cross-entropy at the readout (the training loss), by the same ops for any K."""
+        if self.spec is None:
+            return F.cross_entropy(self(tokens), labels)
+        return member_losses(readout_logits(self.spec, self.params(), tokens, self.position), labels)[0]
+
+    def backward(self, tokens: Int[Tensor, "batch pos"], labels: Int[Tensor, " batch"],
+                 chunk_size: int | None = None) -> Float[Tensor, ""]:
+        """Accumulate the gradient of the mean readout loss into ``.grad``; return the loss.
+
+        The batch is processed in passes of ``chunk_size`` examples (default
+        :func:`default_engine_chunk` for one member), as :func:`stacked_grads` does for K
+        members: with equal passes the two give bit-identical gradients.
+        """
+        n = labels.shape[0]
+        if self.spec is None:
+            loss = F.cross_entropy(self(tokens), labels)
+            loss.backward()
+            return loss.detach()
+        chunk = chunk_size or default_engine_chunk(1, n, tokens.device, self.spec, tokens.shape[1])
+        params = self.params()
+        total = None
+        for start in range(0, n, chunk):
+            logits = readout_logits(self.spec, params, tokens[start : start + chunk], self.position)
+            part = member_losses(logits, labels[start : start + chunk], divisor=None if chunk >= n else n)[0]
+            part.backward()
+            total = part.detach() if total is None else total + part.detach()
+        assert total is not None
+        return total
+
+
+# ----------------------------------------------------------------------------- many members
+
+
+#: Member-positions (members x examples x positions) per forward/backward pass on CPU. A
+#: step's gradient is accumulated over passes of this size: their activations stay near the
+#: caches instead of growing with K x n (measured at n = 4,096, 6 positions, 2 layers, one
+#: thread: a pass of ~4,096 member-examples took 0.65 s per seed-epoch against 0.75 s for one
+#: member's full batch in one pass and 0.85 s for 16 members x 1,024 examples). Scaled by
+#: the torch thread count: with more threads every op must be larger to pay for the
+#: fork/join (2 threads on a loaded machine: 4.5 s per 1-layer epoch at n = 16,384 in
+#: passes of 2,234 examples, 2.6 s in one pass; 1 thread: 0.78 s and 1.33 s).
+CPU_MEMBER_POSITIONS_PER_PASS = 24_576
+
+
+def default_engine_chunk(n_members: int, n_examples: int, device: str | torch.device = "cpu",
+                         spec: "EngineSpec | None" = None, n_pos: int = 1) -> int:
+    """Examples per pass of :func:`stacked_grads`.
+
+    On a CPU, :data:`CPU_MEMBER_POSITIONS_PER_PASS` member-positions per pass and thread; on a GPU, the
+    whole batch if every member's activations fit in 60% of the free memory, else as many
+    examples as fit (so a GPU holds as many seeds as it can, each pass as large as fits).
+    """
+    device = torch.device(device)
+    if device.type == "cpu":
+        budget = CPU_MEMBER_POSITIONS_PER_PASS * torch.get_num_threads()
+        return max(32, budget // (max(1, n_members) * max(1, n_pos)))
+    if device.type != "cuda" or spec is None:
+        return n_examples
+    free, _ = torch.cuda.mem_get_info(device)
+    per_example = bytes_per_member_example(spec, n_pos) * max(1, n_members)
+    return max(1, min(n_examples, int(0.6 * free // per_example)))
+
+
+def stacked_grads(
+    spec: EngineSpec,
+    params: Mapping[str, Tensor],
+    constants: Mapping[str, Tensor],
+    tokens: Int[Tensor, "batch pos"],
+    labels: Int[Tensor, " batch"],
+    position: int,
+    chunk_size: int | None = None,
+) -> tuple[dict[str, Tensor], Float[Tensor, " member"]]:
+    """Gradients and mean cross-entropies of K stacked members on one batch.
+
+    Args:
+        spec: The architecture.
+        params: Trainable tensors by state-dict key, each ``[K, ...]`` (not modified).
+        constants: Non-trainable tensors by state-dict key (the ``unembed.bias`` buffer).
+        tokens, labels: The batch, shared by every member.
+        position: Readout position.
+        chunk_size: Examples per pass (default :func:`default_engine_chunk`).
+
+    Returns:
+        ``(grads, losses)``: ``grads[key]`` is ``[K, ...]`` like ``params[key]``; ``losses``
+        is ``[K]``, each member's mean loss over the batch.
+    """
+    n = labels.shape[0]
+    k_members = next(iter(params.values())).shape[0]
+    chunk = chunk_size or default_engine_chunk(k_members, n, tokens.device, spec, tokens.shape[1])
+    leaves = {key: p.detach().requires_grad_(True) for key, p in params.items()}
+    inputs = {**constants, **leaves}
+    grads: list[Tensor] | None = None
+    losses = None
+    for start in range(0, n, chunk):
+        logits = readout_logits(spec, inputs, tokens[start : start + chunk], position)
+        part = member_losses(logits, labels[start : start + chunk], divisor=None if chunk >= n else n)
+        part_grads = torch.autograd.grad(part.sum(), list(leaves.values()))
+        if grads is None:
+            grads, losses = list(part_grads), part.detach()
+        else:
+            torch._foreach_add_(grads, part_grads)
+            losses = losses + part.detach()
+    assert grads is not None and losses is not None
+    return dict(zip(leaves, grads, strict=True)), losses
+
+
+@torch.no_grad()
+def stacked_logits(spec: EngineSpec, tensors: Mapping[str, Tensor], tokens: Int[Tensor, "batch pos"],
+                   position: int) -> Float[Tensor, "member batch vocab_out"]:
+    """Readout logits of K stacked members (evaluation)."""
+    return readout_logits(spec, tensors, tokens, position)
+
+
+def step_flops(model_cfg: Any, n_examples: int, n_pos: int, readout_only: bool = True) -> float:
+    """Floating-point operations of one forward + backward pass (~3x the forward).
+
+    Counts the matmuls and attention products of a dense implementation: with
+    ``readout_only`` the last layer at the readout position only (what the loss needs,
+    the engine's computation), else every layer at every position (the bridge's).
+    """
+    d, hd, mlp = model_cfg.d_model, model_cfg.n_heads * model_cfg.d_head, model_cfg.d_mlp
+    mlp_flops = 0 if model_cfg.attn_only else 4 * d * mlp
+    full_layer = n_pos * (2 * d * 3 * hd + 4 * n_pos * hd + 2 * hd * d + mlp_flops)
+    if readout_only:
+        last = n_pos * 2 * d * 2 * hd + 2 * d * hd + 4 * n_pos * hd + 2 * hd * d + mlp_flops
+        unembed = 2 * d * model_cfg.d_vocab_out
+    else:
+        last = full_layer
+        unembed = n_pos * 2 * d * model_cfg.d_vocab_out
+    forward = (model_cfg.n_layers - 1) * full_layer + last + unembed
+    return 3.0 * forward * n_examples
+
+
+def bytes_per_member_example(model_cfg: Any, n_pos: int) -> int:
+    """Rough bytes of activations autograd keeps per member and example (float32).
+
+    ``model_cfg``: a ``ModelConfig`` or :class:`EngineSpec` (both have the fields used).
+    """
+    d, hd, mlp = model_cfg.d_model, model_cfg.n_heads * model_cfg.d_head, model_cfg.d_mlp
+    per_position = 4 * d + 3 * hd + 2 * hd + (0 if model_cfg.attn_only else 2 * mlp + 2 * d)
+    return 4 * 2 * n_pos * per_position * model_cfg.n_layers  # x2: temporaries, gradients
+
+
+def train_threads(model: Any, splits: Mapping[str, Any], cfg: Any, *args: Any, **kwargs: Any) -> int | None:
+    """Thread policy of ``train``: 1 torch thread when one step is tiny, else unchanged."""
+    from interp_toolkit.model import model_config_of
+    from interp_toolkit.threads import threads_for
+
+    tokens = splits[cfg.train_split].tokens
+    device = cfg.device or next(model.parameters()).device
+    return threads_for(step_flops(model_config_of(model), min(cfg.batch_size or len(tokens), len(tokens)),
+                                  tokens.shape[1]), resolve_device(device))
+
+
+def batched_train_threads(model_cfgs: Sequence[Any], splits: Mapping[str, Any], cfg: Any, *args: Any,
+                          device: Any = None, **kwargs: Any) -> int | None:
+    """Thread policy of ``train_batched``: 1 torch thread when one step of all members is tiny."""
+    from interp_toolkit.threads import threads_for
+
+    tokens = splits[cfg.train_split].tokens
+    flops = step_flops(model_cfgs[0], min(cfg.batch_size or len(tokens), len(tokens)), tokens.shape[1])
+    return threads_for(flops * len(model_cfgs), resolve_device(device or cfg.device or "cpu"))
+
+
+# ----------------------------------------------------------------------------- AdamW
+
+
+@torch.no_grad()
+def adamw_step(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    exp_avgs: Sequence[Tensor],
+    exp_avg_sqs: Sequence[Tensor],
+    step: int,
+    lr: float,
+    betas: tuple[float, float],
+    weight_decay: float,
+    eps: float = 1e-8,
+) -> None:
+    """One ``torch.optim.AdamW`` step, in place, on lists of tensors (any shapes, e.g. stacked).
+
+    The update of ``torch.optim.AdamW`` (``foreach`` path, ``amsgrad=False``,
+    ``maximize=False``): decoupled weight decay, ``exp_avg.lerp_``, bias corrections of
+    step ``step`` (1 for the first step), ``eps`` added after the bias-corrected root.
+    """
+    beta1, beta2 = betas
+    params, grads, exp_avgs, exp_avg_sqs = list(params), list(grads), list(exp_avgs), list(exp_avg_sqs)
+    if weight_decay != 0:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    # Python floats, computed as torch.optim.adam._multi_tensor_adam does (bit-identical).
+    bias_correction1 = 1 - beta1 ** float(step)
+    bias_correction2_sqrt = (1 - beta2 ** float(step)) ** 0.5
+    step_size = (lr / bias_correction1) * -1
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denom, bias_correction2_sqrt)
+    torch._foreach_add_(denom, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
+
+
+__all__ = ["CPU_MEMBER_POSITIONS_PER_PASS", "ENGINES", "EngineFallbackWarning", "EngineSpec", "ReadoutForward",
+           "adamw_step", "bytes_per_member_example", "check_engine_name",
+           "default_engine_chunk", "engine_spec", "member_losses", "param_key_map",
+           "readout_logits", "stacked_grads", "stacked_logits", "state_dict_names",
+           "step_flops", "train_threads", "batched_train_threads", "warn_fallback_once"]
