@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +41,7 @@ def bif(
     phase_fn: Callable[[nn.Module], int] | None = None,
     cache_dir: str | Path | None = None,
     cache_tag: str | None = None,
+    callbacks: Sequence[Any] | None = None,
 ) -> BIFResult:
     """Bayesian influence of training examples on observables at the model's checkpoint.
 
@@ -66,6 +67,8 @@ def bif(
             rerun with the same key loads the stored result. PNG figures are written beside.
         cache_tag: Extra cache-key text (the bodies of callables are not hashed; change the
             tag when you change a loss or observable function but keep its name).
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every SGLD
+            draw and chain end (see :func:`sample_sgld`); not part of the cache key.
 
     Returns:
         The :class:`BIFResult` with diagnostics.
@@ -144,7 +147,8 @@ def bif(
         if kept_labels is not None:
             kept_labels[chain, draw] = label
 
-    diagnostics = sample_sgld(model, train_data, loss_fn, config, all_recorders, on_draw)
+    diagnostics = sample_sgld(model, train_data, loss_fn, config, all_recorders, on_draw,
+                              callbacks=callbacks)
     total, stderr, per_chain, mean_a, mean_b, phases = finalize(
         accumulators, config.chains, config.pearson, with_phases=phase_fn is not None
     )

@@ -34,6 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.io import (
     append_jsonl,
@@ -321,6 +322,7 @@ def train_batched(
     stop_rule: StopRule | None = None,
     device: str | torch.device = "cpu",
     chunk_size: int | None = None,
+    callbacks: Sequence[Any] | None = None,
 ) -> BatchedResult:
     """Train K seeds of one architecture together; each gets a ``train``-style run directory.
 
@@ -338,6 +340,9 @@ def train_batched(
             evaluation; True finishes that member there (recorded as ``stopped_early_at``).
         device: Torch device of the stacked parameters.
         chunk_size: Examples per vmapped pass (default :func:`default_chunk_size`).
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every
+            member's evaluations, checkpoints and end, with that member's run directory
+            (called after the state is saved, as :func:`interp_toolkit.train` does).
 
     Returns:
         A :class:`BatchedResult` (final metrics per member, in input order).
@@ -349,6 +354,7 @@ def train_batched(
         raise TypeError(f"train_batched expects a TrainConfig, got {type(cfg).__name__}")
     _check_same_architecture(model_cfgs)
     _validate_splits(splits, cfg)
+    callbacks = as_callbacks(callbacks)
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) != len(model_cfgs):
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(run_dirs)} run_dirs")
@@ -371,7 +377,7 @@ def train_batched(
         stopped.update(_train_group(
             [model_cfgs[i] for i in members], splits, cfg, [states[i] for i in members],
             [identities[i] for i in members], [infos[i] for i in members], start_epoch,
-            stop_rule, device, members, chunk_size,
+            stop_rule, device, members, chunk_size, callbacks,
         ))
 
     finals, resumed = [], []
@@ -393,7 +399,7 @@ def _train_group(
     model_cfgs: list[ModelConfig], splits: Mapping[str, Split], cfg: TrainConfig,
     states: list[MemberState], identities: list[dict[str, Any]], infos: list[Any],
     start_epoch: int, stop_rule: StopRule | None, device: str | torch.device, global_ids: list[int],
-    chunk_size: int | None = None,
+    chunk_size: int | None = None, callbacks: Sequence[Any] = (),
 ) -> dict[int, int | None]:
     """Train members that all start at ``start_epoch``; returns early-stop epochs by global id."""
     stacked = StackedModel(model_cfgs, device=device)
@@ -461,6 +467,8 @@ def _train_group(
                     "optimizer": optimizer.member_state_dict(j, stacked.param_names, param_groups),
                     "shuffle_rng": shuffle_gen.get_state()}, buffer)
         atomic_write_bytes(run_dir / "resume.pt", buffer.getvalue())
+        if force_checkpoint:  # scheduled checkpoints are reported by log_evaluation
+            dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
 
     def finish_member(j: int, seconds: float, stopped_at: int | None) -> None:
         i = active[j]
@@ -474,6 +482,7 @@ def _train_group(
         atomic_write_json(run_dir / "run.json", record)
         (run_dir / "resume.pt").unlink(missing_ok=True)
         stopped[global_ids[i]] = stopped_at
+        dispatch(callbacks, "on_run_end", run_dir, record["final"])
 
     def log_evaluation(epoch: int) -> list[dict[str, Any]]:
         results = evaluate_batched(stacked, splits, cfg.readout_position, cfg.eval_batch_size)
@@ -483,6 +492,12 @@ def _train_group(
             append_jsonl(states[active[j]].run_dir / "metrics.jsonl", metrics)
             save_member(j, epoch, metrics)
             logged.append(metrics)
+        # After every member's state is saved: a callback that raises leaves all resumable.
+        for j, metrics in enumerate(logged):
+            run_dir = states[active[j]].run_dir
+            dispatch(callbacks, "on_evaluation", run_dir, metrics)
+            if epoch in ckpt_epochs:
+                dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
         return logged
 
     if start_epoch == 0:

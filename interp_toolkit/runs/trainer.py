@@ -23,7 +23,7 @@ import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
 from interp_toolkit.config import reject_unknown_keys
 from interp_toolkit.io import (
@@ -300,6 +301,7 @@ def train(
     cfg: TrainConfig,
     run_dir: str | Path,
     run_info: Mapping[str, Any] | None = None,
+    callbacks: Sequence[Any] | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``splits[cfg.train_split]`` with AdamW, logging every split.
 
@@ -315,10 +317,15 @@ def train(
         cfg: Optimization and bookkeeping settings.
         run_dir: Where the run record, metrics and checkpoints go.
         run_info: Extra JSON-able description stored in ``run.json`` (e.g. the task config).
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every
+            evaluation, checkpoint and the run's end (e.g. the loggers of
+            :mod:`interp_toolkit.loggers`). They run after the state is saved: one that
+            raises stops training with the run resumable.
 
     Returns:
         A :class:`TrainResult` with the trained model and the metrics history.
     """
+    callbacks = as_callbacks(callbacks)
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train expects a TrainConfig, got {type(cfg).__name__}")
     _validate_splits(splits, cfg)
@@ -388,6 +395,10 @@ def train(
         torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "shuffle_rng": shuffle_gen.get_state()}, buffer)
         atomic_write_bytes(resume_path, buffer.getvalue())
+        # Callbacks only after resume.pt is written: one that raises leaves a resumable run.
+        dispatch(callbacks, "on_evaluation", run_dir, last_metrics)
+        if epoch in ckpt_epochs:
+            dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
 
     last_metrics: dict[str, Any] = {}
     if resumed_from is None:
@@ -425,6 +436,7 @@ def train(
     _plot_curves(metrics, run_dir / "curves.png")
     atomic_write_json(record_path, record)
     resume_path.unlink(missing_ok=True)
+    dispatch(callbacks, "on_run_end", run_dir, final)
     return TrainResult(model, run_dir, metrics, final, resumed_from=resumed_from,
                        history_seconds=record["train_seconds"])
 
