@@ -126,6 +126,11 @@ class TrainConfig:
                 power *= 2
         return sorted(epochs)
 
+    def evaluation_epochs(self) -> list[int]:
+        """Every epoch at which :func:`train` evaluates (and logs a ``metrics.jsonl`` line)."""
+        epochs = set(range(0, self.epochs + 1, self.eval_every)) | set(self.checkpoint_epochs())
+        return sorted(epochs)
+
 
 # Fields that change how a run is displayed, not what it computes.
 _NON_SEMANTIC = ("progress", "eval_batch_size")
