@@ -20,7 +20,6 @@ Writes beside each other in ``--out``:
 from __future__ import annotations
 
 import argparse
-import io
 import time
 from pathlib import Path
 
@@ -35,7 +34,8 @@ from interp_toolkit.analyses.bif.validation import (
     pearson,
     spearman,
 )
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json
+from interp_toolkit.io import atomic_write_json
+from interp_toolkit.plotting import save_figure
 from interp_toolkit.studies.dln import (
     DLNConfig,
     DLNTrainConfig,
@@ -146,8 +146,8 @@ def main() -> None:
             "max": float(values.max()), "step_of_max": steps[int(values.argmax())],
             "significant_sign_changes": int((np.diff(signs) != 0).sum()),
         }
-    plot(out / "bif_hierarchical.png", data, modes, curve, fits, run, steps, records, idx, windows,
-         window_bif, causal["window_end"])
+    save_figure(plot(data, modes, curve, fits, run, steps, records, idx, windows, window_bif,
+                     causal["window_end"]), out / "bif_hierarchical.png")
     atomic_write_json(out / "summary.json", summary)
     print(f"wrote {out / 'bif_hierarchical.png'} and {out / 'summary.json'} in {time.time() - started:.0f} s")
     print("leave-one-out (BIF vs measured inclusion effect):",
@@ -155,18 +155,18 @@ def main() -> None:
     print("causal windows:", causal_summary)
 
 
-def plot(path, data, modes, curve, fits, run, steps, records, idx, windows, window_bif, causal) -> None:
+def plot(data, modes, curve, fits, run, steps, records, idx, windows, window_bif, causal, fig=None):
+    """The five-panel figure; draws into ``fig`` (a Figure or SubFigure) if given, returns it."""
     import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=(12, 15))
+    if fig is None:
+        fig = Figure(figsize=(12, 15), layout="constrained")
     grid = fig.add_gridspec(5, 5, height_ratios=[1.2, 0.9, 1.2, 1.0, 1.0])
     x_min, x_max = 10, STEPS
     # (a) mode strengths.
     ax = fig.add_subplot(grid[0, :])
-    colors = plt.cm.viridis(np.linspace(0, 0.85, max(modes.levels) + 1))
+    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, max(modes.levels) + 1))
     seen = set()
     for k, level in enumerate(modes.levels):
         label = f"level {level}" if level not in seen else None
@@ -227,11 +227,7 @@ def plot(path, data, modes, curve, fits, run, steps, records, idx, windows, wind
     ax.set(xlabel="training step", ylabel="canary -> robin, sign * sqrt(|x| / max|x|)",
            title="(e) causal windows: including canary during a 100-step window (linear axis)")
     ax.legend()
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    return fig
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from interp_toolkit.io import config_hash
+from interp_toolkit.plotting import save_figure
 
 from .config import SamplerConfig
 from .data import (
@@ -170,7 +171,7 @@ def bif(
     )
     if cache_dir is not None:
         out_dir = Path(cache_dir) / f"bif_{key}"
-        plot_bif(result, out_dir / "bif.png")
+        save_figure(plot_bif(result), out_dir / "bif.png")
         result.save(out_dir)
     return result
 

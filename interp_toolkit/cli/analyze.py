@@ -13,6 +13,7 @@ from typing import Any
 
 from interp_toolkit.analyses.ablation import METHODS
 from interp_toolkit.analyses.over_checkpoints import ANALYSES, over_checkpoints
+from interp_toolkit.plotting import FORMATS
 
 # option -> analyses it applies to
 _OPTION_SCOPE = {
@@ -53,6 +54,7 @@ def add_analyze_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--chunk-size", type=int, help="gradients: examples per vmap chunk (default 256)")
     p.add_argument("--out-dir", help="output directory (default RUN_DIR/analyses/<analysis>)")
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--format", choices=FORMATS, default="png", help="figure file format (default png)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_analyze)
     return p
@@ -92,7 +94,8 @@ def run_analyze(args: argparse.Namespace) -> int:
                 raise ValueError(f"{args.run_dir} has no checkpoints")
             epochs = [found[-1][0]]
         result = over_checkpoints(args.analysis, args.run_dir, epochs=epochs, config=config,
-                                  out_dir=args.out_dir, plot=not args.no_plot, progress=not args.no_progress)
+                                  out_dir=args.out_dir, plot=not args.no_plot, progress=not args.no_progress,
+                                  figure_format=args.format)
     except ValueError as err:
         print(f"interp-toolkit analyze: error: {err}", file=sys.stderr)
         return 2

@@ -240,30 +240,40 @@ def run_identity(model_cfg: dict[str, Any], train_cfg: TrainConfig, splits: Mapp
     }
 
 
+def plot_training_curves(metrics: Sequence[Mapping[str, Any]], ax: Any = None) -> Any:
+    """Loss (log scale) and accuracy of every split against epochs (log scale).
+
+    Args:
+        metrics: Lines of a ``metrics.jsonl`` (``epoch``, ``<split>_loss``, ``<split>_acc``).
+        ax: Optional two axes ``(loss_ax, accuracy_ax)`` to draw into.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from interp_toolkit.plotting import epoch_axis, label, new_panels, split_colors, style
+
+    with style():
+        fig, (ax_loss, ax_acc) = new_panels(2, ax, ncols=2, figsize=(9.5, 3.4))
+        if not metrics:
+            return fig
+        epochs = [m["epoch"] for m in metrics]
+        colors = split_colors()
+        for axis, suffix in ((ax_loss, "_loss"), (ax_acc, "_acc")):
+            for key in sorted(k for k in metrics[0] if k.endswith(suffix)):
+                split = key[: -len(suffix)]
+                axis.plot(epochs, [m[key] for m in metrics], label=label(split), color=colors.get(split))
+            epoch_axis(axis, epochs)
+            axis.legend()
+        ax_loss.set(ylabel="cross-entropy loss", yscale="log")
+        ax_acc.set(ylabel="accuracy", ylim=(-0.02, 1.02))
+    return fig
+
+
 def _plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    from interp_toolkit.plotting import save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not metrics:
-        return
-    epochs = [m["epoch"] for m in metrics]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    for key in sorted(k for k in metrics[0] if k.endswith("_loss")):
-        ax_loss.plot(epochs, [m[key] for m in metrics], label=key[:-5])
-    for key in sorted(k for k in metrics[0] if k.endswith("_acc")):
-        ax_acc.plot(epochs, [m[key] for m in metrics], label=key[:-4])
-    ax_loss.set(xlabel="epoch", ylabel="cross-entropy", yscale="log", title="loss")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy", ylim=(-0.02, 1.02), title="accuracy")
-    for ax in (ax_loss, ax_acc):
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buffer = _io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    if metrics:
+        save_figure(plot_training_curves(metrics), path)
 
 
 def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
@@ -447,4 +457,5 @@ def train(
 
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
+           "plot_training_curves",
            "checkpoint_path", "fingerprint", "library_versions", "read_run_record", "run_identity"]

@@ -575,7 +575,8 @@ def cmd_report(args: Any) -> int:
     from interp_toolkit.studies.report import write_report
 
     try:
-        write_report(args.study_dir, out_dir=args.out, print_table=True)
+        write_report(args.study_dir, out_dir=args.out, print_table=True,
+                     figure_format=getattr(args, "format", "png"))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -621,6 +622,8 @@ def add_sweep_parsers(subparsers: Any) -> None:
                               "outcomes.csv and PNG plots beside them, and print the table.")
     p.add_argument("study_dir", help="a study directory written by `sweep`")
     p.add_argument("--out", help="where to write the report (default: the study directory)")
+    p.add_argument("--format", choices=("png", "svg", "pdf"), default="png",
+                   help="figure file format (default png)")
     p.set_defaults(func=cmd_report)
 
 
