@@ -86,6 +86,10 @@ class CheckpointsResult:
     def to_csv(self, path: str | Path) -> Path:
         return self.table.to_csv(path)
 
+    def to_pandas(self) -> Any:
+        """The table (one row per checkpoint and measured quantity) as a pandas DataFrame."""
+        return self.table.to_pandas()
+
 
 def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
     """Rebuild a run's MPSP splits from ``run.json`` (``run_info["task"]``) and check that

@@ -4,7 +4,13 @@ Core objects are re-exported here; tasks live in ``interp_toolkit.tasks`` and an
 in ``interp_toolkit.analyses``.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
+try:  # the version lives only in pyproject.toml; installed metadata carries it
+    __version__ = _distribution_version("interp-toolkit")
+except _PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 from interp_toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
 from interp_toolkit.model import ModelConfig, build_model, model_config_of  # noqa: E402

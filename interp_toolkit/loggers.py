@@ -187,4 +187,23 @@ class WandbLogger(Callback):
         self._runs.clear()
 
 
-__all__ = ["TensorBoardLogger", "WandbLogger", "metric_tag", "scalar_metrics"]
+def add_logger_flags(parser: Any) -> None:
+    """Add ``--tensorboard`` and ``--wandb MODE`` to an argparse parser (both off by default)."""
+    parser.add_argument("--tensorboard", action="store_true",
+                        help="write TensorBoard event files into every run directory")
+    parser.add_argument("--wandb", choices=("offline", "online"), default=None,
+                        help="log to Weights & Biases (offline: under each run directory, no network)")
+
+
+def loggers_from_flags(args: Any) -> list[Callback]:
+    """The loggers asked for by :func:`add_logger_flags`'s flags (an empty list by default)."""
+    loggers: list[Callback] = []
+    if getattr(args, "tensorboard", False):
+        loggers.append(TensorBoardLogger())
+    if getattr(args, "wandb", None):
+        loggers.append(WandbLogger(mode=args.wandb))
+    return loggers
+
+
+__all__ = ["TensorBoardLogger", "WandbLogger", "add_logger_flags", "loggers_from_flags", "metric_tag",
+           "scalar_metrics"]

@@ -2,6 +2,7 @@
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -92,10 +93,20 @@ def test_wandb_offline_history_equals_metrics_jsonl(tmp_path, splits, small_mode
     metrics = _metrics(run_dir)
     logs = list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(logs) == 1, logs
+    # The W&B service writes the log asynchronously: finish() can return before the last
+    # records (final history row, exit) are on disk. Wait for the exit record.
+    deadline = time.monotonic() + 60
+    while True:
+        records = []
+        for raw in _wandb_records(logs[0]):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     history = []
-    for raw in _wandb_records(logs[0]):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
+    for record in records:
         if record.WhichOneof("record_type") == "history":
             items = {"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item}
             history.append({k: v for k, v in items.items() if not k.startswith("_")})
@@ -108,3 +119,18 @@ def test_wandb_logger_rejects_unknown_mode():
     pytest.importorskip("wandb")
     with pytest.raises(ValueError, match="mode must be one of"):
         WandbLogger(mode="offlin")
+
+
+def test_cli_train_tensorboard_flag_writes_events(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from interp_toolkit.cli import main
+
+    run_dir = tmp_path / "run"
+    assert main(["train", "--epochs", "2", "--eval-every", "1", "--seq-len", "5", "--n-train", "64",
+                 "--n-eval", "32", "--d-model", "16", "--d-mlp", "32", "--no-log-checkpoints", "--quiet",
+                 "--tensorboard", "--run-dir", str(run_dir)]) == 0
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [s.step for s in events.Scalars("accuracy/val")] == [m["epoch"] for m in _metrics(run_dir)]

@@ -14,7 +14,11 @@ from torch import nn
 from interp_toolkit import ModelConfig, TrainConfig, build_model, train
 from interp_toolkit.analyses._common import Table
 from interp_toolkit.analyses.bif import SamplerConfig, bif, plot_bif
-from interp_toolkit.analyses.over_checkpoints import ANALYSES, over_checkpoints, plot_over_checkpoints
+from interp_toolkit.analyses.over_checkpoints import (
+    ANALYSES,
+    over_checkpoints,
+    plot_over_checkpoints,
+)
 from interp_toolkit.cli.bif_lm import plot_per_class
 from interp_toolkit.plotting import (
     component_colors,

@@ -72,6 +72,9 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--run-dir", help="run directory (default runs/<task>_<L>L<H>H_r<r>_<key>)")
     g.add_argument("--device", help="torch device (default cpu)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    from interp_toolkit.loggers import add_logger_flags
+
+    add_logger_flags(g)
 
 
 def _resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
@@ -120,7 +123,8 @@ def _resolve_train_args(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
     return task_cfg, model_cfg, train_cfg, Path(run_dir)
 
 
-def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None) -> Any:
+def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None,
+               callbacks: Any = None) -> Any:
     """Build the splits and model for an MPSP run and train it (resuming if possible)."""
     from interp_toolkit.model import build_model
     from interp_toolkit.runs.trainer import train
@@ -128,7 +132,8 @@ def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, dev
 
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=device)
-    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}})
+    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
+                 callbacks=callbacks)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -137,7 +142,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result = train_mpsp(task_cfg, model_cfg, train_cfg, run_dir, device=args.device)
+    from interp_toolkit.loggers import loggers_from_flags
+
+    result = train_mpsp(task_cfg, model_cfg, train_cfg, run_dir, device=args.device,
+                        callbacks=loggers_from_flags(args))
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")

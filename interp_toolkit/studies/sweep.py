@@ -558,8 +558,10 @@ def cmd_sweep(args: Any) -> int:
             print(json.dumps(cfg.to_dict(), indent=2))
             print(f"{len(cfg.cells())} cells x {len(cfg.seeds)} seeds = {cfg.n_runs()} runs")
             return 0
+        from interp_toolkit.loggers import loggers_from_flags
+
         result = run_sweep(cfg, args.out, backend=args.backend, workers=args.workers, address=args.address,
-                           progress=not args.quiet, report=False)
+                           progress=not args.quiet, report=False, callbacks=loggers_from_flags(args))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -585,6 +587,8 @@ def cmd_report(args: Any) -> int:
 
 def add_sweep_parsers(subparsers: Any) -> None:
     """Register the ``sweep`` and ``report`` subcommands on an argparse subparsers object."""
+    from interp_toolkit.loggers import add_logger_flags
+
     p = subparsers.add_parser(
         "sweep", help="run a seed sweep of MPSP cells (resumable, cached per run)",
         description="Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones "
@@ -615,6 +619,7 @@ def add_sweep_parsers(subparsers: Any) -> None:
     p.add_argument("--no-early-stop", dest="early_stop", action="store_false")
     p.add_argument("--dry-run", action="store_true", help="print the grid and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_logger_flags(p)
     p.set_defaults(func=_cmd_sweep_with_default_preset)
 
     p = subparsers.add_parser("report", help="generalization-rate table and plots of a study directory",
