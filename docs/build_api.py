@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             if name not in covered:
                 covered.update(pdoc.extract.walk_specs([name]))
                 specs.append(name)
-        pdoc.pdoc(*specs, output_directory=out)
+        # A walked package can still bring its private modules along: drop them.
+        pdoc.pdoc(*specs, r"!.*\._", output_directory=out)
     print(f"API reference: {out / 'index.html'}")
     return 0
 

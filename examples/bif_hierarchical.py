@@ -158,10 +158,11 @@ def main() -> None:
 def plot(data, modes, curve, fits, run, steps, records, idx, windows, window_bif, causal, fig=None):
     """The five-panel figure; draws into ``fig`` (a Figure or SubFigure) if given, returns it."""
     import matplotlib
-    from matplotlib.figure import Figure
+
+    from interp_toolkit.plotting import figure
 
     if fig is None:
-        fig = Figure(figsize=(12, 15), layout="constrained")
+        fig = figure(figsize=(12, 15), layout="constrained")
     grid = fig.add_gridspec(5, 5, height_ratios=[1.2, 0.9, 1.2, 1.0, 1.0])
     x_min, x_max = 10, STEPS
     # (a) mode strengths.

@@ -8,7 +8,8 @@ Every plot function of the toolkit follows the same contract:
 * it never calls ``matplotlib.use`` and never touches pyplot's state: figures are built
   with :class:`matplotlib.figure.Figure` directly, so an inline notebook backend keeps
   working, nothing is left open, and scripts need no display. In a notebook a returned
-  figure shows when it is the cell's value (or with ``display(fig)``).
+  figure shows when it is the cell's value (or with ``display(fig)``): new figures come
+  from :func:`figure`, whose figures render themselves for IPython under any backend.
 
 Files are written with :func:`save_figure` (atomic, ``png``, ``svg`` or ``pdf``).
 
@@ -92,6 +93,37 @@ LABELS: dict[str, str] = {
 }
 
 
+def _figure_class() -> type:
+    from matplotlib.figure import Figure
+
+    class NotebookFigure(Figure):
+        """A plain Figure that also shows itself in Jupyter without pyplot.
+
+        Figures built without pyplot are invisible to the inline backend's display hook;
+        ``_repr_png_`` lets IPython render one that is a cell's value (or passed to
+        ``display``) under any backend.
+        """
+
+        def _repr_png_(self) -> bytes:
+            buffer = io.BytesIO()
+            with style():
+                self.savefig(buffer, format="png", dpi=STYLE["figure.dpi"])
+            return buffer.getvalue()
+
+    return NotebookFigure
+
+
+_FIGURE_CLASS: type | None = None
+
+
+def figure(**kwargs: Any) -> Any:
+    """A new :class:`matplotlib.figure.Figure` (no pyplot) that displays itself in notebooks."""
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        _FIGURE_CLASS = _figure_class()
+    return _FIGURE_CLASS(**kwargs)
+
+
 @contextmanager
 def style() -> Iterator[None]:
     """Apply :data:`STYLE` while drawing (restores the caller's rcParams afterwards)."""
@@ -109,9 +141,7 @@ def new_figure(ax: Any = None, figsize: tuple[float, float] = (6.0, 4.0)) -> tup
     """
     if ax is not None:
         return ax.figure, ax
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = figure(figsize=figsize, layout="constrained")
     return fig, fig.add_subplot()
 
 
@@ -127,10 +157,8 @@ def new_panels(n: int, ax: Sequence[Any] | None = None, ncols: int = 1,
         if len(axes) != n:
             raise ValueError(f"this plot draws {n} panels; pass {n} axes as ax, got {len(axes)}")
         return axes[0].figure, axes
-    from matplotlib.figure import Figure
-
     nrows = -(-n // ncols)
-    fig = Figure(figsize=figsize or (5.0 * ncols, 3.4 * nrows), layout="constrained")
+    fig = figure(figsize=figsize or (5.0 * ncols, 3.4 * nrows), layout="constrained")
     grid = fig.subplots(nrows, ncols, squeeze=False, sharex=sharex)
     axes = list(grid.flat)
     for extra in axes[n:]:
@@ -228,4 +256,4 @@ def epoch_axis(ax: Any, epochs: Sequence[float] | None = None) -> None:
 
 
 __all__ = ["FORMATS", "LABELS", "PALETTE", "STYLE", "check_format", "component_colors", "epoch_axis",
-           "label", "new_figure", "new_panels", "save_figure", "split_colors", "style"]
+           "figure", "label", "new_figure", "new_panels", "save_figure", "split_colors", "style"]
