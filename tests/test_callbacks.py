@@ -96,3 +96,51 @@ def test_batched_calls_back_per_member_and_stops_resumably(tmp_path, splits, sma
 def test_object_without_hooks_is_refused():
     with pytest.raises(TypeError, match="has none of the hooks"):
         as_callbacks([object()])
+
+
+class SamplerRecorder(Callback):
+    def __init__(self):
+        self.draws, self.chain_ends = [], []
+
+    def on_draw(self, chain, draw, info):
+        self.draws.append((chain, draw, info["step"], info["loss"]))
+
+    def on_chain_end(self, chain, diagnostics):
+        self.chain_ends.append((chain, diagnostics))
+
+
+def test_sgld_calls_back_on_every_draw_and_chain_end(tmp_path):
+    from interp_toolkit.analyses.bif import SamplerConfig, bif
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    x = torch.randn(10, 3)
+
+    def loss_fn(m, batch):
+        return (m(batch).squeeze(-1) - 1.0) ** 2
+
+    config = SamplerConfig(eps=1e-3, gamma=10.0, chains=2, draws=4, burn_in=3, steps_between_draws=2,
+                           progress=False)
+    recorder = SamplerRecorder()
+    result = bif(model, x, x[:3], loss_fn, config, callbacks=[recorder])
+    assert [(c, d) for c, d, _, _ in recorder.draws] == [(c, d) for c in range(2) for d in range(4)]
+    trace = result.diagnostics.loss_trace
+    for chain, _, step, loss in recorder.draws:  # the minibatch loss of that SGLD step
+        assert step >= config.burn_in and loss == float(trace[chain, step])
+    assert [c for c, _ in recorder.chain_ends] == [0, 1]
+    for chain, diagnostics in recorder.chain_ends:
+        assert diagnostics["mean_loss"] == pytest.approx(float(trace[chain].mean()))
+        assert diagnostics["initial_loss"] == result.diagnostics.initial_loss
+        assert diagnostics["sampling_drift"] == pytest.approx(float(result.diagnostics.sampling_drift[chain]))
+
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from interp_toolkit.loggers import TensorBoardLogger
+
+    logger = TensorBoardLogger(log_dir=tmp_path / "sgld")
+    bif(model, x, x[:3], loss_fn, config, callbacks=[logger])
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "sgld"))
+    events.Reload()
+    assert [s.step for s in events.Scalars("sgld/loss_chain1")] == [d[2] for d in recorder.draws if d[0] == 1]
