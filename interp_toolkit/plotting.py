@@ -153,7 +153,8 @@ def new_panels(n: int, ax: Sequence[Any] | None = None, ncols: int = 1,
         ValueError: If ``ax`` is given with a number of axes other than ``n``.
     """
     if ax is not None:
-        axes = list(ax) if not hasattr(ax, "figure") else [ax]
+        # one Axes, a list of them, or a numpy array from plt.subplots (any shape)
+        axes = [ax] if hasattr(ax, "figure") else list(getattr(ax, "flat", ax))
         if len(axes) != n:
             raise ValueError(f"this plot draws {n} panels; pass {n} axes as ax, got {len(axes)}")
         return axes[0].figure, axes
