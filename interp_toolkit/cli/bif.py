@@ -62,6 +62,8 @@ def add_bif_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pearson", action="store_true")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--format", choices=("png", "svg", "pdf"), default="png",
+                        help="figure file format (the cached result always has bif.png)")
     parser.set_defaults(func=run_bif_command)
     return parser
 
@@ -134,6 +136,12 @@ def run_bif_command(args: argparse.Namespace) -> dict[str, Any]:
         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
     }
     atomic_write_json(Path(args.out) / f"bif_{result.cache_key}" / "summary.json", summary)
+    figure_format = getattr(args, "format", "png")
+    if figure_format != "png":  # bif() caches bif.png beside the result; add the asked format
+        from interp_toolkit.analyses.bif import plot_bif
+        from interp_toolkit.plotting import save_figure
+
+        save_figure(plot_bif(result), Path(summary["result_dir"]) / "bif", figure_format)
     print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))
     print(f"wrote {summary['result_dir']}")
     return summary

@@ -30,6 +30,9 @@ def test_bif_subcommand_on_mpsp_checkpoint(tmp_path):
     means = summary["mean_bif_on_query_loss"]
     assert means["shortcut_consistent_train_examples"] is not None
     assert summary["checkpoint_metadata"] == {"epoch": 10}
+    # --format pdf: the rerun is a cache hit and adds the figure in the asked format
+    assert main([*args, "--format", "pdf"])["cache_key"] == summary["cache_key"]
+    assert (folder / "bif.pdf").read_bytes()[:4] == b"%PDF"
     with pytest.raises(ValueError, match="task config"):
         main([str(checkpoint), "--out", str(tmp_path / "o2")])
     parser = argparse.ArgumentParser()
