@@ -82,7 +82,9 @@ def command_config_class() -> type:
          ("model", ModelConfig, dataclasses.field(default_factory=default_model)),
          ("train", TrainConfig, dataclasses.field(default_factory=TrainConfig)),
          ("run_dir", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
-         ("device", str, dataclasses.field(default="cpu"))],
+         ("device", str, dataclasses.field(default="cpu")),
+         ("tensorboard", bool, dataclasses.field(default=False)),
+         ("wandb", Optional[Literal["offline", "online"]], dataclasses.field(default=None))],  # noqa: UP007
         bases=(Config,),
         namespace={"__post_init__": post_init, "__module__": __name__, "__doc__": """Settings of ``interp-toolkit train``.
 
@@ -93,6 +95,8 @@ def command_config_class() -> type:
         train: Optimization and bookkeeping.
         run_dir: Run directory (default runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>).
         device: cpu, cuda, cuda:N or auto.
+        tensorboard: Write TensorBoard event files into the run directory.
+        wandb: Log to Weights & Biases (offline: under the run directory, no network).
     """},
     )
     _COMMAND_CONFIG.append(cls)
@@ -133,7 +137,8 @@ def default_run_dir(task_cfg: Any, model_cfg: Any, train_cfg: Any) -> Path:
                 f"_s{model_cfg.seed}_{key}")
 
 
-def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None) -> Any:
+def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None,
+               callbacks: Any = None) -> Any:
     """Build the splits and model for an MPSP run and train it (resuming if possible)."""
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.model import build_model
@@ -143,13 +148,17 @@ def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, dev
     resolved = resolve_device(device or "cpu")
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=resolved)
-    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}})
+    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
+                 callbacks=callbacks)
 
 
 def run_config(cfg: Any) -> int:
     """``interp-toolkit train``: returns 0; bad input raises a user error (exit 2 in ``main``)."""
     run_dir = cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)
-    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, device=cfg.device)
+    from interp_toolkit.loggers import loggers_from_flags
+
+    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, device=cfg.device,
+                        callbacks=loggers_from_flags(cfg))
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")
