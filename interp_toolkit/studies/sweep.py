@@ -425,6 +425,19 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         os._exit(1)  # the parent died before the request took effect
 
 
+_WORKER_EVENTS: list[Any] = []  # the progress queue of this local worker process
+
+
+def _init_local_worker(parent_pid: int, events: Any) -> None:
+    """Pool initializer of local sweep workers: die with the parent, keep the progress queue."""
+    die_with_parent(parent_pid)
+    _WORKER_EVENTS[:] = [events]
+
+
+def _run_job_in_worker(job: Mapping[str, Any], threads: int, callbacks: Sequence[Any]) -> list[dict[str, Any]]:
+    return run_job(job, threads, callbacks, _WORKER_EVENTS[0] if _WORKER_EVENTS else None)
+
+
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Cancel pending jobs and terminate this process's pool workers (no waiting for jobs)."""
     pool.shutdown(wait=False, cancel_futures=True)
@@ -445,23 +458,25 @@ def _run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress:
             progress.job_done(job)
         return rows
     context = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
-    with context.Manager() as manager:
-        events = manager.Queue()  # per-evaluation progress from the workers
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent,
-                                   initargs=(os.getpid(),))
-        try:
-            futures = {pool.submit(run_job, job, threads, callbacks, events): job for job in jobs}
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                progress.drain(events)
-                for future in done:
-                    rows.extend(future.result())
-                    progress.job_done(futures[future])
-        except BaseException:
-            _stop_workers(pool)  # Ctrl-C or a failed job: no worker goes on alone
-            raise
-        pool.shutdown(wait=True)
+    # Per-evaluation progress comes back on a plain queue handed to each worker at start (no
+    # Manager process: nothing but the workers, which die with this process, is spawned).
+    events = context.Queue()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_local_worker,
+                               initargs=(os.getpid(), events))
+    try:
+        futures = {pool.submit(_run_job_in_worker, job, threads, callbacks): job for job in jobs}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            progress.drain(events)
+            for future in done:
+                rows.extend(future.result())
+                progress.job_done(futures[future])
+    except BaseException:
+        _stop_workers(pool)  # Ctrl-C or a failed job: no worker goes on alone
+        raise
+    pool.shutdown(wait=True)
+    events.close()
     return rows
 
 
