@@ -172,7 +172,12 @@ def parse_config(
             data = _merge(data, load_config_file(config_file))
         if prepare is not None:
             data = prepare(data)
-        start = cls.from_dict(data)
+        try:
+            start = cls.from_dict(data)
+        except ValueError as err:  # UserError included: name the file the bad value came from
+            if config_file is None:
+                raise
+            raise UserError(f"config file {config_file}: {err}") from err
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
