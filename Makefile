@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all lint bench clean
+.PHONY: install demo test test-all lint bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# API reference from the docstrings (pdoc) -> build/api/index.html
+docs: $(STAMP)
+	$(BIN)/python docs/build_api.py build/api
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_toolkit.io import atomic_write_bytes, atomic_write_text
+from interp_toolkit.io import atomic_write_text
 
 
 @dataclass
@@ -60,6 +60,17 @@ class Table:
         """Write the table as CSV atomically; returns the path."""
         return atomic_write_text(path, self.to_csv_text())
 
+    def to_pandas(self) -> Any:
+        """The table as a :class:`pandas.DataFrame` (columns in :attr:`columns` order).
+
+        Missing values (a row without a column) become NaN/None. Needs pandas.
+        """
+        try:
+            import pandas as pd
+        except ImportError as err:
+            raise ImportError("Table.to_pandas needs pandas: pip install pandas") from err
+        return pd.DataFrame.from_records(self.rows, columns=self.columns)
+
     @classmethod
     def from_csv(cls, path: str | Path) -> "Table":
         """Read a CSV written by :meth:`to_csv` (numbers parsed back to int/float)."""
@@ -98,6 +109,13 @@ class AnalysisResult:
 
     def to_csv(self, path: str | Path) -> Path:
         return self.table.to_csv(path)
+
+    def to_pandas(self) -> Any:
+        """The result's table as a :class:`pandas.DataFrame` (see :meth:`Table.to_pandas`);
+        the analysis config is attached as ``DataFrame.attrs["config"]``."""
+        frame = self.table.to_pandas()
+        frame.attrs["config"] = dict(self.config)
+        return frame
 
 
 # --------------------------------------------------------------------------- metrics
@@ -216,22 +234,3 @@ def first_n(split: Any, n: int | None) -> tuple[Tensor, Tensor]:
     if n is not None:
         tokens, labels = tokens[:n], labels[:n]
     return tokens, labels
-
-
-def save_png(fig: Any, path: str | Path) -> Path:
-    """Save a matplotlib figure as PNG atomically and close it."""
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write_bytes(path, buffer.getvalue())
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

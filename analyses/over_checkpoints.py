@@ -25,7 +25,7 @@ from interp_toolkit.checkpoint import load_checkpoint
 from interp_toolkit.io import atomic_write_json, config_hash, read_jsonl
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
-from ._common import AnalysisResult, Table, pyplot, save_png
+from ._common import AnalysisResult, Table
 from .ablation import ablation
 from .fingerprints import fingerprints
 from .gradients import gradient_conflict
@@ -71,7 +71,8 @@ class CheckpointsResult:
 
     Attributes:
         table: Every row of every checkpoint's result, with ``epoch`` first.
-        csv_path, png_path: Files written (``png_path`` is None when ``plot=False``).
+        csv_path, png_path: Files written (``png_path``, the figure in the chosen format, is
+            None when ``plot=False``).
         computed, cache_hits: Epochs computed now and epochs read from the cache.
     """
 
@@ -87,6 +88,10 @@ class CheckpointsResult:
 
     def to_csv(self, path: str | Path) -> Path:
         return self.table.to_csv(path)
+
+    def to_pandas(self) -> Any:
+        """The table (one row per checkpoint and measured quantity) as a pandas DataFrame."""
+        return self.table.to_pandas()
 
 
 def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
@@ -195,6 +200,7 @@ def over_checkpoints(
     plot: bool = True,
     progress: bool = True,
     device: str | None = None,
+    figure_format: str = "png",
 ) -> CheckpointsResult:
     """Run ``analysis`` on every checkpoint of ``run_dir`` (or the given ``epochs``).
 
@@ -210,10 +216,14 @@ def over_checkpoints(
         plot: Also write the PNG.
         progress: Show a tqdm bar over checkpoints.
         device: Where to load each checkpoint (default CPU); not part of the cache key.
+        figure_format: ``png``, ``svg`` or ``pdf`` (the figure's file suffix).
 
     Returns:
         :class:`CheckpointsResult`.
     """
+    from interp_toolkit.plotting import check_format, save_figure
+
+    figure_format = check_format(figure_format)
     label, spec = _resolve(analysis, name)
     run_dir = Path(run_dir)
     config = dict(config or {})
@@ -260,7 +270,7 @@ def over_checkpoints(
     csv_path = table.to_csv(out_dir / f"{label}.csv")
     png_path = None
     if plot:
-        png_path = plot_over_checkpoints(table, run_dir, spec, out_dir / f"{label}.png")
+        png_path = save_figure(plot_over_checkpoints(table, run_dir, spec), out_dir / f"{label}.{figure_format}")
     return CheckpointsResult(table, csv_path, png_path, computed, hits)
 
 
@@ -279,32 +289,62 @@ def _series(table: Table, spec: AnalysisSpec, column: str) -> dict[str, tuple[li
     return lines
 
 
-def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec, path: str | Path,
-                          max_lines: int = 16) -> Path:
-    """Accuracy curves of the run on top, then one panel per value column, shared epoch axis."""
-    plt = pyplot()
+def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec, ax: Any = None,
+                          max_lines: int = 16) -> Any:
+    """Accuracy curves of the run on top, then one panel per value column, shared epoch axis.
+
+    The epoch axis is log-scaled (early checkpoints are where most changes happen), and
+    each component keeps one colour in every panel.
+
+    Args:
+        table: Rows of :func:`over_checkpoints` (an ``epoch`` column plus the analysis's).
+        run_dir: The run (its ``metrics.jsonl`` gives the accuracy panel).
+        spec: Which columns to plot and how to group rows into lines.
+        ax: Optional sequence of ``1 + len(value columns)`` axes to draw into.
+        max_lines: Most lines per panel.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from interp_toolkit.plotting import (
+        component_colors,
+        epoch_axis,
+        label,
+        new_panels,
+        split_colors,
+        style,
+    )
+
     columns = list(spec.value_columns) or [
         c for c in table.columns if c != "epoch" and all(isinstance(v, (int, float)) for v in table.column(c))][:3]
     metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
-    fig, axes = plt.subplots(len(columns) + 1, 1, figsize=(9, 2.6 * (len(columns) + 1)), sharex=True)
-    ax = axes[0]
-    for key in sorted({k for m in metrics for k in m if k.endswith("_acc")}):
-        ax.plot([m["epoch"] for m in metrics if key in m], [m[key] for m in metrics if key in m], label=key[:-4])
-    ax.set(ylabel="accuracy", ylim=(-0.02, 1.02), title=f"{spec.name} over checkpoints: {Path(run_dir).name}")
-    for ax, column in zip(axes[1:], columns, strict=True):
-        lines = _series(table, spec, column)
-        for label, (xs, ys) in list(lines.items())[:max_lines]:
-            ax.plot(xs, ys, marker=".", label=label)
-        ax.set(ylabel=column)
-        if column.endswith("_rho") or column.endswith("_cos"):
-            ax.axhline(0, color="grey", lw=0.5)
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, ncol=2, loc="best")
-    axes[-1].set_xlabel("epoch")
-    fig.tight_layout()
-    return save_png(fig, path)
+    series = {column: list(_series(table, spec, column).items())[:max_lines] for column in columns}
+    colors = component_colors(name for lines in series.values() for name, _ in lines)
+    with style():
+        fig, axes = new_panels(len(columns) + 1, ax, figsize=(7.5, 2.3 * (len(columns) + 1)), sharex=True)
+        top = axes[0]
+        epochs_seen: list[float] = []
+        for key in sorted({k for m in metrics for k in m if k.endswith("_acc")}):
+            split = key[:-4]
+            xs = [m["epoch"] for m in metrics if key in m]
+            epochs_seen += xs
+            top.plot(xs, [m[key] for m in metrics if key in m], label=label(split),
+                     color=split_colors().get(split))
+        top.set(ylabel="accuracy", ylim=(-0.02, 1.02), title=f"{spec.name} over checkpoints: {Path(run_dir).name}")
+        for panel, column in zip(axes[1:], columns, strict=True):
+            for name, (xs, ys) in series[column]:
+                epochs_seen += xs
+                panel.plot(xs, ys, marker=".", markersize=3, label=name, color=colors[name])
+            panel.set(ylabel=label(column))
+            if column.endswith("_rho") or column.endswith("_cos"):
+                panel.axhline(0, color="grey", lw=0.5)
+        for panel in axes:
+            if panel.get_legend_handles_labels()[0]:
+                panel.legend(ncol=2, loc="best")
+            epoch_axis(panel, epochs_seen)
+        for panel in axes[:-1]:
+            panel.set_xlabel("")
+    return fig
 
 
 __all__ = ["ANALYSES", "AnalysisSpec", "CheckpointsResult", "check_checkpoints_belong_to_run", "over_checkpoints",

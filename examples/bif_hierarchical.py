@@ -25,7 +25,6 @@ Writes beside each other in ``--out``:
 from __future__ import annotations
 
 import argparse
-import io
 import time
 from pathlib import Path
 
@@ -47,7 +46,8 @@ from interp_toolkit.analyses.bif.validation import (
     retrain_leave_one_out_effects,
     spearman,
 )
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json
+from interp_toolkit.io import atomic_write_json
+from interp_toolkit.plotting import save_figure
 from interp_toolkit.studies.dln import (
     DeepLinearNetwork,
     DLNConfig,
@@ -300,9 +300,7 @@ def main() -> None:
     }
     figure = plot(data, modes, curve, half_times, branch_steps, model_at, steps, bif_q, se_q, learned, transitions,
                   loo, idx, windows, window_bif, causal["window_end"])
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90)
-    atomic_write_bytes(out / "bif_hierarchical.png", buffer.getvalue())
+    save_figure(figure, out / "bif_hierarchical.png")
     atomic_write_json(out / "summary.json", summary)
     print(f"wrote {out / 'bif_hierarchical.png'} and {out / 'summary.json'} in {time.time() - started:.0f} s")
     print("mode half-strength steps:", half_times, "hidden branch steps:", branch_steps)
@@ -323,9 +321,9 @@ def main() -> None:
 def plot(data, modes, curve, half_times, branch_steps, model_at, steps, bif_q, se_q, learned, transitions, loo, idx,
          windows, window_bif, causal):
     """The figure (a matplotlib Figure; no pyplot state, no backend change)."""
-    from matplotlib.figure import Figure
+    from interp_toolkit.plotting import figure as new_figure
 
-    figure = Figure(figsize=(12, 22))
+    figure = new_figure(figsize=(12, 22))
     grid = figure.add_gridspec(7, 5, height_ratios=[1.1, 0.9, 1.3, 0.9, 0.9, 0.9, 0.9])
     x_min, x_max = 100, len(curve) - 1
     level_colors = {0: "tab:gray", 1: "tab:blue", 2: "tab:orange", 3: "tab:green"}

@@ -28,11 +28,21 @@ import time
 from pathlib import Path
 
 import torch
+from matplotlib.figure import Figure
 
 from interp_toolkit import ModelConfig, TrainConfig, build_model, train
-from interp_toolkit.analyses._common import pyplot, save_png
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints
 from interp_toolkit.io import read_jsonl
+from interp_toolkit.plotting import (
+    FORMATS,
+    component_colors,
+    epoch_axis,
+    label,
+    new_panels,
+    save_figure,
+    split_colors,
+    style,
+)
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 
@@ -49,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", default=None)
+    p.add_argument("--format", choices=FORMATS, default="png", help="figure file format")
     p.add_argument("--paper", action="store_true",
                    help="paper size: n_train 16,384, n_eval 2,048, 15,000 epochs, checkpoints every 500")
     args = p.parse_args(argv)
@@ -58,51 +69,58 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def plot_mechanism(run_dir: Path, grads, prints, path: Path) -> Path:
-    """The over-checkpoints figure (see the module docstring)."""
-    plt = pyplot()
+def plot_mechanism(run_dir: Path, grads, prints, ax=None) -> Figure:
+    """The over-checkpoints figure (see the module docstring).
+
+    One colour per head in every panel (solid: QK, dashed: OV; black: all parameters),
+    fixed split colours in the accuracy panel, and a log-scaled epoch axis so the early
+    checkpoints, where the gradient cosine collapses, are not squeezed into the first pixel.
+    """
     metrics = read_jsonl(run_dir / "metrics.jsonl")
-    fig, axes = plt.subplots(5, 1, figsize=(10, 15), sharex=True)
-    ax = axes[0]
-    for split in ("train", "val", "adv"):
-        ax.plot([m["epoch"] for m in metrics], [m[f"{split}_acc"] for m in metrics], label=split)
-    ax.set(ylabel="accuracy", ylim=(-0.02, 1.02),
-           title=f"2-layer MPSP, r = 0.9 ({run_dir.name}): val = shortcut-consistent, adv = anti-shortcut")
+    heads = sorted(set(prints.table.column("component")))
+    colors = component_colors(heads)
+    epochs = [m["epoch"] for m in metrics]
 
     def lines(table, key_col, key, value):
         rows = sorted(table.where(**{key_col: key}).rows, key=lambda r: r["epoch"])
         return [r["epoch"] for r in rows], [r[value] for r in rows]
 
-    groups = sorted(set(grads.table.column("group")))
-    shown = ["all"] + [g for g in groups if g.endswith((".QK", ".OV"))]
-    for g in shown:
-        axes[1].plot(*lines(grads.table, "group", g, "conflict_cos"), marker=".", label=g,
-                     lw=2.5 if g == "all" else 1)
-        axes[2].plot(*lines(grads.table, "group", g, "amplification"), marker=".", label=g,
-                     lw=2.5 if g == "all" else 1)
-    axes[1].set(ylabel="cos(mean grad consistent,\nmean grad anti)")
-    axes[1].axhline(0, color="grey", lw=0.5)
-    axes[2].set(ylabel="amplification\n(anti / consistent norm)", yscale="log")
-    axes[2].axhline(1, color="grey", lw=0.5)
+    with style():
+        fig, axes = new_panels(5, ax, figsize=(7.5, 12), sharex=True)
+        for split, color in split_colors().items():
+            axes[0].plot(epochs, [m[f"{split}_acc"] for m in metrics], label=label(split), color=color)
+        axes[0].set(ylabel="accuracy", ylim=(-0.02, 1.02),
+                    title="2-layer MPSP, r = 0.9: validation = shortcut-consistent, adversarial = anti-shortcut")
 
-    heads = sorted(set(prints.table.column("component")))
-    for h in heads:
-        line = axes[3].plot(*lines(prints.table, "component", h, "qk_rho"), marker=".", label=f"{h} QK rho")[0]
-        axes[3].plot(*lines(prints.table, "component", h, "first_share"), ls=":", color=line.get_color(),
-                     label=f"{h} share on pos 0")
-        line = axes[4].plot(*lines(prints.table, "component", h, "ov_rho"), marker=".", label=f"{h} OV (weights)")[0]
-        axes[4].plot(*lines(prints.table, "component", h, "ov_data_rho"), ls="--", color=line.get_color(),
-                     label=f"{h} OV (data)")
-    axes[3].set(ylabel="QK magnitude fingerprint\n(Spearman rho score vs value)", ylim=(-1.05, 1.05))
-    axes[4].set(ylabel="OV parity fingerprint\n(Spearman rho vs v mod 2)", ylim=(-1.05, 1.05))
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=3, loc="best")
-    axes[3].axhline(0, color="grey", lw=0.5)
-    axes[4].axhline(0, color="grey", lw=0.5)
-    axes[-1].set_xlabel("epoch")
-    fig.tight_layout()
-    return save_png(fig, path)
+        for panel, value in ((axes[1], "conflict_cos"), (axes[2], "amplification")):
+            panel.plot(*lines(grads.table, "group", "all", value), color="black", lw=2.2, label="all parameters")
+            for head in heads:
+                for kind, ls in (("QK", "-"), ("OV", "--")):
+                    panel.plot(*lines(grads.table, "group", f"{head}.{kind}", value), color=colors[head], ls=ls,
+                               lw=1, label=f"{head} {kind}")
+        axes[1].set(ylabel="cos(mean gradient consistent,\nmean gradient anti)")
+        axes[1].axhline(0, color="grey", lw=0.5)
+        axes[2].set(ylabel="gradient norm ratio\n(anti / consistent)", yscale="log")
+        axes[2].axhline(1, color="grey", lw=0.5)
+
+        for head in heads:
+            axes[3].plot(*lines(prints.table, "component", head, "qk_rho"), color=colors[head], label=f"{head} QK ρ")
+            axes[3].plot(*lines(prints.table, "component", head, "first_share"), color=colors[head], ls=":",
+                         label=f"{head} attention on position 0")
+            axes[4].plot(*lines(prints.table, "component", head, "ov_rho"), color=colors[head],
+                         label=f"{head} OV ρ (weights)")
+            axes[4].plot(*lines(prints.table, "component", head, "ov_data_rho"), color=colors[head], ls="--",
+                         label=f"{head} OV ρ (data)")
+        axes[3].set(ylabel="QK magnitude fingerprint\n(Spearman ρ, score vs value)", ylim=(-1.05, 1.05))
+        axes[4].set(ylabel="OV parity fingerprint\n(Spearman ρ vs value mod 2)", ylim=(-1.05, 1.05))
+        for panel in axes:
+            panel.legend(ncol=3, loc="best", fontsize=6.5)
+            epoch_axis(panel, epochs)
+        for panel in axes[:-1]:
+            panel.set_xlabel("")
+        axes[3].axhline(0, color="grey", lw=0.5)
+        axes[4].axhline(0, color="grey", lw=0.5)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -125,7 +143,7 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"analyses in {time.perf_counter() - started:.0f} s "
           f"({len(grads.computed) + len(prints.computed)} computed, "
           f"{len(grads.cache_hits) + len(prints.cache_hits)} cached)")
-    path = plot_mechanism(run_dir, grads, prints, run_dir / "shortcut_mechanism.png")
+    path = save_figure(plot_mechanism(run_dir, grads, prints), run_dir / f"shortcut_mechanism.{args.format}")
     print(f"figure: {path}")
     last = max(grads.table.column("epoch"))
     for row in grads.table.where(epoch=last, group="all").rows:

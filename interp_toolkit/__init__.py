@@ -7,9 +7,14 @@ no torch), tasks live in ``interp_toolkit.tasks`` and analyses in ``interp_toolk
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _distribution_version
 from typing import Any
 
-__version__ = "0.1.0"
+try:  # the version lives only in pyproject.toml; installed metadata carries it
+    __version__ = _distribution_version("interp-toolkit")
+except _PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 # public name -> module that defines it (imported by ``__getattr__`` on first access)
 _EXPORTS = {

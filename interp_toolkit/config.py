@@ -178,7 +178,7 @@ def parse_config(
             data = prepare(data)
         try:
             start = cls.from_dict(data)
-        except (UserError, TypeError) as err:
+        except (ValueError, TypeError) as err:  # UserError included: name the file the bad value came from
             if config_file is None:
                 raise
             raise UserError(f"config file {config_file}: {err}") from err

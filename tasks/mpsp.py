@@ -60,7 +60,7 @@ class MPSPConfig(Config):
     Defaults (see README, "MPSP defaults"): sum parity with the max-parity shortcut,
     sequences of 10 values in 0..9, 16,384 training examples, 2,048 per evaluation split.
     Length 10 (rather than 5) because at length 5 a 1-layer model learns the true rule at
-    any r and a 2-layer model can memorize 4k examples (``shared/FACTS.md``).
+    any r and a 2-layer model can memorize 4k examples (measured calibration runs; see README).
 
     Attributes:
         label: ``"sum_parity"`` (m = 2) or ``"sum_mod3"`` (m = 3).

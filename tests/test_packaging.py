@@ -26,6 +26,7 @@ def test_wheel_layout(wheel):
     assert "interp_toolkit/analyses/__init__.py" in names
     top_level = {name.split("/")[0] for name in names}
     assert "tasks" not in top_level and "analyses" not in top_level
+    assert "interp_toolkit/py.typed" in names  # PEP 561: type checkers use the annotations
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "interp-toolkit = interp_toolkit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -41,9 +42,21 @@ def test_installed_wheel_imports_from_outside_repo(wheel, tmp_path):
         f"assert interp_toolkit.tasks.__file__.startswith({str(target)!r})\n"
         "assert importlib.util.find_spec('tasks') is None\n"
         "assert importlib.util.find_spec('analyses') is None\n"
+        "import importlib.metadata as md\n"
+        "assert interp_toolkit.__version__ == md.version('interp-toolkit'), interp_toolkit.__version__\n"
         "print('ok')\n"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_version_is_written_only_in_pyproject():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    import interp_toolkit
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert interp_toolkit.__version__ == declared
+    assert f'"{declared}"' not in (ROOT / "interp_toolkit" / "__init__.py").read_text()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from interp_toolkit.io import config_hash
+from interp_toolkit.plotting import save_figure
 
 from .config import SamplerConfig
 from .data import (
@@ -41,6 +42,7 @@ def bif(
     phase_fn: Callable[[nn.Module], int] | None = None,
     cache_dir: str | Path | None = None,
     cache_tag: str | None = None,
+    callbacks: Sequence[Any] | None = None,
 ) -> BIFResult:
     """Bayesian influence of training examples on observables at the model's checkpoint.
 
@@ -69,6 +71,8 @@ def bif(
             rerun with the same key loads the stored result. PNG figures are written beside.
         cache_tag: Extra cache-key text (the bodies of callables are not hashed; change the
             tag when you change a loss or observable function but keep its name).
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every SGLD
+            draw and chain end (see :func:`sample_sgld`); not part of the cache key.
 
     Returns:
         The :class:`BIFResult` with diagnostics.
@@ -163,7 +167,8 @@ def bif(
         if kept_labels is not None:
             kept_labels[chain, draw] = label
 
-    diagnostics = sample_sgld(model, train_data, loss_fn, config, all_recorders, on_draw)
+    diagnostics = sample_sgld(model, train_data, loss_fn, config, all_recorders, on_draw,
+                              callbacks=callbacks)
     for pending_key in list(pending):
         flush(pending_key)
     estimate = estimate_from_moments(accumulators, config.chains, config.pearson, with_phases=phase_fn is not None)
@@ -185,7 +190,7 @@ def bif(
     )
     if cache_dir is not None:
         out_dir = Path(cache_dir) / f"bif_{key}"
-        plot_bif(result, out_dir / "bif.png")
+        save_figure(plot_bif(result), out_dir / "bif.png")
         result.save(out_dir)
     return result
 

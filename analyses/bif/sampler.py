@@ -6,12 +6,14 @@ import fnmatch
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 from tqdm.auto import tqdm
+
+from interp_toolkit.callbacks import as_callbacks, dispatch
 
 from .config import SamplerConfig, SamplerDivergenceError
 from .data import DataLike, LossFn, Observable, data_length, index_data, per_example_losses
@@ -69,6 +71,7 @@ def sample_sgld(
     config: SamplerConfig,
     recorders: Mapping[str, Observable] | None = None,
     on_draw: Callable[[int, int, dict[str, Tensor]], None] | None = None,
+    callbacks: Sequence[Any] | None = None,
 ) -> SamplerDiagnostics:
     """Run SGLD chains around the model's current weights ``w*``, calling back at each draw.
 
@@ -83,6 +86,9 @@ def sample_sgld(
         recorders: Observables evaluated (under ``torch.no_grad``) at every draw.
         on_draw: ``on_draw(chain, draw, values)`` with ``values[name]`` the flattened
             float tensor of each recorder.
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every draw
+            (``on_draw(chain, draw, {"step", "loss"})``) and chain end
+            (``on_chain_end(chain, diagnostics)``), e.g. a TensorBoard logger.
 
     Returns:
         Diagnostics (loss traces, drift checks).
@@ -91,6 +97,7 @@ def sample_sgld(
         SamplerDivergenceError: A loss or recorded value became NaN/inf or exploded.
     """
     recorders = dict(recorders or {})
+    callbacks = as_callbacks(callbacks)
     n_train = data_length(train_data)
     if n_train < 1:
         raise ValueError("train_data has no examples")
@@ -185,10 +192,20 @@ def sample_sgld(
                             on_draw(chain, draw, values)
                     elif on_draw is not None:
                         on_draw(chain, draw, {})
+                    dispatch(callbacks, "on_draw", chain, draw, {"step": step, "loss": loss_value})
                     draw += 1
             with torch.no_grad():
                 if not all(torch.isfinite(p).all() for _, p in params):
                     raise SamplerDivergenceError(f"SGLD diverged: chain {chain} ended with non-finite weights")
+            if callbacks:
+                chain_drift, chain_sampling_drift, _ = _drift_checks(trace[chain : chain + 1], config,
+                                                                     warn=False)
+                dispatch(callbacks, "on_chain_end", chain, {
+                    "initial_loss": initial_loss, "n_beta": n_beta,
+                    "mean_loss": float(trace[chain].mean()), "final_loss": float(trace[chain, -1]),
+                    "burn_in_drift": float(chain_drift[0]),
+                    "sampling_drift": float(chain_sampling_drift[0]),
+                })
     finally:
         bar.close()
         with torch.no_grad():
@@ -218,7 +235,8 @@ def _data_device(data: DataLike) -> torch.device:
     return first.device
 
 
-def _drift_checks(trace: Tensor, config: SamplerConfig) -> tuple[Tensor, Tensor, list[str]]:
+def _drift_checks(trace: Tensor, config: SamplerConfig,
+                  warn: bool = True) -> tuple[Tensor, Tensor, list[str]]:
     chains = trace.shape[0]
     burn = trace[:, : config.burn_in]
     sampling = trace[:, config.burn_in :]
@@ -238,7 +256,7 @@ def _drift_checks(trace: Tensor, config: SamplerConfig) -> tuple[Tensor, Tensor,
                     f"chain {chain}: mean loss still drifting while drawing ({value:+.2f} std between "
                     "halves); lengthen burn_in, raise gamma or lower eps"
                 )
-    for note in notes:
+    for note in notes if warn else ():
         warnings.warn(note, stacklevel=3)
     return burn_drift, sampling_drift, notes
 

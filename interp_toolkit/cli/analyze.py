@@ -63,7 +63,8 @@ class AnalyzeCommandConfig(Config):
             source-vs-target label logit difference).
         chunk_size: gradients: examples per vmap chunk (default 256).
         out_dir: Output directory (default RUN_DIR/analyses/<analysis>).
-        plot: Write the PNG.
+        plot: Write the figure.
+        format: Figure file format (png, svg or pdf).
         progress: Show progress bars.
         device: cpu, cuda, cuda:N or auto.
     """
@@ -85,12 +86,13 @@ class AnalyzeCommandConfig(Config):
     chunk_size: Optional[int] = None  # noqa: UP007
     out_dir: Optional[Path] = None  # noqa: UP007
     plot: bool = True
+    format: Literal["png", "svg", "pdf"] = "png"
     progress: bool = True
     device: str = "cpu"
 
     def __post_init__(self) -> None:
         for name, choices in (("analysis", ANALYSIS_NAMES), ("method", ABLATION_METHODS),
-                              ("positions", ("each", "all")), ("metric", ("logit_diff", "loss", "accuracy"))):
+                              ("positions", ("each", "all")), ("format", ("png", "svg", "pdf")), ("metric", ("logit_diff", "loss", "accuracy"))):
             value = getattr(self, name)
             self.check(name, value is None or value in choices, f"one of {', '.join(choices)}")
         for name in ("epochs", "split_names", "components"):
@@ -156,13 +158,12 @@ def run_config(args: AnalyzeCommandConfig) -> int:
     print("task (from the run record): " + json.dumps(task_dict(record) or {}, sort_keys=True))
     result = over_checkpoints(args.analysis, args.run_dir, epochs=epochs, config=config,
                               out_dir=args.out_dir, plot=args.plot, progress=args.progress,
-                              device=device)
+                              device=device, figure_format=args.format)
     print(f"{args.analysis}: {len(result.computed)} checkpoint(s) computed, {len(result.cache_hits)} from cache")
     print(f"table: {result.csv_path}")
     if result.png_path is not None:
         print(f"plot:  {result.png_path}")
     return 0
-
 
 
 __all__ = ["ABLATION_METHODS", "ANALYSIS_NAMES", "AnalyzeCommandConfig", "DESCRIPTION", "HELP", "parse",

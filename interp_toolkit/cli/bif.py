@@ -1,7 +1,6 @@
 """Command line: Bayesian influence of MPSP training examples on query losses at a checkpoint.
 
-Register on the toolkit's CLI with :func:`add_bif_parser` (``interp-toolkit bif ...``), or
-run standalone::
+``interp-toolkit bif ...`` (flags from :class:`BIFCommandConfig`), or run standalone::
 
     python -m interp_toolkit.cli.bif CHECKPOINT --task-config task.json --out runs/bif
 
@@ -48,6 +47,7 @@ class BIFCommandConfig(Config):
         n_query: Query examples (columns).
         query_split: Split the query examples come from.
         device: cpu, cuda, cuda:N or auto.
+        format: Figure file format (png, svg or pdf; the cached result always has bif.png).
         sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
     """
 
@@ -58,6 +58,7 @@ class BIFCommandConfig(Config):
     n_query: int = 64
     query_split: Literal["train", "val", "adv"] = "adv"
     device: str = "cpu"
+    format: Literal["png", "svg", "pdf"] = "png"
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(batch_size=256))
 
     def __post_init__(self) -> None:
@@ -66,6 +67,7 @@ class BIFCommandConfig(Config):
             self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                        "an integer >= 1")
         self.check("query_split", self.query_split in ("train", "val", "adv"), "one of train, val, adv")
+        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
         for name in ("checkpoint", "task_config", "out"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
@@ -191,6 +193,11 @@ def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
     }
     atomic_write_json(Path(args.out) / f"bif_{result.cache_key}" / "summary.json", summary)
+    if args.format != "png":  # bif() caches bif.png beside the result; add the asked format
+        from interp_toolkit.analyses.bif import plot_bif
+        from interp_toolkit.plotting import save_figure
+
+        save_figure(plot_bif(result), Path(summary["result_dir"]) / "bif", args.format)
     return summary
 
 

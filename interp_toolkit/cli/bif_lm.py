@@ -41,7 +41,7 @@ import tyro
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from interp_toolkit.io import atomic_write_json, atomic_write_text
 
 if TYPE_CHECKING:
     import torch
@@ -101,6 +101,7 @@ def bif_over_checkpoints(
     progress: bool = True,
     sets: tuple[torch.Tensor, TokenSet, TokenSet] | None = None,
     probe_vocab: tuple[int, int] | None = None,
+    figure_format: str = "png",
 ) -> list[dict[str, Any]]:
     """Token-level BIF and induction score at every checkpoint; writes CSV, PNG and JSON.
 
@@ -119,6 +120,7 @@ def bif_over_checkpoints(
             text); ``corpus`` may then be ``None``.
         probe_vocab: Token range ``[low, high)`` of the induction probe (default: the
             corpus's ordinary tokens).
+        figure_format: ``png``, ``svg`` or ``pdf`` (``per_class.<format>``).
 
     Returns:
         The CSV rows (also in ``per_class.csv``).
@@ -127,8 +129,10 @@ def bif_over_checkpoints(
 
     from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
     from interp_toolkit.analyses.induction import induction_scores
+    from interp_toolkit.plotting import check_format, save_figure
     from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
 
+    figure_format = check_format(figure_format)
     if not refs:
         raise ValueError("no checkpoints given")
     if "class:all" not in config.reductions:
@@ -166,53 +170,58 @@ def bif_over_checkpoints(
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(out / "per_class.csv", buffer.getvalue())
-    plot_per_class(rows, out / "per_class.png", pearson=config.sampler.pearson)
+    save_figure(plot_per_class(rows, pearson=config.sampler.pearson), out / f"per_class.{figure_format}")
     atomic_write_json(out / "summary.json", {"config": config.to_dict(), "corpus": corpus.to_dict() if corpus else None,
                                              "n_posterior": n_posterior, "n_train": n_train, "n_query": n_query,
                                              "checkpoints": summary})
     return rows
 
 
-def plot_per_class(rows: Sequence[dict[str, Any]], path: str | Path, pearson: bool = False) -> Path:
-    """PNG: per-class BIF on the mean query loss over checkpoints (+-stderr), induction
-    score on a twin axis; x is the training step on a symlog axis (log-spaced early
-    checkpoints, linear later ones)."""
-    import matplotlib
+def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool = False) -> Any:
+    """Per-class BIF on the mean query loss over checkpoints (+-stderr), induction score on
+    a twin axis; x is the training step on a symlog axis (log-spaced early checkpoints,
+    linear later ones).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Args:
+        rows: Rows of ``per_class.csv``.
+        ax: Optional axes to draw into (the twin axis is added beside it).
+        pearson: Label the y axis as a correlation.
 
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from interp_toolkit.plotting import component_colors, new_figure, style
     from interp_toolkit.tasks.induction_corpus import CLASS_NAMES
 
     sel = [r for r in rows if r["reduction"] == "class:all"]
     classes = [c for c in CLASS_NAMES if any(r["train_group"] == c for r in sel)] + sorted(
         {r["train_group"] for r in sel} - set(CLASS_NAMES))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for cls in classes:
-        pts = sorted((r["step"], r["bif"], r["stderr"]) for r in sel if r["train_group"] == cls)
-        steps = [p[0] for p in pts]
-        vals = [p[1] for p in pts]
-        errs = [0.0 if math.isnan(p[2]) else p[2] for p in pts]
-        ax.plot(steps, vals, marker="o", ms=3, label=f"train {cls} tokens")
-        ax.fill_between(steps, [v - e for v, e in zip(vals, errs)], [v + e for v, e in zip(vals, errs)], alpha=0.2)
-    ax.axhline(0, color="k", lw=0.5)
-    ax.set_xscale("symlog", linthresh=1)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("-Corr" if pearson else "BIF = -Cov (class mean loss, query mean loss)")
-    twin = ax.twinx()
-    ind = sorted({(r["step"], r["induction_score"]) for r in sel})
-    twin.plot([p[0] for p in ind], [p[1] for p in ind], color="k", ls="--", lw=1.5, label="induction score")
-    twin.set_ylabel("induction score (max head)")
-    twin.set_ylim(0, 1)
-    lines, labels = ax.get_legend_handles_labels()
-    lines2, labels2 = twin.get_legend_handles_labels()
-    ax.legend(lines + lines2, labels + labels2, fontsize=8, loc="best")
-    ax.set_title("Token-level BIF per training-token class over checkpoints")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write_bytes(path, buffer.getvalue())
+    colors = component_colors(classes)
+    with style():
+        fig, ax = new_figure(ax, figsize=(8, 4.5))
+        for cls in classes:
+            pts = sorted((r["step"], r["bif"], r["stderr"]) for r in sel if r["train_group"] == cls)
+            steps = [p[0] for p in pts]
+            vals = [p[1] for p in pts]
+            errs = [0.0 if math.isnan(p[2]) else p[2] for p in pts]
+            ax.plot(steps, vals, marker="o", ms=3, label=f"train {cls} tokens", color=colors[cls])
+            ax.fill_between(steps, [v - e for v, e in zip(vals, errs)], [v + e for v, e in zip(vals, errs)],
+                            alpha=0.2, color=colors[cls])
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlabel("training step (log scale)")
+        ax.set_ylabel("-Corr" if pearson else "BIF = -Cov (class mean loss, query mean loss)")
+        twin = ax.twinx()
+        ind = sorted({(r["step"], r["induction_score"]) for r in sel})
+        twin.plot([p[0] for p in ind], [p[1] for p in ind], color="k", ls="--", lw=1.5, label="induction score")
+        twin.set_ylabel("induction score (max head)")
+        twin.set_ylim(0, 1)
+        twin.grid(False)
+        lines, labels = ax.get_legend_handles_labels()
+        lines2, labels2 = twin.get_legend_handles_labels()
+        ax.legend(lines + lines2, labels + labels2, loc="best")
+        ax.set_title("Token-level BIF per training-token class over checkpoints")
+    return fig
 
 
 def _find_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
@@ -245,6 +254,7 @@ class LMBIFCommandConfig(Config):
         stderr_method: Standard error of the pooled estimate: jackknife (leave-one-chain-out)
             or per_chain (std of the chains' estimates / sqrt(chains)).
         device: cpu, cuda, cuda:N or auto (checked before any work).
+        format: Figure file format (png, svg or pdf).
         sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
         classes_config: Real text instead of the synthetic corpus: TextClassesConfig as
             JSON/YAML (the text flags below override it).
@@ -270,6 +280,7 @@ class LMBIFCommandConfig(Config):
     pearson_convention: Literal["token_mean", "group_means"] = "token_mean"
     stderr_method: Literal["jackknife", "per_chain"] = "jackknife"
     device: str = "cpu"
+    format: Literal["png", "svg", "pdf"] = "png"
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(
         eps=1e-4, chains=2, draws=50, burn_in=50, steps_between_draws=1, batch_size=32))
     classes_config: Path | None = None
@@ -288,6 +299,7 @@ class LMBIFCommandConfig(Config):
         self.reductions = tuple(self.reductions)
         self.token_class = tuple(self.token_class)
         self.token_class_regex = tuple(self.token_class_regex)
+        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
         for name in ("corpus_config", "out", "classes_config"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
@@ -363,8 +375,8 @@ def run_config(args: LMBIFCommandConfig) -> int:
         sets = classes.bif_sets(args.n_posterior, args.n_train, args.n_query)
         rows = bif_over_checkpoints(refs, None, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
                                     n_query=args.n_query, progress=args.sampler.progress, sets=sets,
-                                    probe_vocab=(0, len(tokenizer)))
-        print(f"wrote {args.out / 'per_class.csv'} and {args.out / 'per_class.png'} ({len(refs)} checkpoints, "
+                                    probe_vocab=(0, len(tokenizer)), figure_format=args.format)
+        print(f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} checkpoints, "
               f"{len(rows)} rows, classes {classes.names})")
         return 0
     if args.corpus_config is not None:
@@ -377,8 +389,8 @@ def run_config(args: LMBIFCommandConfig) -> int:
             raise UserError("no corpus config: pass --corpus-config corpus.json (a CorpusConfig as JSON) "
                             "or checkpoints of a testbed run (with testbed.json)")
     rows = bif_over_checkpoints(refs, corpus, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
-                                n_query=args.n_query, progress=args.sampler.progress)
-    print(f"wrote {args.out / 'per_class.csv'} and {args.out / 'per_class.png'} ({len(refs)} checkpoints, "
+                                n_query=args.n_query, progress=args.sampler.progress, figure_format=args.format)
+    print(f"wrote {args.out / 'per_class.csv'} and {args.out / ('per_class.' + args.format)} ({len(refs)} checkpoints, "
           f"{len(rows)} rows)")
     return 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence
 
 import tyro
 
@@ -14,7 +14,7 @@ from interp_toolkit.errors import UserError
 HELP = "generalization-rate table and plots of a study directory"
 DESCRIPTION = ("Re-score every run from its metrics.jsonl (outcome.json is a cache), write table.csv (paper "
                "rate and rule-learned rate per cell with 95% Wilson intervals), contrasts.csv (r pairs per "
-               "architecture: difference, 95% Newcombe interval, Fisher exact p), outcomes.csv and PNG plots, "
+               "architecture: difference, 95% Newcombe interval, Fisher exact p), outcomes.csv and two figures, "
                "and print them.")
 
 
@@ -28,13 +28,16 @@ class ReportCommandConfig(Config):
         compare: Pairs of cells: rate difference a - b with a 95% Newcombe interval and Fisher
             exact p; cells as KEY=VALUE lists, e.g. --compare L=2,r=0.9 L=2,r=0.5 (an even
             number of values, taken two by two).
+        format: Figure file format (png, svg or pdf).
     """
 
     study_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
     out: Optional[Path] = None  # noqa: UP007
     compare: Optional[tuple[str, ...]] = None  # noqa: UP007
+    format: Literal["png", "svg", "pdf"] = "png"
 
     def __post_init__(self) -> None:
+        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
         if self.compare is not None:
             self.compare = tuple(self.compare)
             self.check("compare", len(self.compare) % 2 == 0,
@@ -54,7 +57,8 @@ def run_config(args: ReportCommandConfig) -> int:
     from interp_toolkit.studies.report import write_report
 
     pairs = list(zip(args.compare[::2], args.compare[1::2])) if args.compare else []
-    write_report(args.study_dir, out_dir=args.out, print_table=True, compare=pairs)
+    write_report(args.study_dir, out_dir=args.out, print_table=True, compare=pairs,
+                 figure_format=args.format)
     return 0
 
 

@@ -42,6 +42,8 @@ class SweepCommandConfig(Config):
         workers: Local processes (default: CPU count).
         dry_run: Print the grid and exit.
         quiet: No progress bar.
+        tensorboard: Write TensorBoard event files into every run directory.
+        wandb: Log every run to Weights & Biases (offline: under each run directory, no network).
         sweep: The grid and the training settings of every run (its ``device``, ``--device``:
             cpu, cuda, cuda:N or auto, is checked before any work).
     """
@@ -53,6 +55,8 @@ class SweepCommandConfig(Config):
     workers: Optional[int] = None  # noqa: UP007
     dry_run: bool = False
     quiet: bool = False
+    tensorboard: bool = False
+    wandb: Optional[Literal["offline", "online"]] = None  # noqa: UP007
     sweep: SweepConfig = field(default_factory=lambda: SweepConfig.from_dict(PRESETS["smoke"]))
 
     def __post_init__(self) -> None:
@@ -130,8 +134,10 @@ def run_config(args: SweepCommandConfig) -> int:
         print(json.dumps(cfg.to_dict(), indent=2))
         print(f"{len(cfg.cells())} cells x {len(cfg.seeds)} seeds = {cfg.n_runs()} runs")
         return 0
+    from interp_toolkit.loggers import loggers_from_flags
+
     result = run_sweep(cfg, args.out, backend=args.backend, workers=args.workers, address=args.address,
-                       progress=not args.quiet, report=False)
+                       progress=not args.quiet, report=False, callbacks=loggers_from_flags(args))
     print(f"study {result.study_dir}: {len(result.rows)} runs ({result.n_cached} cached) in {result.seconds:.0f} s")
     from interp_toolkit.studies.report import write_report
 

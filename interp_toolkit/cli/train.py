@@ -82,7 +82,9 @@ def command_config_class() -> type:
          ("model", ModelConfig, dataclasses.field(default_factory=default_model)),
          ("train", TrainConfig, dataclasses.field(default_factory=TrainConfig)),
          ("run_dir", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
-         ("overwrite", bool, dataclasses.field(default=False))],
+         ("overwrite", bool, dataclasses.field(default=False)),
+         ("tensorboard", bool, dataclasses.field(default=False)),
+         ("wandb", Optional[Literal["offline", "online"]], dataclasses.field(default=None))],  # noqa: UP007
         bases=(Config,),
         namespace={"__post_init__": post_init, "__module__": __name__, "__doc__": """Settings of ``interp-toolkit train``.
 
@@ -95,6 +97,8 @@ def command_config_class() -> type:
         run_dir: Run directory (default runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>).
         overwrite: Move whatever the run directory holds aside to RUN_DIR.old-TIMESTAMP (never
             deleted) and train from scratch.
+        tensorboard: Write TensorBoard event files into the run directory.
+        wandb: Log to Weights & Biases (offline: under the run directory, no network).
     """},
     )
     _COMMAND_CONFIG.append(cls)
@@ -150,7 +154,7 @@ def default_run_dir(task_cfg: Any, model_cfg: Any, train_cfg: Any) -> Path:
 
 
 def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None,
-               overwrite: bool = False) -> Any:
+               overwrite: bool = False, callbacks: Any = None) -> Any:
     """Build the splits and model for an MPSP run and train it (resuming if possible).
 
     ``device`` (default ``train_cfg.device``, else the CPU) is where the model is built and
@@ -170,13 +174,16 @@ def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, dev
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=resolved)
     return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
-                 overwrite=overwrite)
+                 overwrite=overwrite, callbacks=callbacks)
 
 
 def run_config(cfg: Any) -> int:
     """``interp-toolkit train``: returns 0; bad input raises a user error (exit 2 in ``main``)."""
     run_dir = cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)
-    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, overwrite=cfg.overwrite)
+    from interp_toolkit.loggers import loggers_from_flags
+
+    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, overwrite=cfg.overwrite,
+                        callbacks=loggers_from_flags(cfg))
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")

@@ -36,6 +36,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.devices import resolve_device
 from interp_toolkit.io import (
@@ -385,6 +386,7 @@ def train_batched(
     device: str | torch.device | None = None,
     chunk_size: int | None = None,
     overwrite: bool = False,
+    callbacks: Sequence[Any] | None = None,
 ) -> BatchedResult:
     """Train K seeds of one architecture together; each gets a ``train``-style run directory.
 
@@ -405,6 +407,9 @@ def train_batched(
         chunk_size: Examples per vmapped pass (default :func:`default_chunk_size`).
         overwrite: Move whatever each run directory holds aside (to ``RUN_DIR.old-TIMESTAMP``,
             never deleted) and start fresh.
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every
+            member's evaluations, checkpoints and end, with that member's run directory
+            (called after the state is saved, as :func:`interp_toolkit.train` does).
 
     Returns:
         A :class:`BatchedResult` (final metrics per member, in input order).
@@ -417,6 +422,7 @@ def train_batched(
     _check_same_architecture(model_cfgs)
     validate_splits(splits, cfg, model_cfgs[0])
     device = resolve_device(device if device is not None else (cfg.device or "cpu"))
+    callbacks = as_callbacks(callbacks)
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) != len(model_cfgs):
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(run_dirs)} run_dirs")
@@ -435,7 +441,7 @@ def train_batched(
             for run_dir in run_dirs:
                 move_aside(run_dir)
         return _train_members(model_cfgs, splits, cfg, run_dirs, infos, identities, stop_rule, device,
-                              chunk_size)
+                              chunk_size, callbacks)
     except KeyboardInterrupt as err:
         from interp_toolkit.errors import TrainingInterrupted
 
@@ -452,7 +458,7 @@ def train_batched(
 def _train_members(model_cfgs: Sequence[ModelConfig], splits: Mapping[str, Split], cfg: TrainConfig,
                    run_dirs: list[Path], infos: list[Any], identities: list[dict[str, Any]],
                    stop_rule: StopRule | None, device: str | torch.device,
-                   chunk_size: int | None) -> BatchedResult:
+                   chunk_size: int | None, callbacks: Sequence[Any]) -> BatchedResult:
     """:func:`train_batched` once every run directory is locked by this process."""
     states = [member_state(d, config_hash(ident), cfg.epochs) for d, ident in zip(run_dirs, identities, strict=True)]
     for state, identity, model_cfg, info in zip(states, identities, model_cfgs, infos, strict=True):
@@ -472,7 +478,7 @@ def _train_members(model_cfgs: Sequence[ModelConfig], splits: Mapping[str, Split
         stopped.update(_train_group(
             [model_cfgs[i] for i in members], splits, cfg, [states[i] for i in members],
             [identities[i] for i in members], [infos[i] for i in members], start_epoch,
-            stop_rule, device, members, chunk_size,
+            stop_rule, device, members, chunk_size, callbacks,
         ))
 
     finals, resumed = [], []
@@ -494,7 +500,7 @@ def _train_group(
     model_cfgs: list[ModelConfig], splits: Mapping[str, Split], cfg: TrainConfig,
     states: list[MemberState], identities: list[dict[str, Any]], infos: list[Any],
     start_epoch: int, stop_rule: StopRule | None, device: str | torch.device, global_ids: list[int],
-    chunk_size: int | None = None,
+    chunk_size: int | None = None, callbacks: Sequence[Any] = (),
 ) -> dict[int, int | None]:
     """Train members that all start at ``start_epoch``; returns early-stop epochs by global id."""
     stacked = StackedModel(model_cfgs, device=device, engine=cfg.engine)
@@ -547,6 +553,8 @@ def _train_group(
         save_resume_state(run_dir / RESUME_NAME, epoch, states[i].key, model.state_dict(),
                           optimizer.member_state_dict(j, stacked.param_names, param_groups)["state"],
                           shuffle_gen.get_state())
+        if force_checkpoint:  # scheduled checkpoints are reported by log_evaluation
+            dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
 
     def finish_member(j: int, seconds: float, stopped_at: int | None) -> None:
         i = active[j]
@@ -557,6 +565,7 @@ def _train_group(
         finish_record(run_dir, records[i], metrics[-1] if metrics else {}, seconds, **extra)
         (run_dir / RESUME_NAME).unlink(missing_ok=True)
         stopped[global_ids[i]] = stopped_at
+        dispatch(callbacks, "on_run_end", run_dir, records[i]["final"])
 
     def log_evaluation(epoch: int) -> list[dict[str, Any]]:
         results = evaluate_batched(stacked, splits, cfg.readout_position, cfg.eval_batch_size)
@@ -566,6 +575,12 @@ def _train_group(
             append_jsonl(states[active[j]].run_dir / "metrics.jsonl", metrics)
             save_member(j, epoch, metrics)
             logged.append(metrics)
+        # After every member's state is saved: a callback that raises leaves all resumable.
+        for j, metrics in enumerate(logged):
+            run_dir = states[active[j]].run_dir
+            dispatch(callbacks, "on_evaluation", run_dir, metrics)
+            if epoch in ckpt_epochs:
+                dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
         return logged
 
     if start_epoch == 0:

@@ -15,13 +15,12 @@ Run directory layout (written by :func:`train`)::
 
 from __future__ import annotations
 
-import io as _io
 import json
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +28,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
 from interp_toolkit.config import Config
 from interp_toolkit.devices import check_device_name, resolve_device
@@ -148,6 +148,11 @@ class TrainConfig(Config):
                 power *= 2
         return sorted(epochs)
 
+    def evaluation_epochs(self) -> list[int]:
+        """Every epoch at which :func:`train` evaluates (and logs a ``metrics.jsonl`` line)."""
+        epochs = set(range(0, self.epochs + 1, self.eval_every)) | set(self.checkpoint_epochs())
+        return sorted(epochs)
+
 
 # Fields that change how a run is displayed or computed (engine, device: equal up to float
 # rounding), not what it computes: outside the run key, so a run resumes on another device.
@@ -263,30 +268,41 @@ def run_identity(model_cfg: dict[str, Any], train_cfg: TrainConfig, splits: Mapp
     }
 
 
+def plot_training_curves(metrics: Sequence[Mapping[str, Any]], ax: Any = None) -> Any:
+    """Loss (log scale) and accuracy of every split against epochs (log scale).
+
+    Args:
+        metrics: Lines of a ``metrics.jsonl`` (``epoch``, ``<split>_loss``, ``<split>_acc``).
+        ax: Optional two axes ``(loss_ax, accuracy_ax)`` to draw into.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from interp_toolkit.plotting import epoch_axis, label, new_panels, split_colors, style
+
+    with style():
+        fig, (ax_loss, ax_acc) = new_panels(2, ax, ncols=2, figsize=(9.5, 3.4))
+        if not metrics:
+            return fig
+        epochs = [m["epoch"] for m in metrics]
+        colors = split_colors()
+        for axis, suffix in ((ax_loss, "_loss"), (ax_acc, "_acc")):
+            for key in sorted(k for k in metrics[0] if k.endswith(suffix)):
+                split = key[: -len(suffix)]
+                axis.plot(epochs, [m[key] for m in metrics], label=label(split), color=colors.get(split))
+            epoch_axis(axis, epochs)
+            axis.legend()
+        ax_loss.set(ylabel="cross-entropy loss", yscale="log")
+        ax_acc.set(ylabel="accuracy", ylim=(-0.02, 1.02))
+    return fig
+
+
 def plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    """Write :func:`plot_training_curves` of ``metrics`` to ``path`` (nothing when empty)."""
+    from interp_toolkit.plotting import save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not metrics:
-        return
-    epochs = [m["epoch"] for m in metrics]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    for key in sorted(k for k in metrics[0] if k.endswith("_loss")):
-        ax_loss.plot(epochs, [m[key] for m in metrics], label=key[:-5])
-    for key in sorted(k for k in metrics[0] if k.endswith("_acc")):
-        ax_acc.plot(epochs, [m[key] for m in metrics], label=key[:-4])
-    ax_loss.set(xlabel="epoch", ylabel="cross-entropy", yscale="log", title="loss")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy", ylim=(-0.02, 1.02), title="accuracy")
-    for ax in (ax_loss, ax_acc):
-        ax.legend()
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buffer = _io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    if metrics:
+        save_figure(plot_training_curves(metrics), path)
 
 
 def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
@@ -330,6 +346,7 @@ def train(
     run_dir: str | Path,
     run_info: Mapping[str, Any] | None = None,
     overwrite: bool = False,
+    callbacks: Sequence[Any] | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``splits[cfg.train_split]`` with AdamW, logging every split.
 
@@ -353,10 +370,15 @@ def train(
         run_dir: Where the run record, metrics and checkpoints go.
         run_info: Extra JSON-able description stored in ``run.json`` (e.g. the task config).
         overwrite: Move whatever ``run_dir`` holds aside (never deleted) and start fresh.
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every
+            evaluation, checkpoint and the run's end (e.g. the loggers of
+            :mod:`interp_toolkit.loggers`). They run after the state is saved: one that
+            raises stops training with the run resumable.
 
     Returns:
         A :class:`TrainResult` with the trained model and the metrics history.
     """
+    callbacks = as_callbacks(callbacks)
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train expects a TrainConfig, got {type(cfg).__name__}")
     model_cfg = model_config_of(model)
@@ -365,7 +387,8 @@ def train(
     target_device = resolve_device(cfg.device) if cfg.device is not None else None
     lock = DirectoryLock(run_dir, "run directory").acquire()
     try:
-        return _train_locked(model, splits, cfg, Path(run_dir), run_info, overwrite, model_cfg, target_device)
+        return _train_locked(model, splits, cfg, Path(run_dir), run_info, overwrite, model_cfg, callbacks,
+                             target_device)
     except KeyboardInterrupt as err:
         raise interrupted(err, run_dir) from None
     finally:
@@ -385,7 +408,7 @@ def interrupted(err: KeyboardInterrupt, run_dir: str | Path) -> KeyboardInterrup
 
 def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run_dir: Path,
                   run_info: Mapping[str, Any] | None, overwrite: bool, model_cfg: Any,
-                  target_device: torch.device | None = None) -> TrainResult:
+                  callbacks: Sequence[Any], target_device: torch.device | None = None) -> TrainResult:
     """:func:`train` once ``run_dir`` is locked by this process (``target_device``: where to
     move the model first; ``None``: train where it is)."""
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
@@ -460,6 +483,10 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
                             metadata={"epoch": epoch, "metrics": last_metrics, "run_key": key})
         save_resume_state(resume_path, epoch, key, model.state_dict(), optimizer.state_dict()["state"],
                           shuffle_gen.get_state())
+        # Callbacks only after the resume state is written: one that raises leaves a resumable run.
+        dispatch(callbacks, "on_evaluation", run_dir, last_metrics)
+        if epoch in ckpt_epochs:
+            dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
 
     last_metrics: dict[str, Any] = {}
     if resumed_from is None:
@@ -497,10 +524,12 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     plot_curves(metrics, run_dir / "curves.png")
     finish_record(run_dir, record, final, time.perf_counter() - started)
     resume_path.unlink(missing_ok=True)
+    dispatch(callbacks, "on_run_end", run_dir, final)
     return TrainResult(model, run_dir, metrics, final, resumed_from=resumed_from,
                        history_seconds=record["train_seconds"])
 
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
            "checkpoint_path", "clear_run_outputs", "fingerprint", "truncate_metrics", "library_versions",
-           "read_run_record", "run_identity", "check_token_ids", "check_label_ids", "validate_splits"]
+           "read_run_record", "run_identity", "check_token_ids", "check_label_ids", "validate_splits",
+           "plot_training_curves", "plot_curves"]

@@ -31,7 +31,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_jsonl
+from interp_toolkit.io import atomic_write_json, atomic_write_text, read_jsonl
 from interp_toolkit.runs.record import has_record, read_record, task_dict
 from interp_toolkit.studies.outcomes import OUTCOME_FIELDS, OutcomeThresholds, compute_outcome
 
@@ -329,88 +329,101 @@ def _arch_label(row: dict[str, Any], vary_task: bool, vary_wd: bool) -> str:
     return label
 
 
-def _save_figure(fig: Any, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    buffer = _io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+#: The reference line of the rate plot and what it means.
 
 
-def plot_rate_vs_r(table: Sequence[dict[str, Any]], path: Path) -> None:
-    """Generalization rate vs r, one line per architecture, with Wilson intervals."""
-    import matplotlib
+def plot_rate_vs_r(table: Sequence[dict[str, Any]], ax: Any = None) -> Any:
+    """Generalization rate vs r, one marker series per architecture, with Wilson intervals.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Only the r values that were run are drawn (no lines between them: nothing was measured
+    in between) on the full r axis [0, 1] and the full rate axis [0, 1]. A dotted line marks
+    chance, r = 1/m for a task modulo m, where the shortcut carries no information about the
+    label (the generalization split flips there).
+
+    Args:
+        table: Rows of ``table.csv`` (:func:`rate_table`, or ``Table.from_csv`` of it).
+        ax: Optional axes to draw into.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from interp_toolkit.plotting import component_colors, new_figure, style
+    from interp_toolkit.tasks.mpsp import TASKS, task_modulus
 
     vary_task = len({row["task"] for row in table}) > 1
     vary_wd = len({row["weight_decay"] for row in table}) > 1
     series: dict[str, list[dict[str, Any]]] = {}
     for row in table:
         series.setdefault(_arch_label(row, vary_task, vary_wd), []).append(row)
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    n_series = len(series)
-    for index, (label, rows) in enumerate(sorted(series.items())):
-        rows = sorted(rows, key=lambda r: r["r"])
-        offset = (index - (n_series - 1) / 2) * 0.006  # keep overlapping intervals visible
-        xs = [r["r"] + offset for r in rows]
-        ys = [r["rate"] for r in rows]
-        lower = [r["rate"] - r["wilson_low"] for r in rows]
-        upper = [r["wilson_high"] - r["rate"] for r in rows]
-        ax.errorbar(xs, ys, yerr=[lower, upper], marker="o", capsize=4,
-                    label=f"{label} (n={min(r['n_seeds'] for r in rows)})")
-    from interp_toolkit.tasks.mpsp import TASKS, task_modulus
+    colors = component_colors(series)
+    r_values = sorted({float(row["r"]) for row in table})
+    with style():
+        fig, ax = new_figure(ax, figsize=(8.0, 3.8))
+        for modulus in sorted({task_modulus(row["task"]) for row in table if row["task"] in TASKS}):
+            ax.axvline(1 / modulus, color="grey", lw=0.9, ls=":", label=f"chance r = 1/{modulus}: shortcut "
+                       "uncorrelated with the label")
+        n_series = len(series)
+        for index, (label, rows) in enumerate(sorted(series.items())):
+            rows = sorted(rows, key=lambda r: r["r"])
+            offset = (index - (n_series - 1) / 2) * 0.015  # keep overlapping intervals visible
+            xs = [r["r"] + offset for r in rows]
+            ys = [r["rate"] for r in rows]
+            lower = [r["rate"] - r["wilson_low"] for r in rows]
+            upper = [r["wilson_high"] - r["rate"] for r in rows]
+            ax.errorbar(xs, ys, yerr=[lower, upper], marker="o", ls="none", capsize=4, color=colors[label],
+                        label=f"{label} (n = {min(r['n_seeds'] for r in rows)} seeds per r)")
+        ax.set(xlabel="spurious ratio r (training)", ylabel="fraction of seeds that generalized",
+               xlim=(0.0, 1.0), ylim=(-0.03, 1.03), title="MPSP generalization rate (95% Wilson intervals)")
+        ax.set_xticks(sorted({0.0, 1.0, *r_values}))
+        ax.grid(axis="x", visible=False)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the data, never on it
+    return fig
 
-    for modulus in sorted({task_modulus(row["task"]) for row in table if row["task"] in TASKS}):
-        # chance: at r = 1/m the shortcut carries no signal (the generalization split flips here)
-        ax.axvline(1 / modulus, color="grey", lw=0.8, ls=":", label=f"chance r = 1/{modulus}")
-    ax.set(xlabel="spurious ratio r", ylabel="generalization rate (paper criterion)",
-           ylim=(-0.03, 1.03), title="MPSP generalization rate (95% Wilson intervals)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    _save_figure(fig, path)
 
+def plot_curves_by_cell(rows: Sequence[dict[str, Any]], ax: Any = None) -> Any:
+    """Adversarial (solid) and validation (dashed) accuracy of every seed, a panel per cell.
 
-def plot_curves_by_cell(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    """Adversarial (solid) and validation (dashed) accuracy of every seed, a panel per cell."""
-    import matplotlib
+    A seed has the same colour in every panel; the epoch axis is log-scaled.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Args:
+        rows: Outcome rows (:func:`collect_runs`); each names its ``run_dir``.
+        ax: Optional sequence of one axes per cell (cells in sorted order).
+
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from interp_toolkit.plotting import component_colors, epoch_axis, new_panels, style
 
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         cells.setdefault(tuple(row[k] for k in CELL_FIELDS), []).append(row)
     keys = sorted(cells)
     ncols = min(4, len(keys))
-    nrows = math.ceil(len(keys) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.8 * nrows), squeeze=False, sharey=True)
-    for ax, key in zip(axes.flat, keys, strict=False):
-        cell = dict(zip(CELL_FIELDS, key, strict=True))
-        for i, row in enumerate(sorted(cells[key], key=lambda r: r["seed"])):
-            metrics = read_jsonl(Path(row["run_dir"]) / "metrics.jsonl")
-            epochs = [m["epoch"] for m in metrics]
-            color = plt.cm.tab10(i % 10)
-            ax.plot(epochs, [m["adv_acc"] for m in metrics], color=color, lw=1)
-            ax.plot(epochs, [m["val_acc"] for m in metrics], color=color, lw=0.8, ls="--", alpha=0.6)
-        ax.set_title(f"{cell['n_layers']}L{cell['n_heads']}H r={cell['r']:g} wd={cell['weight_decay']:g}",
-                     fontsize=9)
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
-        ax.set_xlabel("epoch", fontsize=8)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.axis("off")
-    axes[0][0].set_ylabel("accuracy (adv solid, val dashed)", fontsize=8)
-    fig.tight_layout()
-    _save_figure(fig, path)
+    seed_colors = component_colors(f"seed {row['seed']}" for row in rows)
+    with style():
+        fig, axes = new_panels(len(keys), ax, ncols=ncols,
+                               figsize=(3.4 * ncols, 2.7 * math.ceil(len(keys) / ncols)))
+        for panel, key in zip(axes, keys, strict=True):
+            cell = dict(zip(CELL_FIELDS, key, strict=True))
+            epochs_seen: list[float] = []
+            for row in sorted(cells[key], key=lambda r: r["seed"]):
+                metrics = read_jsonl(Path(row["run_dir"]) / "metrics.jsonl")
+                epochs = [m["epoch"] for m in metrics]
+                epochs_seen += epochs
+                color = seed_colors[f"seed {row['seed']}"]
+                panel.plot(epochs, [m["adv_acc"] for m in metrics], color=color, lw=1)
+                panel.plot(epochs, [m["val_acc"] for m in metrics], color=color, lw=0.8, ls="--", alpha=0.6)
+            panel.set_title(f"{cell['n_layers']}L{cell['n_heads']}H r={cell['r']:g} wd={cell['weight_decay']:g}")
+            panel.set_ylim(-0.03, 1.03)
+            epoch_axis(panel, epochs_seen)
+        axes[0].set_ylabel("accuracy (adversarial solid,\nvalidation dashed)")
+    return fig
 
 
 def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print_table: bool = True,
-                 compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20) -> dict[str, Any]:
-    """Write ``outcomes.csv``, ``table.csv``, ``contrasts.csv`` and the PNG plots; print tables.
+                 compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
+                 figure_format: str = "png") -> dict[str, Any]:
+    """Write ``outcomes.csv``, ``table.csv``, ``contrasts.csv`` and the two figures; print tables.
 
     Args:
         study_dir: A study directory (``runs/*/run.json`` + ``metrics.jsonl`` inside).
@@ -420,10 +433,14 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
             compared a - b on both rates; validated before anything is written.
         max_printed_contrasts: Print the automatic contrasts only up to this many rows
             (they are all in ``contrasts.csv``).
+        figure_format: ``png``, ``svg`` or ``pdf`` (file suffix of the two figures).
 
     Returns:
         ``{"rows", "table", "contrasts", "comparisons", "paths"}``.
     """
+    from interp_toolkit.plotting import check_format, save_figure
+
+    figure_format = check_format(figure_format)
     study_dir = Path(study_dir)
     out = Path(out_dir) if out_dir is not None else study_dir
     rows = collect_runs(study_dir)
@@ -439,15 +456,15 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
         "outcomes_csv": out / "outcomes.csv",
         "table_csv": out / "table.csv",
         "contrasts_csv": out / "contrasts.csv",
-        "rate_png": out / "generalization_rate.png",
-        "curves_png": out / "curves_by_cell.png",
+        "rate_png": out / f"generalization_rate.{figure_format}",
+        "curves_png": out / f"curves_by_cell.{figure_format}",
     }
     run_fields = CELL_FIELDS + ("seed", "status") + OUTCOME_FIELDS + ("run_dir",)
     atomic_write_text(paths["outcomes_csv"], _csv_text(rows, run_fields))
     atomic_write_text(paths["table_csv"], _csv_text(table, TABLE_FIELDS))
     atomic_write_text(paths["contrasts_csv"], _csv_text(contrasts, CONTRAST_FIELDS))
-    plot_rate_vs_r(table, paths["rate_png"])
-    plot_curves_by_cell(rows, paths["curves_png"])
+    save_figure(plot_rate_vs_r(table), paths["rate_png"])
+    save_figure(plot_curves_by_cell(rows), paths["curves_png"])
     if print_table:
         unfinished = sum(row["status"] != "finished" for row in rows)
         print(format_table(table))

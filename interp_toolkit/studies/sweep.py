@@ -31,13 +31,14 @@ import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Literal, Mapping, Sequence, Union
 
 from tqdm.auto import tqdm
 
+from interp_toolkit.callbacks import as_callbacks
 from interp_toolkit.config import Config
 from interp_toolkit.io import atomic_write_json, config_hash
 from interp_toolkit.threads import with_threads
@@ -301,17 +302,76 @@ def _job_done(job: Mapping[str, Any]) -> bool:
     return all((Path(run["run_dir"]) / "outcome.json").exists() for run in job["runs"])
 
 
-def _job_threads(job: Mapping[str, Any], threads: int = 1) -> int:
+def _job_threads(job: Mapping[str, Any], threads: int = 1, *rest: Any, **kwargs: Any) -> int:
     return max(1, threads)
 
 
+class _ProgressEvents:
+    """Callback that forwards evaluations and run ends to a queue the sweep's bar reads."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+
+    def on_evaluation(self, run_dir: Path, metrics: dict[str, Any]) -> None:
+        self.queue.put(("evaluation", str(run_dir)))
+
+    def on_run_end(self, run_dir: Path, final: dict[str, Any]) -> None:
+        self.queue.put(("run_end", str(run_dir)))
+
+
+class _SweepProgress:
+    """One bar over every evaluation of every run; a run's end fills its remaining ones."""
+
+    def __init__(self, bar: Any, jobs: list[dict[str, Any]], n_runs: int, n_cached: int) -> None:
+        self.bar, self.n_runs, self.runs_done = bar, n_runs, n_cached
+        self.expected = {run["run_dir"]: job["evaluations_per_run"] for job in jobs for run in job["runs"]}
+        self.seen = dict.fromkeys(self.expected, 0)
+        self.ended: set[str] = set()
+        self.bar.set_postfix_str(f"runs {self.runs_done}/{self.n_runs}")
+
+    def event(self, kind: str, run_dir: str) -> None:
+        if run_dir not in self.expected or run_dir in self.ended:
+            return
+        if kind == "evaluation" and self.seen[run_dir] < self.expected[run_dir] - 1:
+            self.seen[run_dir] += 1  # the last one is counted by the run's end
+            self.bar.update(1)
+        elif kind == "run_end":
+            self.bar.update(self.expected[run_dir] - self.seen[run_dir])
+            self.ended.add(run_dir)
+            self.runs_done += 1
+            self.bar.set_postfix_str(f"runs {self.runs_done}/{self.n_runs}")
+
+    def drain(self, queue: Any) -> None:
+        import queue as queue_module
+
+        while True:
+            try:
+                self.event(*queue.get_nowait())
+            except queue_module.Empty:
+                return
+
+    def job_done(self, job: Mapping[str, Any]) -> None:
+        """A job returned: count its runs (also those already finished before this sweep)."""
+        for run in job["runs"]:
+            self.event("run_end", run["run_dir"])
+
+
 @with_threads(_job_threads)  # the caller's torch thread count is restored on return
-def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
+def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] | None = None,
+            events: Any = None) -> list[dict[str, Any]]:
     """Train one job's seeds together and write each run's ``outcome.json``.
 
     This is the unit a backend executes (a top-level function, picklable by reference).
     A run whose directory cannot be used (unreadable resume file, another run's files)
     fails alone: its row carries ``error`` (the message naming the file) and no outcome.
+
+    Args:
+        job: One entry of :func:`plan_jobs`.
+        threads: Torch threads of this worker.
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects passed to the trainer
+            (each worker gets its own copy).
+        events: Optional queue receiving ``("evaluation" | "run_end", run_dir)`` tuples
+            (the sweep's progress bar).
 
     Returns:
         One outcome row per run: cell fields, seed, run directory and the outcome record.
@@ -346,6 +406,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1) -> list[dict[str, Any]]:
             [per_run[i][3] for i in todo],
             stop_rule=generalization_stop_rule(cell["r"], modulus, cfg.threshold) if cfg.early_stop else None,
             device=device,
+            callbacks=[*(callbacks or []), *([_ProgressEvents(events)] if events is not None else [])],
         )
         for j, i in enumerate(todo):
             run_dir = Path(job["runs"][i]["run_dir"])
@@ -384,6 +445,19 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         os._exit(1)  # the parent died before the request took effect
 
 
+_WORKER_EVENTS: list[Any] = []  # the progress queue of this local worker process
+
+
+def _init_local_worker(parent_pid: int, events: Any) -> None:
+    """Pool initializer of local sweep workers: die with the parent, keep the progress queue."""
+    die_with_parent(parent_pid)
+    _WORKER_EVENTS[:] = [events]
+
+
+def _run_job_in_worker(job: Mapping[str, Any], threads: int, callbacks: Sequence[Any]) -> list[dict[str, Any]]:
+    return run_job(job, threads, callbacks, _WORKER_EVENTS[0] if _WORKER_EVENTS else None)
+
+
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Cancel pending jobs and terminate this process's pool workers (no waiting for jobs)."""
     pool.shutdown(wait=False, cancel_futures=True)
@@ -395,29 +469,49 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             child.kill()
 
 
-def _run_local(jobs: list[dict[str, Any]], workers: int, threads: int, bar: Any) -> list[dict[str, Any]]:
+def _run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress: _SweepProgress,
+               callbacks: Sequence[Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     if workers == 1:
         for job in jobs:
-            rows.extend(run_job(job, threads))
-            bar.update(len(job["runs"]))
+            rows.extend(run_job(job, threads, callbacks, _LiveEvents(progress)))
+            progress.job_done(job)
         return rows
     context = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent,
-                               initargs=(os.getpid(),))
+    # Per-evaluation progress comes back on a plain queue handed to each worker at start (no
+    # Manager process: nothing but the workers, which die with this process, is spawned).
+    events = context.Queue()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_local_worker,
+                               initargs=(os.getpid(), events))
     try:
-        futures = {pool.submit(run_job, job, threads): job for job in jobs}
-        for future in as_completed(futures):
-            rows.extend(future.result())
-            bar.update(len(futures[future]["runs"]))
+        futures = {pool.submit(_run_job_in_worker, job, threads, callbacks): job for job in jobs}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            progress.drain(events)
+            for future in done:
+                rows.extend(future.result())
+                progress.job_done(futures[future])
     except BaseException:
         _stop_workers(pool)  # Ctrl-C or a failed job: no worker goes on alone
         raise
     pool.shutdown(wait=True)
+    events.close()
     return rows
 
 
-def _run_ray(jobs: list[dict[str, Any]], address: str | None, bar: Any, device: str = "cpu") -> list[dict[str, Any]]:
+class _LiveEvents:
+    """A queue stand-in that updates the bar at once (single-process sweeps)."""
+
+    def __init__(self, progress: _SweepProgress) -> None:
+        self.progress = progress
+
+    def put(self, item: tuple[str, str]) -> None:
+        self.progress.event(*item)
+
+
+def _run_ray(jobs: list[dict[str, Any]], address: str | None, progress: _SweepProgress,
+             callbacks: Sequence[Any], device: str = "cpu") -> list[dict[str, Any]]:
     try:
         import ray
     except ImportError as err:
@@ -427,16 +521,20 @@ def _run_ray(jobs: list[dict[str, Any]], address: str | None, bar: Any, device: 
         ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
         started_here = True
     try:
+        from ray.util.queue import Queue as RayQueue
+
         # A task asks for a GPU when the sweep's device is CUDA ("auto": when the cluster has one).
         wants_gpu = device.startswith("cuda") or (device == "auto" and ray.cluster_resources().get("GPU", 0) > 0)
+        events = RayQueue()
         remote_job = ray.remote(num_cpus=1, num_gpus=1 if wants_gpu else 0)(run_job)
-        pending = {remote_job.remote(job, 1): job for job in jobs}
+        pending = {remote_job.remote(job, 1, callbacks, events): job for job in jobs}
         rows: list[dict[str, Any]] = []
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            progress.drain(events)
             for ref in done:
                 rows.extend(ray.get(ref))
-                bar.update(len(pending.pop(ref)["runs"]))
+                progress.job_done(pending.pop(ref))
         return rows
     finally:
         if started_here:
@@ -466,6 +564,7 @@ def run_sweep(
     address: str | None = None,
     progress: bool = True,
     report: bool = True,
+    callbacks: Sequence[Any] | None = None,
 ) -> SweepResult:
     """Run (or finish) a sweep; each run's directory is keyed by its config.
 
@@ -476,8 +575,12 @@ def run_sweep(
         backend: ``"local"`` (process pool) or ``"ray"``.
         workers: Local processes (default: CPU count, at most one per job).
         address: Ray cluster address (default: an existing ``ray.init`` or a local one).
-        progress: Show a tqdm bar over runs.
+        progress: Show a tqdm bar over every run's evaluations (it advances per
+            evaluation; a run that ends early fills its remaining ones).
         report: Write the report (table, plots) into ``study_dir`` at the end.
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects given to every run's
+            trainer, e.g. ``[TensorBoardLogger()]`` (``tensorboard --logdir STUDY_DIR`` then
+            shows every run). Process-pool and Ray workers get pickled copies.
 
     Returns:
         A :class:`SweepResult` with one outcome row per run, sorted by cell and seed.
@@ -493,11 +596,12 @@ def run_sweep(
     from interp_toolkit.runs.lock import DirectoryLock
 
     with DirectoryLock(study_dir, "study directory"):
-        return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report)
+        return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report, callbacks)
 
 
 def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: int | None,
-                      address: str | None, progress: bool, report: bool) -> SweepResult:
+                      address: str | None, progress: bool, report: bool,
+                      callbacks: Sequence[Any] | None) -> SweepResult:
     """:func:`run_sweep` once ``study_dir`` is locked by this process."""
     from interp_toolkit.errors import UserError
 
@@ -523,11 +627,16 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     for job in cached_jobs:
         rows.extend(run_job_cached(job))
     n_cached = len(rows)
-    bar = tqdm(total=cfg.n_runs(), initial=n_cached, desc=f"sweep {cfg.name} [{backend}]",
-               disable=not progress, file=sys.stderr)
+    callbacks = as_callbacks(callbacks)
+    evaluations = len(cell_configs(cfg, jobs[0]["cell"], cfg.seeds[0])[2].evaluation_epochs())
+    for job in todo:
+        job["evaluations_per_run"] = evaluations
+    bar = tqdm(total=cfg.n_runs() * evaluations, initial=n_cached * evaluations, unit="eval",
+               desc=f"sweep {cfg.name} [{backend}]", disable=not progress, file=sys.stderr)
+    tracker = _SweepProgress(bar, todo, cfg.n_runs(), n_cached)
     if todo:
         if backend == "ray":
-            rows.extend(_run_ray(todo, address, bar, cfg.device))
+            rows.extend(_run_ray(todo, address, tracker, callbacks, cfg.device))
         else:
             from interp_toolkit.devices import resolve_device
 
@@ -535,7 +644,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
             # per core, each on 1 torch thread (small per-op work: threads only add contention).
             on_gpu = resolve_device(cfg.device).type == "cuda"
             n_workers = min(workers or (1 if on_gpu else os.cpu_count() or 1), len(todo))
-            rows.extend(_run_local(todo, n_workers, 1, bar))
+            rows.extend(_run_local(todo, n_workers, 1, tracker, callbacks))
     bar.close()
     failed = [row for row in rows if "error" in row]
     rows = [row for row in rows if "error" not in row]

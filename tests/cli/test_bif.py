@@ -32,6 +32,10 @@ def test_bif_subcommand_on_mpsp_checkpoint(tmp_path, capsys):
     assert summary["checkpoint_metadata"] == {"epoch": 10}
     assert summary["task"] == {"name": task.name, **task.to_dict()}
     assert summary["task_source"] == str(tmp_path / "task.json")
+    # --format pdf: the rerun is a cache hit and adds the figure in the asked format
+    assert main([*args, "--format", "pdf"]) == 0
+    assert [p.name for p in (tmp_path / "out").glob("bif_*")] == [folder.name]
+    assert (folder / "bif.pdf").read_bytes()[:4] == b"%PDF"
     capsys.readouterr()
     assert main([str(checkpoint), "--out", str(tmp_path / "o2")]) == 2
     assert "task config" in capsys.readouterr().err

@@ -38,7 +38,10 @@ def _summary(rows):
 @pytest.fixture(scope="module")
 def smoke_local(tmp_path_factory):
     study = tmp_path_factory.mktemp("smoke") / "local"
-    result = run_sweep(preset("smoke"), study, backend="local", workers=2, progress=False)
+    from interp_toolkit.loggers import TensorBoardLogger
+
+    result = run_sweep(preset("smoke"), study, backend="local", workers=2, progress=False,
+                       callbacks=[TensorBoardLogger()])
     return result
 
 
@@ -226,3 +229,55 @@ def test_sweep_flags_are_generated_from_sweep_config(tmp_path):
     from interp_toolkit.cli.sweep import SweepCommandConfig
 
     assert "device" not in {f.name for f in dataclasses.fields(SweepCommandConfig)}
+
+
+class _CountingCallback:
+    def __init__(self):
+        self.evaluations: dict[str, int] = {}
+
+    def on_evaluation(self, run_dir, metrics):
+        self.evaluations[str(run_dir)] = self.evaluations.get(str(run_dir), 0) + 1
+
+
+def test_sweep_callbacks_and_progress_per_evaluation(tmp_path, monkeypatch):
+    import interp_toolkit.studies.sweep as sweep_module
+
+    bars = []
+
+    class RecordingBar:
+        def __init__(self, total=None, initial=0, **kwargs):
+            self.total, self.n, self.updates = total, initial, []
+            bars.append(self)
+
+        def update(self, k):
+            self.updates.append(k)
+            self.n += k
+
+        def set_postfix_str(self, text):
+            self.postfix = text
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(sweep_module, "tqdm", RecordingBar)
+    counter = _CountingCallback()
+    cfg = preset("smoke", ratios=[0.9], epochs=20)
+    result = run_sweep(cfg, tmp_path / "study", workers=1, report=False, callbacks=[counter])
+    (bar,) = bars
+    assert bar.n == bar.total  # every evaluation of every run counted once
+    assert bar.postfix == f"runs {cfg.n_runs()}/{cfg.n_runs()}"
+    assert len(bar.updates) > cfg.n_runs()  # moves per evaluation, not once per cell
+    for row in result.rows:
+        logged = read_jsonl(Path(row["run_dir"]) / "metrics.jsonl")
+        assert counter.evaluations[row["run_dir"]] == len(logged)
+
+
+def test_sweep_tensorboard_events_in_every_run_dir(smoke_local):
+    # The smoke sweep ran with a TensorBoardLogger in two worker processes (pickled copies).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for row in smoke_local.rows:
+        events = EventAccumulator(row["run_dir"])
+        events.Reload()
+        steps = [s.step for s in events.Scalars("accuracy/adv")]
+        assert steps == [m["epoch"] for m in read_jsonl(Path(row["run_dir"]) / "metrics.jsonl")]

@@ -1,0 +1,55 @@
+"""User-facing text: no internal remarks; the API reference builds without warnings."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Pointers that mean nothing to a user: tracker numbers, files outside the repository,
+# notes to the people who built it.
+INTERNAL = re.compile(r"\(issue ?\d+\)|issue \d+'s|\bshared/FACTS\.md|/work/|\blead wires\b", re.IGNORECASE)
+
+
+def _user_facing_files() -> list[Path]:
+    files = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for package in ("interp_toolkit", "analyses", "tasks", "examples"):
+        files += sorted((ROOT / package).rglob("*.py"))
+    return files
+
+
+def test_docs_and_docstrings_have_no_internal_remarks():
+    found = []
+    for path in _user_facing_files():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if INTERNAL.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_changelog_follows_keep_a_changelog():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    assert "keepachangelog.com" in text
+    assert re.search(r"^## \[Unreleased\]", text, re.MULTILINE)
+    assert re.search(r"^## \[0\.1\.0\] - \d{4}-\d{2}-\d{2}", text, re.MULTILINE)
+
+
+@pytest.mark.slow  # imports every module (~15-60 s on the shared machine)
+def test_api_reference_builds_without_warnings(tmp_path):
+    pytest.importorskip("pdoc")
+    result = subprocess.run([sys.executable, "-W", "error::UserWarning", str(ROOT / "docs" / "build_api.py"),
+                             str(tmp_path / "api")], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "warn" not in result.stderr.lower(), result.stderr[-3000:]
+    pages = {p.relative_to(tmp_path / "api").as_posix() for p in (tmp_path / "api").rglob("*.html")}
+    for page in ("interp_toolkit.html", "interp_toolkit/callbacks.html", "interp_toolkit/loggers.html",
+                 "interp_toolkit/plotting.html", "interp_toolkit/runs/trainer.html",
+                 "interp_toolkit/analyses/bif/sampler.html", "interp_toolkit/tasks/mpsp.html"):
+        assert page in pages, sorted(pages)
+    assert not any("/_" in page for page in pages)  # private modules stay out
+    trainer = (tmp_path / "api" / "interp_toolkit" / "runs" / "trainer.html").read_text()
+    assert "callbacks" in trainer and "plot_training_curves" in trainer
