@@ -235,7 +235,7 @@ class StackedModel:
         with contextlib.redirect_stdout(_io.StringIO()):  # TransformerLens prints the move
             self.base = copy.deepcopy(self.template).to("meta")
         del members
-        # The fast engine (issue 10) addresses tensors by state-dict key.
+        # The fast engine addresses tensors by state-dict key.
         self.spec = None
         if engine == "fast":
             self.spec, reason = engine_spec(self.model_cfgs[0], self.template.cfg)
@@ -319,7 +319,7 @@ def batched_readout_loss(
     Returns:
         ``(grads, losses)``: ``grads[name]`` is ``[member, ...]``, ``losses`` is ``[member]``.
     """
-    if stacked.spec is not None:  # the fast engine (issue 10)
+    if stacked.spec is not None:  # the fast engine
         params, constants = stacked.engine_tensors()
         grads_by_key, losses = stacked_grads(stacked.spec, params, constants, tokens, labels, position, chunk_size)
         return {name: grads_by_key[key] for name, key in stacked.state_keys.items() if name in stacked.params}, losses
@@ -362,7 +362,7 @@ def evaluate_batched(stacked: StackedModel, splits: Mapping[str, Split], positio
         for start in range(0, n, batch_size):
             tokens = split.tokens[start : start + batch_size].to(device)
             labels = split.labels[start : start + batch_size].to(device)
-            if stacked.spec is not None:  # the fast engine (issue 10)
+            if stacked.spec is not None:  # the fast engine
                 logits = stacked_logits(stacked.spec, {**engine_params, **engine_constants}, tokens, position)
             else:
                 logits = forward(stacked.params, stacked.buffers, tokens)  # [k, b, vocab]

@@ -496,7 +496,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
 
     started = time.perf_counter()
     model.train()
-    # The training forward (issue 10): the lean readout-only engine or the bridge.
+    # The training forward: the lean readout-only engine or the bridge.
     forward = ReadoutForward(model, cfg.readout_position, cfg.engine)
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train {run_dir.name}",
                disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
