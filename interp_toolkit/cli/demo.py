@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
-from interp_toolkit.cli.train import format_metrics, train_mpsp
+from interp_toolkit.cli.train import format_metrics, train_mpsp, write_curves
 from interp_toolkit.config import Config, parse_config
 
 HELP = "train a small MPSP model and write its curves and a summary"
@@ -22,16 +22,19 @@ class DemoCommandConfig(Config):
         out: Run directory.
         epochs: Epochs.
         n_train: Training examples.
+        format: File format of the training curves (png, svg or pdf).
     """
 
     out: Path = Path(DEMO_OUT)
     epochs: int = 300
     n_train: int = 4096
+    format: Literal["png", "svg", "pdf"] = "png"
 
     def __post_init__(self) -> None:
         for name in ("epochs", "n_train"):
             value = getattr(self, name)
             self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1, "an integer >= 1")
+        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
         self.out = Path(self.out)
 
 
@@ -63,13 +66,14 @@ def run_config(args: DemoCommandConfig) -> int:
         "epoch_adv_acc_1.0": first("adv_acc", 1.0),
         "max_adv_acc": max(m["adv_acc"] for m in metrics),
         "curves_png": str(run_dir / "curves.png"),
+        "curves": str(write_curves(result, run_dir, args.format)),
     }
     atomic_write_json(run_dir / "summary.json", summary)
     print(f"demo run: {run_dir}  ({'cached' if result.already_finished else 'trained'})")
     print("final: " + format_metrics(result.final))
     print(f"shortcut (val >= 99%) first at epoch {summary['epoch_val_acc_0.99']}; "
           f"adversarial 100% first at epoch {summary['epoch_adv_acc_1.0']}; max adv {summary['max_adv_acc']:.3f}")
-    print(f"curves: {summary['curves_png']}  summary: {run_dir / 'summary.json'}")
+    print(f"curves: {summary['curves']}  summary: {run_dir / 'summary.json'}")
     return 0
 
 

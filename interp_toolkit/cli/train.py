@@ -83,6 +83,7 @@ def command_config_class() -> type:
          ("train", TrainConfig, dataclasses.field(default_factory=TrainConfig)),
          ("run_dir", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
          ("overwrite", bool, dataclasses.field(default=False)),
+         ("format", Literal["png", "svg", "pdf"], dataclasses.field(default="png")),
          ("tensorboard", bool, dataclasses.field(default=False)),
          ("wandb", Optional[Literal["offline", "online"]], dataclasses.field(default=None))],  # noqa: UP007
         bases=(Config,),
@@ -97,6 +98,8 @@ def command_config_class() -> type:
         run_dir: Run directory (default runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>).
         overwrite: Move whatever the run directory holds aside to RUN_DIR.old-TIMESTAMP (never
             deleted) and train from scratch.
+        format: File format of the training curves (curves.png is always written;
+            svg or pdf adds curves.svg / curves.pdf beside it).
         tensorboard: Write TensorBoard event files into the run directory.
         wandb: Log to Weights & Biases (offline: under the run directory, no network).
     """},
@@ -184,10 +187,12 @@ def run_config(cfg: Any) -> int:
 
     result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, overwrite=cfg.overwrite,
                         callbacks=loggers_from_flags(cfg))
+    curves = write_curves(result, run_dir, cfg.format)
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")
     print(format_metrics(result.final))
+    print(f"curves: {curves}")
     return 0
 
 
@@ -197,6 +202,19 @@ def interrupted_at(cfg: Any) -> int | None:
 
     metrics = read_jsonl(Path(cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)) / "metrics.jsonl")
     return int(metrics[-1]["epoch"]) if metrics else None
+
+
+def write_curves(result: Any, run_dir: Path, figure_format: str) -> Path:
+    """The run's training-curves figure in ``figure_format`` (``curves.png`` is written by
+    ``train`` itself; svg/pdf are added beside it). Returns its path."""
+    from interp_toolkit.plotting import check_format, save_figure
+    from interp_toolkit.runs.trainer import plot_training_curves
+
+    figure_format = check_format(figure_format)
+    path = Path(run_dir) / f"curves.{figure_format}"
+    if figure_format != "png" and result.metrics:
+        save_figure(plot_training_curves(result.metrics), path)
+    return path
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:
@@ -211,4 +229,4 @@ def format_metrics(metrics: dict[str, Any]) -> str:
 
 
 __all__ = ["ALIASES", "DESCRIPTION", "HELP", "TASK_NAMES", "command_config_class", "default_run_dir",
-           "format_metrics", "interrupted_at", "parse", "run_config", "train_mpsp"]
+           "format_metrics", "interrupted_at", "write_curves", "parse", "run_config", "train_mpsp"]

@@ -39,3 +39,18 @@ def test_logger_flags_on_train_and_sweep():
     assert kinds == [TensorBoardLogger, WandbLogger]
     parsed = train.parse(["--tensorboard"])
     assert parsed.tensorboard and parsed.wandb is None
+
+
+def test_train_format_writes_the_curves_in_that_format(tmp_path, capsys):
+    from interp_toolkit.cli import main
+
+    run_dir = tmp_path / "run"
+    argv = ["train", "--seq-len", "4", "--n-values", "6", "--n-train", "64", "--n-eval", "32", "--d-model", "16",
+            "--d-mlp", "32", "--epochs", "3", "--quiet", "--run-dir", str(run_dir), "--format", "svg"]
+    assert main(argv) == 0
+    assert (run_dir / "curves.png").is_file()
+    assert (run_dir / "curves.svg").read_text().lstrip().startswith("<?xml")
+    assert f"curves: {run_dir / 'curves.svg'}" in capsys.readouterr().out
+    assert main([*argv[:-1], "pdf"]) == 0  # a finished run: only the figure is added
+    assert (run_dir / "curves.pdf").read_bytes().startswith(b"%PDF")
+    assert main([*argv[:-1], "gif"]) == 2
