@@ -35,8 +35,8 @@ TINY = ["--seq-len", "4", "--n-values", "6", "--n-train", "256", "--n-eval", "64
 WARM_MAIN = ("import sys; from interp_toolkit.cli import build_parser, main; import interp_toolkit.runs.trainer, "
              "interp_toolkit.tasks.mpsp; build_parser(); print('ready', flush=True); sys.stdin.readline(); "
              "sys.exit(main(sys.argv[1:]))")
-# long enough (a few seconds here) to act on a run while it trains
-LONG = ["train", *TINY, "--epochs", "200", "--eval-every", "5", "--checkpoint-every", "50"]
+# long enough (seconds even on the fast engine) to act on a run while it trains
+LONG = ["train", *TINY, "--epochs", "2000", "--eval-every", "50", "--checkpoint-every", "500"]
 
 
 def _wait_for_metrics(run: Path, proc: subprocess.Popen, lines: int, timeout: float = 180) -> None:
