@@ -1,4 +1,4 @@
-"""``interp-toolkit report``: generalization-rate table and plots of a study directory."""
+"""``interp-toolkit report``: generalization-rate table and plots of studies and outcome CSVs."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import tyro
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
-HELP = "generalization-rate table and plots of a study directory"
-DESCRIPTION = ("Re-score every run from its metrics.jsonl (outcome.json is a cache), write table.csv (paper "
-               "rate and rule-learned rate per cell with 95% Wilson intervals), contrasts.csv (r pairs per "
-               "architecture: difference, 95% Newcombe interval, Fisher exact p), outcomes.csv and two figures, "
-               "and print them.")
+HELP = "generalization-rate table and plots of study directories and outcomes.csv files"
+DESCRIPTION = ("Merge the runs of every SOURCE (study directories written by `sweep`, re-scored from each run's "
+               "metrics.jsonl, and outcomes.csv files of earlier reports; a run found twice counts once), then "
+               "write outcomes.csv (every run's task and training settings and outcome), table.csv and table.md "
+               "(paper rate and rule-learned rate per cell with 95% Wilson intervals; cells keyed by every "
+               "setting, so regimes never pool), contrasts.csv (r pairs per architecture: difference, 95% "
+               "Newcombe interval, Fisher exact p), the rate figure and (for runs with metrics) the curves "
+               "figure, and print them.")
 
 
 @dataclass
@@ -23,21 +26,29 @@ class ReportCommandConfig(Config):
     """Settings of ``interp-toolkit report``.
 
     Attributes:
-        study_dir: A study directory written by `sweep`.
-        out: Where to write the report (default: the study directory).
+        sources: Study directories written by `sweep` and/or outcomes.csv files, in any mix.
+        out: Where to write the report (default with one study directory: that directory;
+            with one outcomes.csv: its folder; required with several sources).
         compare: Pairs of cells: rate difference a - b with a 95% Newcombe interval and Fisher
-            exact p; cells as KEY=VALUE lists, e.g. --compare L=2,r=0.9 L=2,r=0.5 (an even
-            number of values, taken two by two).
+            exact p; cells as KEY=VALUE lists, e.g. --compare L=2,r=0.9,seq_len=8
+            L=2,r=0.5,seq_len=8 (keys: task, L, H, wd, r, seq_len, n_values, n_train, n_eval,
+            data_seed, d_model, d_mlp, lr, epochs, batch_size, eval_every, early_stop,
+            threshold; an even number of values, taken two by two).
         format: Figure file format (png, svg or pdf).
+        rate_axis: r axis of the rate figure: full (0 to 1, to scale) or categorical (the
+            measured r values evenly spaced).
     """
 
-    study_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
-    out: Optional[Path] = None  # noqa: UP007
+    sources: tyro.conf.Positional[tuple[Path, ...]] = ()
+    out: Optional[Path] = None  # noqa: UP007 - tyro reads the annotation
     compare: Optional[tuple[str, ...]] = None  # noqa: UP007
     format: Literal["png", "svg", "pdf"] = "png"
+    rate_axis: Literal["full", "categorical"] = "full"
 
     def __post_init__(self) -> None:
         self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
+        self.check("rate_axis", self.rate_axis in ("full", "categorical"), "one of full, categorical")
+        self.sources = tuple(Path(source) for source in self.sources)
         if self.compare is not None:
             self.compare = tuple(self.compare)
             self.check("compare", len(self.compare) % 2 == 0,
@@ -47,18 +58,24 @@ class ReportCommandConfig(Config):
 def parse(argv: Sequence[str], prog: str = "interp-toolkit report") -> ReportCommandConfig:
     """``argv`` (after ``report``) -> a :class:`ReportCommandConfig`."""
     config = parse_config(ReportCommandConfig, argv, prog=prog, description=DESCRIPTION)
-    if config.study_dir is None:
-        raise UserError("report needs a STUDY_DIR (a study directory written by `sweep`)")
+    if not config.sources:
+        raise UserError("report needs at least one SOURCE: a study directory written by `sweep` or an outcomes.csv")
+    if len(config.sources) > 1 and config.out is None:
+        names = " ".join(str(source) for source in config.sources)
+        raise UserError(f"report of several sources ({names}) needs --out DIR (where the merged report goes)")
     return config
 
 
 def run_config(args: ReportCommandConfig) -> int:
-    """``interp-toolkit report STUDY_DIR``."""
-    from interp_toolkit.studies.report import write_report
+    """``interp-toolkit report SOURCE [SOURCE ...]``."""
+    from interp_toolkit.studies.report import write_report, write_report_sources
 
     pairs = list(zip(args.compare[::2], args.compare[1::2])) if args.compare else []
-    write_report(args.study_dir, out_dir=args.out, print_table=True, compare=pairs,
-                 figure_format=args.format)
+    options = dict(print_table=True, compare=pairs, figure_format=args.format, rate_axis=args.rate_axis)
+    if len(args.sources) == 1:
+        write_report(args.sources[0], out_dir=args.out, **options)
+    else:
+        write_report_sources(args.sources, args.out, **options)
     return 0
 
 

@@ -15,6 +15,7 @@ import torch
 from interp_toolkit.cli import COMMANDS, main
 from interp_toolkit.runs.record import read_record
 from interp_toolkit.runs.trainer import list_checkpoints
+from interp_toolkit.studies.report import read_outcomes_csv
 
 torch.set_num_threads(1)
 
@@ -122,6 +123,14 @@ def test_demo_sweep_report_through_main(tmp_path, capsys):
     code, out, err = run_cli(capsys, "report", study, "--out", tmp_path / "report")
     assert code == 0, err
     assert (tmp_path / "report" / "table.csv").is_file()
+    # every run's task and training settings, as the sweep recorded them in run.json
+    (row,) = read_outcomes_csv(tmp_path / "report" / "outcomes.csv")
+    assert {k: row[k] for k in ("task", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "n_layers", "n_heads",
+                                "d_model", "d_mlp", "weight_decay", "lr", "epochs", "eval_every", "early_stop",
+                                "r", "seed")} == {
+        "task": "max_parity_sum_parity", "seq_len": 5, "n_values": 10, "n_train": 64, "n_eval": 32, "data_seed": 0,
+        "n_layers": 1, "n_heads": 1, "d_model": 32, "d_mlp": 64, "weight_decay": 0.1, "lr": 0.003, "epochs": 2,
+        "eval_every": 1, "early_stop": False, "r": 0.9, "seed": 0}
 
 
 def test_bif_lm_through_main(tmp_path, capsys):
