@@ -526,6 +526,17 @@ def _setting_columns(table: Sequence[Mapping[str, Any]]) -> list[str]:
     return [k for k in CELL_FIELDS if k in ("task", "n_layers", "n_heads", "weight_decay", "r") or k in shown]
 
 
+def shared_settings(table: Sequence[Mapping[str, Any]]) -> str:
+    """The regime settings every row shares, as ``"seq_len 8, n_values 10, ..."`` (empty if none)."""
+    if not table:
+        return ""
+    varying = set(varying_fields(table))
+    # A None batch_size is full-batch training; any other None is a setting an older record lacks.
+    known = [k for k in REGIME_FIELDS if k not in varying and (table[0].get(k) is not None
+                                                         or (k == "batch_size" and table[0].get("epochs") is not None))]
+    return ", ".join(f"{k} {_format_setting(k, table[0].get(k))}" for k in known)
+
+
 def format_table(table: Sequence[Mapping[str, Any]]) -> str:
     """The rate table as aligned text (``rate``: paper criterion; ``rule``: both splits).
 
@@ -564,9 +575,12 @@ def format_contrasts(contrasts: Sequence[Mapping[str, Any]]) -> str:
 def format_markdown(table: Sequence[Mapping[str, Any]], contrasts: Sequence[Mapping[str, Any]] = (),
                     comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
     """The rate table (cell, k/n, rate, 95% Wilson; the same for the rule-learned rate) and
-    the contrasts (difference, 95% Newcombe, Fisher p) as markdown tables."""
+    the contrasts (difference, 95% Newcombe, Fisher p) as markdown tables, after a line
+    naming the settings every cell shares (those that vary are in the cell labels)."""
     shown = varying_fields(table)
-    lines = ["| cell | generalized k/n | rate | 95% Wilson | rule learned k/n | rule-learned rate | 95% Wilson "
+    shared = shared_settings(table)
+    lines = [f"Settings of every cell: {shared}.", ""] if shared else []
+    lines += ["| cell | generalized k/n | rate | 95% Wilson | rule learned k/n | rule-learned rate | 95% Wilson "
              "(rule) | transient | median first epoch | final adv | final val |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in table:
@@ -833,6 +847,9 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if print_table:
         unfinished = sum(row.get("status") not in ("finished", None) for row in rows)
         print(format_table(table))
+        shared = shared_settings(table)
+        if shared:
+            print(f"(every cell: {shared})")
         if unfinished:
             print(f"({unfinished} runs not finished yet: their outcome so far is counted)")
         if n_duplicates:
@@ -889,5 +906,5 @@ __all__ = ["ARCH_FIELDS", "CELL_FIELDS", "CONTRAST_FIELDS", "RATE_AXES", "REGIME
            "cell_label", "collect_runs", "compare_cells", "contrasts_table", "find_cell", "fisher_exact_p",
            "format_contrasts", "format_markdown", "format_table", "merge_runs", "newcombe_interval",
            "plot_curves_by_cell", "plot_rate_vs_r", "rate_table", "read_outcomes_csv", "read_thresholds",
-           "run_settings", "source_kind", "varying_fields", "wilson_interval", "write_report",
+           "run_settings", "shared_settings", "source_kind", "varying_fields", "wilson_interval", "write_report",
            "write_report_sources"]

@@ -16,6 +16,7 @@ from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json
 from interp_toolkit.studies.report import (
     CELL_FIELDS,
+    REGIME_FIELDS,
     RUN_FIELDS,
     find_cell,
     format_table,
@@ -292,3 +293,24 @@ def test_known_two_by_two_through_report(tmp_path, capsys):
     assert "[-0.93, -0.28]" in printed and f"{p:.3g}" in printed
     markdown = result["paths"]["table_md"].read_text()
     assert "| 0/8 |" in markdown and "| 6/8 |" in markdown and "[-0.93, -0.28]" in markdown
+    assert markdown.startswith("Settings of every cell: seq_len 5, n_values 10, n_train 4096, n_eval 512, "
+                               "data_seed 0, d_model 64, d_mlp 128, lr 0.001, epochs 300, batch_size full, "
+                               "eval_every 20, early_stop no, threshold 1.")
+    assert "every cell: seq_len 5" in printed
+
+
+def test_older_outcomes_csv_without_regime_columns_still_reports(tmp_path):
+    study = make_study(tmp_path / "study", [("a", 0.9, [GEN, STUCK, GEN], {}), ("b", 0.5, [STUCK], {})])
+    new = write_report(study, print_table=False)
+    rows = _read_csv(new["paths"]["outcomes_csv"])
+    old_columns = [k for k in rows[0] if k not in REGIME_FIELDS]  # the columns reports wrote before
+    old_csv = tmp_path / "old_outcomes.csv"
+    with open(old_csv, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=old_columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    result = write_report_sources([old_csv], tmp_path / "old_report", print_table=False)
+    assert [(row["r"], row["n_generalized"], row["n_seeds"]) for row in result["table"]] == [
+        (row["r"], row["n_generalized"], row["n_seeds"]) for row in new["table"]]
+    assert all(row["seq_len"] is None for row in result["table"])
+    assert "Settings of every cell" not in result["paths"]["table_md"].read_text()  # none are known
