@@ -276,13 +276,13 @@ def find_cell(table: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any
     if not found:
         cells = "; ".join(cell_label(row, shown) for row in table)
         raise ValueError(f"cell spec {spec!r} matches no cell; cells: {cells}")
-    apart = varying_fields(found, CELL_FIELDS)
-    choices = ", ".join(
-        f"{_SHORT.get(k, k)} ({', '.join(_format_setting(k, v) for v in sorted({row.get(k) for row in found}, key=lambda v: _sort_key([v])))})"
-        for k in apart)
+    choices = []
+    for field in varying_fields(found, CELL_FIELDS):
+        values = sorted({row.get(field) for row in found}, key=lambda v: _sort_key([v]))
+        choices.append(f"{_SHORT.get(field, field)} ({', '.join(_format_setting(field, v) for v in values)})")
     cells = "; ".join(cell_label(row, shown) for row in found)
     raise ValueError(f"cell spec {spec!r} is ambiguous: it matches {len(found)} cells ({cells}); add a key that "
-                     f"tells them apart: {choices}")
+                     f"tells them apart: {', '.join(choices)}")
 
 
 def read_thresholds(study_dir: str | Path) -> OutcomeThresholds:
@@ -388,6 +388,8 @@ def _parse_csv_value(path: Path, line: int, field: str, text: str) -> Any:
             return kind(text)
         except ValueError:
             pass
+    if field not in RUN_FIELDS:
+        return text  # a column of the user's own (a note, say): kept as written
     raise UserError(f"{path} line {line}: column {field} holds {text!r}; expected a number")
 
 
@@ -448,6 +450,11 @@ def _run_identity(row: Mapping[str, Any]) -> tuple[Any, ...] | None:
     return (Path(str(row["run_dir"])).name, *_cell_key(row), row.get("seed"))
 
 
+def _copy_rank(row: Mapping[str, Any]) -> tuple[bool, bool, int]:
+    """Which of two copies of one run to keep: read from its directory, finished, more evaluations."""
+    return bool(row.get("has_metrics")), row.get("status") == "finished", row.get("n_evaluations") or 0
+
+
 def merge_runs(row_lists: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
     """Rows of several sources as one list, each run once; sorted by cell, seed, directory.
 
@@ -463,16 +470,12 @@ def merge_runs(row_lists: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[list[d
     dropped = 0
     for rows in row_lists:
         for row in rows:
-            identity = _run_identity(row)
-            key = identity if identity is not None else ("unnamed", len(kept))
+            key = _run_identity(row)
+            if key is None:  # no directory named: nothing to match it with
+                key = ("unnamed", id(row))
             if key in kept:
                 dropped += 1
-                old = kept[key]
-
-                def rank(r: Mapping[str, Any]) -> tuple[bool, bool, int]:
-                    return bool(r.get("has_metrics")), r.get("status") == "finished", r.get("n_evaluations") or 0
-
-                if rank(row) <= rank(old):
+                if _copy_rank(row) <= _copy_rank(kept[key]):
                     continue
             kept[key] = dict(row)
     merged = sorted(kept.values(), key=lambda r: (_sort_key(_cell_key(r)), _sort_key([r.get("seed")]),
