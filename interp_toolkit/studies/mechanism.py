@@ -408,6 +408,12 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
         per_head(patch, "patch_adv_to_val", "adv→val", "--")
         patch.axhline(0, color="grey", lw=0.6)
         patch.set(ylabel="minimal-pair patching:\nΔ logit diff (source − target label)")
+        # The gap grows by orders of magnitude when the rule is learned; a symmetric-log axis
+        # keeps the early, small effects readable beside it.
+        patch_values = [abs(v) for q in PANEL_QUANTITIES["minimal-pair patching"] if "normalized" not in q
+                        for h in [ALL, *heads] for v in result.series(q, h)[1]]
+        if patch_values and max(patch_values) > 0:
+            patch.set_yscale("symlog", linthresh=max(max(patch_values) / 100, 1e-4))
 
         per_head(abl, "ablation_acc_val", "val")
         per_head(abl, "ablation_acc_adv", "adv", "--")

@@ -32,9 +32,9 @@ SMALL_FLAGS = ["--grad-n", "128", "--grad-chunk-size", "64", "--fingerprint-n", 
 HEAD = re.compile(r"^(L\d+H\d+) ")
 
 
-def _train(root, n_layers: int, r: float = 0.9, epochs: int = 20):
-    task = MPSPConfig(seq_len=5, n_values=10, r=r, n_train=128, n_eval=64, seed=0)
-    run_dir = root / f"run_{n_layers}L_r{r}"
+def _train(root, n_layers: int, r: float = 0.9, epochs: int = 20, task_name: str = "max_parity_sum_parity"):
+    task = MPSPConfig.from_task(task_name, seq_len=5, n_values=10, r=r, n_train=128, n_eval=64, seed=0)
+    run_dir = root / f"run_{task_name}_{n_layers}L_r{r}"
     model = build_model(ModelConfig(n_layers=n_layers, n_heads=2, d_model=16, d_mlp=32, **task.model_dims()))
     train(model, make_splits(task), TrainConfig(epochs=epochs, eval_every=5, checkpoint_every=10,
                                                 checkpoint_log_spaced=False, lr=3e-3, progress=False),
@@ -170,6 +170,15 @@ def test_config_rejects_bad_sizes():
         MechanismConfig(ablation_method="median")
 
 
+def test_mod3_run_reads_its_modulus_from_the_run_record(tmp_path):
+    run_dir = _train(tmp_path, 1, r=0.9, epochs=2, task_name="max_mod3_sum_mod3")
+    result = mechanism_over_checkpoints(run_dir, SMALL)
+    assert result.outcome["modulus"] == 3 and result.task["name"] == "max_mod3_sum_mod3"
+    assert result.outcome == outcome_of_run(run_dir, 0.9, modulus=3)
+    quantities = {r["quantity"] for r in result.rows if r["head"] == "L0H1" and r["epoch"] == 2}
+    assert {"ov_rho", "patch_val_to_adv", "ablation_acc_adv", "grad_cos_qk"} <= quantities
+
+
 def test_run_without_anti_shortcut_examples_is_refused_before_any_work(tmp_path):
     run_dir = _train(tmp_path, 1, r=1.0, epochs=2)
     with pytest.raises(ValueError, match=r"r = 1.0.*all shortcut-consistent"):
@@ -205,6 +214,8 @@ def test_cli_writes_figure_table_and_summary_then_hits_the_cache(one_run, tmp_pa
     (["mechanism", "NOCKPT"], "has no checkpoints"),
     (["mechanism", "RUN", "--out", "OUT/fig.png", "--format", "pdf"], "suffix .png but --format is pdf"),
     (["mechanism", "RUN", "--grad-n", "0"], "grad_n must be a positive integer"),
+    (["mechanism", "RUN", "--format", "gif"], "gif"),
+    (["mechanism", "RUN", "--threads", "0"], "threads must be a positive integer"),
     (["mechanism", "RUN", "--epochs", "7"], "no checkpoint for epochs [7]"),
     (["mechanism", "RUN", "--device", "gpu0"], "gpu0"),
     (["mechanism"], "needs a RUN_DIR"),
@@ -224,3 +235,14 @@ def test_cli_bad_input_is_one_error_line_exit_2_and_writes_nothing(argv, needle,
     assert needle in err, err
     assert not (tmp_path / "out").exists() and not list(tmp_path.rglob("mechanism.*"))
     assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_cli_help_imports_no_heavy_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, interp_toolkit.cli as c; rc = c.main(['mechanism', '--help']); "
+            "print(rc, 'torch' in sys.modules, 'matplotlib' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--grad-n" in done.stdout and "--format" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "0 False False"
