@@ -27,7 +27,8 @@ in every panel:
 
 The result is also a tidy table, one row per ``(epoch, head, quantity, value)``
 (``head`` is ``all`` for whole-model quantities), which :func:`write_mechanism` saves as CSV
-beside the figure, with a JSON of the settings and the run's outcome. Quantities per panel
+beside the figure, with a JSON of the settings and the run's outcome; :func:`read_mechanism`
+reads both back, so the figure can be redrawn from its data alone. Quantities per panel
 are listed in :data:`PANEL_QUANTITIES`.
 
     result = mechanism_over_checkpoints("runs/my_run")
@@ -452,5 +453,38 @@ def write_mechanism(result: MechanismResult, path: str | Path, fmt: str | None =
     return {"figure": figure, "table": table, "summary": summary}
 
 
+def read_mechanism(path: str | Path) -> MechanismResult:
+    """A :class:`MechanismResult` read back from the CSV and JSON :func:`write_mechanism` wrote.
+
+    Redraws (or restyles) the figure from its data without the run's checkpoints.
+
+    Args:
+        path: The figure, the CSV or the JSON (the other files share its stem).
+
+    Raises:
+        UserError: If the CSV or JSON is missing or is not a mechanism table.
+    """
+    import json
+
+    from interp_toolkit.analyses._common import Table
+
+    stem = Path(path).with_suffix("")
+    csv_path, json_path = stem.with_suffix(".csv"), stem.with_suffix(".json")
+    for needed in (csv_path, json_path):
+        if not needed.is_file():
+            raise UserError(f"{needed} does not exist (expected the files write_mechanism writes beside the figure)")
+    table = Table.from_csv(csv_path)
+    if table.columns != ["epoch", "head", "quantity", "value"]:
+        raise UserError(f"{csv_path} has columns {table.columns}, expected epoch, head, quantity, value")
+    try:
+        summary = json.loads(json_path.read_text(encoding="utf-8"))
+        return MechanismResult(run_dir=Path(summary["run_dir"]), table=table, heads=list(summary["heads"]),
+                               checkpoint_epochs=list(summary["checkpoint_epochs"]), outcome=summary["outcome"],
+                               task=summary["task"], model=summary["model"],
+                               config=MechanismConfig.from_dict(summary["settings"]))
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"{json_path} is not a mechanism summary ({type(err).__name__}: {err})") from err
+
+
 __all__ = ["ALL", "MechanismConfig", "MechanismResult", "PANEL_QUANTITIES", "WHOLE_MODEL_QUANTITIES",
-           "check_run_dir", "mechanism_over_checkpoints", "plot_mechanism", "write_mechanism"]
+           "check_run_dir", "mechanism_over_checkpoints", "plot_mechanism", "read_mechanism", "write_mechanism"]

@@ -21,6 +21,7 @@ from interp_toolkit.studies.mechanism import (
     MechanismConfig,
     mechanism_over_checkpoints,
     plot_mechanism,
+    read_mechanism,
     write_mechanism,
 )
 from interp_toolkit.studies.outcomes import outcome_of_run
@@ -161,6 +162,18 @@ def test_write_puts_table_and_summary_beside_the_figure(mech, tmp_path):
     assert len(table) == len(result.table) and table.columns == ["epoch", "head", "quantity", "value"]
     summary = json.loads((tmp_path / "fig.json").read_text())
     assert summary["outcome"] == result.outcome and summary["settings"]["grad_n"] == 128
+    # the figure redraws from its data alone: the same lines as from the live result
+    back = read_mechanism(tmp_path / "fig.svg")
+    assert back.heads == result.heads and back.outcome == result.outcome and back.config == result.config
+
+    def lines(fig):
+        return [[(str(line.get_label()), list(map(float, line.get_xdata())), list(map(float, line.get_ydata())))
+                 for line in ax.get_lines()] for ax in fig.axes]
+
+    assert lines(plot_mechanism(back)) == lines(plot_mechanism(result))  # CSV floats round-trip exactly
+    (tmp_path / "fig.json").unlink()
+    with pytest.raises(ValueError, match="fig.json does not exist"):
+        read_mechanism(tmp_path / "fig.csv")
 
 
 def test_config_rejects_bad_sizes():
