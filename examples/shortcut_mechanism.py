@@ -1,18 +1,14 @@
-"""Train one 2-layer MPSP model at r = 0.9 and watch its circuits over training.
+"""Train one 2-layer MPSP model at r = 0.9 and draw its mechanism over checkpoints.
 
 Trains ``max_parity_sum_parity`` (label: sum of 10 values mod 2; shortcut: max value mod 2,
-agreeing with the label on 90% of training examples), then runs two analyses over every
-checkpoint with :func:`interp_toolkit.analyses.over_checkpoints.over_checkpoints` (cached:
-a rerun only recomputes what changed) and draws one figure on a shared epoch axis:
-
-1. train / val (shortcut-consistent) / adv (anti-shortcut) accuracy;
-2. gradient conflict: cosine between the mean gradients of shortcut-consistent and
-   anti-shortcut training examples (all parameters and each head's QK / OV);
-3. the amplification ratio (anti / consistent per-example gradient norm);
-4. the QK magnitude fingerprint of every head (Spearman rho of readout score vs value) and
-   its attention share on position 0;
-5. the OV parity fingerprint of every head (weights: W_E W_V W_O W_U; data: the head's
-   readout output vs the parity of the value it attends to most).
+agreeing with the label on 90% of training examples), then calls the library:
+:func:`interp_toolkit.studies.mechanism.mechanism_over_checkpoints` runs the analyses over
+every checkpoint (cached: a rerun only recomputes what changed) and
+:func:`~interp_toolkit.studies.mechanism.write_mechanism` saves the seven-panel figure
+(accuracies with the two phases marked, gradient cosine, amplification, QK and OV
+fingerprints, minimal-pair patching and ablation per head, on one log-scaled epoch axis)
+with its tidy table (CSV) and settings (JSON) beside it. The same figure for any existing
+run directory: ``interp-toolkit mechanism RUN_DIR``.
 
 Default size runs in about 10 minutes on 2 CPU cores (n_train 4,096, 400 epochs);
 ``--paper`` uses the paper's size (n_train 16,384, 15,000 epochs: GPU or hours of CPU).
@@ -28,20 +24,13 @@ import time
 from pathlib import Path
 
 import torch
-from matplotlib.figure import Figure
 
 from interp_toolkit import ModelConfig, TrainConfig, build_model, train
-from interp_toolkit.analyses.over_checkpoints import over_checkpoints
-from interp_toolkit.io import read_jsonl
-from interp_toolkit.plotting import (
-    FORMATS,
-    component_colors,
-    epoch_axis,
-    label,
-    new_panels,
-    save_figure,
-    split_colors,
-    style,
+from interp_toolkit.plotting import FORMATS
+from interp_toolkit.studies.mechanism import (
+    MechanismConfig,
+    mechanism_over_checkpoints,
+    write_mechanism,
 )
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
@@ -69,60 +58,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def plot_mechanism(run_dir: Path, grads, prints, ax=None) -> Figure:
-    """The over-checkpoints figure (see the module docstring).
-
-    One colour per head in every panel (solid: QK, dashed: OV; black: all parameters),
-    fixed split colours in the accuracy panel, and a log-scaled epoch axis so the early
-    checkpoints, where the gradient cosine collapses, are not squeezed into the first pixel.
-    """
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    heads = sorted(set(prints.table.column("component")))
-    colors = component_colors(heads)
-    epochs = [m["epoch"] for m in metrics]
-
-    def lines(table, key_col, key, value):
-        rows = sorted(table.where(**{key_col: key}).rows, key=lambda r: r["epoch"])
-        return [r["epoch"] for r in rows], [r[value] for r in rows]
-
-    with style():
-        fig, axes = new_panels(5, ax, figsize=(7.5, 12), sharex=True)
-        for split, color in split_colors().items():
-            axes[0].plot(epochs, [m[f"{split}_acc"] for m in metrics], label=label(split), color=color)
-        axes[0].set(ylabel="accuracy", ylim=(-0.02, 1.02),
-                    title="2-layer MPSP, r = 0.9: validation = shortcut-consistent, adversarial = anti-shortcut")
-
-        for panel, value in ((axes[1], "conflict_cos"), (axes[2], "amplification")):
-            panel.plot(*lines(grads.table, "group", "all", value), color="black", lw=2.2, label="all parameters")
-            for head in heads:
-                for kind, ls in (("QK", "-"), ("OV", "--")):
-                    panel.plot(*lines(grads.table, "group", f"{head}.{kind}", value), color=colors[head], ls=ls,
-                               lw=1, label=f"{head} {kind}")
-        axes[1].set(ylabel="cos(mean gradient consistent,\nmean gradient anti)")
-        axes[1].axhline(0, color="grey", lw=0.5)
-        axes[2].set(ylabel="gradient norm ratio\n(anti / consistent)", yscale="log")
-        axes[2].axhline(1, color="grey", lw=0.5)
-
-        for head in heads:
-            axes[3].plot(*lines(prints.table, "component", head, "qk_rho"), color=colors[head], label=f"{head} QK ρ")
-            axes[3].plot(*lines(prints.table, "component", head, "first_share"), color=colors[head], ls=":",
-                         label=f"{head} attention on position 0")
-            axes[4].plot(*lines(prints.table, "component", head, "ov_rho"), color=colors[head],
-                         label=f"{head} OV ρ (weights)")
-            axes[4].plot(*lines(prints.table, "component", head, "ov_data_rho"), color=colors[head], ls="--",
-                         label=f"{head} OV ρ (data)")
-        axes[3].set(ylabel="QK magnitude fingerprint\n(Spearman ρ, score vs value)", ylim=(-1.05, 1.05))
-        axes[4].set(ylabel="OV parity fingerprint\n(Spearman ρ vs value mod 2)", ylim=(-1.05, 1.05))
-        for panel in axes:
-            panel.legend(ncol=3, loc="best", fontsize=6.5)
-            epoch_axis(panel, epochs)
-        for panel in axes[:-1]:
-            panel.set_xlabel("")
-        axes[3].axhline(0, color="grey", lw=0.5)
-        axes[4].axhline(0, color="grey", lw=0.5)
-    return fig
-
-
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -136,22 +71,24 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"trained in {time.perf_counter() - started:.0f} s: {result.final}")
 
     started = time.perf_counter()
-    grads = over_checkpoints("gradients", run_dir, splits=splits,
-                             config={"split": "train", "n": args.grad_n, "chunk_size": 256})
-    prints = over_checkpoints("fingerprints", run_dir, splits=splits,
-                              config={"split": "train", "n": args.fingerprint_n})
+    settings = MechanismConfig(grad_n=min(args.grad_n, args.n_train), fingerprint_n=min(args.fingerprint_n, args.n_train))
+    mechanism = mechanism_over_checkpoints(run_dir, settings, device=args.device, n_threads=args.threads)
     print(f"analyses in {time.perf_counter() - started:.0f} s "
-          f"({len(grads.computed) + len(prints.computed)} computed, "
-          f"{len(grads.cache_hits) + len(prints.cache_hits)} cached)")
-    path = save_figure(plot_mechanism(run_dir, grads, prints), run_dir / f"shortcut_mechanism.{args.format}")
-    print(f"figure: {path}")
-    last = max(grads.table.column("epoch"))
-    for row in grads.table.where(epoch=last, group="all").rows:
-        print(f"epoch {last}: gradient conflict cos {row['conflict_cos']:.3f}, "
-              f"amplification {row['amplification']:.2f}")
-    for row in prints.table.where(epoch=last).rows:
-        print(f"epoch {last} {row['component']}: QK rho {row['qk_rho']:.2f}, share pos0 {row['first_share']:.2f}, "
-              f"OV rho {row['ov_rho']:.2f} (data {row['ov_data_rho']:.2f})")
+          f"({mechanism.n_computed} computed, {mechanism.n_cached} cached)")
+    path = write_mechanism(mechanism, run_dir / f"shortcut_mechanism.{args.format}")["figure"]
+    print(f"figure: {path} (table: {path.with_suffix('.csv')})")
+    outcome = mechanism.outcome
+    print(f"phases: shortcut learned at epoch {outcome['shortcut_epoch']}, "
+          f"phase 2 onset at epoch {outcome['phase2_onset_epoch']}")
+    last = mechanism.checkpoint_epochs[-1]
+    value = {(r["head"], r["quantity"]): r["value"] for r in mechanism.rows if r["epoch"] == last}
+    print(f"epoch {last}: gradient conflict cos {value[('all', 'grad_cos')]:.3f}, "
+          f"amplification {value[('all', 'amplification')]:.2f}")
+    for head in mechanism.heads:
+        print(f"epoch {last} {head}: QK rho {value[(head, 'qk_rho')]:.2f}, "
+              f"share pos0 {value[(head, 'first_share')]:.2f}, OV rho {value[(head, 'ov_rho')]:.2f} "
+              f"(data {value[(head, 'ov_data_rho')]:.2f}), ablation adv acc change "
+              f"{value[(head, 'ablation_acc_adv')]:+.2f}")
     return path
 
 

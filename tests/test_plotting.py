@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import matplotlib
@@ -26,18 +25,16 @@ from interp_toolkit.plotting import (
     save_figure,
 )
 from interp_toolkit.runs.trainer import plot_training_curves
+from interp_toolkit.studies.mechanism import (
+    MechanismConfig,
+    mechanism_over_checkpoints,
+    plot_mechanism,
+)
 from interp_toolkit.studies.report import plot_curves_by_cell, plot_rate_vs_r
 from interp_toolkit.tasks.induction_corpus import CLASS_NAMES
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _example(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +50,9 @@ def run(tmp_path_factory):
                               progress=False)
     grads = over_checkpoints("gradients", run_dir, splits=splits, config={"n": 32}, plot=False,
                              progress=False)
-    return {"dir": run_dir, "metrics": result.metrics, "prints": prints, "grads": grads}
+    mechanism = mechanism_over_checkpoints(run_dir, MechanismConfig(grad_n=32, fingerprint_n=32, patching_n=16,
+                                                                    ablation_n=32))
+    return {"dir": run_dir, "metrics": result.metrics, "prints": prints, "grads": grads, "mechanism": mechanism}
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +93,7 @@ PLOTS = {
         Table.from_csv(ROOT / "docs" / "quick_table.csv").rows, ax=ax)),
     "plot_curves_by_cell": (1, lambda run, res, ax: plot_curves_by_cell(_cell_rows(run), ax=ax)),
     "plot_per_class": (1, lambda run, res, ax: plot_per_class(_per_class_rows(), ax=ax)),
-    "shortcut_mechanism.plot_mechanism": (5, lambda run, res, ax: _example("shortcut_mechanism").plot_mechanism(
-        run["dir"], run["grads"], run["prints"], ax=ax)),
+    "plot_mechanism": (7, lambda run, res, ax: plot_mechanism(run["mechanism"], ax=ax)),
 }
 
 

@@ -9,6 +9,7 @@ Subcommands (module ``interp_toolkit.cli.<module>``; each has ``HELP``, ``DESCRI
   sweep    a resumable seed sweep of MPSP cells              (:mod:`.sweep`)
   report   generalization-rate table of a study directory    (:mod:`.report`)
   analyze  a circuit analysis over a run's checkpoints       (:mod:`.analyze`)
+  mechanism the shortcut mechanism of a run over its checkpoints (:mod:`.mechanism`)
   bif      Bayesian influence functions at an MPSP checkpoint (:mod:`.bif`)
   bif-lm   token-level BIF of a language model over checkpoints (:mod:`.bif_lm`)
 
@@ -44,6 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("interp_toolkit.cli.report", "generalization-rate table and plots of a study directory"),
     "analyze": ("interp_toolkit.cli.analyze",
                 "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"),
+    "mechanism": ("interp_toolkit.cli.mechanism",
+                  "the shortcut mechanism of a run over its checkpoints: 7-panel figure + tidy CSV"),
     "bif": ("interp_toolkit.cli.bif", "Bayesian influence functions at an MPSP checkpoint"),
     "bif-lm": ("interp_toolkit.cli.bif_lm", "token-level BIF of a language model across checkpoints"),
 }

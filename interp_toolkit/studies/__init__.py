@@ -1,1 +1,2 @@
-"""Studies built on the core: MPSP sweeps, outcomes and reports, the LM induction testbed, the deep-linear-network toy."""
+"""Studies built on the core: MPSP sweeps, outcomes, reports and the mechanism figure over
+checkpoints, the LM induction testbed, the deep-linear-network toy."""

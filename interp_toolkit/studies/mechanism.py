@@ -1,0 +1,490 @@
+"""The shortcut-saturation mechanism of one MPSP run, over its checkpoints: data and figure.
+
+:func:`mechanism_over_checkpoints` runs five analyses on every checkpoint of any run
+directory written by :func:`interp_toolkit.train` or ``interp-toolkit sweep`` (``run.json``,
+``metrics.jsonl``, ``checkpoints/``), with
+:func:`interp_toolkit.analyses.over_checkpoints.over_checkpoints`, which caches every
+checkpoint's result by (checkpoint bytes, analysis, settings, data): a rerun on the same run
+computes nothing, and a run that has grown only computes its new checkpoints. The data is
+rebuilt from the run record's task and checked against the run's data fingerprints.
+:func:`plot_mechanism` draws seven panels on one log-scaled epoch axis, one colour per head
+in every panel:
+
+1. train / val (shortcut-consistent) / adv (anti-shortcut) accuracy from ``metrics.jsonl``,
+   with the shortcut epoch, the phase-2 onset and the first generalized evaluation marked
+   (:func:`interp_toolkit.studies.outcomes.compute_outcome`, paper criteria);
+2. gradient cosine between the mean gradients of shortcut-consistent and anti-shortcut
+   training examples (all parameters, and each head's QK and OV parameters);
+3. amplification: mean per-example gradient norm of anti-shortcut over consistent examples;
+4. QK magnitude fingerprint of each head (Spearman rho, readout score vs value) and its
+   attention share on position 0;
+5. OV parity fingerprint of each head (from the weights, and on data);
+6. minimal-pair patching of each head: the change of the pair logit difference
+   (logit of the source's label minus the target's) when the head's output on the target
+   is replaced by its output on the minimal-pair source, for consistent -> anti pairs
+   (``val`` into ``adv``) and the reverse; the black lines are the full source-target gap;
+7. mean ablation of each head: change of accuracy on ``val`` and on ``adv``.
+
+The result is also a tidy table, one row per ``(epoch, head, quantity, value)``
+(``head`` is ``all`` for whole-model quantities), which :func:`write_mechanism` saves as CSV
+beside the figure, with a JSON of the settings and the run's outcome; :func:`read_mechanism`
+reads both back, so the figure can be redrawn from its data alone. Quantities per panel
+are listed in :data:`PANEL_QUANTITIES`.
+
+    result = mechanism_over_checkpoints("runs/my_run")
+    fig = plot_mechanism(result)
+    write_mechanism(result, "runs/my_run/mechanism.png")   # + mechanism.csv, mechanism.json
+
+Command line: ``interp-toolkit mechanism RUN_DIR [--out FIG] [--format png|svg|pdf]``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from interp_toolkit.config import Config
+from interp_toolkit.errors import UserError
+
+#: Panel title -> the quantities of the tidy table drawn in it (``head`` is ``all`` for the
+#: whole-model ones: accuracies, all-parameter gradient statistics, patching gaps).
+PANEL_QUANTITIES: dict[str, tuple[str, ...]] = {
+    "accuracy": ("acc_train", "acc_val", "acc_adv"),
+    "gradient cosine": ("grad_cos", "grad_cos_qk", "grad_cos_ov"),
+    "amplification": ("amplification", "amplification_qk", "amplification_ov"),
+    "QK fingerprint": ("qk_rho", "first_share"),
+    "OV fingerprint": ("ov_rho", "ov_data_rho"),
+    "minimal-pair patching": ("patch_val_to_adv", "patch_adv_to_val", "patch_val_to_adv_normalized",
+                              "patch_adv_to_val_normalized", "patch_gap_val_to_adv", "patch_gap_adv_to_val"),
+    "ablation": ("ablation_acc_val", "ablation_acc_adv", "ablation_loss_val", "ablation_loss_adv"),
+}
+#: Quantities measured once per checkpoint for the whole model (``head == "all"``).
+WHOLE_MODEL_QUANTITIES = ("acc_train", "acc_val", "acc_adv", "grad_cos", "amplification",
+                          "patch_gap_val_to_adv", "patch_gap_adv_to_val")
+ALL = "all"
+_HEAD_NAME = re.compile(r"^L\d+H\d+$")
+
+
+@dataclass
+class MechanismConfig(Config):
+    """How many examples each analysis of the mechanism figure uses (part of the cache key).
+
+    Attributes:
+        grad_n: Training examples for the per-example gradients (the first ``grad_n``).
+        grad_chunk_size: Examples per vmap chunk of the gradient analysis (bounds memory).
+        fingerprint_n: Training examples for the QK / OV fingerprints.
+        patching_n: Minimal pairs per direction.
+        ablation_n: Examples of val and of adv for the ablation.
+        ablation_method: ``mean`` (over the training split, the default), ``zero`` or ``resample``.
+    """
+
+    grad_n: int = 2048
+    grad_chunk_size: int = 256
+    fingerprint_n: int = 1024
+    patching_n: int = 256
+    ablation_n: int = 1024
+    ablation_method: Literal["mean", "zero", "resample"] = "mean"
+
+    def __post_init__(self) -> None:
+        for name in ("grad_n", "grad_chunk_size", "fingerprint_n", "patching_n", "ablation_n"):
+            value = getattr(self, name)
+            self.check(name, not isinstance(value, bool) and isinstance(value, int) and value >= 1,
+                       "a positive integer")
+        self.check("ablation_method", self.ablation_method in ("mean", "zero", "resample"),
+                   "one of mean, zero, resample")
+
+
+@dataclass
+class MechanismResult:
+    """What :func:`mechanism_over_checkpoints` returns.
+
+    Attributes:
+        run_dir: The run.
+        table: Tidy rows ``epoch, head, quantity, value`` (see :data:`PANEL_QUANTITIES`).
+        heads: Head names (``L0H0`` ...) in (layer, head) order.
+        checkpoint_epochs: Epochs of the analysed checkpoints.
+        outcome: :func:`~interp_toolkit.studies.outcomes.compute_outcome` of the run's metrics.
+        task: The run's task config as a dict (``r``, ``seq_len``, ...).
+        model: The run's model config as a dict (``n_layers``, ``n_heads``, ...).
+        config: The :class:`MechanismConfig` used.
+        computed, cache_hits: Per analysis, the epochs computed now and those read from the cache.
+    """
+
+    run_dir: Path
+    table: Any
+    heads: list[str]
+    checkpoint_epochs: list[int]
+    outcome: dict[str, Any]
+    task: dict[str, Any]
+    model: dict[str, Any]
+    config: MechanismConfig
+    computed: dict[str, list[int]] = field(default_factory=dict)
+    cache_hits: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.table.rows
+
+    @property
+    def n_computed(self) -> int:
+        """Checkpoint analyses computed by this call (0 on a full cache hit)."""
+        return sum(len(v) for v in self.computed.values())
+
+    @property
+    def n_cached(self) -> int:
+        """Checkpoint analyses read from the cache by this call."""
+        return sum(len(v) for v in self.cache_hits.values())
+
+    def series(self, quantity: str, head: str = ALL) -> tuple[list[int], list[float]]:
+        """``(epochs, values)`` of one quantity of one head, by epoch (NaN values dropped)."""
+        points = sorted((r["epoch"], r["value"]) for r in self.table.rows
+                        if r["quantity"] == quantity and r["head"] == head
+                        and isinstance(r["value"], (int, float)) and not math.isnan(r["value"]))
+        return [e for e, _ in points], [v for _, v in points]
+
+    def to_csv(self, path: str | Path) -> Path:
+        return self.table.to_csv(path)
+
+    def to_pandas(self) -> Any:
+        """The tidy table as a pandas DataFrame."""
+        return self.table.to_pandas()
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able settings and outcome (written beside the figure by :func:`write_mechanism`)."""
+        return {"run_dir": str(self.run_dir), "task": self.task, "model": self.model,
+                "settings": self.config.to_dict(), "heads": self.heads,
+                "checkpoint_epochs": self.checkpoint_epochs, "outcome": self.outcome,
+                "panels": {k: list(v) for k, v in PANEL_QUANTITIES.items()}}
+
+
+def check_run_dir(run_dir: str | Path) -> tuple[dict[str, Any], list[tuple[int, Path]], list[dict[str, Any]]]:
+    """``(record, checkpoints, metrics)`` of a run directory; UserError naming what is missing.
+
+    Everything the mechanism needs is checked here, before any analysis runs: a run record
+    with an MPSP task, at least one checkpoint, and evaluations with val and adv accuracy.
+    """
+    from interp_toolkit.io import read_jsonl
+    from interp_toolkit.runs.record import read_record, task_config
+    from interp_toolkit.runs.trainer import list_checkpoints
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} does not exist (expected a directory with run.json, "
+                        "metrics.jsonl and checkpoints/, written by `interp-toolkit train` or `sweep`)")
+    record = read_record(run_dir)
+    task_config(run_dir)  # names a missing or non-MPSP task
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise UserError(f"{run_dir} has no checkpoints (expected {run_dir / 'checkpoints'}/epoch_*.safetensors)")
+    metrics_path = run_dir / "metrics.jsonl"
+    metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
+    metrics = [m for m in metrics if "val_acc" in m and "adv_acc" in m]
+    if not metrics:
+        raise UserError(f"{metrics_path} holds no evaluation with val_acc and adv_acc; the mechanism figure needs "
+                        "a run evaluated on the val and adv splits")
+    return record, checkpoints, metrics
+
+
+def mechanism_over_checkpoints(
+    run_dir: str | Path,
+    config: MechanismConfig | None = None,
+    epochs: Sequence[int] | None = None,
+    device: Any = None,
+    progress: bool = False,
+    n_threads: int | None = None,
+) -> MechanismResult:
+    """Run the mechanism analyses on every checkpoint of a run (cached per checkpoint).
+
+    Args:
+        run_dir: A run directory (``run.json`` with an MPSP task, ``metrics.jsonl``,
+            ``checkpoints/``).
+        config: Sample sizes of the analyses (default :class:`MechanismConfig`).
+        epochs: Checkpoint epochs to analyse (default: all).
+        device: Where checkpoints are loaded (``cpu``, ``cuda``, ``auto``; default CPU);
+            not part of the cache key.
+        progress: Show one progress bar per analysis.
+        n_threads: Torch CPU threads while analysing (restored after; ``None``: leave the
+            current setting). One thread suits the small MPSP models: on a busy 2-core
+            machine a second thread made this call several times slower.
+
+    Returns:
+        :class:`MechanismResult`. Caches and per-analysis CSVs live in
+        ``run_dir/analyses/mechanism/<analysis>/``.
+
+    Raises:
+        UserError: If ``run_dir`` is not a run directory with checkpoints and evaluations,
+            or its training split lacks shortcut-consistent or anti-shortcut examples
+            (r = 0 or 1: no gradient conflict to measure).
+    """
+    from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.runs.record import task_config
+    from interp_toolkit.studies.outcomes import compute_outcome
+    from interp_toolkit.threads import torch_threads
+
+    config = MechanismConfig() if config is None else config
+    if not isinstance(config, MechanismConfig):
+        raise UserError(f"config must be a MechanismConfig, got {type(config).__name__}")
+    run_dir = Path(run_dir)
+    record, checkpoints, metrics = check_run_dir(run_dir)
+    available = [e for e, _ in checkpoints]
+    if epochs is not None:
+        missing = sorted(set(epochs) - set(available))
+        if missing:
+            raise UserError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {available}")
+        available = sorted(set(epochs))
+    device = resolve_device(device if device is not None else "cpu")
+    task = task_config(run_dir)
+    splits = splits_from_run(run_dir)
+    agrees = splits["train"].agrees[: config.grad_n]
+    if bool(agrees.all()) or not bool(agrees.any()):
+        raise UserError(f"the first {min(config.grad_n, len(splits['train'].agrees))} training examples of {run_dir} "
+                        f"(r = {task.r}) are all shortcut-{'consistent' if bool(agrees.all()) else 'conflicting'}: "
+                        "the gradient panels need both kinds; use a run with 0 < r < 1 or a larger grad_n")
+    outcome = compute_outcome(metrics, task.r, task.modulus)
+
+    runs = {
+        "gradients": ("gradients", {"split": "train", "n": config.grad_n, "chunk_size": config.grad_chunk_size}),
+        "fingerprints": ("fingerprints", {"split": "train", "n": config.fingerprint_n}),
+        "patching_val_to_adv": ("patching", {"source": "val", "target": "adv", "n": config.patching_n,
+                                             "kinds": ["head"], "positions": None}),
+        "patching_adv_to_val": ("patching", {"source": "adv", "target": "val", "n": config.patching_n,
+                                             "kinds": ["head"], "positions": None}),
+        "ablation": ("ablation", {"method": config.ablation_method, "reference": "train",
+                                  "split_names": ["val", "adv"], "kinds": ["head"], "n": config.ablation_n}),
+    }
+    tables: dict[str, Any] = {}
+    computed: dict[str, list[int]] = {}
+    hits: dict[str, list[int]] = {}
+    # checkpoints load on the CPU; moving them there again only makes TransformerLens print
+    load_on = None if device.type == "cpu" else str(device)
+    with torch_threads(n_threads):
+        for name, (analysis, analysis_config) in runs.items():
+            result = over_checkpoints(analysis, run_dir, splits=splits, epochs=available, config=analysis_config,
+                                      name=name, out_dir=run_dir / "analyses" / "mechanism" / name, plot=False,
+                                      progress=progress, device=load_on)
+            tables[name] = result.table
+            computed[name], hits[name] = result.computed, result.cache_hits
+
+    model_config = dict(record.get("model_config") or {})
+    heads = sorted({r["component"] for r in tables["fingerprints"].rows},
+                   key=lambda h: tuple(int(x) for x in re.findall(r"\d+", h)))
+    table = _tidy(metrics, tables)
+    return MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available, outcome=outcome,
+                           task={"name": task.name, **task.to_dict()}, model=model_config, config=config,
+                           computed=computed, cache_hits=hits)
+
+
+def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any]) -> Any:
+    """One ``(epoch, head, quantity, value)`` row per measured number (see PANEL_QUANTITIES)."""
+    from interp_toolkit.analyses._common import Table
+
+    rows: list[dict[str, Any]] = []
+
+    def add(epoch: int, head: str, quantity: str, value: Any) -> None:
+        rows.append({"epoch": int(epoch), "head": head, "quantity": quantity, "value": float(value)})
+
+    for m in metrics:
+        for split in ("train", "val", "adv"):
+            if f"{split}_acc" in m:
+                add(m["epoch"], ALL, f"acc_{split}", m[f"{split}_acc"])
+    for r in tables["gradients"].rows:
+        group = r["group"]
+        if group == "all":
+            add(r["epoch"], ALL, "grad_cos", r["conflict_cos"])
+            add(r["epoch"], ALL, "amplification", r["amplification"])
+            continue
+        head, _, kind = group.partition(".")
+        if _HEAD_NAME.match(head) and kind in ("QK", "OV"):
+            add(r["epoch"], head, f"grad_cos_{kind.lower()}", r["conflict_cos"])
+            add(r["epoch"], head, f"amplification_{kind.lower()}", r["amplification"])
+    for r in tables["fingerprints"].rows:
+        for quantity in PANEL_QUANTITIES["QK fingerprint"] + PANEL_QUANTITIES["OV fingerprint"]:
+            add(r["epoch"], r["component"], quantity, r[quantity])
+    for direction in ("val_to_adv", "adv_to_val"):
+        gaps: dict[int, float] = {}
+        for r in tables[f"patching_{direction}"].rows:
+            add(r["epoch"], r["component"], f"patch_{direction}", r["patched"] - r["target"])
+            add(r["epoch"], r["component"], f"patch_{direction}_normalized", r["normalized"])
+            gaps[r["epoch"]] = r["source"] - r["target"]
+        for epoch, gap in gaps.items():
+            add(epoch, ALL, f"patch_gap_{direction}", gap)
+    for r in tables["ablation"].rows:
+        metric = {"accuracy": "acc", "loss": "loss"}.get(r["metric"])
+        if metric is not None:
+            add(r["epoch"], r["component"], f"ablation_{metric}_{r['split']}", r["delta"])
+    rows.sort(key=lambda r: (r["epoch"], r["head"] != ALL, r["head"], r["quantity"]))
+    return Table(rows)
+
+
+def _title(result: MechanismResult) -> str:
+    task, model = result.task, result.model
+    arch = f"{model.get('n_layers', '?')}L{model.get('n_heads', '?')}H"
+    parts = [f"{task.get('name', 'MPSP')}, {arch}, r = {task.get('r')}, seq_len {task.get('seq_len')}, "
+             f"n_train {task.get('n_train')}"]
+    verdict = ("generalized at epoch {}".format(result.outcome["first_generalized_epoch"])
+               if result.outcome.get("generalized") else "not generalized")
+    parts.append(f"{result.run_dir.name}: {verdict} (last epoch {result.outcome.get('final_epoch')})")
+    return "\n".join(parts)
+
+
+def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> Any:
+    """The seven-panel mechanism figure of :func:`mechanism_over_checkpoints` (module docstring).
+
+    Drawn from ``result.table`` and ``result.outcome`` only. One colour per head in every
+    panel (black: the whole model), fixed split colours in the accuracy panel, phase markers
+    (vertical lines) in every panel, and a log-scaled epoch axis shared by all panels.
+
+    Args:
+        result: What :func:`mechanism_over_checkpoints` returned.
+        ax: Optional sequence of 7 axes to draw into (e.g. panels of a larger figure).
+
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from interp_toolkit.plotting import (
+        component_colors,
+        epoch_axis,
+        label,
+        new_panels,
+        split_colors,
+        style,
+    )
+
+    heads = result.heads
+    colors = component_colors(heads)
+    epochs_seen = sorted({r["epoch"] for r in result.table.rows})
+    markers = [(result.outcome.get("shortcut_epoch"), "--", "shortcut learned"),
+               (result.outcome.get("phase2_onset_epoch"), ":", "phase 2 onset"),
+               (result.outcome.get("first_generalized_epoch"), "-.", "generalized")]
+
+    def per_head(panel: Any, quantity: str, suffix: str, ls: str = "-") -> None:
+        for head in heads:
+            xs, ys = result.series(quantity, head)
+            if xs:
+                panel.plot(xs, ys, color=colors[head], ls=ls, marker=".", markersize=3, label=f"{head} {suffix}")
+
+    def whole(panel: Any, quantity: str, text: str, ls: str = "-") -> None:
+        xs, ys = result.series(quantity)
+        if xs:
+            panel.plot(xs, ys, color="black", lw=2.0, ls=ls, label=text)
+
+    with style():
+        fig, axes = new_panels(7, ax, figsize=(8.5, 17), sharex=True)
+        acc, cos, amp, qk, ov, patch, abl = axes
+        for split, color in split_colors().items():
+            xs, ys = result.series(f"acc_{split}")
+            acc.plot(xs, ys, color=color, label=f"{label(split)}" + {"val": " (shortcut-consistent)",
+                                                                     "adv": " (anti-shortcut)"}.get(split, ""))
+        acc.set(ylabel="accuracy", ylim=(-0.02, 1.02), title=_title(result))
+
+        whole(cos, "grad_cos", "all parameters")
+        per_head(cos, "grad_cos_qk", "QK")
+        per_head(cos, "grad_cos_ov", "OV", "--")
+        cos.axhline(0, color="grey", lw=0.6)
+        cos.set(ylabel="gradient cosine\n(consistent vs anti mean)", ylim=(-1.05, 1.05))
+
+        whole(amp, "amplification", "all parameters")
+        per_head(amp, "amplification_qk", "QK")
+        per_head(amp, "amplification_ov", "OV", "--")
+        amp.axhline(1, color="grey", lw=0.6)
+        amp.set(ylabel="amplification\n(anti / consistent grad norm)", yscale="log")
+
+        per_head(qk, "qk_rho", "QK ρ")
+        per_head(qk, "first_share", "attention on pos 0", ":")
+        qk.axhline(0, color="grey", lw=0.6)
+        qk.set(ylabel="QK magnitude fingerprint\n(ρ score vs value) / pos-0 share", ylim=(-1.05, 1.05))
+
+        per_head(ov, "ov_rho", "OV ρ (weights)")
+        per_head(ov, "ov_data_rho", "OV ρ (data)", "--")
+        ov.axhline(0, color="grey", lw=0.6)
+        ov.set(ylabel="OV parity fingerprint\n(ρ vs value mod m)", ylim=(-1.05, 1.05))
+
+        whole(patch, "patch_gap_val_to_adv", "full gap val→adv")
+        whole(patch, "patch_gap_adv_to_val", "full gap adv→val", "--")
+        per_head(patch, "patch_val_to_adv", "val→adv")
+        per_head(patch, "patch_adv_to_val", "adv→val", "--")
+        patch.axhline(0, color="grey", lw=0.6)
+        patch.set(ylabel="minimal-pair patching:\nΔ logit diff (source − target label)")
+        # The gap grows by orders of magnitude when the rule is learned; a symmetric-log axis
+        # keeps the early, small effects readable beside it.
+        patch_values = [abs(v) for q in PANEL_QUANTITIES["minimal-pair patching"] if "normalized" not in q
+                        for h in [ALL, *heads] for v in result.series(q, h)[1]]
+        if patch_values and max(patch_values) > 0:
+            patch.set_yscale("symlog", linthresh=max(max(patch_values) / 100, 1e-4))
+
+        per_head(abl, "ablation_acc_val", "val")
+        per_head(abl, "ablation_acc_adv", "adv", "--")
+        abl.axhline(0, color="grey", lw=0.6)
+        abl.set(ylabel=f"{result.config.ablation_method} ablation:\naccuracy change", ylim=(-1.05, 1.05))
+
+        for panel in axes:
+            for epoch, ls, text in markers:
+                if epoch is not None:
+                    panel.axvline(epoch, color="grey", ls=ls, lw=1.0,
+                                  label=f"{text} (epoch {epoch})" if panel is acc else None)
+            epoch_axis(panel, epochs_seen)
+            panel.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6.5, borderaxespad=0)
+        for panel in axes[:-1]:
+            panel.set_xlabel("")
+    return fig
+
+
+def write_mechanism(result: MechanismResult, path: str | Path, fmt: str | None = None) -> dict[str, Path]:
+    """Save the figure, its tidy table (``.csv``) and settings + outcome (``.json``) side by side.
+
+    Args:
+        result: What :func:`mechanism_over_checkpoints` returned.
+        path: The figure's path; the CSV and JSON get the same stem.
+        fmt: ``png``, ``svg`` or ``pdf`` (default: the path's suffix, else ``png``).
+
+    Returns:
+        ``{"figure": ..., "table": ..., "summary": ...}`` paths written (atomically).
+    """
+    from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.plotting import save_figure
+
+    figure = save_figure(plot_mechanism(result), path, fmt)
+    table = result.to_csv(figure.with_suffix(".csv"))
+    summary = atomic_write_json(figure.with_suffix(".json"), result.summary())
+    return {"figure": figure, "table": table, "summary": summary}
+
+
+def read_mechanism(path: str | Path) -> MechanismResult:
+    """A :class:`MechanismResult` read back from the CSV and JSON :func:`write_mechanism` wrote.
+
+    Redraws (or restyles) the figure from its data without the run's checkpoints.
+
+    Args:
+        path: The figure, the CSV or the JSON (the other files share its stem).
+
+    Raises:
+        UserError: If the CSV or JSON is missing or is not a mechanism table.
+    """
+    import json
+
+    from interp_toolkit.analyses._common import Table
+
+    stem = Path(path).with_suffix("")
+    csv_path, json_path = stem.with_suffix(".csv"), stem.with_suffix(".json")
+    for needed in (csv_path, json_path):
+        if not needed.is_file():
+            raise UserError(f"{needed} does not exist (expected the files write_mechanism writes beside the figure)")
+    table = Table.from_csv(csv_path)
+    if table.columns != ["epoch", "head", "quantity", "value"]:
+        raise UserError(f"{csv_path} has columns {table.columns}, expected epoch, head, quantity, value")
+    try:
+        summary = json.loads(json_path.read_text(encoding="utf-8"))
+        return MechanismResult(run_dir=Path(summary["run_dir"]), table=table, heads=list(summary["heads"]),
+                               checkpoint_epochs=list(summary["checkpoint_epochs"]), outcome=summary["outcome"],
+                               task=summary["task"], model=summary["model"],
+                               config=MechanismConfig.from_dict(summary["settings"]))
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"{json_path} is not a mechanism summary ({type(err).__name__}: {err})") from err
+
+
+__all__ = ["ALL", "MechanismConfig", "MechanismResult", "PANEL_QUANTITIES", "WHOLE_MODEL_QUANTITIES",
+           "check_run_dir", "mechanism_over_checkpoints", "plot_mechanism", "read_mechanism", "write_mechanism"]
