@@ -251,6 +251,90 @@ def generalization_stop_rule(r: float, modulus: int, threshold: float = 1.0) -> 
     return decided
 
 
+def describe_phases(outcome: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The two phases of a run in words, one line each, from its outcome record.
+
+    Phase 1 is the shortcut (the favored split at the bias's level, the generalization split
+    low); phase 2 is the rule taking over (the generalization split rising from its low to
+    the threshold). A run that learns the rule directly, or never leaves the shortcut, says so.
+
+    Args:
+        outcome: What :func:`compute_outcome` returned for ``metrics``.
+        metrics: The run's evaluations (``epoch``, ``val_acc``, ``adv_acc``).
+    """
+    by_epoch = {row["epoch"]: row for row in metrics}
+    gen_split, favored = outcome["generalization_split"], outcome["favored_split"]
+    shortcut, onset, generalized = (outcome["shortcut_epoch"], outcome["phase2_onset_epoch"],
+                                    outcome["first_generalized_epoch"])
+    last = outcome["final_epoch"]
+    if favored is None:
+        return ["no shortcut phase: r is at chance, so the training data carry no bias to exploit"
+                + (f"; the rule was learned at epoch {generalized}" if generalized is not None else "")]
+    lines = []
+    if shortcut is None:
+        lines.append(f"phase 1 (shortcut): never reached within {last} epochs")
+    else:
+        row = by_epoch.get(shortcut, {})
+        lines.append(f"phase 1 (shortcut): from epoch {shortcut}, {favored} accuracy "
+                     f"{row.get(f'{favored}_acc', float('nan')):.1%} while {gen_split} accuracy is "
+                     f"{_generalization_acc(row, gen_split) if row else float('nan'):.1%}: the model follows the shortcut")
+    if onset is not None and generalized is not None and generalized >= onset:
+        row = by_epoch.get(onset, {})
+        lines.append(f"phase 2 (rule): {gen_split} accuracy rises from its low of "
+                     f"{_generalization_acc(row, gen_split) if row else float('nan'):.1%} at epoch {onset} "
+                     f"to 100% at epoch {generalized}: the true rule takes over")
+    elif generalized is not None:
+        lines.append(f"no separate second phase: the rule was learned directly (epoch {generalized})")
+    elif onset is not None:
+        lines.append(f"phase 2 (rule) began at epoch {onset} but {gen_split} accuracy peaked at "
+                     f"{outcome['max_adv_acc' if gen_split == 'adv' else 'max_val_acc']:.1%} "
+                     f"within {last} epochs")
+    else:
+        lines.append(f"phase 2 (rule): not within {last} epochs ({gen_split} accuracy at most "
+                     f"{outcome['max_adv_acc' if gen_split == 'adv' else 'max_val_acc']:.1%})")
+    return lines
+
+
+def plot_phases(metrics: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any], ax: Any = None) -> Any:
+    """Accuracy of every split over training with the two phases shaded and named.
+
+    Args:
+        metrics: The run's evaluations (``epoch`` and ``<split>_acc`` keys).
+        outcome: What :func:`compute_outcome` returned for them.
+        ax: Optional axes to draw into.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from interp_toolkit.plotting import epoch_axis, label, new_panels, split_colors, style
+
+    with style():
+        fig, (axis,) = new_panels(1, None if ax is None else [ax], figsize=(7.5, 3.6))
+        epochs = [row["epoch"] for row in metrics]
+        for split, color in split_colors().items():
+            key = f"{split}_acc"
+            if metrics and key in metrics[0]:
+                name = label(split) + {"val": " (shortcut-consistent)", "adv": " (anti-shortcut)"}.get(split, "")
+                axis.plot(epochs, [row[key] for row in metrics], color=color, label=name)
+        shortcut, onset = outcome.get("shortcut_epoch"), outcome.get("phase2_onset_epoch")
+        generalized, last = outcome.get("first_generalized_epoch"), outcome.get("final_epoch")
+        if shortcut is not None:
+            end = onset if onset is not None else last
+            axis.axvspan(max(shortcut, 1), max(end, 1), color="tab:orange", alpha=0.12, lw=0,
+                         label="phase 1: shortcut")
+        if onset is not None:
+            end = generalized if generalized is not None else last
+            axis.axvspan(max(onset, 1), max(end, 1), color="tab:green", alpha=0.15, lw=0,
+                         label="phase 2: rule takes over")
+        if generalized is not None:
+            axis.axvline(generalized, color="tab:green", ls="--", lw=1.0,
+                         label=f"generalized (epoch {generalized})")
+        epoch_axis(axis, epochs)
+        axis.set(ylabel="accuracy", ylim=(-0.02, 1.02))
+        axis.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
+    return fig
+
+
 __all__ = ["CHANCE_TOLERANCE", "OUTCOME_FIELDS", "OutcomeThresholds", "at_chance", "bias_only_accuracy",
-           "compute_outcome", "favored_split", "generalization_split", "generalization_stop_rule",
-           "outcome_of_run"]
+           "compute_outcome", "describe_phases", "favored_split", "generalization_split", "generalization_stop_rule",
+           "outcome_of_run", "plot_phases"]
