@@ -45,13 +45,14 @@ from interp_toolkit.io import atomic_write_json, atomic_write_text, read_jsonl
 from interp_toolkit.runs.record import has_record, read_record, task_dict
 from interp_toolkit.studies.outcomes import OUTCOME_FIELDS, OutcomeThresholds, compute_outcome
 
-#: Settings that tell regimes apart beyond the architecture (task size and difficulty,
+#: Settings that tell regimes apart beyond the architecture (the study's name, so a
+#: calibration study and the final study never pool even at equal settings; task size and difficulty,
 #: widths, optimizer budget, evaluation cadence, early stop, the outcome threshold): cells
 #: are keyed by them too, so runs of different regimes never pool into one rate.
-REGIME_FIELDS = ("seq_len", "n_values", "n_train", "n_eval", "data_seed", "d_model", "d_mlp", "lr", "epochs",
+REGIME_FIELDS = ("study", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "d_model", "d_mlp", "lr", "epochs",
                  "batch_size", "eval_every", "early_stop", "threshold")
 #: A cell: task, regime, architecture (layers, heads), weight decay, r. Sorted in this order.
-CELL_FIELDS = ("task", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "n_layers", "n_heads", "d_model",
+CELL_FIELDS = ("task", "study", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "n_layers", "n_heads", "d_model",
                "d_mlp", "weight_decay", "lr", "epochs", "batch_size", "eval_every", "early_stop", "threshold", "r")
 #: A cell without its r: the group within which contrasts compare r values.
 ARCH_FIELDS = tuple(k for k in CELL_FIELDS if k != "r")
@@ -72,7 +73,7 @@ _SPEC_KEYS = {"task": "task", "L": "n_layers", "layers": "n_layers", "H": "n_hea
 _INT_FIELDS = ("seq_len", "n_values", "n_train", "n_eval", "data_seed", "n_layers", "n_heads", "d_model", "d_mlp",
                "epochs", "batch_size", "eval_every")
 #: outcomes.csv columns read back as text and as booleans (every other column is a number).
-_TEXT_FIELDS = ("task", "status", "run_dir", "favored_split", "generalization_split")
+_TEXT_FIELDS = ("task", "study", "status", "run_dir", "favored_split", "generalization_split")
 _BOOL_FIELDS = ("early_stop", "generalized", "rule_learned", "transient")
 #: Columns an outcomes.csv needs for the rate table (older files lack the regime columns:
 #: those are read as empty).
@@ -285,6 +286,14 @@ def find_cell(table: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any
                      f"tells them apart: {', '.join(choices)}")
 
 
+def read_study_name(study_dir: str | Path) -> str | None:
+    """The study's name (``SweepConfig.name`` in ``study.json``), ``None`` without one."""
+    study_path = Path(study_dir) / "study.json"
+    if not study_path.exists():
+        return None
+    return (json.loads(study_path.read_text()).get("config") or {}).get("name")
+
+
 def read_thresholds(study_dir: str | Path) -> OutcomeThresholds:
     """The study's outcome thresholds: ``study.json``'s ``outcome_thresholds`` if recorded,
     else its config's ``threshold`` (older studies), else the defaults."""
@@ -348,6 +357,7 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
     if not runs_root.is_dir():
         raise ValueError(f"{study_dir} is not a study directory (no runs/ folder inside)")
     thresholds = read_thresholds(study_dir) if thresholds is None else thresholds
+    study_name = read_study_name(study_dir)
     rows = []
     for run_dir in sorted(p for p in runs_root.iterdir() if p.is_dir()):
         if not has_record(run_dir):
@@ -368,7 +378,8 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
             if fresh != cached:
                 atomic_write_json(outcome_path, fresh)
         rows.append({
-            **run_settings(record, thresholds), "status": record.get("status"), "run_dir": str(run_dir),
+            **run_settings(record, thresholds), "study": study_name, "status": record.get("status"),
+            "run_dir": str(run_dir),
             **{k: outcome.get(k) for k in OUTCOME_FIELDS}, "source": str(study_dir), "has_metrics": True,
         })
     return rows
@@ -908,6 +919,6 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
 __all__ = ["ARCH_FIELDS", "CELL_FIELDS", "CONTRAST_FIELDS", "RATE_AXES", "REGIME_FIELDS", "RUN_FIELDS", "TABLE_FIELDS",
            "cell_label", "collect_runs", "compare_cells", "contrasts_table", "find_cell", "fisher_exact_p",
            "format_contrasts", "format_markdown", "format_table", "merge_runs", "newcombe_interval",
-           "plot_curves_by_cell", "plot_rate_vs_r", "rate_table", "read_outcomes_csv", "read_thresholds",
+           "plot_curves_by_cell", "plot_rate_vs_r", "rate_table", "read_outcomes_csv", "read_study_name", "read_thresholds",
            "run_settings", "shared_settings", "source_kind", "varying_fields", "wilson_interval", "write_report",
            "write_report_sources"]

@@ -314,3 +314,26 @@ def test_older_outcomes_csv_without_regime_columns_still_reports(tmp_path):
         (row["r"], row["n_generalized"], row["n_seeds"]) for row in new["table"]]
     assert all(row["seq_len"] is None for row in result["table"])
     assert "Settings of every cell" not in result["paths"]["table_md"].read_text()  # none are known
+
+
+def test_calibration_and_final_studies_stay_apart_at_equal_settings(tmp_path):
+    """Two studies with the same settings but different names (a calibration and the final
+    study) give two cells, and their names come back from the merged outcomes.csv."""
+    from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.studies.report import read_outcomes_csv, read_study_name, write_report_sources
+
+    from .fakes import GEN, STUCK, make_study
+
+    studies = {}
+    for name, curves in (("calibration", [GEN, STUCK]), ("final", [GEN, GEN, GEN])):
+        root = make_study(tmp_path / name, [("c", 0.9, curves, {})])
+        atomic_write_json(root / "study.json", {"config": {"name": name}})
+        studies[name] = root
+    assert read_study_name(studies["final"]) == "final"
+    report = write_report_sources([studies["calibration"], studies["final"]], tmp_path / "out", print_table=False)
+    by_study = {row["study"]: row for row in report["table"]}
+    assert set(by_study) == {"calibration", "final"}
+    assert (by_study["calibration"]["n_generalized"], by_study["calibration"]["n_seeds"]) == (1, 2)
+    assert (by_study["final"]["n_generalized"], by_study["final"]["n_seeds"]) == (3, 3)
+    rows = read_outcomes_csv(tmp_path / "out" / "outcomes.csv")
+    assert sorted({row["study"] for row in rows}) == ["calibration", "final"]

@@ -281,3 +281,21 @@ def test_sweep_tensorboard_events_in_every_run_dir(smoke_local):
         events.Reload()
         steps = [s.step for s in events.Scalars("accuracy/adv")]
         assert steps == [m["epoch"] for m in read_jsonl(Path(row["run_dir"]) / "metrics.jsonl")]
+
+
+def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
+    """The reproduce preset keeps the calibration study's settings (examples/reproduction/
+    calibration.yaml) for its headline cells, with 16 seeds none of which the calibration used."""
+    from pathlib import Path
+
+    from interp_toolkit.cli.sweep import parse
+
+    calibration = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction/calibration.yaml")]).sweep
+    final = preset("reproduce")
+    shared = ("tasks", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "d_model", "d_mlp", "epochs", "lr",
+              "betas", "eval_every", "early_stop", "threshold")
+    assert {k: getattr(final, k) for k in shared} == {k: getattr(calibration, k) for k in shared}
+    assert len(final.seeds) >= 16 and not set(final.seeds) & set(calibration.seeds)
+    assert {0.5, 0.9} <= set(final.task_ratios("max_parity_sum_parity")) and min(final.ratios) < 0.5
+    assert 0.4 in final.weight_decays and set(final.n_layers) == {1, 2}
+    assert final.name != calibration.name  # the report keeps the two studies' cells apart
