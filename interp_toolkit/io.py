@@ -27,12 +27,27 @@ ARTIFACT_KEY = "interp_toolkit.artifact"
 ARTIFACT_FORMAT = 1
 
 
+def _process_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: Read once at import: os.umask can only be read by setting it, which threads would race.
+_UMASK = _process_umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a temp file in the same directory and a rename."""
+    """Write ``data`` to ``path`` via a temp file in the same directory and a rename.
+
+    The file gets the permissions a plain ``open(path, "w")`` would give (0666 less the
+    umask), not the owner-only 0600 of the temp file, so shared results stay readable.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

@@ -1,0 +1,38 @@
+"""Atomic writes: whole files or nothing, with the permissions a plain write gives."""
+
+import os
+import stat
+
+import pytest
+
+from interp_toolkit.io import atomic_write_bytes, atomic_write_json
+
+
+def _plain_write_mode(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    return stat.S_IMODE(plain.stat().st_mode)
+
+
+def test_atomic_write_gives_plain_write_permissions_not_owner_only(tmp_path):
+    path = atomic_write_json(tmp_path / "results" / "table.json", {"a": 1})
+    assert stat.S_IMODE(path.stat().st_mode) == _plain_write_mode(tmp_path)
+    assert stat.S_IMODE(path.stat().st_mode) & stat.S_IRGRP  # readable by the group under umask 022
+
+
+def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "f.bin"
+    atomic_write_bytes(path, b"old")
+    atomic_write_bytes(path, b"new contents")
+    assert path.read_bytes() == b"new contents"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+
+
+def test_failed_write_keeps_old_file_and_removes_temp(tmp_path):
+    path = tmp_path / "f.json"
+    atomic_write_json(path, {"ok": True})
+    with pytest.raises(TypeError):
+        atomic_write_json(path, {"bad": object()})
+    assert path.read_text().strip().startswith("{") and "ok" in path.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+    assert os.path.exists(path)
