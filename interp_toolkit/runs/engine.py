@@ -161,10 +161,18 @@ def param_key_map(model: Any) -> dict[str, str]:
 #: K = 1 (measured 0-12% faster on a loaded 2-core machine, within its noise).
 SAME_OPS_FOR_ANY_K = True
 
-#: ``"sdpa"``: ``F.scaled_dot_product_attention`` (fused kernels, on CPU and GPU);
-#: ``"matmul"``: explicit scores, mask and softmax as the bridge writes them. Equal up to
-#: rounding; they measured alike on CPU (2 layers, 11 positions).
-ATTENTION = "sdpa"
+#: ``"padded"``: explicit scores and softmax with the key axis padded to a multiple of
+#: :data:`KEY_PAD` by masked (``-inf``) keys; ``"sdpa"``: ``F.scaled_dot_product_attention``;
+#: ``"matmul"``: explicit scores, mask and softmax as the bridge writes them. All three are
+#: equal up to rounding. On CPU, torch's softmax over a last dim below 16 takes a scalar
+#: path (measured, 1 thread, 49k rows: 10.9 ms forward + 5.4 ms backward over 11 keys,
+#: 1.0 + 0.2 ms over 16), and the fused sdpa kernel does not pay for 11 positions either:
+#: with the keys padded to 16, one causal layer-0 attention pass went from 45 ms (sdpa) to
+#: the time ``benchmarks/bench_engine.py`` reports. Padded keys get probability exactly 0.
+ATTENTION = "padded"
+
+#: Key-axis padding of the ``"padded"`` attention (a multiple of the float32 vector width).
+KEY_PAD = 16
 
 
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -234,17 +242,40 @@ def _heads(x: Tensor, rows: int, pos: int, spec: EngineSpec) -> Tensor:
     return x.reshape(-1, pos, spec.n_heads, spec.d_head).transpose(1, 2)
 
 
+def _score_mask(n_query: int, n_key: int, width: int, causal: bool, like: Tensor) -> Tensor:
+    """Additive ``[n_query, width]`` mask: 0 where query i may see key j, ``-inf`` elsewhere
+    (keys after i when ``causal``, the ``width - n_key`` padding keys always). The queries are
+    the last ``n_query`` of the ``n_key`` positions."""
+    query_pos = torch.arange(n_key - n_query, n_key, device=like.device).unsqueeze(1)
+    key_pos = torch.arange(width, device=like.device).unsqueeze(0)
+    hidden = key_pos >= n_key
+    if causal:
+        hidden = hidden | (key_pos > query_pos)
+    zeros = torch.zeros(n_query, width, dtype=like.dtype, device=like.device)
+    return zeros.masked_fill(hidden, float("-inf"))
+
+
 def _attention(q: Tensor, k: Tensor, v: Tensor, spec: EngineSpec, causal: bool) -> Tensor:
     """Softmax attention [KB, H, Tq, dh]: scores / scale, causal mask when ``causal``."""
     if ATTENTION == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0 / spec.attn_scale)
+    if ATTENTION == "padded":
+        batch, heads, n_query, d_head = q.shape
+        n_key = k.shape[-2]
+        width = -(-n_key // KEY_PAD) * KEY_PAD
+        pad = (0, 0, 0, width - n_key)  # zero keys and values after the last position
+        k_pad = F.pad(k, pad).reshape(batch * heads, width, d_head)
+        v_pad = F.pad(v, pad).reshape(batch * heads, width, d_head)
+        mask = _score_mask(n_query, n_key, width, causal, q)
+        scores = torch.baddbmm(mask, q.reshape(batch * heads, n_query, d_head), k_pad.transpose(1, 2),
+                               alpha=1.0 / spec.attn_scale)
+        return torch.bmm(torch.softmax(scores, dim=-1), v_pad).view(batch, heads, n_query, d_head)
     scores = torch.matmul(q, k.transpose(-2, -1)) / spec.attn_scale
     if causal:
         n = q.shape[-2]
         mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), v)
-
 
 
 def _causal_attention(qkv: Tensor, spec: EngineSpec, k_members: int, batch: int, pos: int) -> Tensor:
@@ -481,6 +512,22 @@ def default_engine_chunk(n_members: int, n_examples: int, device: str | torch.de
     return max(1, min(n_examples, int(0.6 * free // per_example)))
 
 
+def members_per_pass(n_members: int, chunk: int, n_pos: int, device: str | torch.device = "cpu") -> int:
+    """Members whose gradients one pass of :func:`stacked_grads` computes together.
+
+    On a CPU, a pass holds each member's full pass of ``chunk`` examples (the pass a single
+    run makes) and as many members as fit in :data:`CPU_MEMBER_POSITIONS_PER_PASS`
+    member-positions per thread, at least one. So K stacked members never make more passes,
+    nor smaller matmuls per member, than K single runs: stacking merges the passes of runs
+    whose batches are small, and is the single runs' own computation when they are large.
+    On a GPU every member goes in each pass (:func:`default_engine_chunk` sizes the pass).
+    """
+    if torch.device(device).type != "cpu":
+        return n_members
+    budget = CPU_MEMBER_POSITIONS_PER_PASS * torch.get_num_threads()
+    return max(1, min(n_members, budget // max(1, chunk * n_pos)))
+
+
 def stacked_grads(
     spec: EngineSpec,
     params: Mapping[str, Tensor],
@@ -492,36 +539,52 @@ def stacked_grads(
 ) -> tuple[dict[str, Tensor], Float[Tensor, " member"]]:
     """Gradients and mean cross-entropies of K stacked members on one batch.
 
+    Each member's gradient is computed by the passes a single run of it makes
+    (:meth:`ReadoutForward.backward` with the same ``chunk_size``), so it equals that
+    run's bit for bit; members are grouped per pass by :func:`members_per_pass`.
+
     Args:
         spec: The architecture.
         params: Trainable tensors by state-dict key, each ``[K, ...]`` (not modified).
         constants: Non-trainable tensors by state-dict key (the ``unembed.bias`` buffer).
         tokens, labels: The batch, shared by every member.
         position: Readout position.
-        chunk_size: Examples per pass (default :func:`default_engine_chunk`).
+        chunk_size: Examples per pass (default: a single run's, :func:`default_engine_chunk`
+            for one member, on a CPU; on a GPU, for all K members).
 
     Returns:
         ``(grads, losses)``: ``grads[key]`` is ``[K, ...]`` like ``params[key]``; ``losses``
         is ``[K]``, each member's mean loss over the batch.
     """
     n = labels.shape[0]
+    n_pos = tokens.shape[1]
     k_members = next(iter(params.values())).shape[0]
-    chunk = chunk_size or default_engine_chunk(k_members, n, tokens.device, spec, tokens.shape[1])
-    leaves = {key: p.detach().requires_grad_(True) for key, p in params.items()}
-    inputs = {**constants, **leaves}
-    grads: list[Tensor] | None = None
-    losses = None
-    for start in range(0, n, chunk):
-        logits = readout_logits(spec, inputs, tokens[start : start + chunk], position)
-        part = member_losses(logits, labels[start : start + chunk], divisor=None if chunk >= n else n)
-        part_grads = torch.autograd.grad(part.sum(), list(leaves.values()))
-        if grads is None:
-            grads, losses = list(part_grads), part.detach()
-        else:
-            torch._foreach_add_(grads, part_grads)
-            losses = losses + part.detach()
-    assert grads is not None and losses is not None
-    return dict(zip(leaves, grads, strict=True)), losses
+    on_cpu = tokens.device.type == "cpu"
+    chunk = chunk_size or default_engine_chunk(1 if on_cpu else k_members, n, tokens.device, spec, n_pos)
+    group = members_per_pass(k_members, min(chunk, n), n_pos, tokens.device)
+    grad_parts: list[list[Tensor]] = []
+    loss_parts: list[Tensor] = []
+    for first in range(0, k_members, group):
+        leaves = {key: p[first : first + group].detach().requires_grad_(True) for key, p in params.items()}
+        inputs = {**{key: c[first : first + group] for key, c in constants.items()}, **leaves}
+        grads: list[Tensor] | None = None
+        losses = None
+        for start in range(0, n, chunk):
+            logits = readout_logits(spec, inputs, tokens[start : start + chunk], position)
+            part = member_losses(logits, labels[start : start + chunk], divisor=None if chunk >= n else n)
+            part_grads = torch.autograd.grad(part.sum(), list(leaves.values()))
+            if grads is None:
+                grads, losses = list(part_grads), part.detach()
+            else:
+                torch._foreach_add_(grads, part_grads)
+                losses = losses + part.detach()
+        assert grads is not None and losses is not None
+        grad_parts.append(grads)
+        loss_parts.append(losses)
+    if len(grad_parts) == 1:
+        return dict(zip(params, grad_parts[0], strict=True)), loss_parts[0]
+    stacked = [torch.cat(parts) for parts in zip(*grad_parts, strict=True)]
+    return dict(zip(params, stacked, strict=True)), torch.cat(loss_parts)
 
 
 @torch.no_grad()
@@ -622,6 +685,6 @@ def adamw_step(
 
 __all__ = ["CPU_MEMBER_POSITIONS_PER_PASS", "ENGINES", "EngineFallbackWarning", "EngineSpec", "ReadoutForward",
            "adamw_step", "bytes_per_member_example", "check_engine_name",
-           "default_engine_chunk", "engine_spec", "member_losses", "param_key_map",
+           "default_engine_chunk", "engine_spec", "member_losses", "members_per_pass", "param_key_map",
            "readout_logits", "stacked_grads", "stacked_logits", "state_dict_names",
            "step_flops", "train_threads", "batched_train_threads", "warn_fallback_once"]

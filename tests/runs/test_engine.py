@@ -67,14 +67,29 @@ def test_readout_logits_equal_the_bridge(n_layers, n_heads, norm, act):
     assert full[:, -1].std(0).min() > 1e-3
 
 
-def test_explicit_attention_path_equals_the_bridge_too(monkeypatch):
-    monkeypatch.setattr(engine, "ATTENTION", "matmul")
+@pytest.mark.parametrize("attention, key_pad", [("matmul", 16), ("sdpa", 16), ("padded", 3)])
+def test_other_attention_paths_equal_the_bridge_too(monkeypatch, attention, key_pad):
+    monkeypatch.setattr(engine, "ATTENTION", attention)
+    monkeypatch.setattr(engine, "KEY_PAD", key_pad)  # 3: keys padded 8 -> 9 and 4 -> 6
     model = _model(2, 2, "LN", "gelu")
     tokens, _ = _inputs()
     forward = ReadoutForward(model, -1)
     with torch.no_grad():
-        reference = model(tokens)[:, -1]
-        assert (forward(tokens) - reference).abs().max() <= 1e-5 * reference.abs().max()
+        full = model(tokens)
+        for position in (-1, 3):
+            reference = full[:, position]
+            out = readout_logits(forward.spec, forward.params(), tokens, position)[0]
+            assert (out - reference).abs().max() <= 1e-5 * reference.abs().max(), position
+
+
+def test_padded_keys_get_zero_probability():
+    mask = engine._score_mask(3, 5, 16, causal=True, like=torch.zeros(()))
+    assert mask.shape == (3, 16)
+    visible = torch.isfinite(mask)
+    # queries are positions 2, 3, 4 of 5: each sees keys 0..itself, never a padding key
+    assert visible.sum(1).tolist() == [3, 4, 5]
+    assert not visible[:, 5:].any()
+    assert engine._score_mask(1, 5, 16, causal=False, like=torch.zeros(())).isfinite().sum() == 5
 
 
 @pytest.mark.parametrize("n_layers, n_heads, norm, act", GRID)
@@ -181,6 +196,36 @@ def test_stacked_members_compute_what_single_members_compute():
             for key, grad in grads.items():
                 torch.testing.assert_close(grad, one_pass[key], rtol=1e-5, atol=1e-7)
     assert not torch.equal(losses[0], losses[1])
+
+
+def test_stacked_members_make_the_passes_of_single_runs(monkeypatch):
+    # a budget so small that a single run takes 2 passes (32 + 8 examples): each member is computed alone,
+    # by its single run's own passes (bit for bit), never in more passes than K runs
+    monkeypatch.setattr(engine, "CPU_MEMBER_POSITIONS_PER_PASS", 16 * N_CTX)
+    cfgs = [ModelConfig(n_layers=2, n_heads=2, d_vocab=D_VOCAB, n_ctx=N_CTX, d_vocab_out=N_OUT, d_model=16,
+                        d_mlp=32, seed=s) for s in (0, 1, 2)]
+    stacked = StackedModel(cfgs)
+    tokens, labels = _inputs(40)
+    with torch_threads(1):
+        assert engine.default_engine_chunk(1, 40, "cpu", stacked.spec, N_CTX) == 32  # the floor
+        assert engine.members_per_pass(3, 32, N_CTX) == 1
+        assert engine.members_per_pass(3, 5, N_CTX) == 3  # small batches: members share a pass
+        assert engine.members_per_pass(3, 8, N_CTX) == 2
+        params, constants = stacked.engine_tensors()
+        grads, losses = stacked_grads(stacked.spec, params, constants, tokens, labels, -1)
+        for i, cfg in enumerate(cfgs):
+            model = build_model(cfg)
+            loss = ReadoutForward(model, -1).backward(tokens, labels)
+            assert torch.equal(losses[i], loss)
+            for key, tensor in model.state_dict(keep_vars=True).items():
+                if isinstance(tensor, torch.nn.Parameter):
+                    assert torch.equal(grads[key][i], tensor.grad), (i, key)
+        # members grouped two per pass (passes of 8 examples) still compute their own runs
+        grads, losses = stacked_grads(stacked.spec, params, constants, tokens, labels, -1, chunk_size=8)
+        model = build_model(cfgs[2])
+        assert torch.equal(losses[2], ReadoutForward(model, -1).backward(tokens, labels, 8))
+        assert torch.equal(grads["blocks.0.attn.q.weight"][2], model.state_dict(keep_vars=True)[
+            "blocks.0.attn.q.weight"].grad)
 
 
 @pytest.fixture
