@@ -77,6 +77,9 @@ def sample_sgld(
 
     The model is modified in place while sampling and restored to ``w*`` (and its
     train/eval mode) afterwards, also on error. The model is put in eval mode while sampling.
+    While sampling, each sampled parameter's ``.data`` is a view of one flat buffer (its own
+    tensor is put back afterwards): observables must read parameters through the module
+    (``model.w``), not through a tensor taken from it beforehand.
 
     Args:
         model: Any module; its current parameters are the localization centre ``w*``.
