@@ -111,21 +111,29 @@ def bif(
         if BIFResult.is_stored(out_dir):
             return BIFResult.load(out_dir)
 
-    with torch.no_grad():
-        n_a = int(attribution(model).numel())
-        sizes = {k: int(fn(model).numel()) for k, fn in recorders.items()}
+    # One probing pass at w* (it also checks the observables run before any sampling);
+    # the query losses are not evaluated separately when they are the attribution losses.
+    with torch.inference_mode():
+        probe_a = attribution(model)
+        sizes = {k: int(probe_a.numel()) if query_is_attribution and k == "query_loss" else int(fn(model).numel())
+                 for k, fn in recorders.items()}
+    n_a = int(probe_a.numel())
+    # Raw draws keep the recorded dtype (float64 stays float64, so compute_bif on them
+    # reproduces the streamed estimate to rounding). The n_a x n_b co-moments are
+    # accumulated in that dtype too: float32 halves the memory, and accumulating centred
+    # batches keeps it accurate (see CoMoments).
+    kept_dtype = torch.float64 if probe_a.dtype == torch.float64 else torch.float32
+    del probe_a
     slices, start = {}, 0
     for name, size in sizes.items():
         slices[name] = (start, start + size)
         start += size
     n_b = start
-    # Raw draws keep the recorded dtype (float64 stays float64, so compute_bif on them
-    # reproduces the streamed estimate to rounding). The n_a x n_b co-moments are
-    # accumulated in that dtype too: float32 halves the memory, and accumulating centred
-    # batches keeps it accurate (see CoMoments).
-    with torch.no_grad():
-        kept_dtype = torch.float64 if attribution(model).dtype == torch.float64 else torch.float32
     accumulators: dict[tuple[int, int], CoMoments] = {}
+    # Without phases each chain has one co-moment; they are the rows of one
+    # [chains, n_a, n_b] tensor that the estimator turns into the per-chain estimates in
+    # place (no copy), allocated at the first merge.
+    per_chain_storage: list[Tensor] = []
     # Draws are merged in blocks: one matrix product per block instead of one rank-one
     # update per draw (faster, and float32-friendly). A block is at most this many draws.
     block = max(1, min(64, (32 * 2**20) // max(1, 8 * (n_a + n_b))))
@@ -135,7 +143,12 @@ def bif(
         rows_a, rows_b = pending.pop(slot)
         acc = accumulators.get(slot)
         if acc is None:
-            acc = accumulators[slot] = CoMoments(n_a, n_b, dtype=kept_dtype)
+            storage = None
+            if phase_fn is None:
+                if not per_chain_storage:
+                    per_chain_storage.append(torch.zeros(config.chains, n_a, n_b, dtype=kept_dtype))
+                storage = per_chain_storage[0][slot[0]]
+            acc = accumulators[slot] = CoMoments(n_a, n_b, dtype=kept_dtype, out=storage)
         acc.update_batch(torch.stack(rows_a), torch.stack(rows_b))
 
     kept_a = torch.zeros(config.chains, config.draws, n_a, dtype=kept_dtype) if config.keep_draws else None
@@ -151,7 +164,7 @@ def bif(
         a = values["__attribution__"]
         if query_is_attribution:
             values["query_loss"] = a
-        b = torch.cat([values[name] for name in recorders])
+        b = torch.cat([values[name] for name in recorders]) if len(recorders) > 1 else values[next(iter(recorders))]
         if a.numel() != n_a or b.numel() != n_b:
             raise ValueError(f"recorded sizes changed between draws: {a.numel()}/{n_a}, {b.numel()}/{n_b}")
         label = 0 if phase_fn is None else int(phase_fn(model))
@@ -171,7 +184,9 @@ def bif(
                               callbacks=callbacks)
     for pending_key in list(pending):
         flush(pending_key)
-    estimate = estimate_from_moments(accumulators, config.chains, config.pearson, with_phases=phase_fn is not None)
+    estimate = estimate_from_moments(accumulators, config.chains, config.pearson, with_phases=phase_fn is not None,
+                                     per_chain_out=per_chain_storage[0] if per_chain_storage else None)
+    accumulators.clear()  # their co-moments became the per-chain estimates
     result = BIFResult(
         bif=estimate.bif,
         stderr=estimate.stderr,

@@ -15,17 +15,20 @@ from .results import BIFResult, Draws, PhaseDecomposition
 
 
 def _stderr(per_chain: Tensor) -> Tensor:
-    """Std across chains / sqrt(chains), with at most three n_a x n_b temporaries."""
+    """Std across chains / sqrt(chains); the only new n_a x n_b tensor is the result (the
+    scratch is a block of rows)."""
     chains = per_chain.shape[0]
     if chains < 2:
         return torch.full_like(per_chain[0], float("nan"))
-    mean = per_chain.mean(0)
-    total = torch.zeros_like(mean)
-    scratch = torch.empty_like(mean)
-    for chain in range(chains):
-        torch.sub(per_chain[chain], mean, out=scratch)
-        total.addcmul_(scratch, scratch)
-    del mean, scratch
+    total = torch.zeros_like(per_chain[0])
+    rows = max(1, (1 << 18) // max(1, total[0].numel()))  # ~256k entries of scratch
+    for start in range(0, total.shape[0], rows):
+        block = per_chain[:, start : start + rows]
+        mean = block.mean(0)
+        out = total[start : start + rows]
+        for chain in range(chains):
+            scratch = block[chain] - mean
+            out.addcmul_(scratch, scratch)
     return total.div_(chains - 1).sqrt_().div_(math.sqrt(chains))
 
 
@@ -83,6 +86,7 @@ def estimate_from_moments(
     chains: int,
     pearson: bool,
     with_phases: bool,
+    per_chain_out: Float[Tensor, "chains n_a n_b"] | None = None,
 ) -> BIFEstimate:
     """The BIF estimate from per-(chain, phase) co-moment accumulators.
 
@@ -91,10 +95,14 @@ def estimate_from_moments(
         chains: Number of chains (each must have draws).
         pearson: ``-Corr`` instead of ``-Cov``.
         with_phases: Also compute the :class:`PhaseDecomposition`.
+        per_chain_out: Where to write the per-chain estimates (default: a new tensor). It may
+            hold the accumulators' own co-moments (chain ``c``'s single accumulator using
+            ``per_chain_out[c]``): they are then turned into the estimates in place and the
+            accumulators are consumed.
 
-        Memory beyond the accumulators: the pooled matrix, the per-chain estimates and the
-        standard error's scratch (each ``n_a x n_b`` in the accumulators' dtype); the
-        accumulators are not modified.
+        Memory beyond the accumulators: the pooled matrix, the per-chain estimates (none
+        with ``per_chain_out``) and the standard error (each ``n_a x n_b`` in the
+        accumulators' dtype); without ``per_chain_out`` the accumulators are not modified.
     """
     per_chain_acc = []
     for chain in range(chains):
@@ -105,14 +113,23 @@ def estimate_from_moments(
     everything = [p for parts in per_chain_acc for p in (parts if isinstance(parts, list) else [parts])]
     comoment, mean_a, mean_b, m2_a, m2_b, n = _pooled_comoment(everything)
     total = _estimate_(comoment, n, m2_a, m2_b, pearson)
-    per_chain = torch.empty(chains, *total.shape, dtype=total.dtype)
+    if per_chain_out is None:
+        per_chain = torch.empty(chains, *total.shape, dtype=total.dtype)
+    else:
+        if tuple(per_chain_out.shape) != (chains, *total.shape) or per_chain_out.dtype != total.dtype:
+            raise ValueError(
+                f"per_chain_out must be a {total.dtype} tensor of shape {(chains, *total.shape)}, "
+                f"got {per_chain_out.dtype} {tuple(per_chain_out.shape)}"
+            )
+        per_chain = per_chain_out
     for chain, acc in enumerate(per_chain_acc):
         if isinstance(acc, list):
             chain_comoment, _, _, chain_m2_a, chain_m2_b, count = _pooled_comoment(acc)
             per_chain[chain] = _estimate_(chain_comoment, count, chain_m2_a, chain_m2_b, pearson)
             del chain_comoment
         else:
-            per_chain[chain].copy_(acc.comoment)
+            if acc.comoment.data_ptr() != per_chain[chain].data_ptr():  # else: already in place
+                per_chain[chain].copy_(acc.comoment)
             _estimate_(per_chain[chain], acc.count, acc.m2_a, acc.m2_b, pearson)
     phases = None
     if with_phases:

@@ -24,17 +24,30 @@ class CoMoments:
     merged, and the merge adds the rank-one mean correction (Chan et al.), so no large
     uncentred sums are ever formed. :meth:`update_batch` merges in place (no ``n_a x n_b``
     temporary).
+
+    ``out``: an existing zeroed ``n_a x n_b`` tensor to hold the co-moment (e.g. one row of a
+    ``[chains, n_a, n_b]`` tensor, so the per-chain estimates need no copy); its dtype and
+    device win over ``dtype`` and ``device``.
     """
 
     def __init__(
-        self, n_a: int, n_b: int, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float64
+        self,
+        n_a: int,
+        n_b: int,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float64,
+        out: Float[Tensor, "n_a n_b"] | None = None,
     ) -> None:
+        if out is not None:
+            if tuple(out.shape) != (n_a, n_b):
+                raise ValueError(f"out must have shape {(n_a, n_b)}, got {tuple(out.shape)}")
+            device, dtype = out.device, out.dtype
         self.count = 0
         self.mean_a = torch.zeros(n_a, dtype=torch.float64, device=device)
         self.mean_b = torch.zeros(n_b, dtype=torch.float64, device=device)
         self.m2_a = torch.zeros(n_a, dtype=torch.float64, device=device)
         self.m2_b = torch.zeros(n_b, dtype=torch.float64, device=device)
-        self.comoment = torch.zeros(n_a, n_b, dtype=dtype, device=device)
+        self.comoment = torch.zeros(n_a, n_b, dtype=dtype, device=device) if out is None else out.zero_()
 
     def update(self, a: Float[Tensor, " n_a"], b: Float[Tensor, " n_b"]) -> None:
         """Add one draw (Welford's update)."""

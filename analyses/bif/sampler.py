@@ -77,6 +77,9 @@ def sample_sgld(
 
     The model is modified in place while sampling and restored to ``w*`` (and its
     train/eval mode) afterwards, also on error. The model is put in eval mode while sampling.
+    While sampling, each sampled parameter's ``.data`` is a view of one flat buffer (its own
+    tensor is put back afterwards): observables must read parameters through the module
+    (``model.w``), not through a tensor taken from it beforehand.
 
     Args:
         model: Any module; its current parameters are the localization centre ``w*``.
@@ -117,6 +120,16 @@ def sample_sgld(
         raise ValueError(f"sampled parameters must share one dtype, got {sorted({str(p.dtype) for p in tensors})}")
     was_training = model.training
     device = centre[0].device
+    # While sampling, the sampled parameters (and their gradients) are views of one flat
+    # buffer each, so an SGLD step is a handful of whole-buffer operations instead of
+    # per-tensor ones (the same arithmetic, element by element). Their own storage is put
+    # back afterwards. Parameters that are not contiguous or share storage keep the
+    # per-tensor (foreach) update.
+    flat = device.type != "meta" and all(p.is_contiguous() for p in tensors) and (
+        len({p.untyped_storage().data_ptr() for p in tensors}) == len(tensors)
+    )
+    own_storage = [p.data for p in tensors] if flat else []
+    flat_centre = torch.cat([c.reshape(-1) for c in centre]) if flat else None
 
     full_loss = per_example_losses(loss_fn, train_data, config.eval_batch_size)
     with torch.no_grad():
@@ -132,10 +145,20 @@ def sample_sgld(
         model.eval()
         for p in all_params:
             p.requires_grad_(id(p) in param_ids)
+        if flat:
+            flat_weights = flat_centre.clone()
+            flat_grads = torch.zeros_like(flat_weights)
+            flat_drift = torch.empty_like(flat_weights)
+            for p, w, g in zip(tensors, flat_weights.split(sizes), flat_grads.split(sizes), strict=True):
+                p.data = w.view_as(p)
+                p.grad = g.view_as(p)  # backward accumulates into it; zeroed before each step
         for chain in range(config.chains):
             with torch.no_grad():
-                for (_, p), p0 in zip(params, centre, strict=True):
-                    p.copy_(p0)
+                if flat:
+                    flat_weights.copy_(flat_centre)
+                else:
+                    for (_, p), p0 in zip(params, centre, strict=True):
+                        p.copy_(p0)
             cpu_gen = torch.Generator().manual_seed(_chain_seed(config.seed, chain))
             noise_gen = (
                 cpu_gen if device.type == "cpu" else torch.Generator(device=device).manual_seed(_chain_seed(config.seed, chain) + 1)
@@ -153,8 +176,11 @@ def sample_sgld(
                     index = order[cursor : cursor + config.batch_size]
                     cursor += config.batch_size
                     batch = index_data(train_data, index.to(_data_device(train_data)))
-                for p in tensors:  # only these require grad while sampling
-                    p.grad = None
+                if flat:
+                    flat_grads.zero_()
+                else:
+                    for p in tensors:  # only these require grad while sampling
+                        p.grad = None
                 loss = loss_fn(model, batch).mean()
                 loss_value = float(loss.detach())
                 trace[chain, step] = loss_value
@@ -166,17 +192,16 @@ def sample_sgld(
                     )
                 loss.backward()
                 with torch.no_grad():
-                    # One fused (foreach) update over all sampled tensors:
-                    # w <- w - eps/2 (n_beta grad + gamma (w - w*)) + sqrt(eps) noise.
-                    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in tensors]
-                    drift = torch._foreach_sub(tensors, centre)
-                    torch._foreach_mul_(drift, config.gamma)
-                    torch._foreach_add_(drift, grads, alpha=n_beta)
-                    # One draw of all the noise, split into views (one RNG call per step).
-                    flat = torch.randn(numel, generator=noise_gen, device=device, dtype=noise_dtype)
-                    noise = [part.view_as(p) for part, p in zip(flat.split(sizes), tensors, strict=True)]
-                    torch._foreach_add_(tensors, drift, alpha=-config.eps / 2)
-                    torch._foreach_add_(tensors, noise, alpha=sqrt_eps)
+                    # w <- w - eps/2 (n_beta grad + gamma (w - w*)) + sqrt(eps) noise, with
+                    # one draw of all the noise (one RNG call per step).
+                    if flat:
+                        torch.sub(flat_weights, flat_centre, out=flat_drift)
+                        flat_drift.mul_(config.gamma).add_(flat_grads, alpha=n_beta)
+                        noise_flat = torch.randn(numel, generator=noise_gen, device=device, dtype=noise_dtype)
+                        flat_weights.add_(flat_drift, alpha=-config.eps / 2).add_(noise_flat, alpha=sqrt_eps)
+                        del noise_flat
+                    else:
+                        _foreach_sgld_step(tensors, centre, sizes, numel, config, n_beta, sqrt_eps, noise_gen)
                 bar.update(1)
                 if step >= config.burn_in and (step - config.burn_in + 1) % config.steps_between_draws == 0:
                     if recorders:
@@ -208,6 +233,8 @@ def sample_sgld(
                 })
     finally:
         bar.close()
+        for p, storage in zip(tensors if flat else [], own_storage, strict=True):
+            p.data = storage  # the parameter's own tensor again (restored to w* below)
         with torch.no_grad():
             for (_, p), p0 in zip(params, centre, strict=True):
                 p.copy_(p0)
@@ -226,6 +253,19 @@ def sample_sgld(
         sampled_parameters=[n for n, _ in params],
         warnings=notes,
     )
+
+
+def _foreach_sgld_step(tensors: list[Tensor], centre: list[Tensor], sizes: list[int], numel: int,
+                       config: SamplerConfig, n_beta: float, sqrt_eps: float, noise_gen: torch.Generator) -> None:
+    """The SGLD update as fused (foreach) operations over separate tensors (under no_grad)."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in tensors]
+    drift = torch._foreach_sub(tensors, centre)
+    torch._foreach_mul_(drift, config.gamma)
+    torch._foreach_add_(drift, grads, alpha=n_beta)
+    flat = torch.randn(numel, generator=noise_gen, device=tensors[0].device, dtype=tensors[0].dtype)
+    noise = [part.view_as(p) for part, p in zip(flat.split(sizes), tensors, strict=True)]
+    torch._foreach_add_(tensors, drift, alpha=-config.eps / 2)
+    torch._foreach_add_(tensors, noise, alpha=sqrt_eps)
 
 
 def _data_device(data: DataLike) -> torch.device:

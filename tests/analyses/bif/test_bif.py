@@ -18,6 +18,7 @@ from interp_toolkit.analyses.bif import (
     bif,
     cluster_phases,
     compute_bif,
+    estimate_from_moments,
     sample_sgld,
 )
 from tests.helpers import assert_fields_equal
@@ -239,8 +240,9 @@ def test_query_equal_to_attribution_is_recorded_once_with_same_result():
 
     shared = bif(Quadratic(), X_TRAIN, X_TRAIN, counting_loss, config)
     assert torch.allclose(shared.bif, separate.bif, atol=1e-12)
-    # SGLD steps + initial loss + size probes + one attribution pass per draw (no query pass).
-    assert calls["n"] == config.chains * (config.total_steps + config.draws) + 4
+    # SGLD steps + initial loss + one probing pass + one attribution pass per draw (no
+    # query pass, at the probe either).
+    assert calls["n"] == config.chains * (config.total_steps + config.draws) + 2
 
 
 def test_float32_block_accumulation_matches_float64():
@@ -256,6 +258,52 @@ def test_float32_block_accumulation_matches_float64():
     assert streamed.comoment.dtype == torch.float32
     error = (streamed.covariance().double() - exact).abs().max()
     assert error < 1e-5 * exact.abs().max(), float(error / exact.abs().max())
+
+
+def test_per_chain_estimates_in_place_and_blocked_stderr_match_direct():
+    gen = torch.Generator().manual_seed(5)
+    chains, draws, n_a, n_b = 3, 30, 700, 500  # 350k entries: the stderr works in row blocks
+    a = torch.randn(chains, draws, n_a, generator=gen, dtype=torch.float64)
+    b = torch.randn(chains, draws, n_b, generator=gen, dtype=torch.float64) + 0.3 * a[..., :n_b]
+    copied = estimate_from_moments({(c, 0): CoMoments.from_batch(a[c], b[c]) for c in range(chains)},
+                                   chains, False, False)
+    storage = torch.zeros(chains, n_a, n_b, dtype=torch.float64)
+    accs = {}
+    for c in range(chains):
+        accs[(c, 0)] = CoMoments(n_a, n_b, out=storage[c])
+        for start in range(0, draws, 8):  # streamed in blocks, as bif() does
+            accs[(c, 0)].update_batch(a[c, start : start + 8], b[c, start : start + 8])
+    in_place = estimate_from_moments(accs, chains, False, False, per_chain_out=storage)
+    assert in_place.per_chain.data_ptr() == storage.data_ptr()  # no new [chains, n_a, n_b] tensor
+    ca, cb = a - a.mean(1, keepdim=True), b - b.mean(1, keepdim=True)
+    direct = -torch.einsum("cda,cdb->cab", ca, cb) / draws
+    torch.testing.assert_close(in_place.per_chain, direct, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(in_place.stderr, direct.std(0) / math.sqrt(chains), rtol=1e-8, atol=1e-12)
+    torch.testing.assert_close(in_place.bif, copied.bif, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(copied.stderr, in_place.stderr, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="per_chain_out"):
+        estimate_from_moments({(c, 0): CoMoments.from_batch(a[c], b[c]) for c in range(chains)},
+                              chains, False, False, per_chain_out=torch.zeros(2, n_a, n_b, dtype=torch.float64))
+
+
+def test_flat_sgld_update_equals_per_tensor_update_and_restores_parameters():
+    config = small_config(keep_draws=True)
+    model = Quadratic()
+    own = model.w.untyped_storage().data_ptr()
+    # Recorded at every draw: 1 if w still lives in its own storage (the per-tensor update).
+    in_own_storage = {"own": lambda m: torch.tensor([float(m.w.untyped_storage().data_ptr() == own)])}
+    flat = bif(model, X_TRAIN, X_QUERY, quadratic_loss, config, observables=in_own_storage)
+    assert model.w.untyped_storage().data_ptr() == own and torch.equal(model.w.detach(), W_STAR)
+    assert model.w.grad is None
+    strided = Quadratic()
+    strided.w = nn.Parameter(W_STAR.repeat_interleave(2)[::2])  # not contiguous: per-tensor update
+    own = strided.w.untyped_storage().data_ptr()
+    per_tensor = bif(strided, X_TRAIN, X_QUERY, quadratic_loss, config, observables=in_own_storage)
+    start, stop = flat.observable_slices["own"]
+    assert (flat.draws.observables[..., start] == 0).all()  # sampled in the flat buffer
+    assert (per_tensor.draws.observables[..., start] == 1).all()
+    torch.testing.assert_close(flat.draws.attribution, per_tensor.draws.attribution, rtol=0, atol=1e-12)
+    torch.testing.assert_close(flat.bif, per_tensor.bif, rtol=0, atol=1e-12)
 
 
 def test_a_cache_of_an_earlier_format_is_recomputed_not_an_error(tmp_path):
