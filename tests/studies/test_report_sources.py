@@ -320,7 +320,11 @@ def test_calibration_and_final_studies_stay_apart_at_equal_settings(tmp_path):
     """Two studies with the same settings but different names (a calibration and the final
     study) give two cells, and their names come back from the merged outcomes.csv."""
     from interp_toolkit.io import atomic_write_json
-    from interp_toolkit.studies.report import read_outcomes_csv, read_study_name, write_report_sources
+    from interp_toolkit.studies.report import (
+        read_outcomes_csv,
+        read_study_name,
+        write_report_sources,
+    )
 
     from .fakes import GEN, STUCK, make_study
 
