@@ -44,21 +44,18 @@ from interp_toolkit.runs.engine import ReadoutForward, check_engine_name, train_
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
-    has_record,
-    is_finished,
     library_versions,
     new_training_record,
     read_run_record,
     write_record,
+    write_recovered_record,
 )
 from interp_toolkit.runs.resume import (
     RESUME_NAME,
-    inspect_run_dir,
-    load_resume_state,
+    checkpoint_path,
+    list_checkpoints,
     move_aside,
-    recover_finished_record,
-    refuse_foreign,
-    refuse_legacy_resume,
+    run_dir_state,
     save_resume_state,
 )
 from interp_toolkit.threads import with_threads
@@ -305,21 +302,6 @@ def plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
         save_figure(plot_training_curves(metrics), path)
 
 
-def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"epoch_{epoch:06d}.safetensors"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(epoch, path)`` of every checkpoint of a run, by epoch."""
-    found = []
-    for path in sorted((Path(run_dir) / "checkpoints").glob("epoch_*.safetensors")):
-        try:
-            found.append((int(path.stem.split("_")[1]), path))
-        except (IndexError, ValueError):
-            continue
-    return sorted(found)
-
-
 def truncate_metrics(run_dir: str | Path, epoch: int) -> None:
     """Resume step shared by every trainer: drop evaluations logged after ``epoch`` (the saved
     state); they are recomputed identically."""
@@ -416,34 +398,19 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     resume_path = run_dir / RESUME_NAME
     metrics_path = run_dir / "metrics.jsonl"
 
-    # Whose files are here decides what may be touched: another run's are never cleared.
-    contents = inspect_run_dir(run_dir)
     if overwrite:
         move_aside(run_dir)
-        contents = inspect_run_dir(run_dir)
-    refuse_foreign(contents, key)
-    refuse_legacy_resume(run_dir)
-    record = contents.record
-    if record is None and not resume_path.exists():
-        record = recover_finished_record(run_dir, key, cfg.epochs)  # copied without run.json
-    if record is not None:
-        if is_finished(record):
-            found = list_checkpoints(run_dir)
-            if not found:
-                from interp_toolkit.errors import UserError
-
-                raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
-                                f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "
-                                f"and train it again")
-            finished_model, _ = load_checkpoint(found[-1][1])
-            model.load_state_dict(finished_model.state_dict())
-            if not has_record(run_dir):  # recovered: write the whole record back
-                record = {**record, "identity": identity, "train_config": cfg.to_dict(),
-                          "model_config": model_cfg.to_dict(), "run_info": dict(run_info or {}),
-                          "versions": library_versions()}
-                write_record(run_dir, record)
-            return TrainResult(model, run_dir, read_jsonl(metrics_path), record.get("final", {}),
-                               already_finished=True)
+    # Whose files are here decides what may be touched: another run's are never cleared.
+    state = run_dir_state(run_dir, key, cfg.epochs)
+    if state.status == "finished":
+        finished_model, _ = load_checkpoint(list_checkpoints(run_dir)[-1][1])
+        model.load_state_dict(finished_model.state_dict())
+        record = state.record or {}
+        if state.recovered:  # copied without run.json: write the whole record back
+            record = write_recovered_record(run_dir, record, identity=identity, model_config=model_cfg.to_dict(),
+                                            train_config=cfg.to_dict(), run_info=run_info)
+        return TrainResult(model, run_dir, read_jsonl(metrics_path), record.get("final", {}),
+                           already_finished=True)
     run_dir.mkdir(parents=True, exist_ok=True)
 
     if target_device is not None:
@@ -454,13 +421,13 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     shuffle_gen = torch.Generator().manual_seed(cfg.seed)
     start_epoch = 0
     resumed_from = None
-    if resume_path.exists():
-        state = load_resume_state(resume_path, key)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict({"state": state["optimizer_state"],
+    if state.status == "resume":
+        saved = state.resume_state
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict({"state": saved["optimizer_state"],
                                    "param_groups": optimizer.state_dict()["param_groups"]})
-        shuffle_gen.set_state(state["shuffle_rng"])
-        start_epoch = resumed_from = int(state["epoch"])
+        shuffle_gen.set_state(saved["shuffle_rng"])
+        start_epoch = resumed_from = state.start_epoch
         # Drop evaluations logged after the saved state; they are recomputed identically.
         truncate_metrics(run_dir, start_epoch)
     else:
