@@ -47,7 +47,7 @@ def run_config(args: DemoCommandConfig) -> int:
     """Small MPSP run on the embedded defaults, then a summary beside its curves."""
     from interp_toolkit.io import atomic_write_json
     from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.trainer import TrainConfig
+    from interp_toolkit.runs.config import TrainConfig
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
     task_cfg = MPSPConfig(r=0.9, n_train=args.n_train, n_eval=1024)

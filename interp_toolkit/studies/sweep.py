@@ -253,7 +253,7 @@ def preset(name: str, **overrides: Any) -> SweepConfig:
 def cell_configs(cfg: SweepConfig, cell: Mapping[str, Any], seed: int) -> tuple[Any, Any, Any, dict[str, Any]]:
     """``(task_cfg, model_cfg, train_cfg, run_info)`` of one run of the sweep."""
     from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.trainer import TrainConfig
+    from interp_toolkit.runs.config import TrainConfig
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
     task_cfg = MPSPConfig.from_task(cell["task"], seq_len=cfg.seq_len, n_values=cfg.n_values, r=cell["r"],
