@@ -75,6 +75,7 @@ from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
     clear_run_outputs,
+    epoch_minibatches,
     plot_curves,
     run_identity,
     truncate_metrics,
@@ -492,9 +493,8 @@ def _train_group(
     train_split = splits[cfg.train_split]
     tokens = train_split.tokens.to(device)
     labels = train_split.labels.to(device)
-    n = labels.shape[0]
-    batch_size = cfg.batch_size or n
     ckpt_epochs = set(cfg.checkpoint_epochs())
+    eval_epochs = set(cfg.evaluation_epochs())
     # active[j] = position in this group's lists of the j-th stacked member
     active = list(range(len(states)))
     stopped: dict[int, int | None] = {}
@@ -546,16 +546,13 @@ def _train_group(
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train x{len(states)} {states[0].run_dir.name}",
                disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
     for epoch in bar:
-        order = torch.randperm(n, generator=shuffle_gen).to(device) if cfg.batch_size else None
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size] if order is not None else slice(None)
+        for idx in epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device):
             grads, losses = batched_readout_loss(stacked, tokens[idx], labels[idx], cfg.readout_position,
                                                  chunk_size)
             if not bool(torch.isfinite(losses).all()):
                 raise FloatingPointError(f"training loss became {losses.tolist()} at epoch {epoch}; lower lr")
             optimizer.step(stacked.params, grads)
-        is_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs or epoch in ckpt_epochs
-        if not is_eval:
+        if epoch not in eval_epochs:
             continue
         logged = log_evaluation(epoch)
         bar.set_postfix({k: f"{v:.3f}" for k, v in logged[0].items() if k.endswith("_acc")})

@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -218,6 +218,23 @@ def plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
         save_figure(plot_training_curves(metrics), path)
 
 
+def epoch_minibatches(n: int, batch_size: int | None, shuffle_gen: torch.Generator,
+                      device: torch.device | str) -> Iterator[Tensor | slice]:
+    """Indices of one epoch's minibatches of an ``n``-example training split.
+
+    Shared by every trainer, so that runs trained alone and together see the same batches:
+    ``batch_size`` None is full-batch training (one ``slice(None)``, the generator is not
+    drawn from); otherwise a fresh permutation from ``shuffle_gen`` cut into pieces of
+    ``batch_size`` (the last may be smaller).
+    """
+    if batch_size is None:
+        yield slice(None)
+        return
+    order = torch.randperm(n, generator=shuffle_gen).to(device)
+    for start in range(0, n, batch_size):
+        yield order[start : start + batch_size]
+
+
 def truncate_metrics(run_dir: str | Path, epoch: int) -> None:
     """Resume step shared by every trainer: drop evaluations logged after ``epoch`` (the saved
     state); they are recomputed identically."""
@@ -356,9 +373,8 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     train_split = splits[cfg.train_split]
     tokens = train_split.tokens.to(device)
     labels = train_split.labels.to(device)
-    n = labels.shape[0]
-    batch_size = cfg.batch_size or n
     ckpt_epochs = set(cfg.checkpoint_epochs())
+    eval_epochs = set(cfg.evaluation_epochs())
 
     def save_state(epoch: int, last_metrics: dict[str, Any]) -> None:
         if epoch in ckpt_epochs:
@@ -384,16 +400,13 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train {run_dir.name}",
                disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
     for epoch in bar:
-        order = torch.randperm(n, generator=shuffle_gen).to(device) if cfg.batch_size else None
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size] if order is not None else slice(None)
+        for idx in epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device):
             optimizer.zero_grad(set_to_none=True)
             loss = forward.backward(tokens[idx], labels[idx])  # gradients into .grad, in cache-sized passes
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}; lower lr")
             optimizer.step()
-        is_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs or epoch in ckpt_epochs
-        if is_eval:
+        if epoch in eval_epochs:
             last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}
             append_jsonl(metrics_path, last_metrics)
             save_state(epoch, last_metrics)
@@ -413,6 +426,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
 
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
-           "checkpoint_path", "clear_run_outputs", "fingerprint", "truncate_metrics", "library_versions",
+           "checkpoint_path", "clear_run_outputs", "epoch_minibatches", "fingerprint", "truncate_metrics",
+           "library_versions",
            "read_run_record", "run_identity", "check_token_ids", "check_label_ids", "validate_splits",
            "plot_training_curves", "plot_curves"]
