@@ -1,7 +1,8 @@
 """Calibration of the LM testbed: induction score over training steps for candidate configs.
 
-Trains the testbed's tiny GPTNeoX (:func:`interp_toolkit.studies.lm_testbed.gptneox_config`)
-on the induction/delimiter corpus with the testbed's optimizer and schedule, and prints one
+Trains the testbed's tiny GPTNeoX (:func:`interp_toolkit.studies.lm_testbed.testbed_model`)
+on the induction/delimiter corpus with the testbed's optimizer and schedule
+(:func:`interp_toolkit.studies.lm_testbed.testbed_training_steps`), and prints one
 JSON line every ``--eval-every`` steps: step, training loss, induction score (max over heads
 of the prefix-matching attention on repeated random tokens, as in
 :mod:`interp_toolkit.analyses.induction`, computed here from the HF model's eager attention)
@@ -14,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 
 import torch
-import torch.nn.functional as F
 
 
 def probe_score(model, probe: torch.Tensor, half: int) -> float:
@@ -30,14 +29,12 @@ def probe_score(model, probe: torch.Tensor, half: int) -> float:
 
 
 def main() -> None:
-    from transformers import GPTNeoXForCausalLM
-
-    from interp_toolkit.studies.lm_testbed import TestbedConfig, gptneox_config
-    from interp_toolkit.tasks.induction_corpus import (
-        CorpusConfig,
-        make_corpus,
-        repeated_random_tokens,
+    from interp_toolkit.studies.lm_testbed import (
+        TestbedConfig,
+        testbed_model,
+        testbed_training_steps,
     )
+    from interp_toolkit.tasks.induction_corpus import CorpusConfig, repeated_random_tokens
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", nargs="*", default=[], help="KEY=VALUE overrides of TestbedConfig (corpus.KEY too)")
@@ -56,44 +53,18 @@ def main() -> None:
         else:
             base[key] = value
     config = TestbedConfig(corpus=CorpusConfig(**corpus), **base)
-    torch.manual_seed(config.seed)
-    hf_config = gptneox_config(config)
-    hf_config._attn_implementation = "eager"  # attention weights for the probe
-    model = GPTNeoXForCausalLM(hf_config)
-    tokens = make_corpus(config.corpus).tokens
+    model = testbed_model(config, attn_implementation="eager")  # attention weights for the probe
     c = config.corpus
     half = (c.seq_len - 1) // 2
     probe = repeated_random_tokens(32, half, c.first_ordinary, c.vocab_size, seed=c.seed + 77)
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
-
-    def lr_at(step: int) -> float:
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        frac = (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    gen = torch.Generator().manual_seed(config.seed + 1)
     print(json.dumps({"config": config.to_dict()}), flush=True)
     start = time.perf_counter()
-    loss = torch.tensor(float("nan"))
-    for step in range(config.total_steps + 1):
+    for step, loss in testbed_training_steps(config, model):
         if step % args.eval_every == 0 or step == config.total_steps:
             model.eval()
             score = probe_score(model, probe, half)
-            model.train()
-            print(json.dumps({"step": step, "loss": float(loss), "induction": round(score, 4),
+            print(json.dumps({"step": step, "loss": loss, "induction": round(score, 4),
                               "s_per_step": (time.perf_counter() - start) / max(step, 1)}), flush=True)
-        if step == config.total_steps:
-            break
-        batch = tokens[torch.randint(0, tokens.shape[0], (config.batch_size,), generator=gen)]
-        logits = model(batch).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ _EXPORTS = {
     "ModelConfig": "interp_toolkit.model",
     "build_model": "interp_toolkit.model",
     "model_config_of": "interp_toolkit.model",
-    "TrainConfig": "interp_toolkit.runs.trainer",
+    "TrainConfig": "interp_toolkit.runs.config",
     "TrainResult": "interp_toolkit.runs.trainer",
     "evaluate": "interp_toolkit.runs.trainer",
     "list_checkpoints": "interp_toolkit.runs.trainer",

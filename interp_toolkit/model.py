@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from interp_toolkit.config import Config
+
+if TYPE_CHECKING:  # torch is imported by build_model's TransformerLens, not here: a config needs no torch
+    import torch
 
 _ACT_FNS = ("relu", "gelu", "gelu_new", "silu", "solu_ln", "gelu_fast")
 _POSITIONAL = ("standard", "rotary", "shortformer")

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
-import torch
+if TYPE_CHECKING:  # imported where threads are set: decorating a function (at import) needs no torch
+    import torch
 
 #: Below this many floating-point operations per optimizer step a workload counts as tiny
 #: and runs on one thread (per-op work under ~1 ms on one core of these machines, where a
@@ -36,6 +37,8 @@ def torch_threads(n_threads: int | None) -> Iterator[None]:
     """
     if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1):
         raise ValueError(f"n_threads must be a positive integer or None, got {n_threads!r}")
+    import torch
+
     previous = torch.get_num_threads()
     if n_threads is not None and n_threads != previous:
         torch.set_num_threads(n_threads)
@@ -52,6 +55,8 @@ def threads_for(step_flops: float, device: str | torch.device = "cpu") -> int | 
     ``None`` means "the caller's setting" (large CPU work parallelizes well; GPU work does
     not care about CPU threads beyond the one driving it).
     """
+    import torch
+
     if torch.device(device).type != "cpu":
         return None
     return 1 if step_flops < TINY_STEP_FLOPS else None

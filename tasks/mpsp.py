@@ -20,13 +20,14 @@ shortcut feature stays, so the pair flips agreement (shortcut-consistent <-> con
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from jaxtyping import Bool, Int
-from torch import Tensor
 
 from interp_toolkit.config import Config, reject_unknown_keys
+
+if TYPE_CHECKING:  # torch is imported where splits are made: MPSPConfig (parsed by --help) needs none
+    from torch import Tensor
 
 LABELS = {"sum_parity": 2, "sum_mod3": 3}
 SHORTCUTS = ("max", "first")
@@ -222,6 +223,8 @@ def make_split(cfg: MPSPConfig, r: float, n: int, seed: int) -> MPSPSplit:
     Raises:
         ValueError: r outside [0, 1], n < 1, or a task that cannot produce a needed group.
     """
+    import torch
+
     _check_ratio(r)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"number of examples n must be a positive integer, got {n!r}")
@@ -304,6 +307,8 @@ class MinimalPairs:
 
     def head(self, n: int) -> "MinimalPairs":
         """The first ``n`` pairs."""
+        import torch
+
         keep = torch.arange(min(n, len(self)))
         return MinimalPairs(self.source.subset(keep), self.target.subset(keep), self.position[keep],
                             self.delta[keep], self.index[keep])
@@ -359,6 +364,8 @@ def minimal_pairs(split: MPSPSplit, n: int | None = None, seed: int = 0) -> Mini
     Raises:
         ValueError: a split without its task, or ``n`` larger than the pairs available.
     """
+    import torch
+
     if not isinstance(split, MPSPSplit) or split.task is None:
         raise ValueError("minimal_pairs needs an MPSPSplit made by make_split (it records its task); "
                          f"got {type(split).__name__} without one")

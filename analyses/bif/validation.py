@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp_toolkit.studies.dln import DeepLinearNetwork
+from interp_toolkit.studies.dln import DeepLinearNetwork, weighted_steps
 
 __all__ = [
     "CausalWindowResult",
@@ -73,13 +73,8 @@ def batched_gradient_descent(
     X, Y = inputs.double(), targets.double()
     P = X.shape[0]
     K = W1.shape[0]
-    for offset in range(steps):
-        if callable(example_weights):
-            c = example_weights(start_step + offset).double()
-        elif example_weights is None:
-            c = torch.ones(K, P, dtype=torch.float64)
-        else:
-            c = example_weights.double()
+    for _, c in weighted_steps(steps, example_weights, start_step):
+        c = torch.ones(K, P, dtype=torch.float64) if c is None else c.double()
         hidden = torch.einsum("khi,pi->kph", W1, X)
         residual = (torch.einsum("koh,kph->kpo", W2, hidden) - Y) * (c[:, :, None] / P)
         grad_W2 = torch.einsum("kpo,kph->koh", residual, hidden)

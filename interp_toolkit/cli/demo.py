@@ -61,7 +61,7 @@ def run_config(args: DemoCommandConfig) -> int:
     from interp_toolkit.io import atomic_write_json
     from interp_toolkit.model import ModelConfig
     from interp_toolkit.plotting import save_figure
-    from interp_toolkit.runs.trainer import TrainConfig
+    from interp_toolkit.runs.config import TrainConfig
     from interp_toolkit.studies.outcomes import compute_outcome, describe_phases, plot_phases
     from interp_toolkit.tasks.mpsp import MPSPConfig, task_modulus
 

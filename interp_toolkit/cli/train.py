@@ -40,7 +40,7 @@ _COMMAND_CONFIG: list[type] = []
 
 
 def command_config_class() -> type:
-    """``TrainCommandConfig``, built on first use (its fields' classes import torch).
+    """``TrainCommandConfig``, built on first use (importing this module stays cheap).
 
     Fields: ``task_name`` (sets task.label/shortcut), ``task`` (MPSPConfig), ``model``
     (ModelConfig; vocabulary and context sizes always follow the task), ``train``
@@ -53,7 +53,7 @@ def command_config_class() -> type:
 
     from interp_toolkit.config import Config
     from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.trainer import TrainConfig
+    from interp_toolkit.runs.config import TrainConfig
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
     def default_model() -> ModelConfig:

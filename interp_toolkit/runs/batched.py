@@ -57,30 +57,25 @@ from interp_toolkit.runs.engine import (
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
-    has_record,
-    is_finished,
-    library_versions,
     new_training_record,
     read_record,
     write_record,
+    write_recovered_record,
 )
 from interp_toolkit.runs.resume import (
     RESUME_NAME,
-    inspect_run_dir,
-    load_resume_state,
+    RunDirState,
+    checkpoint_path,
     move_aside,
-    recover_finished_record,
-    refuse_foreign,
-    refuse_legacy_resume,
+    run_dir_state,
     save_resume_state,
     saved_epoch,
 )
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
-    checkpoint_path,
     clear_run_outputs,
-    list_checkpoints,
+    epoch_minibatches,
     plot_curves,
     run_identity,
     truncate_metrics,
@@ -93,15 +88,11 @@ ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which train() uses
 #: ``stop_rule(metrics) -> True`` ends a member's training after that evaluation.
 StopRule = Callable[[dict[str, Any]], bool]
 
-
-@dataclass
-class MemberState:
-    """Where one member's run directory stands before training."""
-
-    run_dir: Path
-    key: str
-    status: str  # "finished", "resume" or "fresh"
-    start_epoch: int = 0
+# Earlier names of :class:`~interp_toolkit.runs.resume.RunDirState` and
+# :func:`~interp_toolkit.runs.resume.run_dir_state` (one function decides a run directory's
+# state for every trainer); kept so code importing them from here keeps working.
+MemberState = RunDirState
+member_state = run_dir_state
 
 
 @dataclass
@@ -132,38 +123,6 @@ def _check_same_architecture(model_cfgs: Sequence[ModelConfig]) -> None:
                 f"train_batched members must share one architecture (only the seed may differ); "
                 f"fields {diff} differ"
             )
-
-
-def member_state(run_dir: str | Path, key: str, epochs: int | None = None) -> MemberState:
-    """Classify a run directory as finished, resumable or fresh for the run ``key``.
-
-    With ``epochs`` (the run's last epoch), a directory copied without its ``run.json``
-    whose checkpoints and metrics show this run finished counts as finished.
-
-    Raises:
-        ForeignRunDirectoryError: If ``run_dir`` holds files of a different run (a
-            ``UserError``; two runs never share a directory).
-        ResumeStateError: If its resume file is unreadable, truncated or a pickle.
-    """
-    run_dir = Path(run_dir)
-    contents = inspect_run_dir(run_dir)
-    refuse_foreign(contents, key)
-    refuse_legacy_resume(run_dir)
-    record = contents.record
-    if record is None and epochs is not None and not (run_dir / RESUME_NAME).exists():
-        record = recover_finished_record(run_dir, key, epochs)
-    if is_finished(record):
-        if not list_checkpoints(run_dir):
-            from interp_toolkit.errors import UserError
-
-            raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
-                            f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside")
-        return MemberState(run_dir, key, "finished")
-    resume_path = run_dir / RESUME_NAME
-    if resume_path.exists():  # also when run.json is missing: the state carries the run key
-        state = load_resume_state(resume_path, key)
-        return MemberState(run_dir, key, "resume", int(state["epoch"]))
-    return MemberState(run_dir, key, "fresh")
 
 
 class StackedAdamW:
@@ -460,13 +419,11 @@ def _train_members(model_cfgs: Sequence[ModelConfig], splits: Mapping[str, Split
                    stop_rule: StopRule | None, device: str | torch.device,
                    chunk_size: int | None, callbacks: Sequence[Any]) -> BatchedResult:
     """:func:`train_batched` once every run directory is locked by this process."""
-    states = [member_state(d, config_hash(ident), cfg.epochs) for d, ident in zip(run_dirs, identities, strict=True)]
+    states = [run_dir_state(d, config_hash(ident), cfg.epochs) for d, ident in zip(run_dirs, identities, strict=True)]
     for state, identity, model_cfg, info in zip(states, identities, model_cfgs, infos, strict=True):
-        if state.status == "finished" and not has_record(state.run_dir):  # recovered: write the record back
-            recovered = recover_finished_record(state.run_dir, state.key, cfg.epochs) or {}
-            write_record(state.run_dir, {**recovered, "identity": identity, "train_config": cfg.to_dict(),
-                                         "model_config": model_cfg.to_dict(), "run_info": dict(info or {}),
-                                         "versions": library_versions()})
+        if state.recovered:  # copied without run.json: write the whole record back
+            write_recovered_record(state.run_dir, state.record or {}, identity=identity,
+                                   model_config=model_cfg.to_dict(), train_config=cfg.to_dict(), run_info=info)
 
     started = time.perf_counter()
     groups: dict[int, list[int]] = {}
@@ -498,7 +455,7 @@ def _train_members(model_cfgs: Sequence[ModelConfig], splits: Mapping[str, Split
 
 def _train_group(
     model_cfgs: list[ModelConfig], splits: Mapping[str, Split], cfg: TrainConfig,
-    states: list[MemberState], identities: list[dict[str, Any]], infos: list[Any],
+    states: list[RunDirState], identities: list[dict[str, Any]], infos: list[Any],
     start_epoch: int, stop_rule: StopRule | None, device: str | torch.device, global_ids: list[int],
     chunk_size: int | None = None, callbacks: Sequence[Any] = (),
 ) -> dict[int, int | None]:
@@ -512,7 +469,7 @@ def _train_group(
 
     for i, state in enumerate(states):
         if state.status == "resume":
-            saved = load_resume_state(state.run_dir / RESUME_NAME, state.key)
+            saved = state.resume_state
             stacked.load_member(i, saved["model"])
             opt_state = saved["optimizer_state"]
             for j, name in enumerate(stacked.param_names):
@@ -536,9 +493,8 @@ def _train_group(
     train_split = splits[cfg.train_split]
     tokens = train_split.tokens.to(device)
     labels = train_split.labels.to(device)
-    n = labels.shape[0]
-    batch_size = cfg.batch_size or n
     ckpt_epochs = set(cfg.checkpoint_epochs())
+    eval_epochs = set(cfg.evaluation_epochs())
     # active[j] = position in this group's lists of the j-th stacked member
     active = list(range(len(states)))
     stopped: dict[int, int | None] = {}
@@ -590,16 +546,13 @@ def _train_group(
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train x{len(states)} {states[0].run_dir.name}",
                disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
     for epoch in bar:
-        order = torch.randperm(n, generator=shuffle_gen).to(device) if cfg.batch_size else None
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size] if order is not None else slice(None)
+        for idx in epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device):
             grads, losses = batched_readout_loss(stacked, tokens[idx], labels[idx], cfg.readout_position,
                                                  chunk_size)
             if not bool(torch.isfinite(losses).all()):
                 raise FloatingPointError(f"training loss became {losses.tolist()} at epoch {epoch}; lower lr")
             optimizer.step(stacked.params, grads)
-        is_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs or epoch in ckpt_epochs
-        if not is_eval:
+        if epoch not in eval_epochs:
             continue
         logged = log_evaluation(epoch)
         bar.set_postfix({k: f"{v:.3f}" for k, v in logged[0].items() if k.endswith("_acc")})

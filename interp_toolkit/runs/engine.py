@@ -42,8 +42,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_toolkit.devices import resolve_device
-
-ENGINES = ("fast", "bridge")
+from interp_toolkit.runs.config import ENGINES, check_engine_name
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     # The formulas of transformer_lens.model_bridge.sources.native.model._ACTIVATIONS.
@@ -68,12 +67,6 @@ def warn_fallback_once(reason: str) -> None:
     _warned.add(reason)
     warnings.warn(f"fast training engine not used ({reason}); falling back to the "
                   "TransformerBridge forward (slower, same results)", EngineFallbackWarning, stacklevel=3)
-
-
-def check_engine_name(engine: str) -> None:
-    """Raise ``ValueError`` naming ``engine`` unless it is one of :data:`ENGINES`."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,24 @@ def finish_record(run_dir: str | Path, record: dict[str, Any], final: Mapping[st
     return record
 
 
+def write_recovered_record(
+    run_dir: str | Path, recovered: Mapping[str, Any], *, identity: Mapping[str, Any],
+    model_config: Mapping[str, Any], train_config: Mapping[str, Any], run_info: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Write back the record of a finished run whose ``run.json`` was missing.
+
+    ``recovered`` is the record rebuilt from the run's own files
+    (:func:`interp_toolkit.runs.resume.recover_finished_record`: key, status, final
+    evaluation); the run's configs and the library versions complete it, as a trainer writes
+    them. Returns the record written.
+    """
+    record = {**recovered, "identity": dict(identity), "train_config": dict(train_config),
+              "model_config": dict(model_config), "run_info": dict(run_info or {}),
+              "versions": library_versions()}
+    write_record(run_dir, record)
+    return record
+
+
 def task_dict(record: Mapping[str, Any]) -> dict[str, Any] | None:
     """The task config stored in a record (``run_info.task``), or None."""
     task = (record.get("run_info") or {}).get("task")
@@ -200,4 +218,5 @@ def check_task_matches(run_dir: str | Path, requested: Any) -> None:
 
 __all__ = ["RECORD_NAME", "RunRecordError", "check_task_matches", "find_run_dir", "finish_record",
            "has_record", "is_finished", "library_versions", "new_training_record", "read_record",
-           "read_run_record", "record_path", "task_config", "task_dict", "write_record"]
+           "read_run_record", "record_path", "task_config", "task_dict", "write_record",
+           "write_recovered_record"]

@@ -9,6 +9,9 @@ file received from someone else cannot run code (``torch.load`` of a pickle can)
 :func:`inspect_run_dir` says whose files a directory holds (by the ``run_key`` in
 ``run.json``, the resume state and every checkpoint's metadata), so a trainer never clears
 files of another run, and a directory copied without its ``run.json`` keeps its files.
+:func:`run_dir_state` says where a run directory stands for one run (finished, resumable or
+fresh); every trainer (:func:`interp_toolkit.train`, :func:`interp_toolkit.runs.batched.train_batched`)
+decides what to do from it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from torch import Tensor
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_bytes
+from interp_toolkit.runs.record import is_finished
 
 RESUME_NAME = "resume.safetensors"
 LEGACY_RESUME_NAME = "resume.pt"
@@ -265,6 +269,85 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
             "recovered": "run.json was missing; rebuilt from this run's checkpoints and metrics.jsonl"}
 
 
+def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
+    """Where a run saves its checkpoint of ``epoch``."""
+    return Path(run_dir) / "checkpoints" / f"epoch_{epoch:06d}.safetensors"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(epoch, path)`` of every checkpoint of a run, by epoch."""
+    found = []
+    for path in sorted((Path(run_dir) / "checkpoints").glob("epoch_*.safetensors")):
+        try:
+            found.append((int(path.stem.split("_")[1]), path))
+        except (IndexError, ValueError):
+            continue
+    return sorted(found)
+
+
+@dataclass
+class RunDirState:
+    """Where a run directory stands before training, for one run.
+
+    Attributes:
+        run_dir: The directory.
+        key: The run's key.
+        status: ``"finished"`` (nothing to train), ``"resume"`` (a resume state of this run
+            is there) or ``"fresh"`` (train from epoch 0).
+        start_epoch: The epoch the resume state ends (0 unless ``"resume"``).
+        record: The run's record: its ``run.json``, or (when ``recovered``) the record of a
+            finished run rebuilt from its checkpoints and metrics. None if neither.
+        recovered: ``record`` was rebuilt because ``run.json`` is missing; the trainer
+            writes it back (:func:`interp_toolkit.runs.record.write_recovered_record`).
+        resume_state: The loaded resume state (:func:`load_resume_state`) when ``"resume"``.
+    """
+
+    run_dir: Path
+    key: str
+    status: str
+    start_epoch: int = 0
+    record: dict[str, Any] | None = None
+    recovered: bool = False
+    resume_state: dict[str, Any] | None = field(default=None, repr=False)
+
+
+def run_dir_state(run_dir: str | os.PathLike, key: str, epochs: int | None = None) -> RunDirState:
+    """Classify a run directory as finished, resumable or fresh for the run ``key``.
+
+    The one place that decides what a trainer does with a directory: a finished run is not
+    retrained, a resume state of this run is resumed from, anything else starts fresh.
+    With ``epochs`` (the run's last epoch), a directory copied without its ``run.json``
+    whose checkpoints and metrics show this run finished counts as finished
+    (:func:`recover_finished_record`).
+
+    Raises:
+        ForeignRunDirectoryError: If ``run_dir`` holds files of a different run (a
+            ``UserError``; two runs never share a directory).
+        ResumeStateError: If its resume file is unreadable, truncated, of another run, or a pickle.
+        UserError: If it is recorded finished but holds no checkpoint.
+    """
+    run_dir = Path(run_dir)
+    contents = inspect_run_dir(run_dir)
+    refuse_foreign(contents, key)
+    refuse_legacy_resume(run_dir)
+    record = contents.record
+    resume_path = run_dir / RESUME_NAME
+    recovered = False
+    if record is None and epochs is not None and not resume_path.exists():
+        record = recover_finished_record(run_dir, key, epochs)  # copied without run.json
+        recovered = record is not None
+    if is_finished(record):
+        if not list_checkpoints(run_dir):
+            raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
+                            f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "
+                            f"and train it again")
+        return RunDirState(run_dir, key, "finished", record=record, recovered=recovered)
+    if resume_path.exists():  # also when run.json is missing: the state carries the run key
+        state = load_resume_state(resume_path, key)
+        return RunDirState(run_dir, key, "resume", int(state["epoch"]), record, resume_state=state)
+    return RunDirState(run_dir, key, "fresh", record=record)
+
+
 def move_aside(run_dir: str | os.PathLike, keep: Sequence[str] = ()) -> Path | None:
     """Move everything in ``run_dir`` (but ``keep`` and the lock file) to
     ``RUN_DIR.old-TIMESTAMP``; nothing is deleted. Returns the new folder (None if empty)."""
@@ -300,6 +383,6 @@ def refuse_foreign(contents: RunDirContents, key: str) -> None:
 
 
 __all__ = ["RESUME_NAME", "LEGACY_RESUME_NAME", "ForeignRunDirectoryError", "ResumeStateError",
-           "RunDirContents", "checkpoint_run_key", "inspect_run_dir", "load_resume_state", "move_aside",
-           "recover_finished_record",
-           "refuse_foreign", "refuse_legacy_resume", "save_resume_state", "saved_epoch"]
+           "RunDirContents", "RunDirState", "checkpoint_path", "checkpoint_run_key", "inspect_run_dir",
+           "list_checkpoints", "load_resume_state", "move_aside", "recover_finished_record",
+           "refuse_foreign", "refuse_legacy_resume", "run_dir_state", "save_resume_state", "saved_epoch"]

@@ -16,11 +16,10 @@ Run directory layout (written by :func:`train`)::
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +29,7 @@ from tqdm.auto import tqdm
 
 from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
-from interp_toolkit.config import Config
-from interp_toolkit.devices import check_device_name, resolve_device
+from interp_toolkit.devices import resolve_device
 from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,
@@ -40,25 +38,23 @@ from interp_toolkit.io import (
     tensor_digest,
 )
 from interp_toolkit.model import model_config_of
-from interp_toolkit.runs.engine import ReadoutForward, check_engine_name, train_threads
+from interp_toolkit.runs.config import TrainConfig
+from interp_toolkit.runs.engine import ReadoutForward, train_threads
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
-    has_record,
-    is_finished,
     library_versions,
     new_training_record,
     read_run_record,
     write_record,
+    write_recovered_record,
 )
 from interp_toolkit.runs.resume import (
     RESUME_NAME,
-    inspect_run_dir,
-    load_resume_state,
+    checkpoint_path,
+    list_checkpoints,
     move_aside,
-    recover_finished_record,
-    refuse_foreign,
-    refuse_legacy_resume,
+    run_dir_state,
     save_resume_state,
 )
 from interp_toolkit.threads import with_threads
@@ -69,89 +65,6 @@ class Split(Protocol):
 
     tokens: Int[Tensor, "n pos"]
     labels: Int[Tensor, " n"]
-
-
-@dataclass
-class TrainConfig(Config):
-    """Validated optimization and bookkeeping settings.
-
-    Attributes:
-        epochs: Passes over the training split.
-        lr, betas, weight_decay: AdamW settings (defaults follow grokking-style setups:
-            lr 1e-3, betas (0.9, 0.98), weight decay 0.1).
-        batch_size: ``None`` for full-batch training, else minibatch size (reshuffled
-            each epoch from ``seed``).
-        eval_every: Evaluate every named split every this many epochs (and at the end).
-        checkpoint_every: Save a checkpoint every this many epochs (``None``: never on a
-            linear schedule).
-        checkpoint_log_spaced: Also save at epochs 1, 2, 4, 8, ... (Pythia-style early
-            checkpoints). Epoch 0 and the last epoch are always saved.
-        readout_position: Sequence position whose logits are trained and scored.
-        train_split: Name of the split to train on.
-        eval_batch_size: Batch size of evaluation passes.
-        seed: Seed of minibatch shuffling.
-        progress: Show a tqdm bar.
-        engine: ``"fast"``: the lean readout-only forward of :mod:`interp_toolkit.runs.engine`
-            where it can express the model exactly (else the bridge's forward, with a
-            warning); ``"bridge"``: always the TransformerBridge's full forward. Same results
-            up to float rounding, so not part of a run's identity.
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA if available); the
-            model is moved there before training. ``None``: train where the model is.
-    """
-
-    epochs: int = 2_000
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.98)
-    weight_decay: float = 0.1
-    batch_size: int | None = None
-    eval_every: int = 10
-    checkpoint_every: int | None = 100
-    checkpoint_log_spaced: bool = True
-    readout_position: int = -1
-    train_split: str = "train"
-    eval_batch_size: int = 8_192
-    seed: int = 0
-    progress: bool = True
-    engine: str = "fast"
-    device: str | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
-        self.betas = tuple(float(b) for b in self.betas)  # JSON gives lists
-        check_engine_name(self.engine)
-        check_device_name(self.device)
-        for name in ("epochs", "eval_every", "eval_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
-        for name in ("batch_size", "checkpoint_every"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr!r}")
-        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
-            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
-
-    def checkpoint_epochs(self) -> list[int]:
-        """Every epoch at which a checkpoint is saved, sorted."""
-        epochs = {0, self.epochs}
-        if self.checkpoint_every:
-            epochs.update(range(0, self.epochs + 1, self.checkpoint_every))
-        if self.checkpoint_log_spaced:
-            power = 1
-            while power <= self.epochs:
-                epochs.add(power)
-                power *= 2
-        return sorted(epochs)
-
-    def evaluation_epochs(self) -> list[int]:
-        """Every epoch at which :func:`train` evaluates (and logs a ``metrics.jsonl`` line)."""
-        epochs = set(range(0, self.epochs + 1, self.eval_every)) | set(self.checkpoint_epochs())
-        return sorted(epochs)
 
 
 # Fields that change how a run is displayed or computed (engine, device: equal up to float
@@ -305,19 +218,21 @@ def plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
         save_figure(plot_training_curves(metrics), path)
 
 
-def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"epoch_{epoch:06d}.safetensors"
+def epoch_minibatches(n: int, batch_size: int | None, shuffle_gen: torch.Generator,
+                      device: torch.device | str) -> Iterator[Tensor | slice]:
+    """Indices of one epoch's minibatches of an ``n``-example training split.
 
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(epoch, path)`` of every checkpoint of a run, by epoch."""
-    found = []
-    for path in sorted((Path(run_dir) / "checkpoints").glob("epoch_*.safetensors")):
-        try:
-            found.append((int(path.stem.split("_")[1]), path))
-        except (IndexError, ValueError):
-            continue
-    return sorted(found)
+    Shared by every trainer, so that runs trained alone and together see the same batches:
+    ``batch_size`` None is full-batch training (one ``slice(None)``, the generator is not
+    drawn from); otherwise a fresh permutation from ``shuffle_gen`` cut into pieces of
+    ``batch_size`` (the last may be smaller).
+    """
+    if batch_size is None:
+        yield slice(None)
+        return
+    order = torch.randperm(n, generator=shuffle_gen).to(device)
+    for start in range(0, n, batch_size):
+        yield order[start : start + batch_size]
 
 
 def truncate_metrics(run_dir: str | Path, epoch: int) -> None:
@@ -416,34 +331,19 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     resume_path = run_dir / RESUME_NAME
     metrics_path = run_dir / "metrics.jsonl"
 
-    # Whose files are here decides what may be touched: another run's are never cleared.
-    contents = inspect_run_dir(run_dir)
     if overwrite:
         move_aside(run_dir)
-        contents = inspect_run_dir(run_dir)
-    refuse_foreign(contents, key)
-    refuse_legacy_resume(run_dir)
-    record = contents.record
-    if record is None and not resume_path.exists():
-        record = recover_finished_record(run_dir, key, cfg.epochs)  # copied without run.json
-    if record is not None:
-        if is_finished(record):
-            found = list_checkpoints(run_dir)
-            if not found:
-                from interp_toolkit.errors import UserError
-
-                raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
-                                f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "
-                                f"and train it again")
-            finished_model, _ = load_checkpoint(found[-1][1])
-            model.load_state_dict(finished_model.state_dict())
-            if not has_record(run_dir):  # recovered: write the whole record back
-                record = {**record, "identity": identity, "train_config": cfg.to_dict(),
-                          "model_config": model_cfg.to_dict(), "run_info": dict(run_info or {}),
-                          "versions": library_versions()}
-                write_record(run_dir, record)
-            return TrainResult(model, run_dir, read_jsonl(metrics_path), record.get("final", {}),
-                               already_finished=True)
+    # Whose files are here decides what may be touched: another run's are never cleared.
+    state = run_dir_state(run_dir, key, cfg.epochs)
+    if state.status == "finished":
+        finished_model, _ = load_checkpoint(list_checkpoints(run_dir)[-1][1])
+        model.load_state_dict(finished_model.state_dict())
+        record = state.record or {}
+        if state.recovered:  # copied without run.json: write the whole record back
+            record = write_recovered_record(run_dir, record, identity=identity, model_config=model_cfg.to_dict(),
+                                            train_config=cfg.to_dict(), run_info=run_info)
+        return TrainResult(model, run_dir, read_jsonl(metrics_path), record.get("final", {}),
+                           already_finished=True)
     run_dir.mkdir(parents=True, exist_ok=True)
 
     if target_device is not None:
@@ -454,13 +354,13 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     shuffle_gen = torch.Generator().manual_seed(cfg.seed)
     start_epoch = 0
     resumed_from = None
-    if resume_path.exists():
-        state = load_resume_state(resume_path, key)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict({"state": state["optimizer_state"],
+    if state.status == "resume":
+        saved = state.resume_state
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict({"state": saved["optimizer_state"],
                                    "param_groups": optimizer.state_dict()["param_groups"]})
-        shuffle_gen.set_state(state["shuffle_rng"])
-        start_epoch = resumed_from = int(state["epoch"])
+        shuffle_gen.set_state(saved["shuffle_rng"])
+        start_epoch = resumed_from = state.start_epoch
         # Drop evaluations logged after the saved state; they are recomputed identically.
         truncate_metrics(run_dir, start_epoch)
     else:
@@ -473,9 +373,8 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     train_split = splits[cfg.train_split]
     tokens = train_split.tokens.to(device)
     labels = train_split.labels.to(device)
-    n = labels.shape[0]
-    batch_size = cfg.batch_size or n
     ckpt_epochs = set(cfg.checkpoint_epochs())
+    eval_epochs = set(cfg.evaluation_epochs())
 
     def save_state(epoch: int, last_metrics: dict[str, Any]) -> None:
         if epoch in ckpt_epochs:
@@ -501,16 +400,13 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train {run_dir.name}",
                disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
     for epoch in bar:
-        order = torch.randperm(n, generator=shuffle_gen).to(device) if cfg.batch_size else None
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size] if order is not None else slice(None)
+        for idx in epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device):
             optimizer.zero_grad(set_to_none=True)
             loss = forward.backward(tokens[idx], labels[idx])  # gradients into .grad, in cache-sized passes
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}; lower lr")
             optimizer.step()
-        is_eval = epoch % cfg.eval_every == 0 or epoch == cfg.epochs or epoch in ckpt_epochs
-        if is_eval:
+        if epoch in eval_epochs:
             last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}
             append_jsonl(metrics_path, last_metrics)
             save_state(epoch, last_metrics)
@@ -530,6 +426,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
 
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
-           "checkpoint_path", "clear_run_outputs", "fingerprint", "truncate_metrics", "library_versions",
+           "checkpoint_path", "clear_run_outputs", "epoch_minibatches", "fingerprint", "truncate_metrics",
+           "library_versions",
            "read_run_record", "run_identity", "check_token_ids", "check_label_ids", "validate_splits",
            "plot_training_curves", "plot_curves"]

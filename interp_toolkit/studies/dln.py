@@ -25,7 +25,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -54,6 +54,7 @@ __all__ = [
     "mode_strengths",
     "saxe_trajectory",
     "train_dln",
+    "weighted_steps",
 ]
 
 
@@ -298,6 +299,29 @@ def _one_thread(*args: Any, **kwargs: Any) -> int:
     return 1  # DLN steps are tiny: a second thread cost ~100x on a busy 2-core machine
 
 
+def weighted_steps(
+    steps: int, example_weights: Tensor | Callable[[int], Tensor] | None = None, start_step: int = 0
+) -> Iterator[tuple[int, Tensor | None]]:
+    """The steps of a full-batch GD run and the example weights ``c`` of each.
+
+    The one step loop of every DLN trainer (:func:`gradient_descent`, and the vectorized
+    retraining of :func:`interp_toolkit.analyses.bif.validation.batched_gradient_descent`).
+
+    Args:
+        steps: Number of steps.
+        example_weights: ``c`` for every step, a function ``step -> c`` (e.g. removing an
+            example only during a window of steps), or None (all ones).
+        start_step: Step counter of the first step.
+
+    Yields:
+        ``(step, c)`` for ``step = start_step .. start_step + steps - 1``; ``c`` is None
+        where every example has weight 1.
+    """
+    for offset in range(steps):
+        step = start_step + offset
+        yield step, example_weights(step) if callable(example_weights) else example_weights
+
+
 @with_threads(_one_thread)  # 1 torch thread; the caller's count is restored on return
 def gradient_descent(
     model: DeepLinearNetwork,
@@ -330,14 +354,7 @@ def gradient_descent(
     P = inputs.shape[0]
     losses = []
     params = [model.W1.weight, model.W2.weight]
-    for offset in range(steps):
-        step = start_step + offset
-        if callable(example_weights):
-            weights = example_weights(step)
-        elif example_weights is None:
-            weights = None
-        else:
-            weights = example_weights
+    for step, weights in weighted_steps(steps, example_weights, start_step):
         for p in params:
             p.grad = None
         per_example = dln_per_example_loss(model, (inputs, targets))

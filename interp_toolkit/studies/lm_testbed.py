@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,8 @@ from interp_toolkit.io import atomic_write_json, config_hash
 from interp_toolkit.sources import CheckpointRef, hf_local_checkpoints
 from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
 
-__all__ = ["TestbedConfig", "gptneox_config", "induction_phases", "plot_testbed_bif", "pythia_schedule", "train_testbed"]
+__all__ = ["TestbedConfig", "gptneox_config", "induction_phases", "plot_testbed_bif", "pythia_schedule",
+           "testbed_model", "testbed_training_steps", "train_testbed"]
 
 
 def pythia_schedule(total_steps: int, linear_every: int) -> list[int]:
@@ -120,6 +121,64 @@ def gptneox_config(config: TestbedConfig) -> Any:
     )
 
 
+def testbed_model(config: TestbedConfig, attn_implementation: str | None = None) -> Any:
+    """The testbed's freshly initialized ``GPTNeoXForCausalLM`` (seeded by ``config.seed``).
+
+    Args:
+        config: Testbed settings.
+        attn_implementation: e.g. ``"eager"`` to get attention weights back (default: the
+            library's choice; the weights are the same either way).
+    """
+    from transformers import GPTNeoXForCausalLM
+
+    hf_config = gptneox_config(config)
+    if attn_implementation is not None:
+        hf_config._attn_implementation = attn_implementation
+    torch.manual_seed(config.seed)
+    return GPTNeoXForCausalLM(hf_config)
+
+
+def testbed_training_steps(config: TestbedConfig, model: Any) -> Iterator[tuple[int, float]]:
+    """Train ``model`` in place with the testbed's optimizer, schedule and batches.
+
+    AdamW (betas 0.9, 0.95) with linear warm-up then cosine decay to 10% of ``config.lr``,
+    gradients clipped to norm 1, batches of ``config.batch_size`` corpus sequences drawn
+    with replacement from a generator seeded ``config.seed + 1``, next-token cross-entropy.
+
+    Yields:
+        ``(step, loss)`` before each update and once after the last: ``step`` is the number
+        of updates done so far (0 .. ``config.total_steps``), ``loss`` the training loss of
+        the latest update (NaN at step 0). The caller may evaluate or save the model
+        there; the model is put back in training mode before the next update.
+    """
+    tokens = make_corpus(config.corpus).tokens
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
+
+    def lr_at(step: int) -> float:
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        frac = (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    gen = torch.Generator().manual_seed(config.seed + 1)
+    last_loss = float("nan")
+    for step in range(config.total_steps + 1):
+        yield step, last_loss
+        if step == config.total_steps:
+            break
+        model.train()
+        batch = tokens[torch.randint(0, tokens.shape[0], (config.batch_size,), generator=gen)]
+        logits = model(batch).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        last_loss = float(loss.detach())
+
+
 def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = True) -> list[CheckpointRef]:
     """Train the testbed model, saving HF checkpoints on the Pythia-style schedule.
 
@@ -134,8 +193,6 @@ def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = T
     Returns:
         Refs of the saved checkpoints, by step.
     """
-    from transformers import GPTNeoXForCausalLM
-
     if not isinstance(config, TestbedConfig):
         raise ValueError(f"config must be a TestbedConfig, got {type(config).__name__}")
     out = Path(out_dir)
@@ -145,49 +202,21 @@ def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = T
         meta = json.loads(record.read_text())
         if meta.get("config_hash") == key and meta.get("complete"):
             return hf_local_checkpoints(out / "checkpoints")
-    torch.manual_seed(config.seed)
-    model = GPTNeoXForCausalLM(gptneox_config(config))
-    model.train()
-    tokens = make_corpus(config.corpus).tokens
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
-
-    def lr_at(step: int) -> float:
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        frac = (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    gen = torch.Generator().manual_seed(config.seed + 1)
+    model = testbed_model(config)
     save_at = set(config.checkpoint_steps)
     atomic_write_json(record, {"config": config.to_dict(), "config_hash": key, "complete": False})
     log: list[dict[str, float]] = []
-    last_loss = float("nan")
-
-    def save(step: int) -> None:
-        directory = out / "checkpoints" / f"step{step:06d}"
-        model.save_pretrained(directory)
-        atomic_write_json(directory / "checkpoint.json", {"step": step, "train_loss": last_loss, "config_hash": key})
 
     bar = tqdm(total=config.total_steps, desc="testbed", disable=not progress, leave=False)
-    for step in range(config.total_steps + 1):
+    for step, last_loss in testbed_training_steps(config, model):
+        if step > 0:
+            log.append({"step": step, "loss": last_loss})
+            bar.update(1)
         if step in save_at:
             model.eval()
-            save(step)
-            model.train()
-        if step == config.total_steps:
-            break
-        batch = tokens[torch.randint(0, tokens.shape[0], (config.batch_size,), generator=gen)]
-        logits = model(batch).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        last_loss = float(loss.detach())
-        log.append({"step": step + 1, "loss": last_loss})
-        bar.update(1)
+            directory = out / "checkpoints" / f"step{step:06d}"
+            model.save_pretrained(directory)
+            atomic_write_json(directory / "checkpoint.json", {"step": step, "train_loss": last_loss, "config_hash": key})
     bar.close()
     atomic_write_json(out / "train_log.json", log)
     atomic_write_json(record, {"config": config.to_dict(), "config_hash": key, "complete": True})

@@ -266,7 +266,7 @@ def preset(name: str, **overrides: Any) -> SweepConfig:
 def cell_configs(cfg: SweepConfig, cell: Mapping[str, Any], seed: int) -> tuple[Any, Any, Any, dict[str, Any]]:
     """``(task_cfg, model_cfg, train_cfg, run_info)`` of one run of the sweep."""
     from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.trainer import TrainConfig
+    from interp_toolkit.runs.config import TrainConfig
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
     task_cfg = MPSPConfig.from_task(cell["task"], seq_len=cfg.seq_len, n_values=cfg.n_values, r=cell["r"],
@@ -392,7 +392,8 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.errors import UserError
     from interp_toolkit.io import config_hash
-    from interp_toolkit.runs.batched import member_state, train_batched
+    from interp_toolkit.runs.batched import train_batched
+    from interp_toolkit.runs.resume import run_dir_state
     from interp_toolkit.runs.trainer import run_identity
     from interp_toolkit.studies.outcomes import generalization_stop_rule, outcome_of_run
     from interp_toolkit.tasks.mpsp import make_splits, task_modulus
@@ -409,7 +410,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
         for i in todo:  # a run that cannot start must not take the job's other runs down
             key = config_hash(run_identity(per_run[i][1].to_dict(), per_run[i][2], splits, per_run[i][3]))
             try:
-                member_state(job["runs"][i]["run_dir"], key)
+                run_dir_state(job["runs"][i]["run_dir"], key)
             except UserError as err:
                 failed[i] = str(err)
         todo = [i for i in todo if i not in failed]

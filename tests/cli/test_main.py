@@ -216,6 +216,22 @@ def test_help_is_cheap_and_lists_every_command(capsys):
     assert code == 0 and all(name in out for name in COMMANDS)
 
 
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_of_every_command_imports_no_torch(command):
+    """``train``, ``demo`` and ``sweep`` take their flags from MPSPConfig, ModelConfig and
+    TrainConfig: those modules import no torch, so no ``--help`` waits for it."""
+    import subprocess
+    import sys
+
+    code = (f"import sys, interp_toolkit.cli as c; rc = c.main([{command!r}, '--help']); "
+            "print(rc, 'torch' in sys.modules, 'transformer_lens' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "0 False False"
+    assert f"usage: interp-toolkit {command}" in done.stdout
+    if command == "train":
+        assert "--train.epochs" in done.stdout and "--model.n-layers" in done.stdout and "--task.r" in done.stdout
+
+
 def test_analyze_names_match_the_registry():
     from interp_toolkit.analyses.ablation import METHODS
     from interp_toolkit.analyses.over_checkpoints import ANALYSES

@@ -142,3 +142,14 @@ def test_data_fingerprint_is_the_one_tensor_digest_and_keeps_old_run_keys():
     changed = split.tokens.clone()
     changed[0, 0] += 1
     assert tensor_digest([changed, split.labels]) != fingerprint(split)
+
+
+def test_epoch_minibatches_full_batch_and_shuffled():
+    gen = torch.Generator().manual_seed(3)
+    state = gen.get_state()
+    assert list(training.epoch_minibatches(10, None, gen, "cpu")) == [slice(None)]
+    assert torch.equal(gen.get_state(), state)  # full batch draws nothing: resume states stay comparable
+    batches = list(training.epoch_minibatches(10, 4, gen, "cpu"))
+    assert [len(b) for b in batches] == [4, 4, 2]
+    expected = torch.randperm(10, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(torch.cat(batches), expected)

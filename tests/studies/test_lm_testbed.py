@@ -26,3 +26,34 @@ def test_induction_phases_and_testbed_plot():
     other = Figure()
     target = other.add_subplot()
     assert plot_testbed_bif(rows, ax=target) is other
+
+
+def test_train_testbed_runs_the_shared_training_steps(tmp_path):
+    """``train_testbed`` and the calibration benchmark train with one function: the losses it
+    logs and the weights it saves last are those of ``testbed_training_steps`` run alone."""
+    import json
+    import math
+
+    import torch
+
+    from interp_toolkit.studies.lm_testbed import (
+        TestbedConfig,
+        testbed_model,
+        testbed_training_steps,
+        train_testbed,
+    )
+    from interp_toolkit.tasks.induction_corpus import CorpusConfig
+
+    corpus = CorpusConfig(n_sequences=32, seq_len=12, n_ordinary=6, chunk_min=2, chunk_max=4)
+    cfg = TestbedConfig(corpus=corpus, n_layers=1, n_heads=1, d_model=8, d_mlp=16, total_steps=3, linear_every=2,
+                        batch_size=4)
+    refs = train_testbed(cfg, tmp_path / "tb", progress=False)
+    model = testbed_model(cfg)
+    yielded = list(testbed_training_steps(cfg, model))
+    assert [s for s, _ in yielded] == [0, 1, 2, 3] and math.isnan(yielded[0][1])
+    logged = json.loads((tmp_path / "tb" / "train_log.json").read_text())
+    assert logged == [{"step": s, "loss": loss} for s, loss in yielded[1:]]
+    assert [r.step for r in refs] == cfg.checkpoint_steps
+    saved = type(model).from_pretrained(tmp_path / "tb" / "checkpoints" / "step000003")
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, saved.state_dict()[name]), name

@@ -18,6 +18,7 @@ from interp_toolkit.studies.dln import (
     mode_strengths,
     saxe_trajectory,
     train_dln,
+    weighted_steps,
 )
 from interp_toolkit.tasks.hierarchical import binary_tree_hierarchy, living_things, svd_modes
 
@@ -190,3 +191,12 @@ def test_tree_from_dict_rejects_bad_trees(tree, message):
 
     with pytest.raises(ValueError, match=message):
         hierarchy_from_dict(tree)
+
+
+def test_weighted_steps_gives_each_step_its_weights():
+    c = torch.tensor([1.0, 0.0])
+    assert [(step, w) for step, w in weighted_steps(3, None, start_step=4)] == [(4, None), (5, None), (6, None)]
+    assert all(w is c for _, w in weighted_steps(2, c))
+    by_step = [(step, float(w[0])) for step, w in weighted_steps(3, lambda s: torch.tensor([float(s)]), start_step=7)]
+    assert by_step == [(7, 7.0), (8, 8.0), (9, 9.0)]
+    assert list(weighted_steps(0, c)) == []

@@ -47,6 +47,25 @@ def test_batched_gd_matches_autograd_gd_with_weights():
     assert torch.allclose(W2[0].float(), model.W2.weight, atol=1e-5)
 
 
+def test_batched_and_autograd_gd_share_the_step_schedule_of_a_window():
+    """Both trainers take ``c`` per step from ``weighted_steps``: a window given as a
+    function of the step counter (from ``start_step``) is applied at the same steps."""
+    model = _model(100)
+    drop = torch.ones(8)
+    drop[5] = 0.0
+
+    def window(step: int) -> torch.Tensor:  # example 5 removed during steps 110 .. 119
+        return drop if 110 <= step < 120 else torch.ones(8)
+
+    W1, W2 = batched_gradient_descent(model.W1.weight[None], model.W2.weight[None], X, Y, LR, 30,
+                                      lambda step: window(step)[None], start_step=100)
+    gradient_descent(model, X, Y, LR, 30, example_weights=window, start_step=100)
+    assert torch.allclose(W1[0].float(), model.W1.weight, atol=1e-5)
+    assert torch.allclose(W2[0].float(), model.W2.weight, atol=1e-5)
+    unwindowed = batched_gradient_descent(_model(100).W1.weight[None], _model(100).W2.weight[None], X, Y, LR, 30)
+    assert not torch.allclose(unwindowed[0], W1, atol=1e-5)  # the window changed the run
+
+
 def test_window_end_effect_equals_leave_one_out_from_window_start():
     start, length = 200, 30
     loo = local_continuation_effects(_model(start), X, Y, LR, length)

@@ -1,0 +1,110 @@
+"""Training settings (:class:`TrainConfig`), importable without torch.
+
+Command-line parsing (``interp-toolkit train --help``, config files) builds these configs;
+keeping them free of torch keeps ``--help`` instant. The trainer that uses them is
+:mod:`interp_toolkit.runs.trainer`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from interp_toolkit.config import Config
+from interp_toolkit.devices import check_device_name
+
+#: Training forwards: the lean readout-only engine (:mod:`interp_toolkit.runs.engine`) or
+#: the TransformerBridge's full forward.
+ENGINES = ("fast", "bridge")
+
+
+def check_engine_name(engine: str) -> None:
+    """Raise ``ValueError`` naming ``engine`` unless it is one of :data:`ENGINES`."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+
+
+@dataclass
+class TrainConfig(Config):
+    """Validated optimization and bookkeeping settings.
+
+    Attributes:
+        epochs: Passes over the training split.
+        lr, betas, weight_decay: AdamW settings (defaults follow grokking-style setups:
+            lr 1e-3, betas (0.9, 0.98), weight decay 0.1).
+        batch_size: ``None`` for full-batch training, else minibatch size (reshuffled
+            each epoch from ``seed``).
+        eval_every: Evaluate every named split every this many epochs (and at the end).
+        checkpoint_every: Save a checkpoint every this many epochs (``None``: never on a
+            linear schedule).
+        checkpoint_log_spaced: Also save at epochs 1, 2, 4, 8, ... (Pythia-style early
+            checkpoints). Epoch 0 and the last epoch are always saved.
+        readout_position: Sequence position whose logits are trained and scored.
+        train_split: Name of the split to train on.
+        eval_batch_size: Batch size of evaluation passes.
+        seed: Seed of minibatch shuffling.
+        progress: Show a tqdm bar.
+        engine: ``"fast"``: the lean readout-only forward of :mod:`interp_toolkit.runs.engine`
+            where it can express the model exactly (else the bridge's forward, with a
+            warning); ``"bridge"``: always the TransformerBridge's full forward. Same results
+            up to float rounding, so not part of a run's identity.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA if available); the
+            model is moved there before training. ``None``: train where the model is.
+    """
+
+    epochs: int = 2_000
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.1
+    batch_size: int | None = None
+    eval_every: int = 10
+    checkpoint_every: int | None = 100
+    checkpoint_log_spaced: bool = True
+    readout_position: int = -1
+    train_split: str = "train"
+    eval_batch_size: int = 8_192
+    seed: int = 0
+    progress: bool = True
+    engine: str = "fast"
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
+        self.betas = tuple(float(b) for b in self.betas)  # JSON gives lists
+        check_engine_name(self.engine)
+        check_device_name(self.device)
+        for name in ("epochs", "eval_every", "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("batch_size", "checkpoint_every"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
+            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+
+    def checkpoint_epochs(self) -> list[int]:
+        """Every epoch at which a checkpoint is saved, sorted."""
+        epochs = {0, self.epochs}
+        if self.checkpoint_every:
+            epochs.update(range(0, self.epochs + 1, self.checkpoint_every))
+        if self.checkpoint_log_spaced:
+            power = 1
+            while power <= self.epochs:
+                epochs.add(power)
+                power *= 2
+        return sorted(epochs)
+
+    def evaluation_epochs(self) -> list[int]:
+        """Every epoch at which :func:`interp_toolkit.runs.trainer.train` evaluates (and logs a ``metrics.jsonl`` line)."""
+        epochs = set(range(0, self.epochs + 1, self.eval_every)) | set(self.checkpoint_epochs())
+        return sorted(epochs)
+
+
+__all__ = ["ENGINES", "TrainConfig", "check_engine_name"]
