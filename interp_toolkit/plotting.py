@@ -237,6 +237,16 @@ def component_colors(names: Iterable[str]) -> dict[str, str]:
     return {name: colors[i % len(colors)] for i, name in enumerate(ordered)}
 
 
+#: What each MPSP evaluation split is with respect to the shortcut (legend suffixes).
+MPSP_SPLIT_ROLES = {"val": "shortcut-consistent", "adv": "anti-shortcut"}
+
+
+def mpsp_split_label(split: str) -> str:
+    """Legend label of an MPSP split: ``"adv"`` -> ``"adversarial (anti-shortcut)"``."""
+    role = MPSP_SPLIT_ROLES.get(split)
+    return label(split) + (f" ({role})" if role else "")
+
+
 def split_colors() -> dict[str, str]:
     """Fixed colours of the data splits (training, validation, adversarial)."""
     return {"train": PALETTE[0], "val": PALETTE[2], "adv": PALETTE[3]}
@@ -256,5 +266,6 @@ def epoch_axis(ax: Any, epochs: Sequence[float] | None = None) -> None:
     ax.set_xlabel("epoch (log scale)")
 
 
-__all__ = ["FORMATS", "LABELS", "PALETTE", "STYLE", "check_format", "component_colors", "epoch_axis",
-           "figure", "label", "new_figure", "new_panels", "save_figure", "split_colors", "style"]
+__all__ = ["FORMATS", "LABELS", "MPSP_SPLIT_ROLES", "PALETTE", "STYLE", "check_format", "component_colors",
+           "epoch_axis", "figure", "label", "mpsp_split_label", "new_figure", "new_panels", "save_figure",
+           "split_colors", "style"]

@@ -150,3 +150,11 @@ def test_labels_are_human():
 def test_save_figure_rejects_unknown_format(tmp_path):
     with pytest.raises(ValueError, match="figure format must be one of"):
         save_figure(Figure(), tmp_path / "x", "jpg")
+
+
+def test_mpsp_split_label_names_each_split_by_its_role():
+    from interp_toolkit.plotting import mpsp_split_label
+
+    assert mpsp_split_label("adv") == "adversarial (anti-shortcut)"
+    assert mpsp_split_label("val") == "validation (shortcut-consistent)"
+    assert mpsp_split_label("train") == "training"

@@ -348,7 +348,7 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
     from interp_toolkit.plotting import (
         component_colors,
         epoch_axis,
-        label,
+        mpsp_split_label,
         new_panels,
         split_colors,
         style,
@@ -377,8 +377,7 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
         acc, cos, amp, qk, ov, patch, abl = axes
         for split, color in split_colors().items():
             xs, ys = result.series(f"acc_{split}")
-            acc.plot(xs, ys, color=color, label=f"{label(split)}" + {"val": " (shortcut-consistent)",
-                                                                     "adv": " (anti-shortcut)"}.get(split, ""))
+            acc.plot(xs, ys, color=color, label=mpsp_split_label(split))
         acc.set(ylabel="accuracy", ylim=(-0.02, 1.02), title=_title(result))
 
         whole(cos, "grad_cos", "all parameters")

@@ -306,7 +306,13 @@ def plot_phases(metrics: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
     """
-    from interp_toolkit.plotting import epoch_axis, label, new_panels, split_colors, style
+    from interp_toolkit.plotting import (
+        epoch_axis,
+        mpsp_split_label,
+        new_panels,
+        split_colors,
+        style,
+    )
 
     with style():
         fig, (axis,) = new_panels(1, None if ax is None else [ax], figsize=(7.5, 3.6))
@@ -314,8 +320,7 @@ def plot_phases(metrics: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
         for split, color in split_colors().items():
             key = f"{split}_acc"
             if metrics and key in metrics[0]:
-                name = label(split) + {"val": " (shortcut-consistent)", "adv": " (anti-shortcut)"}.get(split, "")
-                axis.plot(epochs, [row[key] for row in metrics], color=color, label=name)
+                axis.plot(epochs, [row[key] for row in metrics], color=color, label=mpsp_split_label(split))
         shortcut, onset = outcome.get("shortcut_epoch"), outcome.get("phase2_onset_epoch")
         generalized, last = outcome.get("first_generalized_epoch"), outcome.get("final_epoch")
         if shortcut is not None:
