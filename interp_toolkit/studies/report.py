@@ -286,21 +286,21 @@ def find_cell(table: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any
                      f"tells them apart: {', '.join(choices)}")
 
 
+def _read_study_record(study_dir: str | Path) -> dict[str, Any]:
+    """``study.json`` of a study directory as a dict (empty when there is none)."""
+    study_path = Path(study_dir) / "study.json"
+    return json.loads(study_path.read_text()) if study_path.exists() else {}
+
+
 def read_study_name(study_dir: str | Path) -> str | None:
     """The study's name (``SweepConfig.name`` in ``study.json``), ``None`` without one."""
-    study_path = Path(study_dir) / "study.json"
-    if not study_path.exists():
-        return None
-    return (json.loads(study_path.read_text()).get("config") or {}).get("name")
+    return (_read_study_record(study_dir).get("config") or {}).get("name")
 
 
 def read_thresholds(study_dir: str | Path) -> OutcomeThresholds:
     """The study's outcome thresholds: ``study.json``'s ``outcome_thresholds`` if recorded,
     else its config's ``threshold`` (older studies), else the defaults."""
-    study_path = Path(study_dir) / "study.json"
-    if not study_path.exists():
-        return OutcomeThresholds()
-    study = json.loads(study_path.read_text())
+    study = _read_study_record(study_dir)
     if "outcome_thresholds" in study:
         return OutcomeThresholds.from_dict(study["outcome_thresholds"])
     return OutcomeThresholds.from_dict(study.get("config", {}))
