@@ -156,6 +156,7 @@ def test_bif_lm_through_main(tmp_path, capsys):
     (["train", "--device", "tpu"], ["'tpu'"]),
     (["info", "/nonexistent/run"], ["/nonexistent/run"]),
     (["demo", "--epochs", "zero"], ["zero"]),
+    (["demo", "--seed", "three"], ["three"]),
     (["sweep", "--ratios", "0.5,1.5", "--dry-run"], ["1.5"]),
     (["sweep", "--config", "/nonexistent/sweep.json"], ["/nonexistent/sweep.json"]),
     (["report", "/nonexistent/study"], ["/nonexistent/study"]),
