@@ -67,6 +67,7 @@ from interp_toolkit.analyses.bif.results import (
 from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics, sample_sgld
 from interp_toolkit.config import Config
 from interp_toolkit.io import config_hash, is_artifact, load_artifact, save_artifact, tensor_digest
+from interp_toolkit.runs.engine import sequence_forward
 
 LM_RESULT_FILE = "lm_bif.safetensors"
 
@@ -98,8 +99,14 @@ STDERR_METHODS = ("jackknife", "per_chain")
 
 
 def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq_minus_1"]:
-    """Per-token next-token cross-entropy ``[batch, seq - 1]`` (position ``t`` predicts ``t + 1``)."""
-    logits = model(tokens)
+    """Per-token next-token cross-entropy ``[batch, seq - 1]`` (position ``t`` predicts ``t + 1``).
+
+    A toolkit model (``build_model`` / ``load_checkpoint``) runs the lean forward over its
+    own parameters (:func:`interp_toolkit.runs.engine.sequence_forward`: the bridge's
+    logits up to float rounding, no hooks); any other model runs ``model(tokens)``.
+    """
+    toolkit_model = isinstance(model, nn.Module) and getattr(model, "interp_config", None) is not None
+    logits = sequence_forward(model)(tokens) if toolkit_model else model(tokens)
     return F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none")
 
 

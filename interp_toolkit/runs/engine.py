@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -382,6 +383,56 @@ def readout_logits(
     return _linear(_norm(x_r, w_ln, b_ln, spec.eps), params["unembed.weight"], params.get("unembed.bias"))
 
 
+def sequence_logits(
+    spec: EngineSpec,
+    params: Mapping[str, Tensor],
+    tokens: Int[Tensor, "batch pos"],
+) -> Float[Tensor, "batch pos vocab_out"]:
+    """Logits at every position of one model (a language model's forward).
+
+    The bridge's computation with every layer at every position (a next-token loss needs
+    them all), without hook points or per-component dispatch: fused QKV projection, one
+    batched attention per layer with the causal mask added to the scores.
+
+    Args:
+        spec: The architecture (:func:`engine_spec`).
+        params: Every parameter by TransformerLens state-dict key (plus the ``unembed.bias``
+            buffer), without a member dimension.
+        tokens: Input token ids.
+
+    Returns:
+        ``[batch, pos, d_vocab_out]`` logits, equal to the bridge's ``model(tokens)`` up to
+        floating-point rounding (``tests/runs/test_engine.py``).
+    """
+    batch, pos = tokens.shape
+    if pos > spec.n_ctx:
+        raise ValueError(f"input length {pos} exceeds the model's n_ctx={spec.n_ctx}")
+    heads, d_head, d_model = spec.n_heads, spec.d_head, spec.d_model
+
+    def norm(x: Tensor, prefix: str) -> Tensor:
+        if not spec.layer_norm:
+            return x
+        return F.layer_norm(x, (d_model,), params[f"{prefix}.weight"], params[f"{prefix}.bias"], spec.eps)
+
+    x = F.embedding(tokens, params["embed.weight"]) + params["pos_embed.weight"][:pos]
+    mask = torch.full((pos, pos), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
+    for layer in range(spec.n_layers):
+        prefix = f"blocks.{layer}"
+        weight = torch.cat([params[f"{prefix}.attn.{c}.weight"] for c in "qkv"])
+        bias = torch.cat([params[f"{prefix}.attn.{c}.bias"] for c in "qkv"])
+        q, k, v = F.linear(norm(x, f"{prefix}.ln1"), weight, bias).view(batch, pos, 3, heads, d_head).permute(2, 0, 3, 1, 4)
+        scores = torch.baddbmm(mask, q.reshape(batch * heads, pos, d_head),
+                               k.reshape(batch * heads, pos, d_head).transpose(1, 2), alpha=1.0 / spec.attn_scale)
+        z = torch.bmm(torch.softmax(scores, dim=-1), v.reshape(batch * heads, pos, d_head))
+        z = z.view(batch, heads, pos, d_head).transpose(1, 2).reshape(batch, pos, heads * d_head)
+        x = x + F.linear(z, params[f"{prefix}.attn.o.weight"], params[f"{prefix}.attn.o.bias"])
+        if not spec.attn_only:
+            hidden = _ACTIVATIONS[spec.act_fn](F.linear(norm(x, f"{prefix}.ln2"), params[f"{prefix}.mlp.in.weight"],
+                                                        params[f"{prefix}.mlp.in.bias"]))
+            x = x + F.linear(hidden, params[f"{prefix}.mlp.out.weight"], params[f"{prefix}.mlp.out.bias"])
+    return F.linear(norm(x, "ln_final"), params["unembed.weight"], params.get("unembed.bias"))
+
+
 def member_losses(
     logits: Float[Tensor, "member batch vocab_out"], labels: Int[Tensor, " batch"], divisor: int | None = None
 ) -> Float[Tensor, " member"]:
@@ -470,6 +521,75 @@ class ReadoutForward:
             total = part.detach() if total is None else total + part.detach()
         assert total is not None
         return total
+
+
+class SequenceForward:
+    """``tokens -> logits at every position`` of one bridge, fast or via the bridge.
+
+    The language-model counterpart of :class:`ReadoutForward` (used by the BIF's
+    next-token losses): it holds the bridge's own parameter objects, so optimizer and SGLD
+    updates (also ones that swap a parameter's ``.data``) and ``load_state_dict`` are seen
+    at once, and gradients reach the bridge's parameters.
+
+    Args:
+        model: A bridge. The lean engine needs the toolkit's ``ModelConfig``
+            (``build_model`` / ``load_checkpoint``); other models (e.g. Hugging Face
+            checkpoints) use the bridge's forward.
+        engine: ``"fast"`` (the lean engine where expressible) or ``"bridge"``.
+        warn: Warn once (:class:`EngineFallbackWarning`) when ``"fast"`` falls back.
+    """
+
+    def __init__(self, model: Any, engine: str = "fast", warn: bool = True) -> None:
+        check_engine_name(engine)
+        self.model = model
+        self.spec: EngineSpec | None = None
+        self.reason: str | None = "engine='bridge'"
+        if engine == "fast":
+            model_cfg = getattr(model, "interp_config", None)
+            if model_cfg is None:
+                self.reason = "the model has no interp_toolkit ModelConfig"
+            else:
+                self.spec, self.reason = engine_spec(model_cfg, getattr(model, "cfg", None))
+            if self.spec is None and warn:
+                warn_fallback_once(self.reason or "unknown")
+        self.params: dict[str, Tensor] = {}
+        if self.spec is not None:
+            self.params = {key: t for key, t in model.state_dict(keep_vars=True).items()
+                           if not key.endswith("causal_mask")}
+        self.parameter_ids = _parameter_ids(model)
+
+    @property
+    def fast(self) -> bool:
+        """Whether the lean engine (not the bridge) computes the logits."""
+        return self.spec is not None
+
+    def current(self) -> bool:
+        """Whether the model still holds the parameter objects this forward reads (false
+        after, e.g., ``load_state_dict(..., assign=True)``)."""
+        return self.parameter_ids == _parameter_ids(self.model)
+
+    def __call__(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos vocab_out"]:
+        if self.spec is None:
+            return self.model(tokens)
+        return sequence_logits(self.spec, self.params, tokens)
+
+
+def _parameter_ids(model: Any) -> tuple[int, ...]:
+    return tuple(id(p) for p in model.parameters())
+
+
+_sequence_forwards: "weakref.WeakKeyDictionary[Any, SequenceForward]" = weakref.WeakKeyDictionary()
+
+
+def sequence_forward(model: Any) -> SequenceForward:
+    """The model's :class:`SequenceForward` (``engine="fast"``, no fallback warning), built
+    once per model and rebuilt when the model's parameter objects change."""
+    forward = _sequence_forwards.get(model)
+    if forward is None or not forward.current():
+        forward = SequenceForward(model, "fast", warn=False)
+        forward.model = weakref.proxy(model)  # the cache must not keep the model alive
+        _sequence_forwards[model] = forward
+    return forward
 
 
 # ----------------------------------------------------------------------------- many members
