@@ -8,17 +8,21 @@ vocab 64, 16 tokens). SGLD on 256 random sequences, minibatch 32, ``eps = 1e-4``
 
 What each side does per draw (like for like): one SGLD step (forward + backward on a
 minibatch of 32 pool sequences), then a forward pass over all ``n`` recorded sequences
-recording each one's mean next-token loss. ``devinterp`` records in forward batches of 32
-(its recording batch is its SGLD batch; ``(dataset, n // 32)`` batches per draw) and keeps
-the per-token losses (``[n, 15]`` float32 per draw, in a zarr store) that it averages over
-positions at the end; ours records in batches of ``--ours-eval-batch`` (128: the fastest
-batch for this model here; the library default ``SamplerConfig.eval_batch_size`` is 1024)
-and keeps the per-sequence values only. Both then estimate the ``n x n`` sequence-level
-covariance over the 2 x draws draws (``devinterp``: ``correlation_method="sequence"``,
-``compute_covariance=True``; ours: ``-Cov`` streamed, plus per-chain estimates and
-standard errors). Fixed costs stay in both totals (devinterp: an initial loss over 32
-batches per chain, a model copy per chain, the zarr store; ours: an initial loss over the
-pool and one probing pass over the recorded set).
+recording each one's mean next-token loss. ``devinterp`` runs the bridge's forward
+(``model(tokens)``), records in forward batches of 32 (its recording batch is its SGLD
+batch; ``(dataset, n // 32)`` batches per draw) and keeps the per-token losses (``[n, 15]``
+float32 per draw, in a zarr store) that it averages over positions at the end. Ours runs
+the library's ``next_token_losses`` (on a toolkit model: the lean forward over the
+bridge's own parameters, ``interp_toolkit.runs.engine.SequenceForward``, equal to the
+bridge's logits up to float rounding), records in batches of ``--ours-eval-batch`` (128:
+the fastest batch for this model here; the library default
+``SamplerConfig.eval_batch_size`` is 1024) and keeps the per-sequence values only. Both
+then estimate the ``n x n`` sequence-level covariance over the 2 x draws draws
+(``devinterp``: ``correlation_method="sequence"``, ``compute_covariance=True``; ours:
+``-Cov`` streamed, plus per-chain estimates and standard errors). Fixed costs stay in both
+totals (devinterp: an initial loss over 32 batches per chain, a model copy per chain, the
+zarr store; ours: an initial loss over the pool and one probing pass over the recorded
+set).
 
 Each measurement runs in a fresh subprocess (``--repeats`` times, alternating libraries,
 fastest kept: the machines are shared and noisy). Before measuring, every worker runs the
@@ -27,9 +31,10 @@ costs of the process (kernel set-up, code pages) count for neither side. Time is
 clock and process CPU time (all threads; on a loaded machine the CPU time is the steadier
 measure); memory is the peak resident set size of the process above its size just before
 the call (``ru_maxrss``). A third worker, ``floor``, times the model work of a draw alone
-(the SGLD step plus the recording forwards, in ours' batches and in devinterp's): its
-``ceiling`` = devinterp's CPU seconds per draw / that floor is the largest speed-up any
-implementation doing the same model work in ours' batches could show. Run::
+(the SGLD step plus the recording forwards: ours' lean forward in ours' batches; the
+bridge's forward in ours' batches and in devinterp's): its ``ceiling`` = devinterp's CPU
+seconds per draw / the lean floor is the largest speed-up any implementation doing that
+model work could show. Run::
 
     python benchmarks/bench_bif.py                       # ours only
     python benchmarks/bench_bif.py --compare-devinterp   # needs `pip install -e ".[compare]"`
@@ -96,16 +101,25 @@ def _timed(fn) -> dict:
             "rss_before_mib": before, "out": out}
 
 
+def _lean_sequence_loss(model, tokens):
+    """Ours: the library's next-token losses (the lean forward over the bridge's parameters)."""
+    from interp_toolkit.analyses.bif.lm import next_token_losses
+
+    return next_token_losses(model, tokens).mean(-1)
+
+
 def worker_ours(n: int, chains: int, draws: int, out: Path, eval_batch: int, seed: int = 0) -> dict:
     import numpy as np
 
     from interp_toolkit.analyses.bif import SamplerConfig, bif
 
     model, pool, recorded = _setup(n)
+    _lean_sequence_loss(model, pool[:BATCH]).mean().backward()  # the same warm-up, lean forward
+    model.zero_grad(set_to_none=True)
     config = SamplerConfig(eps=1e-4, gamma=100.0, n_beta=30.0, chains=chains, draws=draws, burn_in=0,
                            steps_between_draws=1, batch_size=BATCH, seed=seed, progress=False,
                            eval_batch_size=eval_batch)
-    record = _timed(lambda: bif(model, pool, recorded, _sequence_loss, config, attribution_data=recorded))
+    record = _timed(lambda: bif(model, pool, recorded, _lean_sequence_loss, config, attribution_data=recorded))
     np.save(out, record.pop("out").bif.numpy())
     return record
 
@@ -113,25 +127,30 @@ def worker_ours(n: int, chains: int, draws: int, out: Path, eval_batch: int, see
 def worker_floor(n: int, chains: int, draws: int, eval_batch: int) -> dict:
     """CPU seconds per draw of the model work alone: one SGLD forward + backward on a
     minibatch and one forward over the ``n`` recorded sequences, in batches of
-    ``eval_batch`` (ours) and of the SGLD batch (devinterp's)."""
+    ``eval_batch`` through the lean forward (ours), the bridge (ours' batches) and the
+    bridge in batches of the SGLD batch (devinterp's)."""
     import torch
 
     model, pool, recorded = _setup(n)
+    _lean_sequence_loss(model, pool[:BATCH]).mean().backward()
+    model.zero_grad(set_to_none=True)
     model.eval()
     iterations = min(chains * draws, 20)
 
-    def per_draw(record_batch: int) -> float:
+    def per_draw(loss, record_batch: int) -> float:
         start = time.process_time()
         for i in range(iterations):
             rows = (i * BATCH) % POOL
-            _sequence_loss(model, pool[rows : rows + BATCH]).mean().backward()
+            loss(model, pool[rows : rows + BATCH]).mean().backward()
             model.zero_grad(set_to_none=True)
             with torch.inference_mode():
                 for s in range(0, n, record_batch):
-                    _sequence_loss(model, recorded[s : s + record_batch])
+                    loss(model, recorded[s : s + record_batch])
         return (time.process_time() - start) / iterations
 
-    return {"floor_cpu_s_per_draw": per_draw(eval_batch), "floor32_cpu_s_per_draw": per_draw(BATCH),
+    return {"floor_cpu_s_per_draw": per_draw(_lean_sequence_loss, eval_batch),
+            "floor_bridge_cpu_s_per_draw": per_draw(_sequence_loss, eval_batch),
+            "floor32_cpu_s_per_draw": per_draw(_sequence_loss, BATCH),
             "seconds": 0.0, "cpu_seconds": 0.0, "rss_before_mib": _rss_mib()}
 
 
@@ -196,7 +215,8 @@ def _keep_best(row: dict, kind: str, record: dict) -> None:
         return
     best["runs"].append(record)
     for key, pick in (("seconds", min), ("cpu_seconds", min), ("floor_cpu_s_per_draw", min),
-                      ("floor32_cpu_s_per_draw", min), ("peak_increase_mib", min)):
+                      ("floor_bridge_cpu_s_per_draw", min), ("floor32_cpu_s_per_draw", min),
+                      ("peak_increase_mib", min)):
         if key in record:
             best[key] = pick(best[key], record[key])
     for key in ("draws_per_s", "draws_per_cpu_s"):
@@ -210,11 +230,12 @@ LIKE_FOR_LIKE = """\
 Per draw, both: 1 SGLD step (forward + backward, minibatch 32 of 256 pool sequences) and a
 forward over all n recorded sequences (per-sequence mean next-token loss); both estimate the
 n x n covariance over 2 chains. devinterp records in batches of 32 and keeps per-token losses;
-ours records in batches of {eval_batch} and keeps per-sequence values (+ per-chain estimates and
-standard errors). Same warm-up for both; best of {repeats} alternating fresh processes; memory =
-peak RSS above the RSS before the call. floor = CPU s/draw of the model work alone in ours'
-batches; ceiling = devinterp CPU s/draw / floor (the most any implementation of that work
-could gain)."""
+ours runs the library's lean forward (equal to the bridge's up to rounding) in batches of
+{eval_batch} and keeps per-sequence values (+ per-chain estimates and standard errors); devinterp
+runs the bridge's forward. Same warm-up for both; best of {repeats} alternating fresh processes;
+memory = peak RSS above the RSS before the call. floor = CPU s/draw of the model work alone
+(lean forward, ours' batches); ceiling = devinterp CPU s/draw / floor (the most any
+implementation of that work could gain)."""
 
 
 def main() -> None:
@@ -270,7 +291,8 @@ def main() -> None:
                 print(f"{kind:>10} {n:>6} error: {record['error']}")
             elif kind == "floor":
                 print(f"{kind:>10} {n:>6} model work per draw: {record['floor_cpu_s_per_draw'] * 1e3:.1f} ms CPU "
-                      f"(recording in batches of {BATCH}: {record['floor32_cpu_s_per_draw'] * 1e3:.1f} ms)")
+                      f"(bridge forward: {record['floor_bridge_cpu_s_per_draw'] * 1e3:.1f} ms; "
+                      f"bridge in batches of {BATCH}: {record['floor32_cpu_s_per_draw'] * 1e3:.1f} ms)")
             else:
                 print(f"{kind:>10} {n:>6} {record['draws_per_s']:9.2f} {record['draws_per_cpu_s']:12.2f} "
                       f"{record['peak_increase_mib']:10.1f} {record['seconds']:8.1f}")
