@@ -44,6 +44,9 @@ class SweepCommandConfig(Config):
         quiet: No progress bar.
         tensorboard: Write TensorBoard event files into every run directory.
         wandb: Log every run to Weights & Biases (offline: under each run directory, no network).
+        recorded: Outcome tables of earlier sittings (outcomes.csv files, e.g.
+            docs/reproduction/outcomes.csv): runs of this grid they list as finished are not
+            trained again; the study's report includes them.
         sweep: The grid and the training settings of every run (its ``device``, ``--device``:
             cpu, cuda, cuda:N or auto, is checked before any work).
     """
@@ -57,6 +60,7 @@ class SweepCommandConfig(Config):
     quiet: bool = False
     tensorboard: bool = False
     wandb: Optional[Literal["offline", "online"]] = None  # noqa: UP007
+    recorded: list[Path] = field(default_factory=list)
     sweep: SweepConfig = field(default_factory=lambda: SweepConfig.from_dict(PRESETS["smoke"]))
 
     def __post_init__(self) -> None:
@@ -65,6 +69,7 @@ class SweepCommandConfig(Config):
                    "an integer >= 1 or None")
         if isinstance(self.out, str):
             self.out = Path(self.out)
+        self.recorded = [Path(p) for p in self.recorded]
 
 
 def _old_spellings(argv: Sequence[str]) -> list[str]:
@@ -137,8 +142,11 @@ def run_config(args: SweepCommandConfig) -> int:
     from interp_toolkit.loggers import loggers_from_flags
 
     result = run_sweep(cfg, args.out, backend=args.backend, workers=args.workers, address=args.address,
-                       progress=not args.quiet, report=False, callbacks=loggers_from_flags(args))
-    print(f"study {result.study_dir}: {len(result.rows)} runs ({result.n_cached} cached) in {result.seconds:.0f} s")
+                       progress=not args.quiet, report=False, callbacks=loggers_from_flags(args),
+                       recorded=args.recorded)
+    recorded = f", {result.n_recorded} taken from recorded outcomes" if args.recorded else ""
+    print(f"study {result.study_dir}: {len(result.rows) + result.n_recorded} runs ({result.n_cached} cached{recorded}) "
+          f"in {result.seconds:.0f} s")
     from interp_toolkit.studies.report import write_report
 
     write_report(result.study_dir, print_table=True)

@@ -897,7 +897,8 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
     """The report of one study directory (or one outcomes CSV): :func:`write_report_sources`.
 
     Args:
-        study_dir: A study directory (``runs/*/run.json`` + ``metrics.jsonl`` inside) or an
+        study_dir: A study directory (``runs/*/run.json`` + ``metrics.jsonl`` inside, and the
+            ``recorded_outcomes.csv`` of runs taken from earlier tables, if any) or an
             ``outcomes.csv``.
         out_dir: Where to write (default: the study directory; for a CSV, its folder).
         print_table, compare, max_printed_contrasts, figure_format, rate_axis: See
@@ -911,7 +912,11 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
         out_dir = study_dir.parent if study_dir.is_file() else study_dir
     if study_dir.is_dir() and not (study_dir / "runs").is_dir():
         raise UserError(f"{study_dir} is not a study directory (no runs/ folder inside)")
-    return write_report_sources([study_dir], out_dir, print_table=print_table, compare=compare,
+    sources = [study_dir]
+    recorded = study_dir / "recorded_outcomes.csv"  # studies.sweep.RECORDED_OUTCOMES
+    if study_dir.is_dir() and recorded.is_file():
+        sources.append(recorded)  # runs of this grid taken from earlier sittings' tables
+    return write_report_sources(sources, out_dir, print_table=print_table, compare=compare,
                                 max_printed_contrasts=max_printed_contrasts, figure_format=figure_format,
                                 rate_axis=rate_axis)
 

@@ -311,6 +311,54 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path) -> list[dict[str, Any]]:
     return jobs
 
 
+#: File in a study directory holding the outcome rows of runs taken from earlier sittings'
+#: outcome tables (``run_sweep(recorded=...)``); the study's report pools it with the runs.
+RECORDED_OUTCOMES = "recorded_outcomes.csv"
+
+
+def read_recorded_runs(paths: Sequence[str | Path]) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """Finished runs listed in ``outcomes.csv`` files: ``(header, {run directory name: raw row})``.
+
+    A sweep names a run's directory by a hash of every config (:func:`run_dir_name`), so a
+    name in an earlier table is the same run wherever that table was written.
+
+    Raises:
+        UserError: a file is missing or is not an outcomes table (naming the file).
+    """
+    import csv
+
+    from interp_toolkit.errors import UserError
+    from interp_toolkit.studies.report import read_outcomes_csv
+
+    header: list[str] = []
+    runs: dict[str, dict[str, str]] = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise UserError(f"recorded outcomes {path} is not a file; expected an outcomes.csv written by "
+                            "`interp-toolkit report` or `sweep`")
+        read_outcomes_csv(path)  # validates the columns and every value, naming file, line and column
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            header += [k for k in reader.fieldnames or [] if k not in header]
+            for row in reader:
+                if row.get("status") == "finished" and row.get("run_dir"):
+                    runs[Path(row["run_dir"]).name] = row
+    return header, runs
+
+
+def _write_recorded(study_dir: Path, header: Sequence[str], rows: Sequence[Mapping[str, str]]) -> None:
+    import csv
+    import io
+
+    from interp_toolkit.io import atomic_write_text
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(header), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(study_dir / RECORDED_OUTCOMES, buffer.getvalue())
+
+
 def _job_done(job: Mapping[str, Any]) -> bool:
     return all((Path(run["run_dir"]) / "outcome.json").exists() for run in job["runs"])
 
@@ -564,6 +612,7 @@ class SweepResult:
     n_cached: int
     seconds: float
     failed: list[dict[str, Any]] = field(default_factory=list)
+    n_recorded: int = 0
 
 
 def default_study_dir(cfg: SweepConfig, root: str | Path = "runs/sweeps") -> Path:
@@ -579,6 +628,7 @@ def run_sweep(
     progress: bool = True,
     report: bool = True,
     callbacks: Sequence[Any] | None = None,
+    recorded: Sequence[str | Path] = (),
 ) -> SweepResult:
     """Run (or finish) a sweep; each run's directory is keyed by its config.
 
@@ -595,9 +645,15 @@ def run_sweep(
         callbacks: :class:`interp_toolkit.callbacks.Callback` objects given to every run's
             trainer, e.g. ``[TensorBoardLogger()]`` (``tensorboard --logdir STUDY_DIR`` then
             shows every run). Process-pool and Ray workers get pickled copies.
+        recorded: Outcome tables of earlier sittings (``outcomes.csv`` of ``report``, e.g.
+            ``docs/reproduction/outcomes.csv``): a run of this grid listed there as finished
+            is not trained again (unless its directory is here already); its row is kept in
+            ``study_dir/recorded_outcomes.csv``, which the study's report pools with the runs.
+            So a study spread over machines or sessions resumes from committed tables.
 
     Returns:
-        A :class:`SweepResult` with one outcome row per run, sorted by cell and seed.
+        A :class:`SweepResult` with one outcome row per run trained or found here, sorted
+        by cell and seed (``n_recorded``: runs taken from ``recorded``).
     """
     if not isinstance(cfg, SweepConfig):
         raise TypeError(f"run_sweep expects a SweepConfig, got {type(cfg).__name__}")
@@ -607,15 +663,18 @@ def run_sweep(
         raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
     study_dir = Path(study_dir) if study_dir is not None else default_study_dir(cfg)
     study_dir = study_dir.resolve()
+    recorded_table = read_recorded_runs(recorded) if recorded else ([], {})
     from interp_toolkit.runs.lock import DirectoryLock
 
     with DirectoryLock(study_dir, "study directory"):
-        return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report, callbacks)
+        return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report, callbacks,
+                                 recorded_table)
 
 
 def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: int | None,
                       address: str | None, progress: bool, report: bool,
-                      callbacks: Sequence[Any] | None) -> SweepResult:
+                      callbacks: Sequence[Any] | None,
+                      recorded_table: tuple[list[str], dict[str, dict[str, str]]] = ([], {})) -> SweepResult:
     """:func:`run_sweep` once ``study_dir`` is locked by this process."""
     from interp_toolkit.errors import UserError
 
@@ -634,7 +693,24 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
                                    "outcome_thresholds": cfg.outcome_thresholds().to_dict()})
 
     started = time.perf_counter()
+    (study_dir / "runs").mkdir(parents=True, exist_ok=True)  # a study directory, even if all is recorded
     jobs = plan_jobs(cfg, study_dir)
+    header, recorded_runs = recorded_table
+    taken: list[dict[str, str]] = []
+    if recorded_runs:
+        for job in jobs:
+            keep = []
+            for run in job["runs"]:
+                name = Path(run["run_dir"]).name
+                if name in recorded_runs and not (Path(run["run_dir"]) / "outcome.json").exists():
+                    taken.append(recorded_runs[name])
+                else:
+                    keep.append(run)
+            job["runs"] = keep
+        jobs = [job for job in jobs if job["runs"]]
+        if taken:
+            _write_recorded(study_dir, header, taken)
+    n_recorded = len(taken)
     cached_jobs = [job for job in jobs if _job_done(job)]
     todo = [job for job in jobs if not _job_done(job)]
     rows: list[dict[str, Any]] = []
@@ -642,12 +718,12 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
         rows.extend(run_job_cached(job))
     n_cached = len(rows)
     callbacks = as_callbacks(callbacks)
-    evaluations = len(cell_configs(cfg, jobs[0]["cell"], cfg.seeds[0])[2].evaluation_epochs())
+    evaluations = len(cell_configs(cfg, cfg.cells()[0], cfg.seeds[0])[2].evaluation_epochs())
     for job in todo:
         job["evaluations_per_run"] = evaluations
-    bar = tqdm(total=cfg.n_runs() * evaluations, initial=n_cached * evaluations, unit="eval",
+    bar = tqdm(total=cfg.n_runs() * evaluations, initial=(n_cached + n_recorded) * evaluations, unit="eval",
                desc=f"sweep {cfg.name} [{backend}]", disable=not progress, file=sys.stderr)
-    tracker = _SweepProgress(bar, todo, cfg.n_runs(), n_cached)
+    tracker = _SweepProgress(bar, todo, cfg.n_runs(), n_cached + n_recorded)
     if todo:
         if backend == "ray":
             rows.extend(_run_ray(todo, address, tracker, callbacks, cfg.device))
@@ -668,7 +744,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
         from interp_toolkit.studies.report import write_report
 
         write_report(study_dir, print_table=False)
-    return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started, failed)
+    return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started, failed, n_recorded)
 
 
 def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -680,5 +756,5 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["BACKENDS", "CHANCE", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "SweepConfig", "SweepResult",
-           "cell_configs", "plan_jobs", "preset", "run_job", "run_sweep"]
+__all__ = ["BACKENDS", "CHANCE", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
+           "SweepResult", "cell_configs", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]

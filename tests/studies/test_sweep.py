@@ -299,3 +299,54 @@ def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
     assert {0.5, 0.9} <= set(final.task_ratios("max_parity_sum_parity")) and min(final.ratios) < 0.5
     assert 0.4 in final.weight_decays and set(final.n_layers) == {1, 2}
     assert final.name != calibration.name  # the report keeps the two studies' cells apart
+
+
+def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
+    """A study spread over sittings: runs listed as finished in an earlier outcomes.csv are
+    taken from it, the others trained, and the study's report holds both."""
+    import csv
+
+    from interp_toolkit.studies.report import read_outcomes_csv
+    from interp_toolkit.studies.sweep import RECORDED_OUTCOMES
+
+    with open(smoke_local.study_dir / "outcomes.csv", newline="") as handle:
+        reader = csv.DictReader(handle)
+        header, rows = reader.fieldnames, list(reader)
+    r_first = min(float(row["r"]) for row in rows)
+    earlier = [row for row in rows if float(row["r"]) == r_first]  # one cell of two
+    assert len(earlier) == 2
+    earlier_csv = tmp_path / "earlier" / "outcomes.csv"
+    earlier_csv.parent.mkdir()
+    with open(earlier_csv, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(earlier)
+
+    study = tmp_path / "second_sitting"
+    result = run_sweep(preset("smoke"), study, workers=2, progress=False, recorded=[earlier_csv])
+    assert result.n_recorded == 2
+    assert len(result.rows) == 2 and {row["r"] for row in result.rows} == {0.9}  # only the other cell trained
+    assert len(list((study / "runs").iterdir())) == 2
+    assert len(read_outcomes_csv(study / RECORDED_OUTCOMES)) == 2
+    pooled = read_outcomes_csv(study / "outcomes.csv")  # the study's report: both sittings
+    assert sorted((row["r"], row["seed"]) for row in pooled) == sorted(
+        (row["r"], row["seed"]) for row in smoke_local.rows)
+    assert _summary(sorted(pooled, key=lambda r: (r["r"], r["seed"]))) == _summary(smoke_local.rows)
+
+    # everything recorded: nothing is trained, through the CLI too
+    assert main(["sweep", "--preset", "smoke", "--out", str(tmp_path / "third"), "--quiet",
+                 "--recorded", str(smoke_local.study_dir / "outcomes.csv")]) == 0
+    assert "4 taken from recorded outcomes" in capsys.readouterr().out
+    assert not (tmp_path / "third" / "runs").exists() or not any((tmp_path / "third" / "runs").iterdir())
+
+
+def test_bad_recorded_outcomes_are_refused_before_any_work(tmp_path, capsys):
+    assert main(["sweep", "--preset", "smoke", "--out", str(tmp_path / "s"), "--recorded",
+                 str(tmp_path / "missing.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.csv" in err and "outcomes.csv" in err
+    not_outcomes = tmp_path / "other.csv"
+    not_outcomes.write_text("a,b\n1,2\n")
+    assert main(["sweep", "--preset", "smoke", "--out", str(tmp_path / "s"), "--recorded", str(not_outcomes)]) == 2
+    assert "other.csv lacks the columns" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
