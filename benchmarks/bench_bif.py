@@ -166,8 +166,12 @@ def worker_devinterp(n: int, chains: int, draws: int, out: Path) -> dict:
     def per_token_loss(model, input_ids):
         import torch.nn.functional as F
 
+        # classes on the last dim, as ours: log-softmax over dim 1 of [B, V, T] is several
+        # times slower here, and that layout is not what is compared
         logits = model(input_ids)
-        return F.cross_entropy(logits[:, :-1].transpose(1, 2), input_ids[:, 1:], reduction="none")
+        batch, seq = input_ids.shape
+        return F.cross_entropy(logits[:, :-1].reshape(batch * (seq - 1), -1), input_ids[:, 1:].reshape(-1),
+                               reduction="none").view(batch, seq - 1)
 
     pool_ds = Dataset.from_dict({"input_ids": pool.tolist()}).with_format("torch")
     rec_ds = Dataset.from_dict({"input_ids": recorded.tolist()}).with_format("torch")

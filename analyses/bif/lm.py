@@ -107,7 +107,10 @@ def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Flo
     """
     toolkit_model = isinstance(model, nn.Module) and getattr(model, "interp_config", None) is not None
     logits = sequence_forward(model)(tokens) if toolkit_model else model(tokens)
-    return F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none")
+    batch, seq = tokens.shape
+    # classes on the last dim: log-softmax over contiguous rows (~5x faster here than over dim 1)
+    return F.cross_entropy(logits[:, :-1].reshape(batch * (seq - 1), -1).float(), tokens[:, 1:].reshape(-1),
+                           reduction="none").view(batch, seq - 1)
 
 
 @dataclass
