@@ -301,6 +301,19 @@ def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
     assert final.name != calibration.name  # the report keeps the two studies' cells apart
 
 
+@pytest.mark.parametrize("slice_file", ["final_1L.yaml", "final_2L.yaml"])
+def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, tmp_path):
+    """The slice configs train a subset of the preset's runs, in the same run directories
+    (so slices, sittings and the full preset pool in one report)."""
+    from interp_toolkit.cli.sweep import parse
+
+    part = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction" / slice_file)]).sweep
+    names = {Path(run["run_dir"]).name for job in plan_jobs(part, tmp_path) for run in job["runs"]}
+    full = {Path(run["run_dir"]).name for job in plan_jobs(preset("reproduce"), tmp_path) for run in job["runs"]}
+    assert len(names) == 32 and names <= full
+    assert part.name == preset("reproduce").name
+
+
 def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
     """A study spread over sittings: runs listed as finished in an earlier outcomes.csv are
     taken from it, the others trained, and the study's report holds both."""
