@@ -301,8 +301,9 @@ def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
     assert final.name != calibration.name  # the report keeps the two studies' cells apart
 
 
-@pytest.mark.parametrize("slice_file", ["final_1L.yaml", "final_2L.yaml"])
-def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, tmp_path):
+@pytest.mark.parametrize("slice_file, n_runs", [("final_1L.yaml", 32), ("final_2L.yaml", 32),
+                                                ("final_1L_below_chance.yaml", 16)])
+def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, tmp_path):
     """The slice configs train a subset of the preset's runs, in the same run directories
     (so slices, sittings and the full preset pool in one report)."""
     from interp_toolkit.cli.sweep import parse
@@ -310,7 +311,7 @@ def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, tmp_path)
     part = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction" / slice_file)]).sweep
     names = {Path(run["run_dir"]).name for job in plan_jobs(part, tmp_path) for run in job["runs"]}
     full = {Path(run["run_dir"]).name for job in plan_jobs(preset("reproduce"), tmp_path) for run in job["runs"]}
-    assert len(names) == 32 and names <= full
+    assert len(names) == n_runs and names <= full
     assert part.name == preset("reproduce").name
 
 
