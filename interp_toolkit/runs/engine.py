@@ -415,15 +415,18 @@ def sequence_logits(
         return F.layer_norm(x, (d_model,), params[f"{prefix}.weight"], params[f"{prefix}.bias"], spec.eps)
 
     x = F.embedding(tokens, params["embed.weight"]) + params["pos_embed.weight"][:pos]
-    mask = torch.full((pos, pos), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
+    # keys padded to a multiple of KEY_PAD (masked): softmax over a short last dim is slow on CPU
+    width = -(-pos // KEY_PAD) * KEY_PAD
+    mask = _score_mask(pos, pos, width, causal=True, like=x)
     for layer in range(spec.n_layers):
         prefix = f"blocks.{layer}"
         weight = torch.cat([params[f"{prefix}.attn.{c}.weight"] for c in "qkv"])
         bias = torch.cat([params[f"{prefix}.attn.{c}.bias"] for c in "qkv"])
         q, k, v = F.linear(norm(x, f"{prefix}.ln1"), weight, bias).view(batch, pos, 3, heads, d_head).permute(2, 0, 3, 1, 4)
-        scores = torch.baddbmm(mask, q.reshape(batch * heads, pos, d_head),
-                               k.reshape(batch * heads, pos, d_head).transpose(1, 2), alpha=1.0 / spec.attn_scale)
-        z = torch.bmm(torch.softmax(scores, dim=-1), v.reshape(batch * heads, pos, d_head))
+        k, v = (F.pad(t, (0, 0, 0, width - pos)).reshape(batch * heads, width, d_head) for t in (k, v))
+        scores = torch.baddbmm(mask, q.reshape(batch * heads, pos, d_head), k.transpose(1, 2),
+                               alpha=1.0 / spec.attn_scale)
+        z = torch.bmm(torch.softmax(scores, dim=-1), v)
         z = z.view(batch, heads, pos, d_head).transpose(1, 2).reshape(batch, pos, heads * d_head)
         x = x + F.linear(z, params[f"{prefix}.attn.o.weight"], params[f"{prefix}.attn.o.bias"])
         if not spec.attn_only:

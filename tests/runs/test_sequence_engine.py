@@ -5,6 +5,7 @@ losses run on toolkit models."""
 from __future__ import annotations
 
 import gc
+import math
 import itertools
 import weakref
 
@@ -114,7 +115,9 @@ def test_bridge_engine_and_other_models_use_the_modules_own_forward():
     bigram = Bigram()
     tokens = _tokens()
     expected = F.cross_entropy(bigram(tokens)[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
-    assert torch.equal(next_token_losses(bigram, tokens), expected)
+    assert torch.allclose(next_token_losses(bigram, tokens), expected, rtol=1e-6, atol=1e-6)
+    bigram.table.weight.data.mul_(0)  # the module's own forward really is what ran
+    assert torch.allclose(next_token_losses(bigram, tokens), torch.full_like(expected, math.log(VOCAB)))
 
 
 def test_bif_with_the_lean_next_token_losses_equals_the_bridge_forward():
@@ -138,3 +141,15 @@ def test_bif_with_the_lean_next_token_losses_equals_the_bridge_forward():
     assert torch.allclose(lean, reference, rtol=1e-3, atol=1e-4 * reference.abs().max())
     # restored afterwards: the model's weights are the checkpoint's again
     assert (sequence_forward(model)(recorded) - model(recorded)).abs().max() < 1e-5 * model(recorded).abs().max()
+
+
+@pytest.mark.parametrize("length", [2, 5, N_CTX])
+def test_next_token_losses_of_a_toolkit_model_equal_the_bridges(length):
+    """The lean path skips the last token (no loss reads its logits) and pads the keys."""
+    model = _model()
+    tokens = _tokens(length=length)
+    logits = model(tokens)
+    expected = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+    out = next_token_losses(model, tokens)
+    assert out.shape == (tokens.shape[0], length - 1)
+    assert (out - expected).abs().max() <= 1e-5 * expected.abs().max()
