@@ -5,8 +5,8 @@ losses run on toolkit models."""
 from __future__ import annotations
 
 import gc
-import math
 import itertools
+import math
 import weakref
 
 import pytest
