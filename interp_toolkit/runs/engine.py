@@ -387,6 +387,7 @@ def sequence_logits(
     spec: EngineSpec,
     params: Mapping[str, Tensor],
     tokens: Int[Tensor, "batch pos"],
+    table: bool | None = None,
 ) -> Float[Tensor, "batch pos vocab_out"]:
     """Logits at every position of one model (a language model's forward).
 
@@ -399,6 +400,9 @@ def sequence_logits(
         params: Every parameter by TransformerLens state-dict key (plus the ``unembed.bias``
             buffer), without a member dimension.
         tokens: Input token ids.
+        table: Compute layer 0's ``ln1`` + QKV once per ``(token, position)`` pair and
+            gather, as :func:`readout_logits` does (``None``: when the table has at most half
+            the rows of the batch).
 
     Returns:
         ``[batch, pos, d_vocab_out]`` logits, equal to the bridge's ``model(tokens)`` up to
@@ -408,6 +412,8 @@ def sequence_logits(
     if pos > spec.n_ctx:
         raise ValueError(f"input length {pos} exceeds the model's n_ctx={spec.n_ctx}")
     heads, d_head, d_model = spec.n_heads, spec.d_head, spec.d_model
+    if table is None:
+        table = 2 * spec.d_vocab <= batch
 
     def norm(x: Tensor, prefix: str) -> Tensor:
         if not spec.layer_norm:
@@ -422,7 +428,14 @@ def sequence_logits(
         prefix = f"blocks.{layer}"
         weight = torch.cat([params[f"{prefix}.attn.{c}.weight"] for c in "qkv"])
         bias = torch.cat([params[f"{prefix}.attn.{c}.bias"] for c in "qkv"])
-        q, k, v = F.linear(norm(x, f"{prefix}.ln1"), weight, bias).view(batch, pos, 3, heads, d_head).permute(2, 0, 3, 1, 4)
+        if layer == 0 and table:
+            # layer 0's input is a function of (token, position): ln1 + QKV once per pair, gathered
+            x_table = (params["embed.weight"].unsqueeze(1) + params["pos_embed.weight"][:pos]).reshape(-1, d_model)
+            rows = (tokens * pos + torch.arange(pos, device=tokens.device)).reshape(-1)
+            qkv = F.linear(norm(x_table, f"{prefix}.ln1"), weight, bias).index_select(0, rows)
+        else:
+            qkv = F.linear(norm(x, f"{prefix}.ln1"), weight, bias)
+        q, k, v = qkv.view(batch, pos, 3, heads, d_head).permute(2, 0, 3, 1, 4)
         k, v = (F.pad(t, (0, 0, 0, width - pos)).reshape(batch * heads, width, d_head) for t in (k, v))
         scores = torch.baddbmm(mask, q.reshape(batch * heads, pos, d_head), k.transpose(1, 2),
                                alpha=1.0 / spec.attn_scale)

@@ -153,3 +153,14 @@ def test_next_token_losses_of_a_toolkit_model_equal_the_bridges(length):
     out = next_token_losses(model, tokens)
     assert out.shape == (tokens.shape[0], length - 1)
     assert (out - expected).abs().max() <= 1e-5 * expected.abs().max()
+
+
+@pytest.mark.parametrize("norm", ["LN", None])
+def test_layer0_table_path_equals_the_bridge(norm):
+    model = _model(norm=norm)
+    forward = SequenceForward(model)
+    tokens = _tokens(n=64)
+    reference = model(tokens)
+    for table in (True, False):
+        out = engine.sequence_logits(forward.spec, forward.params, tokens, table=table)
+        assert (out - reference).abs().max() <= 1e-5 * reference.abs().max(), table
