@@ -414,6 +414,7 @@ def sequence_logits(
     heads, d_head, d_model = spec.n_heads, spec.d_head, spec.d_model
     if table is None:
         table = 2 * spec.d_vocab <= batch
+    in_place = not torch.is_grad_enabled()  # no graph to keep intermediates for: reuse buffers
 
     def norm(x: Tensor, prefix: str) -> Tensor:
         if not spec.layer_norm:
@@ -441,11 +442,13 @@ def sequence_logits(
                                alpha=1.0 / spec.attn_scale)
         z = torch.bmm(torch.softmax(scores, dim=-1), v)
         z = z.view(batch, heads, pos, d_head).transpose(1, 2).reshape(batch, pos, heads * d_head)
-        x = x + F.linear(z, params[f"{prefix}.attn.o.weight"], params[f"{prefix}.attn.o.bias"])
+        attn_out = F.linear(z, params[f"{prefix}.attn.o.weight"], params[f"{prefix}.attn.o.bias"])
+        x = attn_out.add_(x) if in_place else x + attn_out
         if not spec.attn_only:
-            hidden = _ACTIVATIONS[spec.act_fn](F.linear(norm(x, f"{prefix}.ln2"), params[f"{prefix}.mlp.in.weight"],
-                                                        params[f"{prefix}.mlp.in.bias"]))
-            x = x + F.linear(hidden, params[f"{prefix}.mlp.out.weight"], params[f"{prefix}.mlp.out.bias"])
+            hidden = F.linear(norm(x, f"{prefix}.ln2"), params[f"{prefix}.mlp.in.weight"], params[f"{prefix}.mlp.in.bias"])
+            hidden = hidden.relu_() if in_place and spec.act_fn == "relu" else _ACTIVATIONS[spec.act_fn](hidden)
+            mlp_out = F.linear(hidden, params[f"{prefix}.mlp.out.weight"], params[f"{prefix}.mlp.out.bias"])
+            x = mlp_out.add_(x) if in_place else x + mlp_out
     return F.linear(norm(x, "ln_final"), params["unembed.weight"], params.get("unembed.bias"))
 
 

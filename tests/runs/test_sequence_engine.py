@@ -155,12 +155,15 @@ def test_next_token_losses_of_a_toolkit_model_equal_the_bridges(length):
     assert (out - expected).abs().max() <= 1e-5 * expected.abs().max()
 
 
-@pytest.mark.parametrize("norm", ["LN", None])
-def test_layer0_table_path_equals_the_bridge(norm):
-    model = _model(norm=norm)
+@pytest.mark.parametrize("norm, act", [("LN", "relu"), (None, "gelu")])
+def test_layer0_table_and_in_place_paths_equal_the_bridge(norm, act):
+    model = _model(norm=norm, act=act)
     forward = SequenceForward(model)
     tokens = _tokens(n=64)
     reference = model(tokens)
     for table in (True, False):
         out = engine.sequence_logits(forward.spec, forward.params, tokens, table=table)
+        assert (out - reference).abs().max() <= 1e-5 * reference.abs().max(), table
+        with torch.inference_mode():  # the in-place (no autograd) path
+            out = engine.sequence_logits(forward.spec, forward.params, tokens, table=table)
         assert (out - reference).abs().max() <= 1e-5 * reference.abs().max(), table
