@@ -31,7 +31,7 @@ class ReportCommandConfig(Config):
             with one outcomes.csv: its folder; required with several sources).
         compare: Pairs of cells: rate difference a - b with a 95% Newcombe interval and Fisher
             exact p; cells as KEY=VALUE lists, e.g. --compare L=2,r=0.9,seq_len=8
-            L=2,r=0.5,seq_len=8 (keys: task, L, H, wd, r, seq_len, n_values, n_train, n_eval,
+            L=2,r=0.5,seq_len=8 (keys: task, study, L, H, wd, r, seq_len, n_values, n_train, n_eval,
             data_seed, d_model, d_mlp, lr, epochs, batch_size, eval_every, early_stop,
             threshold; an even number of values, taken two by two).
         format: Figure file format (png, svg or pdf).

@@ -221,7 +221,7 @@ def cell_label(row: Mapping[str, Any], regime_fields: Sequence[str] = ()) -> str
 
 def _parse_spec_value(spec: str, key: str, field: str, value: str) -> Any:
     value = value.strip()
-    if field == "task":
+    if field in ("task", "study"):
         return value
     if field == "early_stop":
         lowered = value.lower()
@@ -251,8 +251,8 @@ def _matches(row: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
 def find_cell(table: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any]:
     """The one table row matching a spec like ``"L=2,r=0.9,seq_len=8"``.
 
-    Keys: ``task``, ``L`` (``layers``), ``H`` (``heads``), ``wd``, ``r`` and every cell field
-    by its name (``seq_len``, ``n_values``, ``n_train``, ``n_eval``, ``data_seed``,
+    Keys: ``task``, ``study`` (the sweep's name), ``L`` (``layers``), ``H`` (``heads``),
+    ``wd``, ``r`` and every cell field by its name (``seq_len``, ``n_values``, ``n_train``, ``n_eval``, ``data_seed``,
     ``d_model``, ``d_mlp``, ``lr``, ``epochs``, ``batch_size`` (``full``: full batch),
     ``eval_every``, ``early_stop`` (true/false), ``threshold``).
 

@@ -341,3 +341,8 @@ def test_calibration_and_final_studies_stay_apart_at_equal_settings(tmp_path):
     assert (by_study["final"]["n_generalized"], by_study["final"]["n_seeds"]) == (3, 3)
     rows = read_outcomes_csv(tmp_path / "out" / "outcomes.csv")
     assert sorted({row["study"] for row in rows}) == ["calibration", "final"]
+    # a comparison names a study's cell by the study's name
+    assert find_cell(report["table"], "study=final,r=0.9")["n_seeds"] == 3
+    assert find_cell(report["table"], "study=calibration")["n_seeds"] == 2
+    with pytest.raises(ValueError, match="ambiguous.*study"):
+        find_cell(report["table"], "r=0.9")
