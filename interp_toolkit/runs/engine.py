@@ -466,6 +466,15 @@ def member_losses(
 # ----------------------------------------------------------------------------- one model
 
 
+def model_engine_spec(model: Any) -> tuple[EngineSpec | None, str | None]:
+    """The :class:`EngineSpec` of a toolkit bridge, or ``(None, reason)`` when the lean
+    engine cannot run it (no toolkit ``ModelConfig``, or an inexpressible option)."""
+    model_cfg = getattr(model, "interp_config", None)
+    if model_cfg is None:
+        return None, "the model has no interp_toolkit ModelConfig"
+    return engine_spec(model_cfg, getattr(model, "cfg", None))
+
+
 class ReadoutForward:
     """``tokens -> logits at the readout position`` of one bridge, fast or via the bridge.
 
@@ -486,11 +495,7 @@ class ReadoutForward:
         self.spec: EngineSpec | None = None
         self.reason: str | None = None
         if engine == "fast":
-            model_cfg = getattr(model, "interp_config", None)
-            if model_cfg is None:
-                self.reason = "the model has no interp_toolkit ModelConfig"
-            else:
-                self.spec, self.reason = engine_spec(model_cfg, getattr(model, "cfg", None))
+            self.spec, self.reason = model_engine_spec(model)
             if self.spec is None:
                 warn_fallback_once(self.reason or "unknown")
             else:
@@ -564,11 +569,7 @@ class SequenceForward:
         self.spec: EngineSpec | None = None
         self.reason: str | None = "engine='bridge'"
         if engine == "fast":
-            model_cfg = getattr(model, "interp_config", None)
-            if model_cfg is None:
-                self.reason = "the model has no interp_toolkit ModelConfig"
-            else:
-                self.spec, self.reason = engine_spec(model_cfg, getattr(model, "cfg", None))
+            self.spec, self.reason = model_engine_spec(model)
             if self.spec is None and warn:
                 warn_fallback_once(self.reason or "unknown")
         self.params: dict[str, Tensor] = {}
