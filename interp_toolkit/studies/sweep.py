@@ -3,8 +3,9 @@
 A study directory holds::
 
     STUDY_DIR/
-      study.json        the SweepConfig, its hash (a different sweep is refused here) and the
-                        outcome_thresholds every outcome of the study is scored with
+      study.json        the latest SweepConfig, its hash and the outcome_thresholds every
+                        outcome of the study is scored with; a sweep whose shared settings
+                        differ is refused here (one that only grows the grid is welcome)
       runs/<task>_<L>L<H>H_r<r>_wd<wd>_s<seed>_<hash>/
           run.json, metrics.jsonl, checkpoints/, curves.png   (as interp_toolkit.train writes)
           outcome.json  the run's outcome record (interp_toolkit.studies.outcomes)
@@ -55,6 +56,12 @@ CHANCE = "chance"
 #: SweepConfig fields that only score runs (they are re-applied by ``report`` to stored
 #: metrics), so they are left out of the study key: changing them never retrains.
 OUTCOME_ONLY_FIELDS = ("transient_tolerance", "transient_min_span")
+
+#: SweepConfig fields that only choose which runs exist (or how seeds are batched), not how
+#: any run trains: a study directory accepts a sweep that differs from its own only in these,
+#: so a study grows by more seeds, ratios or architectures in place (runs are keyed by their
+#: own configs and the report pools them by cell).
+GRID_FIELDS = ("tasks", "ratios", "n_layers", "n_heads", "weight_decays", "seeds", "seeds_per_process")
 
 
 @dataclass
@@ -619,6 +626,16 @@ def default_study_dir(cfg: SweepConfig, root: str | Path = "runs/sweeps") -> Pat
     return Path(root) / f"{cfg.name}_{cfg.key()}"
 
 
+def _shared_settings_differing(recorded: Any, cfg: SweepConfig) -> list[str] | None:
+    """Names of the non-grid settings where a study's recorded config and ``cfg`` differ
+    (``None`` when the record holds no readable config)."""
+    if not isinstance(recorded, dict):
+        return None
+    ignored = set(GRID_FIELDS) | set(OUTCOME_ONLY_FIELDS) | set(_NOT_IN_KEY)
+    ours = json.loads(json.dumps(cfg.to_dict()))  # tuples as lists, as the record stores them
+    return sorted(k for k in set(ours) | set(recorded) if k not in ignored and ours.get(k) != recorded.get(k))
+
+
 def run_sweep(
     cfg: SweepConfig,
     study_dir: str | Path | None = None,
@@ -635,7 +652,9 @@ def run_sweep(
     Args:
         cfg: The grid.
         study_dir: Where the study lives (default ``runs/sweeps/<name>_<hash>``). A
-            directory holding a different sweep raises ``ValueError``.
+            directory holding a sweep with other shared settings (name, task or training
+            settings) raises ``ValueError``; one whose sweep differs only in its grid
+            (``GRID_FIELDS``: more seeds, ratios, ...) is extended in place.
         backend: ``"local"`` (process pool) or ``"ray"``.
         workers: Local processes (default: CPU count, at most one per job).
         address: Ray cluster address (default: an existing ``ray.init`` or a local one).
@@ -685,10 +704,14 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise UserError(f"study record {study_path} is unreadable ({err}); choose another directory") from err
         if existing.get("key") != cfg.key():
-            raise ValueError(
-                f"study directory {study_dir} holds a different sweep (key {existing.get('key')}, this "
-                f"sweep's key {cfg.key()}); choose another directory"
-            )
+            differing = _shared_settings_differing(existing.get("config"), cfg)
+            if differing is None or differing:
+                detail = (f"settings that differ: {', '.join(differing)}" if differing
+                          else f"key {existing.get('key')}, this sweep's key {cfg.key()}")
+                raise ValueError(
+                    f"study directory {study_dir} holds a different sweep ({detail}); choose another "
+                    f"directory (a sweep may differ from a study's only in its grid: {', '.join(GRID_FIELDS)})"
+                )
     atomic_write_json(study_path, {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
                                    "outcome_thresholds": cfg.outcome_thresholds().to_dict()})
 
@@ -756,5 +779,5 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["BACKENDS", "CHANCE", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
+__all__ = ["BACKENDS", "CHANCE", "GRID_FIELDS", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
            "SweepResult", "cell_configs", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]

@@ -92,8 +92,29 @@ def test_rerun_is_cache_hit(smoke_local):
 
 
 def test_other_sweep_in_same_study_dir_is_refused(smoke_local):
-    with pytest.raises(ValueError, match="different sweep"):
-        run_sweep(preset("smoke", epochs=10), smoke_local.study_dir, progress=False)
+    with pytest.raises(ValueError, match="different sweep .settings that differ: epochs, lr"):
+        run_sweep(preset("smoke", epochs=10, lr=1e-3), smoke_local.study_dir, progress=False)
+
+
+def test_study_grows_by_more_seeds_in_place(smoke_local, tmp_path):
+    import shutil
+
+    study = tmp_path / "grown"
+    shutil.copytree(smoke_local.study_dir, study)
+    grown = run_sweep(preset("smoke", seeds=[0, 1, 2], seeds_per_process=1), study, workers=2,
+                      progress=False)
+    assert grown.n_cached == 4  # the study's finished runs are not trained again
+    assert len(grown.rows) == 6
+    assert sorted({row["seed"] for row in grown.rows}) == [0, 1, 2]
+    assert json.loads((study / "study.json").read_text())["config"]["seeds"] == [0, 1, 2]
+    import csv
+
+    with open(study / "table.csv", newline="") as f:
+        cells = list(csv.DictReader(f))
+    assert [cell["n_seeds"] for cell in cells] == ["3", "3"]  # both cells pool their 3 seeds
+    # the original, smaller sweep still runs there: every one of its runs is a cache hit
+    again = run_sweep(preset("smoke"), study, workers=2, progress=False, report=False)
+    assert again.n_cached == 4
 
 
 def test_ray_backend_gives_same_table(smoke_local, tmp_path):
