@@ -336,6 +336,31 @@ def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, t
     assert part.name == preset("reproduce").name
 
 
+def test_wd04_arm_is_the_reproduce_preset_without_early_stop(tmp_path):
+    """Transience needs full runs: the weight-decay-0.4 arm is the preset's wd 0.4 runs with
+    early stopping off, nothing else changed."""
+    from interp_toolkit.cli.sweep import parse
+
+    part = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction/final_1L_wd04.yaml")]).sweep
+    assert part.early_stop is False and part.weight_decays == [0.4]
+    names = {Path(run["run_dir"]).name for job in plan_jobs(part, tmp_path) for run in job["runs"]}
+    full = {Path(run["run_dir"]).name
+            for job in plan_jobs(preset("reproduce", early_stop=False), tmp_path) for run in job["runs"]}
+    assert len(names) == 8 and names <= full
+
+
+def test_length7_calibration_changes_only_the_length():
+    """The length-7 calibration is the calibration study at another sequence length."""
+    from interp_toolkit.cli.sweep import parse
+
+    root = Path(__file__).parents[2] / "examples/reproduction"
+    base = parse(["--config", str(root / "calibration.yaml")]).sweep.to_dict()
+    len7 = parse(["--config", str(root / "calibration_len7.yaml")]).sweep.to_dict()
+    differing = {k for k in base if base[k] != len7[k]}
+    assert differing == {"name", "seq_len", "n_layers", "seeds"}
+    assert len7["seq_len"] == 7 and len7["n_layers"] == [2]
+
+
 def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
     """A study spread over sittings: runs listed as finished in an earlier outcomes.csv are
     taken from it, the others trained, and the study's report holds both."""
