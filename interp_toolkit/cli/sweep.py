@@ -25,7 +25,7 @@ from interp_toolkit.studies.sweep import PRESET_NOTES, PRESETS, SweepConfig
 HELP = "run a seed sweep of MPSP cells (resumable, cached per run)"
 DESCRIPTION = ("Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones resume. "
                "Lists take space- or comma-separated values; --seeds N alone is a count (seeds 0..N-1). "
-               "Presets: " + "; ".join(f"{k}: {v}" for k, v in PRESET_NOTES.items()))
+               "Presets: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in PRESET_NOTES.items()))
 LIST_FLAGS = ("--tasks", "--ratios", "--n-layers", "--n-heads", "--weight-decays", "--seeds")
 ALIASES = {"--layers": "--n-layers", "--heads": "--n-heads"}
 

@@ -254,7 +254,9 @@ PRESET_NOTES = {
                  "values 0..9, 16,384 examples, the paper's widths and optimizer, 16 seeds per cell (100-115: fresh, "
                  "apart from the calibration's 0-3), r in "
                  "{0.9, 0.5 (= 1/m), 0.1, 0.3, 0.7} (headline cells first) x 2L/1L x wd 0.1 and 0.4, 1,000 "
-                 "epochs (1/15 of the paper's), a run stopped once it has generalized. 320 runs: ~65 core-hours "
+                 "epochs (1/15 of the paper's), a run stopped once it has generalized (so its wd 0.4 cells cannot "
+                 "show transience: examples/reproduction/final_1L_wd04.yaml trains them without early stop). "
+                 "320 runs: ~65 core-hours "
                  "on these CPUs (2L ~1.3 s, 1L ~0.2 s per seed-epoch); resumable across sittings.",
     "paper": "The source protocol: the four task variants, 16,384 examples, r in {0.1, 0.3, 1/m, 0.5, "
              "0.7, 0.9} (1/m per task), 1L/2L x 1/2 heads, d_model 64, d_mlp 128, AdamW wd 0.1 and 0.4, "
