@@ -349,16 +349,18 @@ def test_wd04_arm_is_the_reproduce_preset_without_early_stop(tmp_path):
     assert len(names) == 8 and names <= full
 
 
-def test_length7_calibration_changes_only_the_length():
-    """The length-7 calibration is the calibration study at another sequence length."""
+@pytest.mark.parametrize("length", [6, 7])
+def test_length_calibrations_change_only_the_length(length):
+    """The length-6 and -7 calibrations are the calibration study at another sequence length."""
     from interp_toolkit.cli.sweep import parse
 
     root = Path(__file__).parents[2] / "examples/reproduction"
     base = parse(["--config", str(root / "calibration.yaml")]).sweep.to_dict()
-    len7 = parse(["--config", str(root / "calibration_len7.yaml")]).sweep.to_dict()
-    differing = {k for k in base if base[k] != len7[k]}
+    other = parse(["--config", str(root / f"calibration_len{length}.yaml")]).sweep.to_dict()
+    differing = {k for k in base if base[k] != other[k]}
     assert differing == {"name", "seq_len", "n_layers", "seeds"}
-    assert len7["seq_len"] == 7 and len7["n_layers"] == [2]
+    assert other["seq_len"] == length and other["n_layers"] == [2]
+    assert other["name"] == f"reproduction_calibration_len{length}"
 
 
 def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
