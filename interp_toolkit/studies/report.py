@@ -133,7 +133,11 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, center - half), min(1.0, center + half)
+    # At k = 0 (k = n) the bound is exactly 0 (1); float rounding alone can put it a hair
+    # inside, above the rate itself, which plots as a negative error bar.
+    low = 0.0 if successes == 0 else max(0.0, center - half)
+    high = 1.0 if successes == n else min(1.0, center + half)
+    return low, high
 
 
 def newcombe_interval(k_a: int, n_a: int, k_b: int, n_b: int,

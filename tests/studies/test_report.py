@@ -147,6 +147,25 @@ def test_wilson_matches_scipy(k, n):
     assert low == pytest.approx(ref.low, abs=1e-9) and high == pytest.approx(ref.high, abs=1e-9)
 
 
+def test_wilson_bounds_are_exact_at_zero_and_all():
+    """k = 0 gives a lower bound of exactly 0 and k = n an upper bound of exactly 1 (at n = 7,
+    float rounding once gave 1e-17 > 0, a negative error bar that crashed the rate plot)."""
+    for n in range(1, 300):
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
+        low, high = wilson_interval(0, n)
+        assert low <= 0.0 <= high
+
+
+def test_rate_plot_takes_zero_of_seven(tmp_path):
+    from interp_toolkit.studies.report import plot_rate_vs_r
+
+    low, high = wilson_interval(0, 7)
+    row = {"task": "max_parity_sum_parity", "n_layers": 2, "n_heads": 2, "weight_decay": 0.1, "r": 0.9,
+           "n_seeds": 7, "n_generalized": 0, "rate": 0.0, "wilson_low": low, "wilson_high": high}
+    fig = plot_rate_vs_r([row, dict(row, r=0.5)], x_axis="categorical")
+    assert fig is not None
+
+
 def test_wilson_validates():
     with pytest.raises(ValueError, match="n >= 1"):
         wilson_interval(0, 0)
