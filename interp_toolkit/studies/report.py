@@ -695,10 +695,19 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
     def x_of(r: float) -> float:
         return position[round(float(r), 9)] if x_axis == "categorical" else float(r)
 
-    n_series = len(series)
-    # Side-by-side offsets keep overlapping intervals visible, within a fixed total width.
+    # Side-by-side offsets keep overlapping intervals visible, within a fixed total width; the
+    # series measured at one r are centred on it, whichever other r values they lack.
+    keys_at: dict[float, list[tuple[str, str]]] = {}
+    for key in sorted(series):
+        for row in series[key]:
+            keys_at.setdefault(round(float(row["r"]), 9), []).append(key)
+    most = max(len(keys) for keys in keys_at.values())
     width = 0.6 if x_axis == "categorical" else 0.06
-    step = min(width / 4, width / max(n_series - 1, 1))
+    step = min(width / 4, width / max(most - 1, 1))
+
+    def offset_of(key: tuple[str, str], r: float) -> float:
+        keys = keys_at[round(float(r), 9)]
+        return (keys.index(key) - (len(keys) - 1) / 2) * step
     with style():
         from matplotlib.lines import Line2D
 
@@ -712,12 +721,11 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
                 if not hits:
                     continue
                 chance = position[hits[0]]
-            handles.append(ax.axvline(chance, color="grey", lw=0.9, ls="--",
+            handles.append(ax.axvline(chance, color="grey", lw=0.9, ls="--", zorder=0,
                                       label=f"chance r = 1/{modulus}: shortcut\nuncorrelated with the label"))
-        for index, ((arch, regime), rows) in enumerate(sorted(series.items())):
+        for (arch, regime), rows in sorted(series.items()):
             rows = sorted(rows, key=lambda row: row["r"])
-            offset = (index - (n_series - 1) / 2) * step
-            xs = [x_of(row["r"]) + offset for row in rows]
+            xs = [x_of(row["r"]) + offset_of((arch, regime), row["r"]) for row in rows]
             ys = [row["rate"] for row in rows]
             lower = [row["rate"] - row["wilson_low"] for row in rows]
             upper = [row["wilson_high"] - row["rate"] for row in rows]

@@ -166,6 +166,26 @@ def test_rate_plot_takes_zero_of_seven(tmp_path):
     assert fig is not None
 
 
+def test_rate_plot_centres_each_r_on_the_series_measured_there():
+    """A series alone at an r sits on its tick; series sharing an r straddle it."""
+    from interp_toolkit.studies.report import plot_rate_vs_r
+
+    def row(layers, r):
+        low, high = wilson_interval(1, 4)
+        return {"task": "max_parity_sum_parity", "n_layers": layers, "n_heads": 2, "weight_decay": 0.1,
+                "r": r, "n_seeds": 4, "n_generalized": 1, "rate": 0.25, "wilson_low": low, "wilson_high": high}
+
+    fig = plot_rate_vs_r([row(1, 0.1), row(1, 0.5), row(2, 0.5), row(2, 0.9)], x_axis="categorical")
+    xs = {}
+    for container in fig.axes[0].containers:
+        line = container.lines[0]
+        xs[line.get_color()] = list(line.get_xdata())
+    one_layer, two_layer = sorted(xs.values())
+    assert one_layer[0] == pytest.approx(0.0) and two_layer[1] == pytest.approx(2.0)  # alone: on the tick
+    assert one_layer[1] < 1.0 < two_layer[0]  # shared r = 0.5: either side of its tick
+    assert one_layer[1] + two_layer[0] == pytest.approx(2.0)
+
+
 def test_wilson_validates():
     with pytest.raises(ValueError, match="n >= 1"):
         wilson_interval(0, 0)
