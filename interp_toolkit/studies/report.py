@@ -792,7 +792,9 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
                 panel.plot(epochs, [m["val_acc"] for m in metrics], color=color, lw=0.8, ls="--", alpha=0.6)
             title = (f"{cell['n_layers']}L{cell['n_heads']}H r={cell['r']:g} "
                      f"wd={_format_setting('weight_decay', cell['weight_decay'])}")
-            regime = " ".join(f"{k}={_format_setting(k, cell[k])}" for k in regime_fields)
+            # Wrapped to the panel's width: long study names otherwise run into the next panel.
+            regime = "\n".join(textwrap.wrap(" ".join(f"{k}={_format_setting(k, cell[k])}" for k in regime_fields),
+                                             width=44))
             panel.set_title(f"{title}\n{regime}" if regime else title, fontsize=8 if regime else None)
             panel.set_ylim(-0.03, 1.03)
             epoch_axis(panel, epochs_seen)
