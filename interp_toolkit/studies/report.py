@@ -689,25 +689,29 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
     regimes = sorted({regime for _, regime in series})
     colors = {arch: PALETTE[i % len(PALETTE)] for i, arch in enumerate(archs)}
     markers = {regime: _REGIME_MARKERS[i % len(_REGIME_MARKERS)] for i, regime in enumerate(regimes)}
-    r_values = sorted({round(float(row["r"]), 9) for row in table})
+    def r_key(r: float) -> float:
+        return round(float(r), 9)  # one key per r, whatever its float spelling in the table
+
+    r_values = sorted({r_key(row["r"]) for row in table})
     position = {r: float(i) for i, r in enumerate(r_values)}
 
     def x_of(r: float) -> float:
-        return position[round(float(r), 9)] if x_axis == "categorical" else float(r)
+        return position[r_key(r)] if x_axis == "categorical" else float(r)
 
     # Side-by-side offsets keep overlapping intervals visible, within a fixed total width; the
     # series measured at one r are centred on it, whichever other r values they lack.
     keys_at: dict[float, list[tuple[str, str]]] = {}
     for key in sorted(series):
         for row in series[key]:
-            keys_at.setdefault(round(float(row["r"]), 9), []).append(key)
+            keys_at.setdefault(r_key(row["r"]), []).append(key)
     most = max(len(keys) for keys in keys_at.values())
     width = 0.6 if x_axis == "categorical" else 0.06
     step = min(width / 4, width / max(most - 1, 1))
 
     def offset_of(key: tuple[str, str], r: float) -> float:
-        keys = keys_at[round(float(r), 9)]
+        keys = keys_at[r_key(r)]
         return (keys.index(key) - (len(keys) - 1) / 2) * step
+
     with style():
         from matplotlib.lines import Line2D
 

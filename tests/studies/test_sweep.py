@@ -402,6 +402,27 @@ def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
     assert not (tmp_path / "third" / "runs").exists() or not any((tmp_path / "third" / "runs").iterdir())
 
 
+def test_cli_grows_a_study_and_refuses_other_settings(smoke_local, tmp_path, capsys):
+    """Through the entry point: more seeds run in the study's directory (exit 0, finished runs
+    reused); other shared settings exit 2 with one error line naming them, the record untouched."""
+    import shutil
+
+    study = tmp_path / "study"
+    shutil.copytree(smoke_local.study_dir, study)
+    assert main(["sweep", "--preset", "smoke", "--seeds", "0", "1", "2", "--out", str(study), "--quiet",
+                 "--workers", "2"]) == 0
+    assert len(list((study / "runs").iterdir())) == 6
+    record = (study / "study.json").read_text()
+    capsys.readouterr()
+    assert main(["sweep", "--preset", "smoke", "--epochs", "20", "--out", str(study), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "settings that differ: epochs" in lines[0]
+    assert "Traceback" not in err
+    assert (study / "study.json").read_text() == record
+    assert len(list((study / "runs").iterdir())) == 6
+
+
 def test_bad_recorded_outcomes_are_refused_before_any_work(tmp_path, capsys):
     assert main(["sweep", "--preset", "smoke", "--out", str(tmp_path / "s"), "--recorded",
                  str(tmp_path / "missing.csv")]) == 2
