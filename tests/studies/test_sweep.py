@@ -19,6 +19,7 @@ from interp_toolkit.io import read_jsonl
 from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.studies.sweep import (
     SweepConfig,
+    default_study_dir,
     plan_jobs,
     preset,
     run_sweep,
@@ -115,6 +116,39 @@ def test_study_grows_by_more_seeds_in_place(smoke_local, tmp_path):
     # the original, smaller sweep still runs there: every one of its runs is a cache hit
     again = run_sweep(preset("smoke"), study, workers=2, progress=False, report=False)
     assert again.n_cached == 4
+
+
+def test_default_study_dir_is_shared_by_grids_with_the_same_settings(tmp_path):
+    """A sweep grown by more seeds or ratios lands, by default, in the study it grows."""
+    root = tmp_path / "sweeps"
+    base = default_study_dir(preset("smoke"), root)
+    assert default_study_dir(preset("smoke", seeds=[0, 1, 2], ratios=[0.9]), root) == base
+    assert default_study_dir(preset("smoke", epochs=7), root) != base  # a shared setting: another study
+    assert base.parent == root and base.name.startswith("smoke_")
+
+
+def test_default_study_dir_continues_a_study_named_by_its_whole_grid(smoke_local, tmp_path, monkeypatch):
+    """Studies started while the default name hashed the whole grid are continued, not retrained."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    legacy = Path("runs/sweeps") / f"smoke_{preset('smoke').key()}"
+    shutil.copytree(smoke_local.study_dir, legacy)
+    one_cell = preset("smoke", ratios=[0.9])  # differs only in the grid: its old name differs too
+    assert default_study_dir(one_cell) == legacy
+    result = run_sweep(one_cell, workers=1, progress=False, report=False)
+    assert result.study_dir == legacy.resolve() and result.n_cached == len(result.rows) == 2
+    # another old study with the same settings: which one is meant is ambiguous, unless exact
+    other = Path("runs/sweeps") / f"smoke_{preset('smoke', seeds=[5]).key()}"
+    other.mkdir(parents=True)
+    (other / "study.json").write_text(json.dumps({"key": "x", "config": preset("smoke", seeds=[5]).to_dict()}))
+    with pytest.raises(ValueError, match="several study directories"):
+        default_study_dir(preset("smoke", seeds=[0, 1, 2]))
+    assert default_study_dir(preset("smoke", seeds=[5])) == other  # the one holding this exact sweep
+    # once the new default directory exists, it is the study
+    current = Path("runs/sweeps") / f"smoke_{preset('smoke').study_key()}"
+    current.mkdir()
+    assert default_study_dir(preset("smoke", seeds=[0, 1, 2])) == current
 
 
 def test_ray_backend_gives_same_table(smoke_local, tmp_path):
@@ -322,17 +356,21 @@ def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
     assert final.name != calibration.name  # the report keeps the two studies' cells apart
 
 
-@pytest.mark.parametrize("slice_file, n_runs", [("final_1L.yaml", 32), ("final_2L.yaml", 32),
-                                                ("final_1L_below_chance.yaml", 16)])
-def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, tmp_path):
+@pytest.mark.parametrize("slice_file, n_runs, extra_seeds", [("final_1L.yaml", 60, range(116, 130)),
+                                                             ("final_2L.yaml", 32, ()),
+                                                             ("final_1L_below_chance.yaml", 16, ())])
+def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, extra_seeds, tmp_path):
     """The slice configs train a subset of the preset's runs, in the same run directories
-    (so slices, sittings and the full preset pool in one report)."""
+    (so slices, sittings and the full preset pool in one report). The 1-layer slice grew to the
+    paper's 30 seeds per cell: its extra seeds are the preset's runs at more seeds, nothing else."""
     from interp_toolkit.cli.sweep import parse
 
     part = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction" / slice_file)]).sweep
     names = {Path(run["run_dir"]).name for job in plan_jobs(part, tmp_path) for run in job["runs"]}
-    full = {Path(run["run_dir"]).name for job in plan_jobs(preset("reproduce"), tmp_path) for run in job["runs"]}
+    full_preset = preset("reproduce", seeds=[*preset("reproduce").seeds, *extra_seeds])
+    full = {Path(run["run_dir"]).name for job in plan_jobs(full_preset, tmp_path) for run in job["runs"]}
     assert len(names) == n_runs and names <= full
+    assert set(part.seeds) - set(preset("reproduce").seeds) == set(extra_seeds)
     assert part.name == preset("reproduce").name
 
 
