@@ -36,7 +36,8 @@ class SweepCommandConfig(Config):
 
     Attributes:
         preset: Start from a preset (default: smoke unless --config is given).
-        out: Study directory (default runs/sweeps/<name>_<hash>).
+        out: Study directory (default runs/sweeps/<name>_<hash of the non-grid settings>, so a
+            sweep grown by more seeds or ratios lands in the study it grows).
         backend: Local process pool or Ray.
         address: Ray cluster address (default: start a local Ray).
         workers: Local processes (default: CPU count).

@@ -26,6 +26,7 @@ truncated resume file) fails alone: the other runs go on, and the sweep reports 
 
 from __future__ import annotations
 
+import glob
 import itertools
 import json
 import multiprocessing
@@ -207,6 +208,13 @@ class SweepConfig(Config):
         nor where it runs)."""
         data = {k: v for k, v in self.to_dict().items() if k not in OUTCOME_ONLY_FIELDS + _NOT_IN_KEY}
         return config_hash(data, 8)
+
+    def study_key(self) -> str:
+        """Hash of the settings a study shares across its grid: :meth:`key` without the
+        ``GRID_FIELDS``. Sweeps that differ only in their grid (more seeds, ratios, ...) have
+        the same study key, so they share a default study directory and grow it in place."""
+        skip = OUTCOME_ONLY_FIELDS + _NOT_IN_KEY + GRID_FIELDS
+        return config_hash({k: v for k, v in self.to_dict().items() if k not in skip}, 8)
 
     def n_runs(self) -> int:
         return len(self.cells()) * len(self.seeds)
@@ -625,7 +633,37 @@ class SweepResult:
 
 
 def default_study_dir(cfg: SweepConfig, root: str | Path = "runs/sweeps") -> Path:
-    return Path(root) / f"{cfg.name}_{cfg.key()}"
+    """Where a sweep lives when no directory is given: ``root/<name>_<study key>``.
+
+    The study key leaves out the grid, so a sweep grown by more seeds, ratios or
+    architectures lands in the study it grows and its finished runs are cache hits.
+    Studies started before that kept the whole grid in their name (``root/<name>_<key>``);
+    until the new directory exists, the sweep continues such a study: the one holding
+    this exact sweep, else the only one holding a sweep with the same shared settings.
+
+    Raises:
+        ValueError: If several such older studies match and none holds this exact sweep
+            (pass the directory to use).
+    """
+    root = Path(root)
+    current = root / f"{cfg.name}_{cfg.study_key()}"
+    if current.exists():
+        return current
+    exact = root / f"{cfg.name}_{cfg.key()}"
+    if (exact / "study.json").is_file():
+        return exact
+    matches = []
+    for record_path in sorted(root.glob(f"{glob.escape(cfg.name)}_*/study.json")):
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # not a study this sweep can continue; run_sweep reports unreadable records it is given
+        if isinstance(record, dict) and _shared_settings_differing(record.get("config"), cfg) == []:
+            matches.append(record_path.parent)
+    if len(matches) > 1:
+        raise ValueError(f"several study directories hold sweeps with these settings: "
+                         f"{', '.join(str(m) for m in matches)}; choose one (--out, or study_dir=)")
+    return matches[0] if matches else current
 
 
 def _shared_settings_differing(recorded: Any, cfg: SweepConfig) -> list[str] | None:
@@ -653,7 +691,8 @@ def run_sweep(
 
     Args:
         cfg: The grid.
-        study_dir: Where the study lives (default ``runs/sweeps/<name>_<hash>``). A
+        study_dir: Where the study lives (default :func:`default_study_dir`:
+            ``runs/sweeps/<name>_<hash of the settings shared across the grid>``). A
             directory holding a sweep with other shared settings (name, task or training
             settings) raises ``ValueError``; one whose sweep differs only in its grid
             (``GRID_FIELDS``: more seeds, ratios, ...) is extended in place.
@@ -782,4 +821,4 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["BACKENDS", "CHANCE", "GRID_FIELDS", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
-           "SweepResult", "cell_configs", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]
+           "SweepResult", "cell_configs", "default_study_dir", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]
