@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json, atomic_write_text, read_jsonl
-from interp_toolkit.runs.record import has_record, read_record, task_dict
+from interp_toolkit.runs.record import FINISHED, has_record, read_record, task_dict
 from interp_toolkit.studies.outcomes import OUTCOME_FIELDS, OutcomeThresholds, compute_outcome
 
 #: Settings that tell regimes apart beyond the architecture (the study's name, so a
@@ -61,7 +61,7 @@ RUN_FIELDS = CELL_FIELDS + ("seed", "status") + OUTCOME_FIELDS + ("run_dir",)
 TABLE_FIELDS = CELL_FIELDS + (
     "n_seeds", "n_generalized", "rate", "wilson_low", "wilson_high",
     "n_rule_learned", "rule_learned_rate", "rule_learned_wilson_low", "rule_learned_wilson_high",
-    "n_transient", "median_first_generalized_epoch", "mean_final_adv_acc", "mean_final_val_acc",
+    "n_transient", "median_first_generalized_epoch", "mean_final_adv_acc", "mean_final_val_acc", "n_running",
 )
 CONTRAST_FIELDS = ARCH_FIELDS + (
     "r_a", "r_b", "k_a", "n_a", "k_b", "n_b", "rate_a", "rate_b", "difference", "newcombe_low",
@@ -498,18 +498,30 @@ def merge_runs(row_lists: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[list[d
     return merged, dropped
 
 
+def is_finished(row: Mapping[str, Any]) -> bool:
+    """Whether a run row has its outcome: it finished (or stopped early, decided). Rows of
+    outcome tables that predate the status column count as finished."""
+    return row.get("status") is None or row.get("status") in FINISHED
+
+
 def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per-cell rates (paper criterion and rule learned), Wilson intervals and summaries.
 
     Cells are keyed by every field of :data:`CELL_FIELDS` (a setting a row lacks counts as
-    ``None``), so runs of different regimes never pool.
+    ``None``), so runs of different regimes never pool. Only finished runs are counted: a
+    run still training has no outcome yet (counting it as failed would bias a rate down, and
+    a study's early-stopped successes finish first). ``n_running`` counts the others; a cell
+    with no finished run has no row.
     """
     cells: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for row in rows:
         cells.setdefault(_cell_key(row), []).append(row)
     table = []
     for cell_key in sorted(cells, key=_sort_key):
-        members = cells[cell_key]
+        members = [m for m in cells[cell_key] if is_finished(m)]
+        n_running = len(cells[cell_key]) - len(members)
+        if not members:
+            continue
         n = len(members)
         k = sum(bool(m["generalized"]) for m in members)
         k_rule = sum(bool(m["rule_learned"]) for m in members)
@@ -525,6 +537,7 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "median_first_generalized_epoch": statistics.median(firsts) if firsts else None,
             "mean_final_adv_acc": statistics.fmean(m["final_adv_acc"] for m in members),
             "mean_final_val_acc": statistics.fmean(m["final_val_acc"] for m in members),
+            "n_running": n_running,
         })
     return table
 
@@ -561,9 +574,10 @@ def format_table(table: Sequence[Mapping[str, Any]]) -> str:
     Regime columns (``seq_len``, ``n_train``, ``epochs``, ...) are printed only when they vary.
     """
     settings = _setting_columns(table)
+    running = any(row.get("n_running") for row in table)
     header = [_SHORT.get(k, k) for k in settings] + [
         "seeds", "gen", "rate", "95% Wilson", "rule", "rule rate", "95% Wilson (rule)", "transient", "med. epoch",
-        "adv", "val"]
+        "adv", "val"] + (["running"] if running else [])
     lines = [header]
     for row in table:
         median = row["median_first_generalized_epoch"]
@@ -574,7 +588,7 @@ def format_table(table: Sequence[Mapping[str, Any]]) -> str:
             f"[{row['rule_learned_wilson_low']:.2f}, {row['rule_learned_wilson_high']:.2f}]",
             str(row["n_transient"]), "-" if median is None else f"{median:g}", f"{row['mean_final_adv_acc']:.3f}",
             f"{row['mean_final_val_acc']:.3f}",
-        ])
+        ] + ([str(row.get("n_running") or 0)] if running else []))
     return _align(lines)
 
 
@@ -598,9 +612,10 @@ def format_markdown(table: Sequence[Mapping[str, Any]], contrasts: Sequence[Mapp
     shown = varying_fields(table)
     shared = shared_settings(table)
     lines = [f"Settings of every cell: {shared}.", ""] if shared else []
+    running = any(row.get("n_running") for row in table)  # a column only while some run trains
     lines += ["| cell | generalized k/n | rate | 95% Wilson | rule learned k/n | rule-learned rate | 95% Wilson "
-             "(rule) | transient | median first epoch | final adv | final val |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "(rule) | transient | median first epoch | final adv | final val |" + (" running |" if running else ""),
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if running else "")]
     for row in table:
         median = row["median_first_generalized_epoch"]
         lines.append(
@@ -609,7 +624,7 @@ def format_markdown(table: Sequence[Mapping[str, Any]], contrasts: Sequence[Mapp
             f"{row['rule_learned_rate']:.2f} | [{row['rule_learned_wilson_low']:.2f}, "
             f"{row['rule_learned_wilson_high']:.2f}] | {row['n_transient']} | "
             f"{'-' if median is None else f'{median:g}'} | {row['mean_final_adv_acc']:.3f} | "
-            f"{row['mean_final_val_acc']:.3f} |")
+            f"{row['mean_final_val_acc']:.3f} |" + (f" {row.get('n_running') or 0} |" if running else ""))
     for title, rows in (("Contrasts of the paper rate within each architecture (a - b)", contrasts),
                         ("Requested comparisons (a - b)", comparisons)):
         if not rows:
@@ -834,7 +849,8 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
 
     Returns:
         ``{"rows", "table", "contrasts", "comparisons", "paths", "n_duplicates"}``;
-        ``paths["curves_png"]`` is ``None`` when the curves figure was skipped.
+        ``paths["curves_png"]`` is ``None`` when the curves figure was skipped, and
+        ``paths["rate_png"]`` when no run has finished yet (no rates: the table is empty).
     """
     from interp_toolkit.plotting import check_format, save_figure
 
@@ -866,24 +882,29 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         "table_csv": out / "table.csv",
         "table_md": out / "table.md",
         "contrasts_csv": out / "contrasts.csv",
-        "rate_png": out / f"generalization_rate.{figure_format}",
+        "rate_png": out / f"generalization_rate.{figure_format}" if table else None,
         "curves_png": out / f"curves_by_cell.{figure_format}" if with_metrics else None,
     }
     atomic_write_text(paths["outcomes_csv"], _csv_text(rows, RUN_FIELDS))
     atomic_write_text(paths["table_csv"], _csv_text(table, TABLE_FIELDS))
     atomic_write_text(paths["table_md"], format_markdown(table, contrasts, comparisons))
     atomic_write_text(paths["contrasts_csv"], _csv_text(contrasts, CONTRAST_FIELDS))
-    save_figure(plot_rate_vs_r(table, x_axis=rate_axis), paths["rate_png"])
+    if table:  # no finished run yet: no rates to plot (the curves show the progress)
+        save_figure(plot_rate_vs_r(table, x_axis=rate_axis), paths["rate_png"])
     if with_metrics:
         save_figure(plot_curves_by_cell(with_metrics), paths["curves_png"])
     if print_table:
-        unfinished = sum(row.get("status") not in ("finished", None) for row in rows)
-        print(format_table(table))
+        unfinished = sum(not is_finished(row) for row in rows)
+        if table:
+            print(format_table(table))
+        else:
+            print(f"no run has finished yet ({unfinished} training): no rates until one does")
         shared = shared_settings(table)
         if shared:
             print(f"(every cell: {shared})")
-        if unfinished:
-            print(f"({unfinished} runs not finished yet: their outcome so far is counted)")
+        if unfinished and table:
+            print(f"({unfinished} runs still training are not counted in the rates (column running): a run's "
+                  "outcome is known once it finishes)")
         if n_duplicates:
             print(f"({n_duplicates} runs found in more than one source were counted once)")
         if contrasts and len(contrasts) <= max_printed_contrasts:
@@ -896,7 +917,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
                       ", a - b):")
                 print(format_contrasts(chosen))
         print(f"outcomes: {paths['outcomes_csv']}\ntable: {paths['table_csv']} (markdown: {paths['table_md']})\n"
-              f"contrasts: {paths['contrasts_csv']}\nheadline plot: {paths['rate_png']}")
+              f"contrasts: {paths['contrasts_csv']}\nheadline plot: {paths['rate_png'] or 'skipped (no rates yet)'}")
         csv_only = len(rows) - len(with_metrics)
         if not with_metrics:
             print(f"curves: skipped (all {len(rows)} runs come from outcomes CSVs, which hold no learning curves; "

@@ -346,6 +346,43 @@ def test_read_thresholds_of_older_studies(tmp_path):
     assert read_thresholds(tmp_path) == OutcomeThresholds(threshold=0.98)
 
 
+def test_rates_count_finished_runs_only(tmp_path, capsys):
+    """A run still training has no outcome yet: it is counted apart (running), not as failed."""
+    gen = _curve([(1.0, 0.0), (1.0, 1.0)])
+    stuck = _curve([(1.0, 0.0), (1.0, 0.0)])
+    _make_run(tmp_path, "f0", 0.9, 1, 0, gen)
+    _make_run(tmp_path, "f1", 0.9, 1, 1, stuck)
+    _make_run(tmp_path, "u2", 0.9, 1, 2, stuck, status="running")
+    _make_run(tmp_path, "u3", 0.5, 1, 3, stuck, status="running")  # a cell with no finished run yet
+    result = write_report(tmp_path)
+    (cell,) = result["table"]
+    assert (cell["r"], cell["n_generalized"], cell["n_seeds"], cell["n_running"]) == (0.9, 1, 2, 1)
+    assert cell["rate"] == 0.5
+    assert len(result["rows"]) == 4  # outcomes.csv keeps every run, with its status
+    out = capsys.readouterr().out
+    assert "2 runs still training are not counted" in out and "running" in out.splitlines()[0]
+    markdown = (tmp_path / "table.md").read_text()
+    assert "| running |" in markdown and "| 1/2 |" in markdown
+    # the same table from outcomes.csv alone: the status travels with each row
+    again = write_report(tmp_path / "outcomes.csv", tmp_path / "again", print_table=False)
+    assert (tmp_path / "again" / "table.md").read_text() == markdown
+    # once every run has finished, the running column leaves the table
+    for name in ("u2", "u3"):
+        record = json.loads((tmp_path / "runs" / name / "run.json").read_text())
+        atomic_write_json(tmp_path / "runs" / name / "run.json", {**record, "status": "finished"})
+    done = write_report(tmp_path, print_table=False)
+    assert [(c["n_seeds"], c["n_running"]) for c in done["table"]] == [(1, 0), (3, 0)]
+    assert "running" not in (tmp_path / "table.md").read_text()
+
+
+def test_report_of_a_study_with_no_finished_run_yet(tmp_path, capsys):
+    _make_run(tmp_path, "u0", 0.9, 1, 0, _curve([(1.0, 0.0), (1.0, 0.0)]), status="running")
+    result = write_report(tmp_path)
+    assert result["table"] == [] and result["contrasts"] == []
+    assert result["paths"]["curves_png"].exists()  # the learning curves show the progress
+    assert "no run has finished yet" in capsys.readouterr().out
+
+
 def test_report_writes_no_outcome_cache_for_unfinished_runs(tmp_path):
     # a sweep takes outcome.json as "done": a report during training must not create one
     _make_run(tmp_path, "u0", 0.9, 1, 0, _curve([(1.0, 0.0), (1.0, 1.0)]), status="running")
