@@ -313,11 +313,16 @@ def run_dir_name(cell: Mapping[str, Any], seed: int, task_cfg: Any, model_cfg: A
 
 
 def plan_jobs(cfg: SweepConfig, study_dir: Path) -> list[dict[str, Any]]:
-    """One job per (cell, chunk of seeds): everything a worker needs, as plain data."""
+    """One job per (cell, chunk of seeds): everything a worker needs, as plain data.
+
+    Jobs run in this order: every cell's first chunk of seeds, then every cell's second, ...
+    So a study stopped part-way (a sitting's budget spent) has its cells at balanced seed
+    counts, each one comparable with the others, rather than some cells done and others empty.
+    """
     jobs = []
     chunk = cfg.seeds_per_process or len(cfg.seeds)
-    for cell in cfg.cells():
-        for start in range(0, len(cfg.seeds), chunk):
+    for start in range(0, len(cfg.seeds), chunk):
+        for cell in cfg.cells():
             seeds = cfg.seeds[start : start + chunk]
             runs = []
             for seed in seeds:

@@ -237,9 +237,13 @@ def test_sweep_config_validation(bad, match):
 def test_plan_jobs_chunks_seeds_and_names_are_distinct(tmp_path):
     cfg = preset("smoke", seeds=5, seeds_per_process=2)
     jobs = plan_jobs(cfg, tmp_path)
-    assert [len(job["runs"]) for job in jobs] == [2, 2, 1] * len(cfg.cells())
+    n_cells = len(cfg.cells())
+    assert [len(job["runs"]) for job in jobs] == [2] * n_cells + [2] * n_cells + [1] * n_cells
     dirs = [run["run_dir"] for job in jobs for run in job["runs"]]
     assert len(set(dirs)) == len(dirs) == cfg.n_runs()
+    # every cell's first seeds come first: a study stopped part-way has balanced cells
+    assert n_cells > 1 and [job["cell"] for job in jobs[:n_cells]] == cfg.cells()
+    assert {tuple(run["seed"] for run in job["runs"]) for job in jobs[:n_cells]} == {(0, 1)}
 
 
 def test_outcome_only_fields_leave_the_study_key_alone():
