@@ -41,7 +41,8 @@ class SweepCommandConfig(Config):
         backend: Local process pool or Ray.
         address: Ray cluster address (default: start a local Ray).
         workers: Local processes (default: CPU count).
-        dry_run: Print the grid and exit.
+        dry_run: Print the grid, its study directory and what a run would do (runs finished
+            there, finished in recorded outcomes, to resume, to start), then exit.
         quiet: No progress bar.
         tensorboard: Write TensorBoard event files into every run directory.
         wandb: Log every run to Weights & Biases (offline: under each run directory, no network).
@@ -132,13 +133,17 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepComma
 def run_config(args: SweepCommandConfig) -> int:
     """``interp-toolkit sweep``."""
     from interp_toolkit.devices import resolve_device
-    from interp_toolkit.studies.sweep import run_sweep
+    from interp_toolkit.studies.sweep import plan_sweep, run_sweep
 
     cfg = args.sweep
     resolve_device(cfg.device)  # a bad or unavailable device fails before any work
     if args.dry_run:
+        plan = plan_sweep(cfg, args.out, recorded=args.recorded)
         print(json.dumps(cfg.to_dict(), indent=2))
         print(f"{len(cfg.cells())} cells x {len(cfg.seeds)} seeds = {cfg.n_runs()} runs")
+        print(f"study {plan['study_dir']} ({'exists' if plan['exists'] else 'new'}): {plan['finished']} finished "
+              f"there, {plan['recorded']} finished in recorded outcomes, {plan['resume']} to resume, "
+              f"{plan['new']} to start")
         return 0
     from interp_toolkit.loggers import loggers_from_flags
 

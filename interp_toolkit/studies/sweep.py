@@ -681,6 +681,65 @@ def _shared_settings_differing(recorded: Any, cfg: SweepConfig) -> list[str] | N
     return sorted(k for k in set(ours) | set(recorded) if k not in ignored and ours.get(k) != recorded.get(k))
 
 
+def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
+    """Refuse a study directory that holds another sweep (any shared setting differs).
+
+    Raises:
+        UserError: Its ``study.json`` is unreadable.
+        ValueError: It holds a sweep whose settings outside ``GRID_FIELDS`` differ (naming them).
+    """
+    from interp_toolkit.errors import UserError
+
+    study_path = Path(study_dir) / "study.json"
+    if not study_path.exists():
+        return
+    try:
+        existing = json.loads(study_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"study record {study_path} is unreadable ({err}); choose another directory") from err
+    if existing.get("key") != cfg.key():
+        differing = _shared_settings_differing(existing.get("config"), cfg)
+        if differing is None or differing:
+            detail = (f"settings that differ: {', '.join(differing)}" if differing
+                      else f"key {existing.get('key')}, this sweep's key {cfg.key()}")
+            raise ValueError(
+                f"study directory {study_dir} holds a different sweep ({detail}); choose another "
+                f"directory (a sweep may differ from a study's only in its grid: {', '.join(GRID_FIELDS)})"
+            )
+
+
+def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
+               recorded: Sequence[str | Path] = ()) -> dict[str, Any]:
+    """What :func:`run_sweep` would do with these arguments, touching nothing.
+
+    Returns:
+        ``{"study_dir", "exists", "n_runs", "finished", "recorded", "resume", "new"}``: the
+        study directory (resolved as ``run_sweep`` would), whether it exists, and how many runs
+        are finished there (cache hits), listed as finished in ``recorded`` tables (not
+        trained), started there (resumed from their run directories) or not started.
+
+    Raises:
+        ValueError, UserError: As ``run_sweep`` would, before any work: a study directory
+            holding another sweep, or an unreadable or malformed record or table.
+    """
+    study_dir = (Path(study_dir) if study_dir is not None else default_study_dir(cfg)).resolve()
+    check_study_dir(cfg, study_dir)
+    recorded_runs = read_recorded_runs(recorded)[1] if recorded else {}
+    counts = {"finished": 0, "recorded": 0, "resume": 0, "new": 0}
+    for job in plan_jobs(cfg, study_dir):
+        for run in job["runs"]:
+            run_dir = Path(run["run_dir"])
+            if (run_dir / "outcome.json").exists():
+                counts["finished"] += 1
+            elif run_dir.name in recorded_runs:
+                counts["recorded"] += 1
+            elif run_dir.exists():
+                counts["resume"] += 1
+            else:
+                counts["new"] += 1
+    return {"study_dir": study_dir, "exists": study_dir.exists(), "n_runs": cfg.n_runs(), **counts}
+
+
 def run_sweep(
     cfg: SweepConfig,
     study_dir: str | Path | None = None,
@@ -744,20 +803,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     from interp_toolkit.errors import UserError
 
     study_path = study_dir / "study.json"
-    if study_path.exists():
-        try:
-            existing = json.loads(study_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise UserError(f"study record {study_path} is unreadable ({err}); choose another directory") from err
-        if existing.get("key") != cfg.key():
-            differing = _shared_settings_differing(existing.get("config"), cfg)
-            if differing is None or differing:
-                detail = (f"settings that differ: {', '.join(differing)}" if differing
-                          else f"key {existing.get('key')}, this sweep's key {cfg.key()}")
-                raise ValueError(
-                    f"study directory {study_dir} holds a different sweep ({detail}); choose another "
-                    f"directory (a sweep may differ from a study's only in its grid: {', '.join(GRID_FIELDS)})"
-                )
+    check_study_dir(cfg, study_dir)
     atomic_write_json(study_path, {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
                                    "outcome_thresholds": cfg.outcome_thresholds().to_dict()})
 
@@ -826,4 +872,4 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["BACKENDS", "CHANCE", "GRID_FIELDS", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
-           "SweepResult", "cell_configs", "default_study_dir", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]
+           "SweepResult", "cell_configs", "check_study_dir", "default_study_dir", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]

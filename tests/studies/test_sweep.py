@@ -20,6 +20,7 @@ from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.studies.sweep import (
     SweepConfig,
     default_study_dir,
+    plan_sweep,
     plan_jobs,
     preset,
     run_sweep,
@@ -149,6 +150,38 @@ def test_default_study_dir_continues_a_study_named_by_its_whole_grid(smoke_local
     current = Path("runs/sweeps") / f"smoke_{preset('smoke').study_key()}"
     current.mkdir()
     assert default_study_dir(preset("smoke", seeds=[0, 1, 2])) == current
+
+
+def test_dry_run_says_what_a_sweep_would_do(smoke_local, tmp_path, capsys):
+    """Before hours of training: which runs are cache hits, recorded, resumed or new."""
+    import csv
+    import shutil
+
+    study = tmp_path / "study"
+    shutil.copytree(smoke_local.study_dir, study)
+    runs = sorted(p for p in (study / "runs").iterdir() if p.is_dir())
+    (runs[0] / "outcome.json").unlink()  # started here, not finished: resumed
+    shutil.rmtree(runs[1])  # not here, but an earlier sitting's table lists it as finished
+    with open(smoke_local.study_dir / "outcomes.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    table = tmp_path / "earlier_outcomes.csv"
+    with open(table, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(row for row in rows if Path(row["run_dir"]).name == runs[1].name)
+    grown = preset("smoke", seeds=[0, 1, 2])
+    plan = plan_sweep(grown, study, recorded=[table])
+    assert {k: plan[k] for k in ("n_runs", "finished", "recorded", "resume", "new")} == \
+        {"n_runs": 6, "finished": 2, "recorded": 1, "resume": 1, "new": 2}
+    listing = sorted(str(p) for p in study.rglob("*"))
+    assert main(["sweep", "--preset", "smoke", "--seeds", "3", "--out", str(study), "--recorded", str(table),
+                 "--dry-run"]) == 0
+    assert (f"study {study.resolve()} (exists): 2 finished there, 1 finished in recorded outcomes, 1 to resume, "
+            "2 to start") in capsys.readouterr().out
+    assert sorted(str(p) for p in study.rglob("*")) == listing  # a dry run touches nothing
+    # a directory the sweep would be refused in is refused by the dry run too
+    with pytest.raises(ValueError, match="settings that differ: epochs"):
+        plan_sweep(preset("smoke", epochs=3), study)
 
 
 def test_ray_backend_gives_same_table(smoke_local, tmp_path):
