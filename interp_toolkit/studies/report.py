@@ -498,7 +498,7 @@ def merge_runs(row_lists: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[list[d
     return merged, dropped
 
 
-def is_finished(row: Mapping[str, Any]) -> bool:
+def row_finished(row: Mapping[str, Any]) -> bool:
     """Whether a run row has its outcome: it finished (or stopped early, decided). Rows of
     outcome tables that predate the status column count as finished."""
     return row.get("status") is None or row.get("status") in FINISHED
@@ -518,7 +518,7 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         cells.setdefault(_cell_key(row), []).append(row)
     table = []
     for cell_key in sorted(cells, key=_sort_key):
-        members = [m for m in cells[cell_key] if is_finished(m)]
+        members = [m for m in cells[cell_key] if row_finished(m)]
         n_running = len(cells[cell_key]) - len(members)
         if not members:
             continue
@@ -894,7 +894,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if with_metrics:
         save_figure(plot_curves_by_cell(with_metrics), paths["curves_png"])
     if print_table:
-        unfinished = sum(not is_finished(row) for row in rows)
+        unfinished = sum(not row_finished(row) for row in rows)
         if table:
             print(format_table(table))
         else:
