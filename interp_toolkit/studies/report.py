@@ -871,8 +871,15 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     table = rate_table(rows)
     shown = varying_fields(table)
     comparisons = []
+    n_training = sum(not row_finished(row) for row in rows)
     for spec_a, spec_b in compare:
-        cell_a, cell_b = find_cell(table, spec_a), find_cell(table, spec_b)
+        try:
+            cell_a, cell_b = find_cell(table, spec_a), find_cell(table, spec_b)
+        except ValueError as err:
+            if n_training and "matches no cell" in str(err):
+                raise ValueError(f"{err} (runs still training: {n_training}; a cell has a rate once one "
+                                 "of its runs has finished)") from err
+            raise
         comparisons += [compare_cells(cell_a, cell_b, "generalized", shown),
                         compare_cells(cell_a, cell_b, "rule_learned", shown)]
     contrasts = contrasts_table(table)

@@ -375,6 +375,13 @@ def test_rates_count_finished_runs_only(tmp_path, capsys):
     assert "running" not in (tmp_path / "table.md").read_text()
 
 
+def test_compare_names_cells_still_training(tmp_path):
+    _make_run(tmp_path, "f0", 0.9, 1, 0, _curve([(1.0, 0.0), (1.0, 1.0)]))
+    _make_run(tmp_path, "u1", 0.5, 1, 1, _curve([(1.0, 0.0), (1.0, 0.0)]), status="running")
+    with pytest.raises(ValueError, match=r"matches no cell.*runs still training: 1;"):
+        write_report(tmp_path, print_table=False, compare=[("r=0.9", "r=0.5")])
+
+
 def test_report_of_a_study_with_no_finished_run_yet(tmp_path, capsys):
     _make_run(tmp_path, "u0", 0.9, 1, 0, _curve([(1.0, 0.0), (1.0, 0.0)]), status="running")
     result = write_report(tmp_path)
