@@ -44,6 +44,8 @@ class SweepCommandConfig(Config):
         dry_run: Print the grid, its study directory and what a run would do (runs finished
             there, finished in recorded outcomes, to resume, to start), then exit.
         quiet: No progress bar.
+        log_every: Print a plain progress line to stderr at most every this many seconds (runs
+            done, evaluations, time elapsed and at most left): for logs of background sweeps.
         tensorboard: Write TensorBoard event files into every run directory.
         wandb: Log every run to Weights & Biases (offline: under each run directory, no network).
         recorded: Outcome tables of earlier sittings (outcomes.csv files, e.g.
@@ -60,6 +62,7 @@ class SweepCommandConfig(Config):
     workers: Optional[int] = None  # noqa: UP007
     dry_run: bool = False
     quiet: bool = False
+    log_every: Optional[float] = None  # noqa: UP007
     tensorboard: bool = False
     wandb: Optional[Literal["offline", "online"]] = None  # noqa: UP007
     recorded: list[Path] = field(default_factory=list)
@@ -69,6 +72,10 @@ class SweepCommandConfig(Config):
         self.check("preset", self.preset is None or self.preset in PRESETS, f"one of {sorted(PRESETS)}")
         self.check("workers", self.workers is None or (isinstance(self.workers, int) and self.workers >= 1),
                    "an integer >= 1 or None")
+        self.check("log_every", self.log_every is None or (not isinstance(self.log_every, bool)
+                                                           and isinstance(self.log_every, (int, float))
+                                                           and self.log_every > 0),
+                   "a positive number of seconds or None")
         if isinstance(self.out, str):
             self.out = Path(self.out)
         self.recorded = [Path(p) for p in self.recorded]
@@ -149,7 +156,7 @@ def run_config(args: SweepCommandConfig) -> int:
 
     result = run_sweep(cfg, args.out, backend=args.backend, workers=args.workers, address=args.address,
                        progress=not args.quiet, report=False, callbacks=loggers_from_flags(args),
-                       recorded=args.recorded)
+                       recorded=args.recorded, log_every=args.log_every)
     recorded = f", {result.n_recorded} taken from recorded outcomes" if args.recorded else ""
     print(f"study {result.study_dir}: {len(result.rows) + result.n_recorded} runs ({result.n_cached} cached{recorded}) "
           f"in {result.seconds:.0f} s")

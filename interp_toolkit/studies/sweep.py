@@ -402,27 +402,67 @@ class _ProgressEvents:
         self.queue.put(("run_end", str(run_dir)))
 
 
-class _SweepProgress:
-    """One bar over every evaluation of every run; a run's end fills its remaining ones."""
+def _clock_text(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
-    def __init__(self, bar: Any, jobs: list[dict[str, Any]], n_runs: int, n_cached: int) -> None:
+
+class _SweepProgress:
+    """One bar over every evaluation of every run; a run's end fills its remaining ones.
+
+    With ``log_every`` (seconds), also a plain line on ``stream`` at most that often (and one
+    at the end): readable in the log of a background sweep, where a bar is not.
+    """
+
+    def __init__(self, bar: Any, jobs: list[dict[str, Any]], n_runs: int, n_cached: int,
+                 log_every: float | None = None, name: str = "sweep", total: int | None = None,
+                 initial: int = 0, stream: Any = None, clock: Any = time.monotonic) -> None:
         self.bar, self.n_runs, self.runs_done = bar, n_runs, n_cached
         self.expected = {run["run_dir"]: job["evaluations_per_run"] for job in jobs for run in job["runs"]}
         self.seen = dict.fromkeys(self.expected, 0)
         self.ended: set[str] = set()
         self.bar.set_postfix_str(f"runs {self.runs_done}/{self.n_runs}")
+        self.log_every, self.name, self.clock = log_every, name, clock
+        self.stream = stream if stream is not None else sys.stderr
+        self.total = total if total is not None else initial + sum(self.expected.values())
+        self.initial = self.done = initial
+        self.started = self.last_log = clock()
 
     def event(self, kind: str, run_dir: str) -> None:
         if run_dir not in self.expected or run_dir in self.ended:
             return
         if kind == "evaluation" and self.seen[run_dir] < self.expected[run_dir] - 1:
             self.seen[run_dir] += 1  # the last one is counted by the run's end
-            self.bar.update(1)
+            self._advance(1)
         elif kind == "run_end":
-            self.bar.update(self.expected[run_dir] - self.seen[run_dir])
+            self._advance(self.expected[run_dir] - self.seen[run_dir])
             self.ended.add(run_dir)
             self.runs_done += 1
             self.bar.set_postfix_str(f"runs {self.runs_done}/{self.n_runs}")
+        self.maybe_log()
+
+    def _advance(self, n: int) -> None:
+        self.bar.update(n)
+        self.done += n
+
+    def line(self) -> str:
+        """``sweep NAME: runs 3/32 done, evaluations 310/3232 (10%), 0:12:05 elapsed, at most ~1:48:40 left``."""
+        elapsed = self.clock() - self.started
+        text = (f"sweep {self.name}: runs {self.runs_done}/{self.n_runs} done, evaluations {self.done}/{self.total} "
+                f"({100 * self.done / max(self.total, 1):.0f}%), {_clock_text(elapsed)} elapsed")
+        if self.done > self.initial and self.done < self.total:
+            # Early stopping ends runs sooner, so the rate so far bounds the time left from above.
+            left = (self.total - self.done) * elapsed / (self.done - self.initial)
+            text += f", at most ~{_clock_text(left)} left"
+        return text
+
+    def maybe_log(self, force: bool = False) -> None:
+        if self.log_every is None:
+            return
+        now = self.clock()
+        if force or now - self.last_log >= self.log_every:
+            print(self.line(), file=self.stream, flush=True)
+            self.last_log = now
 
     def drain(self, queue: Any) -> None:
         import queue as queue_module
@@ -431,6 +471,7 @@ class _SweepProgress:
             try:
                 self.event(*queue.get_nowait())
             except queue_module.Empty:
+                self.maybe_log()
                 return
 
     def job_done(self, job: Mapping[str, Any]) -> None:
@@ -750,6 +791,7 @@ def run_sweep(
     report: bool = True,
     callbacks: Sequence[Any] | None = None,
     recorded: Sequence[str | Path] = (),
+    log_every: float | None = None,
 ) -> SweepResult:
     """Run (or finish) a sweep; each run's directory is keyed by its config.
 
@@ -774,6 +816,10 @@ def run_sweep(
             is not trained again (unless its directory is here already); its row is kept in
             ``study_dir/recorded_outcomes.csv``, which the study's report pools with the runs.
             So a study spread over machines or sessions resumes from committed tables.
+        log_every: Also print a plain progress line to stderr at most every this many
+            seconds, and one at the end (runs done, evaluations, time elapsed and at most left):
+            for the log of a background sweep, where a bar is unreadable. Independent of
+            ``progress``.
 
     Returns:
         A :class:`SweepResult` with one outcome row per run trained or found here, sorted
@@ -785,6 +831,9 @@ def run_sweep(
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
+    if log_every is not None and (isinstance(log_every, bool) or not isinstance(log_every, (int, float))
+                                  or not log_every > 0):
+        raise ValueError(f"log_every must be a positive number of seconds or None, got {log_every!r}")
     study_dir = Path(study_dir) if study_dir is not None else default_study_dir(cfg)
     study_dir = study_dir.resolve()
     recorded_table = read_recorded_runs(recorded) if recorded else ([], {})
@@ -792,13 +841,14 @@ def run_sweep(
 
     with DirectoryLock(study_dir, "study directory"):
         return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report, callbacks,
-                                 recorded_table)
+                                 recorded_table, log_every)
 
 
 def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: int | None,
                       address: str | None, progress: bool, report: bool,
                       callbacks: Sequence[Any] | None,
-                      recorded_table: tuple[list[str], dict[str, dict[str, str]]] = ([], {})) -> SweepResult:
+                      recorded_table: tuple[list[str], dict[str, dict[str, str]]] = ([], {}),
+                      log_every: float | None = None) -> SweepResult:
     """:func:`run_sweep` once ``study_dir`` is locked by this process."""
     from interp_toolkit.errors import UserError
 
@@ -838,7 +888,8 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
         job["evaluations_per_run"] = evaluations
     bar = tqdm(total=cfg.n_runs() * evaluations, initial=(n_cached + n_recorded) * evaluations, unit="eval",
                desc=f"sweep {cfg.name} [{backend}]", disable=not progress, file=sys.stderr)
-    tracker = _SweepProgress(bar, todo, cfg.n_runs(), n_cached + n_recorded)
+    tracker = _SweepProgress(bar, todo, cfg.n_runs(), n_cached + n_recorded, log_every=log_every, name=cfg.name,
+                             total=cfg.n_runs() * evaluations, initial=(n_cached + n_recorded) * evaluations)
     if todo:
         if backend == "ray":
             rows.extend(_run_ray(todo, address, tracker, callbacks, cfg.device))
@@ -850,6 +901,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
             on_gpu = resolve_device(cfg.device).type == "cuda"
             n_workers = min(workers or (1 if on_gpu else os.cpu_count() or 1), len(todo))
             rows.extend(_run_local(todo, n_workers, 1, tracker, callbacks))
+        tracker.maybe_log(force=True)
     bar.close()
     failed = [row for row in rows if "error" in row]
     rows = [row for row in rows if "error" not in row]

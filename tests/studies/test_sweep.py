@@ -98,13 +98,17 @@ def test_other_sweep_in_same_study_dir_is_refused(smoke_local):
         run_sweep(preset("smoke", epochs=10, lr=1e-3), smoke_local.study_dir, progress=False)
 
 
-def test_study_grows_by_more_seeds_in_place(smoke_local, tmp_path):
+def test_study_grows_by_more_seeds_in_place(smoke_local, tmp_path, capsys):
     import shutil
 
     study = tmp_path / "grown"
     shutil.copytree(smoke_local.study_dir, study)
     grown = run_sweep(preset("smoke", seeds=[0, 1, 2], seeds_per_process=1), study, workers=2,
-                      progress=False)
+                      progress=False, log_every=1e-6)
+    log = capsys.readouterr().err.splitlines()
+    assert log and log[-1].startswith("sweep smoke: runs 6/6 done, evaluations ")  # the line at the end
+    done, total = log[-1].split("evaluations ")[1].split(" ")[0].split("/")
+    assert done == total  # every evaluation counted once the sweep is over
     assert grown.n_cached == 4  # the study's finished runs are not trained again
     assert len(grown.rows) == 6
     assert sorted({row["seed"] for row in grown.rows}) == [0, 1, 2]
@@ -117,6 +121,41 @@ def test_study_grows_by_more_seeds_in_place(smoke_local, tmp_path):
     # the original, smaller sweep still runs there: every one of its runs is a cache hit
     again = run_sweep(preset("smoke"), study, workers=2, progress=False, report=False)
     assert again.n_cached == 4
+
+
+def test_progress_lines_for_background_logs():
+    """--log-every: plain lines at most that often, with an upper bound on the time left."""
+    import io
+
+    from interp_toolkit.studies.sweep import _SweepProgress
+
+    class Bar:
+        def update(self, n):
+            pass
+
+        def set_postfix_str(self, text):
+            pass
+
+    now = [0.0]
+    stream = io.StringIO()
+    jobs = [{"evaluations_per_run": 4, "runs": [{"run_dir": "a"}, {"run_dir": "b"}]}]
+    tracker = _SweepProgress(Bar(), jobs, n_runs=3, n_cached=1, log_every=60, name="demo", total=12, initial=4,
+                             stream=stream, clock=lambda: now[0])
+    now[0] = 30.0
+    tracker.event("evaluation", "a")  # not yet a minute since the start: no line
+    assert stream.getvalue() == ""
+    now[0] = 61.0
+    tracker.event("evaluation", "a")
+    assert stream.getvalue() == ("sweep demo: runs 1/3 done, evaluations 6/12 (50%), 0:01:01 elapsed, "
+                                 "at most ~0:03:03 left\n")
+    now[0] = 70.0
+    tracker.event("run_end", "a")  # fills a's remaining evaluations; too soon for a line
+    tracker.event("run_end", "b")
+    assert stream.getvalue().count("\n") == 1
+    tracker.maybe_log(force=True)
+    assert stream.getvalue().splitlines()[-1] == "sweep demo: runs 3/3 done, evaluations 12/12 (100%), 0:01:10 elapsed"
+    with pytest.raises(ValueError, match="log_every must be a positive number"):
+        run_sweep(preset("smoke"), log_every=0)
 
 
 def test_default_study_dir_is_shared_by_grids_with_the_same_settings(tmp_path):
