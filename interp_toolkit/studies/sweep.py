@@ -668,7 +668,16 @@ def _run_ray(jobs: list[dict[str, Any]], address: str | None, progress: _SweepPr
 
 @dataclass
 class SweepResult:
-    """What :func:`run_sweep` returns."""
+    """What :func:`run_sweep` returns.
+
+    Attributes:
+        study_dir: The study directory (resolved).
+        rows: One outcome row per run trained or found finished here, sorted by cell and seed.
+        n_cached: Runs that were finished here before this sweep started (not trained again).
+        seconds: Wall time of the sweep.
+        failed: Rows of runs that could not start (``error`` names the reason).
+        n_recorded: Runs taken from ``recorded`` outcome tables (not trained, not in ``rows``).
+    """
 
     study_dir: Path
     rows: list[dict[str, Any]]
@@ -881,14 +890,18 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     rows: list[dict[str, Any]] = []
     for job in cached_jobs:
         rows.extend(run_job_cached(job))
-    n_cached = len(rows)
+    # Finished runs count as cached also inside a job that trains new seeds beside them (a
+    # study grown by seeds without seeds_per_process): run_job does not train them again.
+    finished = {run["run_dir"] for job in todo for run in job["runs"] if (Path(run["run_dir"]) / "outcome.json").exists()}
+    n_cached = len(rows) + len(finished)
     callbacks = as_callbacks(callbacks)
     evaluations = len(cell_configs(cfg, cfg.cells()[0], cfg.seeds[0])[2].evaluation_epochs())
     for job in todo:
         job["evaluations_per_run"] = evaluations
     bar = tqdm(total=cfg.n_runs() * evaluations, initial=(n_cached + n_recorded) * evaluations, unit="eval",
                desc=f"sweep {cfg.name} [{backend}]", disable=not progress, file=sys.stderr)
-    tracker = _SweepProgress(bar, todo, cfg.n_runs(), n_cached + n_recorded, log_every=log_every, name=cfg.name,
+    to_train = [{**job, "runs": [run for run in job["runs"] if run["run_dir"] not in finished]} for job in todo]
+    tracker = _SweepProgress(bar, to_train, cfg.n_runs(), n_cached + n_recorded, log_every=log_every, name=cfg.name,
                              total=cfg.n_runs() * evaluations, initial=(n_cached + n_recorded) * evaluations)
     if todo:
         if backend == "ray":

@@ -158,6 +158,27 @@ def test_progress_lines_for_background_logs():
         run_sweep(preset("smoke"), log_every=0)
 
 
+def test_scripted_study_example(tmp_path, capsys):
+    """examples/scripted_study.py at a tiny size: plan, run, grow by a seed, report."""
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "examples" / "scripted_study.py"
+    spec = importlib.util.spec_from_file_location("scripted_study", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table_md = module.main(["--out", str(tmp_path / "study"), "--epochs", "4", "--n-train", "64", "--seeds", "3"])
+    out = capsys.readouterr().out
+    assert "plan, 2 seeds per cell: 0 finished, 0 recorded, 0 to resume, 4 to start" in out
+    assert "plan, 3 seeds per cell: 4 finished, 0 recorded, 0 to resume, 2 to start" in out
+    # the grown sweep's new seed shares a job with finished ones: they still count as cached
+    assert out.count("trained: 4 runs (0 cached)") == 1 and "trained: 2 runs (4 cached)" in out
+    import csv
+
+    with open(table_md.with_name("table.csv"), newline="") as f:
+        assert [row["n_seeds"] for row in csv.DictReader(f)] == ["3", "3"]  # both cells pool their 3 seeds
+    assert "requested comparisons" in out
+
+
 def test_default_study_dir_is_shared_by_grids_with_the_same_settings(tmp_path):
     """A sweep grown by more seeds or ratios lands, by default, in the study it grows."""
     root = tmp_path / "sweeps"
