@@ -122,6 +122,7 @@ CASES = [
     ("config-section-not-mapping", _config("section_not_mapping.json"), ["train", "5"]),
     # sweep
     ("sweep-workers-0", _sweep("--workers", "0"), ["workers", "0"]),
+    ("sweep-log-every-0", _sweep("--log-every", "0"), ["log_every", "0", "positive number of seconds"]),
     ("sweep-ratio-text", _sweep("--ratios", "0.5,abc"), ["--ratios", "abc"]),
     ("sweep-ratio-above-1", _sweep("--ratios", "1.5"), ["1.5"]),
     ("sweep-seeds-0", _sweep("--seeds", "0"), ["seeds", "0"]),
