@@ -871,13 +871,13 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     table = rate_table(rows)
     shown = varying_fields(table)
     comparisons = []
-    n_training = sum(not row_finished(row) for row in rows)
+    unfinished = sum(not row_finished(row) for row in rows)
     for spec_a, spec_b in compare:
         try:
             cell_a, cell_b = find_cell(table, spec_a), find_cell(table, spec_b)
         except ValueError as err:
-            if n_training and "matches no cell" in str(err):
-                raise ValueError(f"{err} (runs still training: {n_training}; a cell has a rate once one "
+            if unfinished and "matches no cell" in str(err):
+                raise ValueError(f"{err} (runs still training: {unfinished}; a cell has a rate once one "
                                  "of its runs has finished)") from err
             raise
         comparisons += [compare_cells(cell_a, cell_b, "generalized", shown),
@@ -901,7 +901,6 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if with_metrics:
         save_figure(plot_curves_by_cell(with_metrics), paths["curves_png"])
     if print_table:
-        unfinished = sum(not row_finished(row) for row in rows)
         if table:
             print(format_table(table))
         else:

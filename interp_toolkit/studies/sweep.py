@@ -381,10 +381,6 @@ def _write_recorded(study_dir: Path, header: Sequence[str], rows: Sequence[Mappi
     atomic_write_text(study_dir / RECORDED_OUTCOMES, buffer.getvalue())
 
 
-def _job_done(job: Mapping[str, Any]) -> bool:
-    return all((Path(run["run_dir"]) / "outcome.json").exists() for run in job["runs"])
-
-
 def _job_threads(job: Mapping[str, Any], threads: int = 1, *rest: Any, **kwargs: Any) -> int:
     return max(1, threads)
 
@@ -415,8 +411,8 @@ class _SweepProgress:
     """
 
     def __init__(self, bar: Any, jobs: list[dict[str, Any]], n_runs: int, n_cached: int,
-                 log_every: float | None = None, name: str = "sweep", total: int | None = None,
-                 initial: int = 0, stream: Any = None, clock: Any = time.monotonic) -> None:
+                 log_every: float | None = None, name: str = "sweep", initial: int = 0, stream: Any = None,
+                 clock: Any = time.monotonic) -> None:
         self.bar, self.n_runs, self.runs_done = bar, n_runs, n_cached
         self.expected = {run["run_dir"]: job["evaluations_per_run"] for job in jobs for run in job["runs"]}
         self.seen = dict.fromkeys(self.expected, 0)
@@ -424,7 +420,7 @@ class _SweepProgress:
         self.bar.set_postfix_str(f"runs {self.runs_done}/{self.n_runs}")
         self.log_every, self.name, self.clock = log_every, name, clock
         self.stream = stream if stream is not None else sys.stderr
-        self.total = total if total is not None else initial + sum(self.expected.values())
+        self.total = initial + sum(self.expected.values())  # evaluations done before + those to come
         self.initial = self.done = initial
         self.started = self.last_log = clock()
 
@@ -758,6 +754,17 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
             )
 
 
+def _run_status(run_dir: str | Path, recorded_runs: Mapping[str, Any]) -> str:
+    """``"finished"`` (its outcome is here), ``"recorded"`` (an earlier sitting's table lists it
+    as finished), ``"resume"`` (started here) or ``"new"``: what a sweep does with the run."""
+    run_dir = Path(run_dir)
+    if (run_dir / "outcome.json").exists():
+        return "finished"
+    if run_dir.name in recorded_runs:
+        return "recorded"
+    return "resume" if run_dir.exists() else "new"
+
+
 def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
                recorded: Sequence[str | Path] = ()) -> dict[str, Any]:
     """What :func:`run_sweep` would do with these arguments, touching nothing.
@@ -778,15 +785,7 @@ def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
     counts = {"finished": 0, "recorded": 0, "resume": 0, "new": 0}
     for job in plan_jobs(cfg, study_dir):
         for run in job["runs"]:
-            run_dir = Path(run["run_dir"])
-            if (run_dir / "outcome.json").exists():
-                counts["finished"] += 1
-            elif run_dir.name in recorded_runs:
-                counts["recorded"] += 1
-            elif run_dir.exists():
-                counts["resume"] += 1
-            else:
-                counts["new"] += 1
+            counts[_run_status(run["run_dir"], recorded_runs)] += 1
     return {"study_dir": study_dir, "exists": study_dir.exists(), "n_runs": cfg.n_runs(), **counts}
 
 
@@ -859,8 +858,6 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
                       recorded_table: tuple[list[str], dict[str, dict[str, str]]] = ([], {}),
                       log_every: float | None = None) -> SweepResult:
     """:func:`run_sweep` once ``study_dir`` is locked by this process."""
-    from interp_toolkit.errors import UserError
-
     study_path = study_dir / "study.json"
     check_study_dir(cfg, study_dir)
     atomic_write_json(study_path, {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
@@ -875,9 +872,8 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
         for job in jobs:
             keep = []
             for run in job["runs"]:
-                name = Path(run["run_dir"]).name
-                if name in recorded_runs and not (Path(run["run_dir"]) / "outcome.json").exists():
-                    taken.append(recorded_runs[name])
+                if _run_status(run["run_dir"], recorded_runs) == "recorded":
+                    taken.append(recorded_runs[Path(run["run_dir"]).name])
                 else:
                     keep.append(run)
             job["runs"] = keep
@@ -885,15 +881,17 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
         if taken:
             _write_recorded(study_dir, header, taken)
     n_recorded = len(taken)
-    cached_jobs = [job for job in jobs if _job_done(job)]
-    todo = [job for job in jobs if not _job_done(job)]
+    # A run with its outcome here is cached, also inside a job that trains new seeds beside it
+    # (a study grown by seeds without seeds_per_process): run_job does not train it again.
+    finished = {run["run_dir"] for job in jobs for run in job["runs"] if _run_status(run["run_dir"], {}) == "finished"}
+    cached_jobs: list[dict[str, Any]] = []
+    todo: list[dict[str, Any]] = []
+    for job in jobs:
+        (cached_jobs if all(run["run_dir"] in finished for run in job["runs"]) else todo).append(job)
     rows: list[dict[str, Any]] = []
     for job in cached_jobs:
         rows.extend(run_job_cached(job))
-    # Finished runs count as cached also inside a job that trains new seeds beside them (a
-    # study grown by seeds without seeds_per_process): run_job does not train them again.
-    finished = {run["run_dir"] for job in todo for run in job["runs"] if (Path(run["run_dir"]) / "outcome.json").exists()}
-    n_cached = len(rows) + len(finished)
+    n_cached = len(finished)
     callbacks = as_callbacks(callbacks)
     evaluations = len(cell_configs(cfg, cfg.cells()[0], cfg.seeds[0])[2].evaluation_epochs())
     for job in todo:
@@ -902,7 +900,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
                desc=f"sweep {cfg.name} [{backend}]", disable=not progress, file=sys.stderr)
     to_train = [{**job, "runs": [run for run in job["runs"] if run["run_dir"] not in finished]} for job in todo]
     tracker = _SweepProgress(bar, to_train, cfg.n_runs(), n_cached + n_recorded, log_every=log_every, name=cfg.name,
-                             total=cfg.n_runs() * evaluations, initial=(n_cached + n_recorded) * evaluations)
+                             initial=(n_cached + n_recorded) * evaluations)
     if todo:
         if backend == "ray":
             rows.extend(_run_ray(todo, address, tracker, callbacks, cfg.device))

@@ -364,7 +364,7 @@ def test_rates_count_finished_runs_only(tmp_path, capsys):
     markdown = (tmp_path / "table.md").read_text()
     assert "| running |" in markdown and "| 1/2 |" in markdown
     # the same table from outcomes.csv alone: the status travels with each row
-    again = write_report(tmp_path / "outcomes.csv", tmp_path / "again", print_table=False)
+    write_report(tmp_path / "outcomes.csv", tmp_path / "again", print_table=False)
     assert (tmp_path / "again" / "table.md").read_text() == markdown
     # once every run has finished, the running column leaves the table
     for name in ("u2", "u3"):

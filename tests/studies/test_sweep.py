@@ -20,8 +20,8 @@ from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.studies.sweep import (
     SweepConfig,
     default_study_dir,
-    plan_sweep,
     plan_jobs,
+    plan_sweep,
     preset,
     run_sweep,
 )
@@ -139,7 +139,7 @@ def test_progress_lines_for_background_logs():
     now = [0.0]
     stream = io.StringIO()
     jobs = [{"evaluations_per_run": 4, "runs": [{"run_dir": "a"}, {"run_dir": "b"}]}]
-    tracker = _SweepProgress(Bar(), jobs, n_runs=3, n_cached=1, log_every=60, name="demo", total=12, initial=4,
+    tracker = _SweepProgress(Bar(), jobs, n_runs=3, n_cached=1, log_every=60, name="demo", initial=4,
                              stream=stream, clock=lambda: now[0])
     now[0] = 30.0
     tracker.event("evaluation", "a")  # not yet a minute since the start: no line
