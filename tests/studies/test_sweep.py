@@ -179,6 +179,25 @@ def test_scripted_study_example(tmp_path, capsys):
     assert "requested comparisons" in out
 
 
+def test_cli_log_every_and_dry_run_refusal(smoke_local, tmp_path, capsys):
+    """Through the entry point: --log-every prints its last line and exits 0; a dry run in a
+    directory holding another sweep exits 2 with one error line and writes nothing."""
+    import shutil
+
+    study = tmp_path / "study"
+    shutil.copytree(smoke_local.study_dir, study)
+    assert main(["sweep", "--preset", "smoke", "--seeds", "3", "--out", str(study), "--workers", "1", "--quiet",
+                 "--log-every", "0.001"]) == 0
+    err = capsys.readouterr().err
+    assert "sweep smoke: runs 6/6 done" in err and "Traceback" not in err
+    listing = sorted(str(p) for p in study.rglob("*"))
+    assert main(["sweep", "--preset", "smoke", "--epochs", "3", "--out", str(study), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1 and "Traceback" not in err
+    assert "settings that differ: epochs" in err
+    assert sorted(str(p) for p in study.rglob("*")) == listing
+
+
 def test_default_study_dir_is_shared_by_grids_with_the_same_settings(tmp_path):
     """A sweep grown by more seeds or ratios lands, by default, in the study it grows."""
     root = tmp_path / "sweeps"
