@@ -474,7 +474,8 @@ def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
 
 @pytest.mark.parametrize("slice_file, n_runs, extra_seeds", [("final_1L.yaml", 60, range(116, 130)),
                                                              ("final_2L.yaml", 32, ()),
-                                                             ("final_1L_below_chance.yaml", 16, ())])
+                                                             ("final_1L_below_chance.yaml", 16, ()),
+                                                             ("final_1L_r_sweep.yaml", 32, ())])
 def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, extra_seeds, tmp_path):
     """The slice configs train a subset of the preset's runs, in the same run directories
     (so slices, sittings and the full preset pool in one report). The 1-layer slice grew to the
