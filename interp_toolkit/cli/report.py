@@ -37,6 +37,10 @@ class ReportCommandConfig(Config):
         format: Figure file format (png, svg or pdf).
         rate_axis: r axis of the rate figure: full (0 to 1, to scale) or categorical (the
             measured r values evenly spaced).
+        against_paper: Compare every cell that has a published headline rate (the source
+            paper's 1L/2L x r 0.5/0.9 max-parity cells, 30 seeds each) with it: difference, 95%
+            Newcombe interval and Fisher exact p, in paper_comparison.csv and table.md, and the
+            published rate drawn beside its cell (hollow) in the rate figure.
     """
 
     sources: tyro.conf.Positional[tuple[Path, ...]] = ()
@@ -44,6 +48,7 @@ class ReportCommandConfig(Config):
     compare: Optional[tuple[str, ...]] = None  # noqa: UP007
     format: Literal["png", "svg", "pdf"] = "png"
     rate_axis: Literal["full", "categorical"] = "full"
+    against_paper: bool = False
 
     def __post_init__(self) -> None:
         self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
@@ -71,7 +76,8 @@ def run_config(args: ReportCommandConfig) -> int:
     from interp_toolkit.studies.report import write_report, write_report_sources
 
     pairs = list(zip(args.compare[::2], args.compare[1::2])) if args.compare else []
-    options = dict(print_table=True, compare=pairs, figure_format=args.format, rate_axis=args.rate_axis)
+    options = dict(print_table=True, compare=pairs, figure_format=args.format, rate_axis=args.rate_axis,
+                   against_paper=args.against_paper)
     if len(args.sources) == 1:
         write_report(args.sources[0], out_dir=args.out, **options)
     else:

@@ -20,6 +20,8 @@ Sources are study directories and ``outcomes.csv`` files, in any mix
   only (the headline figure; dashed line at chance r = 1/m);
 * ``curves_by_cell.<fmt>``: adversarial (solid) and validation (dashed) accuracy of every
   seed, one panel per cell (runs read from run directories only: a CSV has no curves).
+* ``paper_comparison.csv`` (with ``against_paper``): every cell that has a published headline
+  rate (:data:`PAPER_HEADLINE_RATES`) against it: difference, 95% Newcombe interval, Fisher p.
 
 A run of a study directory is any ``runs/*/`` directory with ``run.json`` and
 ``metrics.jsonl``. Its outcome is always derived from ``metrics.jsonl`` with the study's
@@ -37,6 +39,7 @@ import json
 import math
 import statistics
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -207,6 +210,100 @@ def contrasts_table(table: Sequence[Mapping[str, Any]], column: str = "generaliz
         for row_a, row_b in itertools.combinations(rows, 2):
             out.append(compare_cells(row_a, row_b, column, label_fields))
     return out
+
+
+@dataclass(frozen=True)
+class ReferenceRate:
+    """A published generalization rate: ``k`` of ``n`` seeds generalized in one cell.
+
+    Attributes:
+        task: MPSP task name.
+        n_layers: Layers.
+        r: Training spurious ratio.
+        k: Seeds that generalized (the paper's criterion: 100% adversarial accuracy).
+        n: Seeds run.
+        source: Where the number comes from (printed beside it).
+        n_heads: Heads, or None where the source does not say (matches any).
+        weight_decay: AdamW weight decay, or None where the source does not say (matches any).
+    """
+
+    task: str
+    n_layers: int
+    r: float
+    k: int
+    n: int
+    source: str
+    n_heads: int | None = None
+    weight_decay: float | None = None
+
+    def __post_init__(self) -> None:
+        wilson_interval(self.k, self.n)  # validates k and n, naming the bad value
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        """Whether a rate-table row is this reference's cell (task, layers, r; heads and
+        weight decay where the reference names them)."""
+        def close(value: Any, wanted: float) -> bool:
+            return value is not None and abs(float(value) - wanted) < 1e-9
+
+        return (row.get("task") == self.task and row.get("n_layers") == self.n_layers and close(row.get("r"), self.r)
+                and (self.n_heads is None or row.get("n_heads") == self.n_heads)
+                and (self.weight_decay is None or close(row.get("weight_decay"), self.weight_decay)))
+
+
+_PAPER_SOURCE = ("shortcut-saturation paper, headline (30 seeds per cell; counts from its rounded percentages: "
+                 "77% = 23/30, 33% = 10/30)")
+#: The source paper's headline rates (max parity / sum parity, 15,000 epochs, its undisclosed
+#: sequence length and value range; weight decay 0.1, its main arm; heads not stated for the
+#: headline): 2-layer models 0% at r = 0.5 and 77% at r = 0.9, 1-layer models 33% at r = 0.5
+#: and 0% at r = 0.9, of 30 seeds.
+PAPER_HEADLINE_RATES: tuple[ReferenceRate, ...] = tuple(
+    ReferenceRate("max_parity_sum_parity", layers, r, k, 30, _PAPER_SOURCE, weight_decay=0.1)
+    for layers, r, k in ((2, 0.5, 0), (2, 0.9, 23), (1, 0.5, 10), (1, 0.9, 0))
+)
+REFERENCE_FIELDS = CELL_FIELDS + (
+    "k", "n", "rate", "reference_k", "reference_n", "reference_rate", "difference", "newcombe_low",
+    "newcombe_high", "fisher_p", "reference_source",
+)
+
+
+def reference_comparison(table: Sequence[Mapping[str, Any]],
+                         references: Sequence[ReferenceRate] = PAPER_HEADLINE_RATES) -> list[dict[str, Any]]:
+    """Each table cell against the published rate of its cell (this study - reference).
+
+    A cell matches a reference by task, layers and r (and heads where the reference names
+    them), whatever its regime (sequence length, epochs, ...): the point is to see how far a
+    regime's rate lies from the published one. The difference has a 95% Newcombe interval and
+    a two-sided Fisher exact p, as the contrasts do (the reference counted as ``k`` of ``n``
+    seeds). Cells without a reference are left out.
+
+    Args:
+        table: Rows of :func:`rate_table`.
+        references: Published rates (default: :data:`PAPER_HEADLINE_RATES`).
+    """
+    shown = varying_fields(table)
+    out = []
+    for row in table:
+        for ref in references:
+            if not ref.matches(row):
+                continue
+            k, n = row["n_generalized"], row["n_seeds"]
+            diff, low, high = newcombe_interval(k, n, ref.k, ref.n)
+            out.append({**{f: row.get(f) for f in CELL_FIELDS}, "cell": cell_label(row, shown),
+                        "k": k, "n": n, "rate": k / n, "reference_k": ref.k, "reference_n": ref.n,
+                        "reference_rate": ref.k / ref.n, "difference": diff, "newcombe_low": low,
+                        "newcombe_high": high, "fisher_p": fisher_exact_p(k, n, ref.k, ref.n),
+                        "reference_source": ref.source})
+    return out
+
+
+def format_reference_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
+    """:func:`reference_comparison` as aligned text."""
+    lines = [["cell", "k/n here", "k/n paper", "difference", "95% Newcombe", "Fisher p"]]
+    for row in rows:
+        lines.append([row["cell"], f"{row['k']}/{row['n']}", f"{row['reference_k']}/{row['reference_n']}",
+                      f"{row['difference']:+.2f}", f"[{row['newcombe_low']:+.2f}, {row['newcombe_high']:+.2f}]",
+                      f"{row['fisher_p']:.3g}"])
+    return _align(lines)
 
 
 def cell_label(row: Mapping[str, Any], regime_fields: Sequence[str] = ()) -> str:
@@ -605,10 +702,12 @@ def format_contrasts(contrasts: Sequence[Mapping[str, Any]]) -> str:
 
 
 def format_markdown(table: Sequence[Mapping[str, Any]], contrasts: Sequence[Mapping[str, Any]] = (),
-                    comparisons: Sequence[Mapping[str, Any]] = ()) -> str:
-    """The rate table (cell, k/n, rate, 95% Wilson; the same for the rule-learned rate) and
-    the contrasts (difference, 95% Newcombe, Fisher p) as markdown tables, after a line
-    naming the settings every cell shares (those that vary are in the cell labels)."""
+                    comparisons: Sequence[Mapping[str, Any]] = (),
+                    references: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The rate table (cell, k/n, rate, 95% Wilson; the same for the rule-learned rate),
+    the contrasts (difference, 95% Newcombe, Fisher p) and, when given, the cells against
+    published rates (:func:`reference_comparison`) as markdown tables, after a line naming
+    the settings every cell shares (those that vary are in the cell labels)."""
     shown = varying_fields(table)
     shared = shared_settings(table)
     lines = [f"Settings of every cell: {shared}.", ""] if shared else []
@@ -638,6 +737,16 @@ def format_markdown(table: Sequence[Mapping[str, Any]], contrasts: Sequence[Mapp
                 f"| {row['cell_a']} | {row['cell_b']} | {rate} | {row['k_a']}/{row['n_a']} | {row['k_b']}/{row['n_b']} | "
                 f"{row['difference']:+.2f} | [{row['newcombe_low']:+.2f}, {row['newcombe_high']:+.2f}] | "
                 f"{row['fisher_p']:.3g} |")
+    if references:
+        sources = sorted({row["reference_source"] for row in references})
+        lines += ["", "Against the published rates (here - paper; " + "; ".join(sources) + "):", "",
+                  "| cell | k/n here | k/n paper | difference | 95% Newcombe | Fisher p |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for row in references:
+            lines.append(
+                f"| {row['cell']} | {row['k']}/{row['n']} | {row['reference_k']}/{row['reference_n']} | "
+                f"{row['difference']:+.2f} | [{row['newcombe_low']:+.2f}, {row['newcombe_high']:+.2f}] | "
+                f"{row['fisher_p']:.3g} |")
     return "\n".join(lines) + "\n"
 
 
@@ -665,7 +774,8 @@ _REGIME_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 RATE_AXES = ("full", "categorical")
 
 
-def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: str = "full") -> Any:
+def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: str = "full",
+                   references: Sequence[ReferenceRate] = ()) -> Any:
     """Generalization rate vs r, one marker series per architecture, with Wilson intervals.
 
     Only the r values that were run are drawn, as markers with their 95% Wilson interval:
@@ -682,6 +792,9 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
         x_axis: ``"full"``: the r axis is [0, 1] to scale, with a chance line for every task
             modulus in the data; ``"categorical"``: the measured r values evenly spaced, with
             the chance line only where 1/m is one of them.
+        references: Published rates (e.g. :data:`PAPER_HEADLINE_RATES`): each one whose cell
+            is in the table is drawn beside it as a hollow marker with its Wilson interval, in
+            the architecture's colour.
 
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
@@ -702,6 +815,14 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
         series.setdefault(key, []).append(row)
     archs = sorted({arch for arch, _ in series})
     regimes = sorted({regime for _, regime in series})
+    # Published rates: one more series per architecture, beside the measured ones at its r.
+    published = "\uffffpublished"  # sorts after every regime label: drawn right of the measured
+    for ref in references:
+        arch_rows = {_arch_label(row, vary_task, vary_wd): row for row in table if ref.matches(row)}
+        for arch, row in sorted(arch_rows.items()):
+            low, high = wilson_interval(ref.k, ref.n)
+            series.setdefault((arch, published), []).append(
+                {"r": row["r"], "rate": ref.k / ref.n, "wilson_low": low, "wilson_high": high, "n_seeds": ref.n})
     colors = {arch: PALETTE[i % len(PALETTE)] for i, arch in enumerate(archs)}
     markers = {regime: _REGIME_MARKERS[i % len(_REGIME_MARKERS)] for i, regime in enumerate(regimes)}
     def r_key(r: float) -> float:
@@ -748,18 +869,28 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
             ys = [row["rate"] for row in rows]
             lower = [row["rate"] - row["wilson_low"] for row in rows]
             upper = [row["wilson_high"] - row["rate"] for row in rows]
+            if regime == published:
+                ax.errorbar(xs, ys, yerr=[lower, upper], marker="h", ls="none", capsize=4, color=colors[arch],
+                            markerfacecolor="white", elinewidth=0.9, label=f"{arch} (published)")
+                continue
             ax.errorbar(xs, ys, yerr=[lower, upper], marker=markers[regime], ls="none", capsize=4,
                         color=colors[arch], label=f"{arch} ({regime})" if regime else arch)
         # The legend names each colour (architecture) once and each marker shape (regime)
         # once, so it stays short however many regimes there are.
         for arch in archs:
-            seeds = sorted({int(row["n_seeds"]) for (a, _), rows in series.items() if a == arch for row in rows})
+            seeds = sorted({int(row["n_seeds"]) for (a, regime), rows in series.items()
+                            if a == arch and regime != published for row in rows})
             n_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
             handles.append(Line2D([], [], color=colors[arch], marker="o" if len(regimes) > 1 else markers[regimes[0]],
                                   ls="none", label=f"{arch}: n = {n_text} seeds per r"))
         if len(regimes) > 1:
             handles += [Line2D([], [], color="black", marker=markers[regime], ls="none",
                                label=textwrap.fill(regime, 36)) for regime in regimes]
+        drawn = sorted({(ref.k, ref.n) for ref in references if any(ref.matches(row) for row in table)})
+        if drawn:
+            counts = ", ".join(f"{k}/{n}" for k, n in drawn)
+            handles.append(Line2D([], [], color="black", marker="h", markerfacecolor="white", ls="none",
+                                  label=textwrap.fill(f"published rate, beside its cell ({counts})", 36)))
         ax.set(xlabel="spurious ratio r (training)", ylabel="fraction of seeds that generalized",
                ylim=(-0.03, 1.03), title="MPSP generalization rate (95% Wilson intervals)")
         if x_axis == "categorical":
@@ -823,7 +954,8 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
 
 def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, print_table: bool = True,
                          compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
-                         figure_format: str = "png", rate_axis: str = "full") -> dict[str, Any]:
+                         figure_format: str = "png", rate_axis: str = "full",
+                         against_paper: bool = False) -> dict[str, Any]:
     """The report of the runs of several sources merged: study directories and outcome CSVs.
 
     Every source is checked before anything is read or written. Study directories are
@@ -846,9 +978,13 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
             (they are all in ``contrasts.csv``).
         figure_format: ``png``, ``svg`` or ``pdf`` (file suffix of the figures).
         rate_axis: ``full`` or ``categorical`` r axis of the rate figure (:func:`plot_rate_vs_r`).
+        against_paper: Also compare every cell that has a published headline rate
+            (:data:`PAPER_HEADLINE_RATES`) with it (:func:`reference_comparison`): written to
+            ``paper_comparison.csv`` and ``table.md``, printed, and drawn beside the cell in the
+            rate figure.
 
     Returns:
-        ``{"rows", "table", "contrasts", "comparisons", "paths", "n_duplicates"}``;
+        ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates"}``;
         ``paths["curves_png"]`` is ``None`` when the curves figure was skipped, and
         ``paths["rate_png"]`` when no run has finished yet (no rates: the table is empty).
     """
@@ -883,6 +1019,8 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         comparisons += [compare_cells(cell_a, cell_b, "generalized", shown),
                         compare_cells(cell_a, cell_b, "rule_learned", shown)]
     contrasts = contrasts_table(table)
+    reference_rates = PAPER_HEADLINE_RATES if against_paper else ()
+    references = reference_comparison(table, reference_rates)
     with_metrics = [row for row in rows if row.get("has_metrics")]
     paths: dict[str, Path | None] = {
         "outcomes_csv": out / "outcomes.csv",
@@ -891,13 +1029,16 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         "contrasts_csv": out / "contrasts.csv",
         "rate_png": out / f"generalization_rate.{figure_format}" if table else None,
         "curves_png": out / f"curves_by_cell.{figure_format}" if with_metrics else None,
+        "paper_csv": out / "paper_comparison.csv" if against_paper else None,
     }
     atomic_write_text(paths["outcomes_csv"], _csv_text(rows, RUN_FIELDS))
     atomic_write_text(paths["table_csv"], _csv_text(table, TABLE_FIELDS))
-    atomic_write_text(paths["table_md"], format_markdown(table, contrasts, comparisons))
+    atomic_write_text(paths["table_md"], format_markdown(table, contrasts, comparisons, references))
     atomic_write_text(paths["contrasts_csv"], _csv_text(contrasts, CONTRAST_FIELDS))
+    if against_paper:
+        atomic_write_text(paths["paper_csv"], _csv_text(references, REFERENCE_FIELDS))
     if table:  # no finished run yet: no rates to plot (the curves show the progress)
-        save_figure(plot_rate_vs_r(table, x_axis=rate_axis), paths["rate_png"])
+        save_figure(plot_rate_vs_r(table, x_axis=rate_axis, references=reference_rates), paths["rate_png"])
     if with_metrics:
         save_figure(plot_curves_by_cell(with_metrics), paths["curves_png"])
     if print_table:
@@ -922,6 +1063,15 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
                 print(f"\nrequested comparisons ({'paper rate' if column == 'generalized' else 'rule-learned rate'}"
                       ", a - b):")
                 print(format_contrasts(chosen))
+        if against_paper:
+            if references:
+                print("\nagainst the published rates (here - paper):")
+                print(format_reference_comparison(references))
+            else:
+                cells = ", ".join(f"{ref.task} L={ref.n_layers} r={ref.r:g}"
+                                  + ("" if ref.weight_decay is None else f" wd={ref.weight_decay:g}")
+                                  for ref in reference_rates)
+                print(f"\nagainst the published rates: no cell here has one (they are {cells})")
         print(f"outcomes: {paths['outcomes_csv']}\ntable: {paths['table_csv']} (markdown: {paths['table_md']})\n"
               f"contrasts: {paths['contrasts_csv']}\nheadline plot: {paths['rate_png'] or 'skipped (no rates yet)'}")
         csv_only = len(rows) - len(with_metrics)
@@ -932,13 +1082,13 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
             note = (f" ({csv_only} runs from outcomes CSVs have no learning curves and are not drawn)"
                     if csv_only else "")
             print(f"curves: {paths['curves_png']}{note}")
-    return {"rows": rows, "table": table, "contrasts": contrasts, "comparisons": comparisons, "paths": paths,
-            "n_duplicates": n_duplicates}
+    return {"rows": rows, "table": table, "contrasts": contrasts, "comparisons": comparisons,
+            "references": references, "paths": paths, "n_duplicates": n_duplicates}
 
 
 def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print_table: bool = True,
                  compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
-                 figure_format: str = "png", rate_axis: str = "full") -> dict[str, Any]:
+                 figure_format: str = "png", rate_axis: str = "full", against_paper: bool = False) -> dict[str, Any]:
     """The report of one study directory (or one outcomes CSV): :func:`write_report_sources`.
 
     Args:
@@ -946,11 +1096,11 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
             ``recorded_outcomes.csv`` of runs taken from earlier tables, if any) or an
             ``outcomes.csv``.
         out_dir: Where to write (default: the study directory; for a CSV, its folder).
-        print_table, compare, max_printed_contrasts, figure_format, rate_axis: See
+        print_table, compare, max_printed_contrasts, figure_format, rate_axis, against_paper: See
             :func:`write_report_sources`.
 
     Returns:
-        ``{"rows", "table", "contrasts", "comparisons", "paths", "n_duplicates"}``.
+        ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates"}``.
     """
     study_dir = Path(study_dir)
     if out_dir is None:
@@ -963,10 +1113,12 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
         sources.append(recorded)  # runs of this grid taken from earlier sittings' tables
     return write_report_sources(sources, out_dir, print_table=print_table, compare=compare,
                                 max_printed_contrasts=max_printed_contrasts, figure_format=figure_format,
-                                rate_axis=rate_axis)
+                                rate_axis=rate_axis, against_paper=against_paper)
 
 
-__all__ = ["ARCH_FIELDS", "CELL_FIELDS", "CONTRAST_FIELDS", "RATE_AXES", "REGIME_FIELDS", "RUN_FIELDS", "TABLE_FIELDS",
+__all__ = ["ARCH_FIELDS", "CELL_FIELDS", "CONTRAST_FIELDS", "PAPER_HEADLINE_RATES", "RATE_AXES", "REFERENCE_FIELDS",
+           "REGIME_FIELDS", "RUN_FIELDS", "TABLE_FIELDS", "ReferenceRate", "format_reference_comparison",
+           "reference_comparison",
            "cell_label", "collect_runs", "compare_cells", "contrasts_table", "find_cell", "fisher_exact_p",
            "format_contrasts", "format_markdown", "format_table", "merge_runs", "newcombe_interval",
            "plot_curves_by_cell", "plot_rate_vs_r", "rate_table", "read_outcomes_csv", "read_study_name", "read_thresholds",

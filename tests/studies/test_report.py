@@ -398,3 +398,74 @@ def test_report_writes_no_outcome_cache_for_unfinished_runs(tmp_path):
     assert [row["generalized"] for row in rows] == [True, True]
     assert not (tmp_path / "runs" / "u0" / "outcome.json").exists()
     assert json.loads((tmp_path / "runs" / "f0" / "outcome.json").read_text())["generalized"] is True
+
+
+def _table_row(layers: int, r: float, k: int, n: int, wd: float = 0.1, task: str = "max_parity_sum_parity") -> dict:
+    low, high = wilson_interval(k, n)
+    return {"task": task, "n_layers": layers, "n_heads": 2, "weight_decay": wd, "r": r, "n_seeds": n,
+            "n_generalized": k, "rate": k / n, "wilson_low": low, "wilson_high": high}
+
+
+def test_reference_comparison_matches_the_paper_cells_only():
+    """Each cell with a published rate is compared with it (here - paper): Newcombe interval
+    and Fisher p as for two measured cells; cells of other weight decays, r or tasks are not."""
+    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES, reference_comparison
+
+    table = [_table_row(2, 0.9, 0, 8), _table_row(1, 0.5, 7, 30), _table_row(1, 0.9, 0, 8, wd=0.4),
+             _table_row(2, 0.7, 1, 4), _table_row(2, 0.9, 2, 4, task="first_parity_sum_parity")]
+    rows = reference_comparison(table, PAPER_HEADLINE_RATES)
+    assert [(row["n_layers"], row["r"]) for row in rows] == [(2, 0.9), (1, 0.5)]
+    two_layer, one_layer = rows
+    assert (two_layer["k"], two_layer["n"], two_layer["reference_k"], two_layer["reference_n"]) == (0, 8, 23, 30)
+    assert two_layer["difference"] == pytest.approx(0 - 23 / 30)
+    assert (two_layer["newcombe_low"], two_layer["newcombe_high"]) == pytest.approx(newcombe_interval(0, 8, 23, 30)[1:])
+    assert two_layer["fisher_p"] == pytest.approx(fisher_exact([[0, 8], [23, 7]]).pvalue)
+    assert two_layer["fisher_p"] < 1e-3  # 0/8 is far from the paper's 23/30
+    assert one_layer["fisher_p"] == pytest.approx(fisher_exact([[7, 23], [10, 20]]).pvalue)
+    assert one_layer["newcombe_low"] < 0 < one_layer["newcombe_high"]  # 7/30 vs 10/30: consistent
+
+
+def test_paper_headline_rates_are_the_papers_percentages():
+    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES
+
+    rates = {(ref.n_layers, ref.r): round(100 * ref.k / ref.n) for ref in PAPER_HEADLINE_RATES}
+    assert rates == {(2, 0.5): 0, (2, 0.9): 77, (1, 0.5): 33, (1, 0.9): 0}
+
+
+def test_reference_rate_validates():
+    from interp_toolkit.studies.report import ReferenceRate
+
+    with pytest.raises(ValueError, match=r"\[0, 30\]"):
+        ReferenceRate("max_parity_sum_parity", 2, 0.9, 31, 30, "a typo")
+
+
+def test_rate_plot_draws_published_rates_beside_their_cells():
+    """A published rate whose cell is in the table is one more (hollow) series there; one
+    whose cell is not is not drawn."""
+    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES, plot_rate_vs_r
+
+    table = [_table_row(2, 0.9, 0, 8), _table_row(2, 0.5, 0, 8), _table_row(1, 0.1, 0, 8)]
+    plain = plot_rate_vs_r(table, x_axis="categorical")
+    fig = plot_rate_vs_r(table, x_axis="categorical", references=PAPER_HEADLINE_RATES)
+    assert len(fig.axes[0].containers) == len(plain.axes[0].containers) + 1
+    hollow = [c.lines[0] for c in fig.axes[0].containers if c.lines[0].get_markerfacecolor() == "white"]
+    assert len(hollow) == 1
+    assert sorted(hollow[0].get_ydata()) == pytest.approx([0.0, 23 / 30])  # 2L at r = 0.5 and 0.9, not 1L
+
+
+def test_report_against_paper_writes_table_csv_and_prints(tmp_path, capsys):
+    from interp_toolkit.cli import main
+
+    for seed in range(3):
+        _make_run(tmp_path, f"r{seed}", 0.9, 2, seed, _curve([(1.0, 0.0), (1.0, float(seed == 0))]))
+    assert main(["report", str(tmp_path)]) == 0
+    assert not (tmp_path / "paper_comparison.csv").exists() and "published" not in (tmp_path / "table.md").read_text()
+    capsys.readouterr()
+    assert main(["report", str(tmp_path), "--against-paper"]) == 0
+    out = capsys.readouterr().out
+    assert "against the published rates" in out and "1/3" in out and "23/30" in out
+    with open(tmp_path / "paper_comparison.csv") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert (int(row["k"]), int(row["n"]), int(row["reference_k"])) == (1, 3, 23)
+    assert float(row["fisher_p"]) == pytest.approx(fisher_exact([[1, 2], [23, 7]]).pvalue)
+    assert "| 1/3 | 23/30 |" in (tmp_path / "table.md").read_text()
