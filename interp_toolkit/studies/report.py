@@ -238,6 +238,8 @@ class ReferenceRate:
 
     def __post_init__(self) -> None:
         wilson_interval(self.k, self.n)  # validates k and n, naming the bad value
+        if not 0.0 <= self.r <= 1.0:
+            raise ValueError(f"ReferenceRate r must be in [0, 1], got {self.r!r}")
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         """Whether a rate-table row is this reference's cell (task, layers, r; heads and
@@ -250,8 +252,8 @@ class ReferenceRate:
                 and (self.weight_decay is None or close(row.get("weight_decay"), self.weight_decay)))
 
 
-_PAPER_SOURCE = ("shortcut-saturation paper, headline (30 seeds per cell; counts from its rounded percentages: "
-                 "77% = 23/30, 33% = 10/30)")
+_PAPER_SOURCE = ("the shortcut-saturation paper's headline, 30 seeds per cell, counts from its rounded "
+                 "percentages: 77% = 23/30, 33% = 10/30")
 #: The source paper's headline rates (max parity / sum parity, 15,000 epochs, its undisclosed
 #: sequence length and value range; weight decay 0.1, its main arm; heads not stated for the
 #: headline): 2-layer models 0% at r = 0.5 and 77% at r = 0.9, 1-layer models 33% at r = 0.5
@@ -298,7 +300,7 @@ def reference_comparison(table: Sequence[Mapping[str, Any]],
 
 def format_reference_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
     """:func:`reference_comparison` as aligned text."""
-    lines = [["cell", "k/n here", "k/n paper", "difference", "95% Newcombe", "Fisher p"]]
+    lines = [["cell", "k/n here", "k/n published", "difference", "95% Newcombe", "Fisher p"]]
     for row in rows:
         lines.append([row["cell"], f"{row['k']}/{row['n']}", f"{row['reference_k']}/{row['reference_n']}",
                       f"{row['difference']:+.2f}", f"[{row['newcombe_low']:+.2f}, {row['newcombe_high']:+.2f}]",
@@ -739,8 +741,8 @@ def format_markdown(table: Sequence[Mapping[str, Any]], contrasts: Sequence[Mapp
                 f"{row['fisher_p']:.3g} |")
     if references:
         sources = sorted({row["reference_source"] for row in references})
-        lines += ["", "Against the published rates (here - paper; " + "; ".join(sources) + "):", "",
-                  "| cell | k/n here | k/n paper | difference | 95% Newcombe | Fisher p |",
+        lines += ["", "Against the published rates (here - published; " + "; ".join(sources) + "):", "",
+                  "| cell | k/n here | k/n published | difference | 95% Newcombe | Fisher p |",
                   "| --- | --- | --- | --- | --- | --- |"]
         for row in references:
             lines.append(
@@ -1065,7 +1067,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
                 print(format_contrasts(chosen))
         if against_paper:
             if references:
-                print("\nagainst the published rates (here - paper):")
+                print("\nagainst the published rates (here - published):")
                 print(format_reference_comparison(references))
             else:
                 cells = ", ".join(f"{ref.task} L={ref.n_layers} r={ref.r:g}"

@@ -437,6 +437,8 @@ def test_reference_rate_validates():
 
     with pytest.raises(ValueError, match=r"\[0, 30\]"):
         ReferenceRate("max_parity_sum_parity", 2, 0.9, 31, 30, "a typo")
+    with pytest.raises(ValueError, match="r must be in"):
+        ReferenceRate("max_parity_sum_parity", 2, 90, 23, 30, "a percentage")
 
 
 def test_rate_plot_draws_published_rates_beside_their_cells():
