@@ -243,13 +243,10 @@ class ReferenceRate:
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         """Whether a rate-table row is this reference's cell (task, layers, r; heads and
-        weight decay where the reference names them)."""
-        def close(value: Any, wanted: float) -> bool:
-            return value is not None and abs(float(value) - wanted) < 1e-9
-
-        return (row.get("task") == self.task and row.get("n_layers") == self.n_layers and close(row.get("r"), self.r)
-                and (self.n_heads is None or row.get("n_heads") == self.n_heads)
-                and (self.weight_decay is None or close(row.get("weight_decay"), self.weight_decay)))
+        weight decay where the reference names them), compared as :func:`find_cell` does."""
+        wanted = {"task": self.task, "n_layers": self.n_layers, "r": float(self.r), "n_heads": self.n_heads,
+                  "weight_decay": None if self.weight_decay is None else float(self.weight_decay)}
+        return _matches(row, {field: value for field, value in wanted.items() if value is not None})
 
 
 _PAPER_SOURCE = ("the shortcut-saturation paper's headline, 30 seeds per cell, counts from its rounded "
@@ -272,8 +269,8 @@ def reference_comparison(table: Sequence[Mapping[str, Any]],
                          references: Sequence[ReferenceRate] = PAPER_HEADLINE_RATES) -> list[dict[str, Any]]:
     """Each table cell against the published rate of its cell (this study - reference).
 
-    A cell matches a reference by task, layers and r (and heads where the reference names
-    them), whatever its regime (sequence length, epochs, ...): the point is to see how far a
+    A cell matches a reference by task, layers and r (and heads and weight decay where the
+    reference names them), whatever its regime (sequence length, epochs, ...): the point is to see how far a
     regime's rate lies from the published one. The difference has a 95% Newcombe interval and
     a two-sided Fisher exact p, as the contrasts do (the reference counted as ``k`` of ``n``
     seeds). Cells without a reference are left out.

@@ -471,3 +471,9 @@ def test_report_against_paper_writes_table_csv_and_prints(tmp_path, capsys):
     assert (int(row["k"]), int(row["n"]), int(row["reference_k"])) == (1, 3, 23)
     assert float(row["fisher_p"]) == pytest.approx(fisher_exact([[1, 2], [23, 7]]).pvalue)
     assert "| 1/3 | 23/30 |" in (tmp_path / "table.md").read_text()
+    capsys.readouterr()
+    missing = tmp_path / "elsewhere" / "outcomes.csv"
+    assert main(["report", str(missing), "--against-paper"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and str(missing) in err and "Traceback" not in err
+    assert not missing.parent.exists()  # nothing written
