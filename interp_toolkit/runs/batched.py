@@ -54,6 +54,13 @@ from interp_toolkit.runs.engine import (
     stacked_logits,
     warn_fallback_once,
 )
+from interp_toolkit.runs.extend import (
+    carried_fields,
+    check_extension_source,
+    holds_nothing,
+    keep_final_state,
+    start_from_shorter_run,
+)
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
@@ -346,6 +353,7 @@ def train_batched(
     chunk_size: int | None = None,
     overwrite: bool = False,
     callbacks: Sequence[Any] | None = None,
+    extend_from: Sequence[str | Path | None] | None = None,
 ) -> BatchedResult:
     """Train K seeds of one architecture together; each gets a ``train``-style run directory.
 
@@ -369,6 +377,10 @@ def train_batched(
         callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every
             member's evaluations, checkpoints and end, with that member's run directory
             (called after the state is saved, as :func:`interp_toolkit.train` does).
+        extend_from: Optional per member: a finished run of that member at fewer epochs
+            (or None), continued from its final state when the member's directory holds
+            nothing yet (``train``'s ``extend_from``; every source is checked before any
+            directory is written). A source that stopped early gives a finished member.
 
     Returns:
         A :class:`BatchedResult` (final metrics per member, in input order).
@@ -392,6 +404,9 @@ def train_batched(
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(infos)} run_infos")
 
     identities = [run_identity(m.to_dict(), cfg, splits, info) for m, info in zip(model_cfgs, infos, strict=True)]
+    sources = list(extend_from) if extend_from is not None else [None] * len(model_cfgs)
+    if len(sources) != len(model_cfgs):
+        raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(sources)} extend_from entries")
     locks: list[DirectoryLock] = []
     try:
         for run_dir in run_dirs:
@@ -399,6 +414,12 @@ def train_batched(
         if overwrite:
             for run_dir in run_dirs:
                 move_aside(run_dir)
+        # Every source to be used is checked before any directory is written.
+        for run_dir, source, identity in zip(run_dirs, sources, identities, strict=True):
+            if source is not None and holds_nothing(run_dir):
+                check_extension_source(source, identity)
+        for run_dir, source, identity in zip(run_dirs, sources, identities, strict=True):
+            start_from_shorter_run(run_dir, source, config_hash(identity), identity, cfg)
         return _train_members(model_cfgs, splits, cfg, run_dirs, infos, identities, stop_rule, device,
                               chunk_size, callbacks)
     except KeyboardInterrupt as err:
@@ -484,7 +505,7 @@ def _train_group(
         record = new_training_record(
             key=state.key, identity=identities[i], model_config=model_cfgs[i].to_dict(),
             train_config=cfg.to_dict(), split_sizes={name: len(split.labels) for name, split in splits.items()},
-            run_info=infos[i], trainer="batched")
+            run_info=infos[i], trainer="batched", **carried_fields(state.record))
         if state.status == "resume":
             record["resumed_from"] = start_epoch
         write_record(state.run_dir, record)
@@ -519,7 +540,7 @@ def _train_group(
         plot_curves(metrics, run_dir / "curves.png")
         extra = {"stopped_early_at": stopped_at} if stopped_at is not None else {}
         finish_record(run_dir, records[i], metrics[-1] if metrics else {}, seconds, **extra)
-        (run_dir / RESUME_NAME).unlink(missing_ok=True)
+        keep_final_state(run_dir)
         stopped[global_ids[i]] = stopped_at
         dispatch(callbacks, "on_run_end", run_dir, records[i]["final"])
 

@@ -8,7 +8,8 @@ Run directory layout (written by :func:`train`)::
       checkpoints/
         epoch_000000.safetensors   self-describing (see interp_toolkit.checkpoint)
         ...
-      resume.safetensors  optimizer + RNG state of the last saved epoch, no pickle (deleted when done)
+      resume.safetensors  optimizer + RNG state of the last saved epoch, no pickle
+      final_state.safetensors  the same at the run's end (what a longer run extends from)
       .lock               held (fcntl.flock) by the process writing the run: one writer at a time
       curves.png          loss/accuracy curves per split
 """
@@ -40,6 +41,7 @@ from interp_toolkit.io import (
 from interp_toolkit.model import model_config_of
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.engine import ReadoutForward, train_threads
+from interp_toolkit.runs.extend import carried_fields, keep_final_state, start_from_shorter_run
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
@@ -262,6 +264,7 @@ def train(
     run_info: Mapping[str, Any] | None = None,
     overwrite: bool = False,
     callbacks: Sequence[Any] | None = None,
+    extend_from: str | Path | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``splits[cfg.train_split]`` with AdamW, logging every split.
 
@@ -289,6 +292,11 @@ def train(
             evaluation, checkpoint and the run's end (e.g. the loggers of
             :mod:`interp_toolkit.loggers`). They run after the state is saved: one that
             raises stops training with the run resumable.
+        extend_from: A finished run of this run at fewer epochs (same configs and data but
+            ``cfg.epochs``): when ``run_dir`` holds nothing yet, training continues from that
+            run's final state instead of epoch 0, and ends as training from scratch would
+            (:mod:`interp_toolkit.runs.extend`; ``run.json`` records ``extended_from``).
+            Anything else raises :class:`~interp_toolkit.runs.extend.ExtensionError`.
 
     Returns:
         A :class:`TrainResult` with the trained model and the metrics history.
@@ -303,7 +311,7 @@ def train(
     lock = DirectoryLock(run_dir, "run directory").acquire()
     try:
         return _train_locked(model, splits, cfg, Path(run_dir), run_info, overwrite, model_cfg, callbacks,
-                             target_device)
+                             target_device, extend_from)
     except KeyboardInterrupt as err:
         raise interrupted(err, run_dir) from None
     finally:
@@ -323,7 +331,8 @@ def interrupted(err: KeyboardInterrupt, run_dir: str | Path) -> KeyboardInterrup
 
 def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run_dir: Path,
                   run_info: Mapping[str, Any] | None, overwrite: bool, model_cfg: Any,
-                  callbacks: Sequence[Any], target_device: torch.device | None = None) -> TrainResult:
+                  callbacks: Sequence[Any], target_device: torch.device | None = None,
+                  extend_from: str | Path | None = None) -> TrainResult:
     """:func:`train` once ``run_dir`` is locked by this process (``target_device``: where to
     move the model first; ``None``: train where it is)."""
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
@@ -333,6 +342,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
 
     if overwrite:
         move_aside(run_dir)
+    start_from_shorter_run(run_dir, extend_from, key, identity, cfg)
     # Whose files are here decides what may be touched: another run's are never cleared.
     state = run_dir_state(run_dir, key, cfg.epochs)
     if state.status == "finished":
@@ -367,7 +377,8 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
         clear_run_outputs(run_dir)
     record = new_training_record(
         key=key, identity=identity, model_config=model_cfg.to_dict(), train_config=cfg.to_dict(),
-        split_sizes={name: len(split.labels) for name, split in splits.items()}, run_info=run_info)
+        split_sizes={name: len(split.labels) for name, split in splits.items()}, run_info=run_info,
+        **carried_fields(state.record))
     write_record(run_dir, record)
 
     train_split = splits[cfg.train_split]
@@ -419,7 +430,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     final = metrics[-1] if metrics else {}
     plot_curves(metrics, run_dir / "curves.png")
     finish_record(run_dir, record, final, time.perf_counter() - started)
-    resume_path.unlink(missing_ok=True)
+    keep_final_state(run_dir)
     dispatch(callbacks, "on_run_end", run_dir, final)
     return TrainResult(model, run_dir, metrics, final, resumed_from=resumed_from,
                        history_seconds=record["train_seconds"])
