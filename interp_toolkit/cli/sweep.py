@@ -42,7 +42,7 @@ class SweepCommandConfig(Config):
         address: Ray cluster address (default: start a local Ray).
         workers: Local processes (default: CPU count).
         dry_run: Print the grid, its study directory and what a run would do (runs finished
-            there, finished in recorded outcomes, to resume, to start), then exit.
+            there, finished in recorded outcomes, to resume, to extend, to start), then exit.
         quiet: No progress bar.
         log_every: Print a plain progress line to stderr at most every this many seconds (runs
             done, evaluations, time elapsed and at most left): for logs of background sweeps.
@@ -51,6 +51,8 @@ class SweepCommandConfig(Config):
         recorded: Outcome tables of earlier sittings (outcomes.csv files, e.g.
             docs/reproduction/outcomes.csv): runs of this grid they list as finished are not
             trained again; the study's report includes them.
+        extend_from: Study directories of this sweep at fewer epochs: a run not started here
+            continues the same run there (from its final state) instead of training from epoch 0.
         sweep: The grid and the training settings of every run (its ``device``, ``--device``:
             cpu, cuda, cuda:N or auto, is checked before any work).
     """
@@ -66,6 +68,7 @@ class SweepCommandConfig(Config):
     tensorboard: bool = False
     wandb: Optional[Literal["offline", "online"]] = None  # noqa: UP007
     recorded: list[Path] = field(default_factory=list)
+    extend_from: list[Path] = field(default_factory=list)
     sweep: SweepConfig = field(default_factory=lambda: SweepConfig.from_dict(PRESETS["smoke"]))
 
     def __post_init__(self) -> None:
@@ -79,6 +82,7 @@ class SweepCommandConfig(Config):
         if isinstance(self.out, str):
             self.out = Path(self.out)
         self.recorded = [Path(p) for p in self.recorded]
+        self.extend_from = [Path(p) for p in self.extend_from]
 
 
 def _old_spellings(argv: Sequence[str]) -> list[str]:
@@ -145,18 +149,18 @@ def run_config(args: SweepCommandConfig) -> int:
     cfg = args.sweep
     resolve_device(cfg.device)  # a bad or unavailable device fails before any work
     if args.dry_run:
-        plan = plan_sweep(cfg, args.out, recorded=args.recorded)
+        plan = plan_sweep(cfg, args.out, recorded=args.recorded, extend_from=args.extend_from)
         print(json.dumps(cfg.to_dict(), indent=2))
         print(f"{len(cfg.cells())} cells x {len(cfg.seeds)} seeds = {cfg.n_runs()} runs")
         print(f"study {plan['study_dir']} ({'exists' if plan['exists'] else 'new'}): {plan['finished']} finished "
               f"there, {plan['recorded']} finished in recorded outcomes, {plan['resume']} to resume, "
-              f"{plan['new']} to start")
+              f"{plan['extend']} to extend from shorter runs, {plan['new']} to start")
         return 0
     from interp_toolkit.loggers import loggers_from_flags
 
     result = run_sweep(cfg, args.out, backend=args.backend, workers=args.workers, address=args.address,
                        progress=not args.quiet, report=False, callbacks=loggers_from_flags(args),
-                       recorded=args.recorded, log_every=args.log_every)
+                       recorded=args.recorded, log_every=args.log_every, extend_from=args.extend_from)
     recorded = f", {result.n_recorded} taken from recorded outcomes" if args.recorded else ""
     print(f"study {result.study_dir}: {len(result.rows) + result.n_recorded} runs ({result.n_cached} cached{recorded}) "
           f"in {result.seconds:.0f} s")

@@ -73,6 +73,8 @@ def command_config_class() -> type:
             self.train = TrainConfig.from_dict(self.train)
         if isinstance(self.run_dir, str):
             self.run_dir = Path(self.run_dir)
+        if isinstance(self.extend_from, str):
+            self.extend_from = Path(self.extend_from)
 
     task_name = Literal[tuple(TASK_NAMES)]  # type: ignore[valid-type]
     cls = dataclasses.make_dataclass(
@@ -83,6 +85,7 @@ def command_config_class() -> type:
          ("train", TrainConfig, dataclasses.field(default_factory=TrainConfig)),
          ("run_dir", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
          ("overwrite", bool, dataclasses.field(default=False)),
+         ("extend_from", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
          ("format", Literal["png", "svg", "pdf"], dataclasses.field(default="png")),
          ("tensorboard", bool, dataclasses.field(default=False)),
          ("wandb", Optional[Literal["offline", "online"]], dataclasses.field(default=None))],  # noqa: UP007
@@ -98,6 +101,9 @@ def command_config_class() -> type:
         run_dir: Run directory (default runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>).
         overwrite: Move whatever the run directory holds aside to RUN_DIR.old-TIMESTAMP (never
             deleted) and train from scratch.
+        extend_from: A finished run of this run at fewer epochs (same task, model and training
+            settings but --train.epochs): continue from its final state instead of epoch 0, ending
+            as training from scratch would.
         format: File format of the training curves (curves.png is always written;
             svg or pdf adds curves.svg / curves.pdf beside it).
         tensorboard: Write TensorBoard event files into the run directory.
@@ -157,11 +163,12 @@ def default_run_dir(task_cfg: Any, model_cfg: Any, train_cfg: Any) -> Path:
 
 
 def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None,
-               overwrite: bool = False, callbacks: Any = None) -> Any:
+               overwrite: bool = False, callbacks: Any = None, extend_from: Path | None = None) -> Any:
     """Build the splits and model for an MPSP run and train it (resuming if possible).
 
     ``device`` (default ``train_cfg.device``, else the CPU) is where the model is built and
-    trained; it becomes ``train_cfg.device``. ``overwrite``: see :func:`~interp_toolkit.runs.trainer.train`.
+    trained; it becomes ``train_cfg.device``. ``overwrite``, ``extend_from``: see
+    :func:`~interp_toolkit.runs.trainer.train`.
     """
     import dataclasses
 
@@ -177,18 +184,21 @@ def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, dev
     splits = make_splits(task_cfg)
     model = build_model(model_cfg, device=resolved)
     return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
-                 overwrite=overwrite, callbacks=callbacks)
+                 overwrite=overwrite, callbacks=callbacks, extend_from=extend_from)
 
 
 def run_config(cfg: Any) -> int:
     """``interp-toolkit train``: returns 0; bad input raises a user error (exit 2 in ``main``)."""
     run_dir = cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)
     from interp_toolkit.loggers import loggers_from_flags
+    from interp_toolkit.runs.record import read_record
 
     result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, overwrite=cfg.overwrite,
-                        callbacks=loggers_from_flags(cfg))
+                        callbacks=loggers_from_flags(cfg), extend_from=cfg.extend_from)
     curves = write_curves(result, run_dir, cfg.format)
+    origin = (read_record(run_dir).get("extended_from") or {}) if result.resumed_from is not None else {}
     status = "already finished (nothing retrained)" if result.already_finished else (
+        f"extended {origin.get('run_dir')} from epoch {result.resumed_from}" if origin else
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
     print(f"{run_dir}: {status}")
     print(format_metrics(result.final))

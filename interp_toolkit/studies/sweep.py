@@ -312,12 +312,14 @@ def run_dir_name(cell: Mapping[str, Any], seed: int, task_cfg: Any, model_cfg: A
             f"_s{seed}_{key}")
 
 
-def plan_jobs(cfg: SweepConfig, study_dir: Path) -> list[dict[str, Any]]:
+def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
     """One job per (cell, chunk of seeds): everything a worker needs, as plain data.
 
     Jobs run in this order: every cell's first chunk of seeds, then every cell's second, ...
     So a study stopped part-way (a sitting's budget spent) has its cells at balanced seed
     counts, each one comparable with the others, rather than some cells done and others empty.
+    With ``extend_from`` (study directories), a run whose directory does not exist yet
+    gets ``extend_from``: the finished run there it continues (:func:`extension_source`).
     """
     jobs = []
     chunk = cfg.seeds_per_process or len(cfg.seeds)
@@ -328,9 +330,72 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path) -> list[dict[str, Any]]:
             for seed in seeds:
                 task_cfg, model_cfg, train_cfg, info = cell_configs(cfg, cell, seed)
                 name = run_dir_name(cell, seed, task_cfg, model_cfg, train_cfg, info)
-                runs.append({"seed": seed, "run_dir": str(study_dir / "runs" / name)})
+                run: dict[str, Any] = {"seed": seed, "run_dir": str(study_dir / "runs" / name)}
+                if extend_from and not (study_dir / "runs" / name).exists():
+                    source = extension_source(extend_from, name, model_cfg, train_cfg, info)
+                    if source is not None:
+                        run["extend_from"] = str(source)
+                runs.append(run)
             jobs.append({"sweep": cfg.to_dict(), "cell": cell, "runs": runs})
     return jobs
+
+
+def _run_folders(study: str | Path) -> Path:
+    study = Path(study)
+    return study / "runs" if (study / "runs").is_dir() else study
+
+
+def check_extend_from(paths: Sequence[str | Path]) -> list[Path]:
+    """``paths`` as study directories (or folders of run directories) to extend runs from.
+
+    Raises:
+        UserError: Naming a path that is not a directory.
+    """
+    from interp_toolkit.errors import UserError
+
+    out = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_dir():
+            raise UserError(f"--extend-from {path}: not a directory; expected a study directory (holding runs/) "
+                            f"of a sweep with fewer epochs")
+        out.append(path)
+    return out
+
+
+def extension_source(extend_from: Sequence[str | Path], name: str, model_cfg: Any, train_cfg: Any,
+                     info: Mapping[str, Any]) -> Path | None:
+    """The finished run in the ``extend_from`` studies that the sweep's run ``name`` continues.
+
+    A source is the same run at fewer epochs: its record's identity equals this run's but
+    for ``train.epochs`` (and the data fingerprints, which follow from the task config in
+    ``info``; the trainer checks them too), it is finished, and it kept its final state or
+    stopped early. Of several, the one with the most epochs. None if there is none.
+    """
+    from interp_toolkit.runs.extend import FINAL_STATE_NAME, identity_differences
+    from interp_toolkit.runs.record import is_finished
+    from interp_toolkit.runs.trainer import _NON_SEMANTIC
+
+    target = {"model": model_cfg.to_dict(),
+              "train": {k: v for k, v in train_cfg.to_dict().items() if k not in _NON_SEMANTIC},
+              "info": dict(info)}
+    prefix = name.rsplit("_", 1)[0] + "_"
+    best: tuple[int, Path] | None = None
+    for folder in (_run_folders(p) for p in extend_from):
+        for candidate in sorted(folder.glob(glob.escape(prefix) + "*")):
+            try:
+                record = json.loads((candidate / "run.json").read_text(encoding="utf-8"))
+                epochs = int(record["identity"]["train"]["epochs"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # not a readable finished run
+            if (not is_finished(record) or epochs >= train_cfg.epochs
+                    or identity_differences(record["identity"], target, ignore=("train.epochs", "data"))):
+                continue
+            if record.get("stopped_early_at") is None and not (candidate / FINAL_STATE_NAME).is_file():
+                continue
+            if best is None or epochs > best[0]:
+                best = (epochs, candidate)
+    return best[1] if best else None
 
 
 #: File in a study directory holding the outcome rows of runs taken from earlier sittings'
@@ -500,6 +565,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     from interp_toolkit.errors import UserError
     from interp_toolkit.io import config_hash
     from interp_toolkit.runs.batched import train_batched
+    from interp_toolkit.runs.extend import check_extension_source, holds_nothing
     from interp_toolkit.runs.resume import run_dir_state
     from interp_toolkit.runs.trainer import run_identity
     from interp_toolkit.studies.outcomes import generalization_stop_rule, outcome_of_run
@@ -515,9 +581,12 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     if todo:
         splits = make_splits(per_run[0][0])
         for i in todo:  # a run that cannot start must not take the job's other runs down
-            key = config_hash(run_identity(per_run[i][1].to_dict(), per_run[i][2], splits, per_run[i][3]))
+            identity = run_identity(per_run[i][1].to_dict(), per_run[i][2], splits, per_run[i][3])
             try:
-                run_dir_state(job["runs"][i]["run_dir"], key)
+                run_dir_state(job["runs"][i]["run_dir"], config_hash(identity))
+                source = job["runs"][i].get("extend_from")
+                if source and holds_nothing(job["runs"][i]["run_dir"]):
+                    check_extension_source(source, identity)
             except UserError as err:
                 failed[i] = str(err)
         todo = [i for i in todo if i not in failed]
@@ -526,7 +595,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
             [per_run[i][1] for i in todo], splits, per_run[0][2], [job["runs"][i]["run_dir"] for i in todo],
             [per_run[i][3] for i in todo],
             stop_rule=generalization_stop_rule(cell["r"], modulus, cfg.threshold) if cfg.early_stop else None,
-            device=device,
+            device=device, extend_from=[job["runs"][i].get("extend_from") for i in todo],
             callbacks=[*(callbacks or []), *([_ProgressEvents(events)] if events is not None else [])],
         )
         for j, i in enumerate(todo):
@@ -754,26 +823,30 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
             )
 
 
-def _run_status(run_dir: str | Path, recorded_runs: Mapping[str, Any]) -> str:
+def _run_status(run: Mapping[str, Any], recorded_runs: Mapping[str, Any]) -> str:
     """``"finished"`` (its outcome is here), ``"recorded"`` (an earlier sitting's table lists it
-    as finished), ``"resume"`` (started here) or ``"new"``: what a sweep does with the run."""
-    run_dir = Path(run_dir)
+    as finished), ``"resume"`` (started here), ``"extend"`` (continues a shorter run) or
+    ``"new"``: what a sweep does with the run (an entry of a job's ``runs``)."""
+    run_dir = Path(run["run_dir"])
     if (run_dir / "outcome.json").exists():
         return "finished"
     if run_dir.name in recorded_runs:
         return "recorded"
-    return "resume" if run_dir.exists() else "new"
+    if run_dir.exists():
+        return "resume"
+    return "extend" if run.get("extend_from") else "new"
 
 
 def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
-               recorded: Sequence[str | Path] = ()) -> dict[str, Any]:
+               recorded: Sequence[str | Path] = (), extend_from: Sequence[str | Path] = ()) -> dict[str, Any]:
     """What :func:`run_sweep` would do with these arguments, touching nothing.
 
     Returns:
-        ``{"study_dir", "exists", "n_runs", "finished", "recorded", "resume", "new"}``: the
-        study directory (resolved as ``run_sweep`` would), whether it exists, and how many runs
-        are finished there (cache hits), listed as finished in ``recorded`` tables (not
-        trained), started there (resumed from their run directories) or not started.
+        ``{"study_dir", "exists", "n_runs", "finished", "recorded", "resume", "extend", "new"}``:
+        the study directory (resolved as ``run_sweep`` would), whether it exists, and how many
+        runs are finished there (cache hits), listed as finished in ``recorded`` tables (not
+        trained), started there (resumed from their run directories), continuing a shorter
+        run of ``extend_from`` or not started.
 
     Raises:
         ValueError, UserError: As ``run_sweep`` would, before any work: a study directory
@@ -782,10 +855,11 @@ def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
     study_dir = (Path(study_dir) if study_dir is not None else default_study_dir(cfg)).resolve()
     check_study_dir(cfg, study_dir)
     recorded_runs = read_recorded_runs(recorded)[1] if recorded else {}
-    counts = {"finished": 0, "recorded": 0, "resume": 0, "new": 0}
-    for job in plan_jobs(cfg, study_dir):
+    extend_from = check_extend_from(extend_from)
+    counts = {"finished": 0, "recorded": 0, "resume": 0, "extend": 0, "new": 0}
+    for job in plan_jobs(cfg, study_dir, extend_from):
         for run in job["runs"]:
-            counts[_run_status(run["run_dir"], recorded_runs)] += 1
+            counts[_run_status(run, recorded_runs)] += 1
     return {"study_dir": study_dir, "exists": study_dir.exists(), "n_runs": cfg.n_runs(), **counts}
 
 
@@ -800,6 +874,7 @@ def run_sweep(
     callbacks: Sequence[Any] | None = None,
     recorded: Sequence[str | Path] = (),
     log_every: float | None = None,
+    extend_from: Sequence[str | Path] = (),
 ) -> SweepResult:
     """Run (or finish) a sweep; each run's directory is keyed by its config.
 
@@ -828,6 +903,11 @@ def run_sweep(
             seconds, and one at the end (runs done, evaluations, time elapsed and at most left):
             for the log of a background sweep, where a bar is unreadable. Independent of
             ``progress``.
+        extend_from: Study directories of the same sweep at fewer epochs (``--extend-from``):
+            a run not started here continues the same run there from its final state
+            (:mod:`interp_toolkit.runs.extend`) instead of from epoch 0, and ends as training
+            from scratch would; one that stopped early there is finished here at once. So a
+            study's horizon grows (1,000 -> 3,000 epochs) without retraining what it has.
 
     Returns:
         A :class:`SweepResult` with one outcome row per run trained or found here, sorted
@@ -845,18 +925,19 @@ def run_sweep(
     study_dir = Path(study_dir) if study_dir is not None else default_study_dir(cfg)
     study_dir = study_dir.resolve()
     recorded_table = read_recorded_runs(recorded) if recorded else ([], {})
+    extend_from = check_extend_from(extend_from)
     from interp_toolkit.runs.lock import DirectoryLock
 
     with DirectoryLock(study_dir, "study directory"):
         return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report, callbacks,
-                                 recorded_table, log_every)
+                                 recorded_table, log_every, extend_from)
 
 
 def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: int | None,
                       address: str | None, progress: bool, report: bool,
                       callbacks: Sequence[Any] | None,
                       recorded_table: tuple[list[str], dict[str, dict[str, str]]] = ([], {}),
-                      log_every: float | None = None) -> SweepResult:
+                      log_every: float | None = None, extend_from: Sequence[Path] = ()) -> SweepResult:
     """:func:`run_sweep` once ``study_dir`` is locked by this process."""
     study_path = study_dir / "study.json"
     check_study_dir(cfg, study_dir)
@@ -865,14 +946,14 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
 
     started = time.perf_counter()
     (study_dir / "runs").mkdir(parents=True, exist_ok=True)  # a study directory, even if all is recorded
-    jobs = plan_jobs(cfg, study_dir)
+    jobs = plan_jobs(cfg, study_dir, extend_from)
     header, recorded_runs = recorded_table
     taken: list[dict[str, str]] = []
     if recorded_runs:
         for job in jobs:
             keep = []
             for run in job["runs"]:
-                if _run_status(run["run_dir"], recorded_runs) == "recorded":
+                if _run_status(run, recorded_runs) == "recorded":
                     taken.append(recorded_runs[Path(run["run_dir"]).name])
                 else:
                     keep.append(run)
@@ -883,7 +964,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     n_recorded = len(taken)
     # A run with its outcome here is cached, also inside a job that trains new seeds beside it
     # (a study grown by seeds without seeds_per_process): run_job does not train it again.
-    finished = {run["run_dir"] for job in jobs for run in job["runs"] if _run_status(run["run_dir"], {}) == "finished"}
+    finished = {run["run_dir"] for job in jobs for run in job["runs"] if _run_status(run, {}) == "finished"}
     cached_jobs: list[dict[str, Any]] = []
     todo: list[dict[str, Any]] = []
     for job in jobs:
@@ -935,4 +1016,4 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["BACKENDS", "CHANCE", "GRID_FIELDS", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
-           "SweepResult", "cell_configs", "check_study_dir", "default_study_dir", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]
+           "SweepResult", "cell_configs", "check_study_dir", "check_extend_from", "default_study_dir", "extension_source", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]

@@ -141,3 +141,21 @@ def test_train_has_one_device_option_reaching_train_config(tmp_path):
     config.write_text("device: cpu\ntrain: {epochs: 3}\n")
     parsed = parse(["--config", str(config)])
     assert parsed.train.device == "cpu" and parsed.train.epochs == 3
+
+
+def test_cli_train_extend_from_a_shorter_run(tmp_path, capsys):
+    tiny = ["--seq-len", "4", "--n-train", "128", "--n-eval", "64", "--d-model", "16", "--d-mlp", "16",
+            "--eval-every", "5", "--quiet"]
+    assert main(["train", "--epochs", "10", "--run-dir", str(tmp_path / "short"), *tiny]) == 0
+    capsys.readouterr()
+    assert main(["train", "--epochs", "20", "--run-dir", str(tmp_path / "long"), "--extend-from",
+                 str(tmp_path / "short"), *tiny]) == 0
+    assert f"extended {tmp_path / 'short'} from epoch 10" in capsys.readouterr().out
+    assert main(["train", "--epochs", "20", "--run-dir", str(tmp_path / "scratch"), *tiny]) == 0
+    assert (tmp_path / "long" / "metrics.jsonl").read_text() == (tmp_path / "scratch" / "metrics.jsonl").read_text()
+    # Not the same run at fewer epochs: one error line naming what differs, nothing written.
+    assert main(["train", "--epochs", "20", "--lr", "0.01", "--run-dir", str(tmp_path / "bad"), "--extend-from",
+                 str(tmp_path / "short"), *tiny]) == 2
+    err = capsys.readouterr().err
+    assert "train.lr" in err and "Traceback" not in err
+    assert not [p for p in (tmp_path / "bad").rglob("*") if p.name != ".lock"]

@@ -40,7 +40,8 @@ def test_train_extended_equals_train_from_scratch(tmp_path):
     extended = train(build_model(cfgs[0]), splits, long_cfg, tmp_path / "long", info, extend_from=tmp_path / "short")
     scratch = train(build_model(cfgs[0]), splits, long_cfg, tmp_path / "scratch", info)
 
-    assert extended.resumed_from == 5
+    assert extended.resumed_from == 5 and scratch.resumed_from is None
+    assert extended.final == scratch.final
     assert read_jsonl(tmp_path / "long" / "metrics.jsonl") == read_jsonl(tmp_path / "scratch" / "metrics.jsonl")
     assert [e for e, _ in list_checkpoints(tmp_path / "long")] == [e for e, _ in list_checkpoints(tmp_path / "scratch")]
     assert 5 not in [m["epoch"] for m in extended.metrics]

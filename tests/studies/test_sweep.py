@@ -256,7 +256,7 @@ def test_dry_run_says_what_a_sweep_would_do(smoke_local, tmp_path, capsys):
     assert main(["sweep", "--preset", "smoke", "--seeds", "3", "--out", str(study), "--recorded", str(table),
                  "--dry-run"]) == 0
     assert (f"study {study.resolve()} (exists): 2 finished there, 1 finished in recorded outcomes, 1 to resume, "
-            "2 to start") in capsys.readouterr().out
+            "0 to extend from shorter runs, 2 to start") in capsys.readouterr().out
     assert sorted(str(p) for p in study.rglob("*")) == listing  # a dry run touches nothing
     # a directory the sweep would be refused in is refused by the dry run too
     with pytest.raises(ValueError, match="settings that differ: epochs"):
@@ -307,6 +307,34 @@ def test_resume_after_kill_mid_way(smoke_local, tmp_path):
     assert _summary(result.rows) == _summary([row for row in smoke_local.rows if row["r"] == 0.9])
     for row in result.rows:
         assert not (Path(row["run_dir"]) / "resume.safetensors").exists()
+
+
+def test_a_longer_sweep_extends_a_shorter_one_and_ends_as_from_scratch(smoke_local, tmp_path, capsys):
+    short = run_sweep(preset("smoke", epochs=20), tmp_path / "short", workers=2, progress=False, report=False)
+    assert all((Path(row["run_dir"]) / "final_state.safetensors").is_file() for row in short.rows)
+    plan = plan_sweep(preset("smoke"), tmp_path / "long", extend_from=[tmp_path / "short"])
+    assert (plan["extend"], plan["new"]) == (4, 0)
+    assert main(["sweep", "--preset", "smoke", "--out", str(tmp_path / "long"), "--extend-from",
+                 str(tmp_path / "short"), "--dry-run"]) == 0
+    assert "0 to resume, 4 to extend from shorter runs, 0 to start" in capsys.readouterr().out
+
+    long = run_sweep(preset("smoke"), tmp_path / "long", workers=2, progress=False, report=False,
+                     extend_from=[tmp_path / "short"])
+    assert [row["resumed_from"] for row in long.rows] == [20] * 4
+    assert _summary(long.rows) == _summary(smoke_local.rows)  # the 40-epoch sweep trained from scratch
+    by_name = {Path(row["run_dir"]).name: Path(row["run_dir"]) for row in smoke_local.rows}
+    sources = {(row["r"], row["seed"]): row["run_dir"] for row in short.rows}
+    for row in long.rows:
+        run_dir = Path(row["run_dir"])
+        assert (run_dir / "metrics.jsonl").read_text() == (by_name[run_dir.name] / "metrics.jsonl").read_text()
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["extended_from"]["run_dir"] == sources[(row["r"], row["seed"])]
+        assert record["extended_from"]["epochs"] == 20
+    # Only a shorter run of the same sweep is a source: a different learning rate is not.
+    other = run_sweep(preset("smoke", epochs=20, lr=1e-3), tmp_path / "other", workers=2, progress=False, report=False)
+    assert plan_sweep(preset("smoke"), tmp_path / "fresh", extend_from=[other.study_dir])["extend"] == 0
+    assert main(["sweep", "--preset", "smoke", "--extend-from", str(tmp_path / "nowhere"), "--dry-run"]) == 2
+    assert "--extend-from" in capsys.readouterr().err
 
 
 def test_cli_dry_run_and_validation(capsys):
