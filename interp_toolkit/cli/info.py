@@ -55,6 +55,12 @@ def run_config(args: InfoCommandConfig) -> int:
         print("versions: " + json.dumps(record.get("versions"), sort_keys=True))
         checkpoints = list_checkpoints(target)
         print(f"checkpoints: {len(checkpoints)} (epochs {[e for e, _ in checkpoints]})")
+        origin = record.get("extended_from")
+        if isinstance(origin, dict):
+            print(f"extended from: {origin.get('run_dir')} (key {origin.get('key')}, {origin.get('epochs')} "
+                  f"epochs), continued from epoch {origin.get('epoch')}")
+        if record.get("stopped_early_at") is not None:
+            print(f"stopped early at epoch {record['stopped_early_at']}")
         if record.get("final"):
             print("final: " + format_metrics(record["final"]))
         return 0

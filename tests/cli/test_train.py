@@ -153,6 +153,8 @@ def test_cli_train_extend_from_a_shorter_run(tmp_path, capsys):
     assert f"extended {tmp_path / 'short'} from epoch 10" in capsys.readouterr().out
     assert main(["train", "--epochs", "20", "--run-dir", str(tmp_path / "scratch"), *tiny]) == 0
     assert (tmp_path / "long" / "metrics.jsonl").read_text() == (tmp_path / "scratch" / "metrics.jsonl").read_text()
+    assert main(["info", str(tmp_path / "long")]) == 0
+    assert f"extended from: {tmp_path / 'short'}" in capsys.readouterr().out
     # Not the same run at fewer epochs: one error line naming what differs, nothing written.
     assert main(["train", "--epochs", "20", "--lr", "0.01", "--run-dir", str(tmp_path / "bad"), "--extend-from",
                  str(tmp_path / "short"), *tiny]) == 2
