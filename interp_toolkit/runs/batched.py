@@ -380,7 +380,8 @@ def train_batched(
         extend_from: Optional per member: a finished run of that member at fewer epochs
             (or None), continued from its final state when the member's directory holds
             nothing yet (``train``'s ``extend_from``; every source is checked before any
-            directory is written). A source that stopped early gives a finished member.
+            directory is written). If ``stop_rule`` fires first at a source's last evaluation
+            (a source that stopped early under the same rule), the member is finished there.
 
     Returns:
         A :class:`BatchedResult` (final metrics per member, in input order).
@@ -417,9 +418,9 @@ def train_batched(
         # Every source to be used is checked before any directory is written.
         for run_dir, source, identity in zip(run_dirs, sources, identities, strict=True):
             if source is not None and holds_nothing(run_dir):
-                check_extension_source(source, identity)
+                check_extension_source(source, identity, stop_rule, cfg.evaluation_epochs())
         for run_dir, source, identity in zip(run_dirs, sources, identities, strict=True):
-            start_from_shorter_run(run_dir, source, config_hash(identity), identity, cfg)
+            start_from_shorter_run(run_dir, source, config_hash(identity), identity, cfg, stop_rule)
         return _train_members(model_cfgs, splits, cfg, run_dirs, infos, identities, stop_rule, device,
                               chunk_size, callbacks)
     except KeyboardInterrupt as err:

@@ -12,17 +12,20 @@ state as the longer run's resume state, and ``run.json`` naming where it came fr
 as an uninterrupted run of the longer horizon would (``tests/runs/test_extend.py`` checks
 this against training from scratch).
 
-A shorter run that stopped early (it generalized) is the longer run too: the same stop
-rule stops the same trajectory at the same epoch. Its history is copied and the longer run
-is recorded finished. In a sweep the stop rule is part of every run's identity.
+An early stop is decided by the longer run's own stop rule, applied to the shorter run's
+history: if it fires first at the shorter run's last evaluation (a sweep's runs stopped once
+generalized, under the same rule, which is part of their identity), the longer run stops
+there too and is recorded finished, a copy; if it never fires, the longer run trains on; if
+it fires earlier, the run cannot be continued (:class:`ExtensionError`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_bytes, read_jsonl
@@ -88,13 +91,42 @@ def identity_differences(source: Mapping[str, Any], target: Mapping[str, Any],
     return sorted(k for k in set(flat_a) | set(flat_b) if not ignored(k) and flat_a.get(k) != flat_b.get(k))
 
 
-def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str, Any]) -> dict[str, Any]:
-    """The record of ``source_dir`` if the run ``identity`` can continue from it.
+@dataclass
+class ExtensionPlan:
+    """What continuing a run from a shorter one means (:func:`check_extension_source`).
+
+    Attributes:
+        source_dir: The shorter run.
+        record: Its ``run.json``.
+        metrics: Its ``metrics.jsonl`` lines.
+        action: ``"resume"`` (train on from ``epoch``) or ``"finished"`` (the longer run stops
+            at ``epoch`` too: its stop rule fires there, the source's last evaluation).
+        epoch: The source's last evaluated epoch.
+    """
+
+    source_dir: Path
+    record: dict[str, Any]
+    metrics: list[dict[str, Any]] = field(repr=False)
+    action: str
+    epoch: int
+
+
+def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str, Any],
+                           stop_rule: Callable[[dict[str, Any]], bool] | None = None,
+                           evaluation_epochs: Sequence[int] | None = None) -> ExtensionPlan:
+    """Whether, and how, the run ``identity`` (stopped early by ``stop_rule``, if any) can
+    continue from ``source_dir``.
+
+    The stop rule decides: if it fires first at the source's last evaluation, the longer run
+    ends there too (finished, a copy); if it never fires in the source's history, the longer
+    run trains on from the source's final state (also when the source itself stopped early
+    under another rule); if it fires earlier, the longer run would have ended inside that
+    history, at an epoch with no saved state, and it cannot be continued.
 
     Raises:
         ExtensionError: Naming why not: no record, not finished, a field other than
-            ``train.epochs`` differs, not fewer epochs, or (for a run that ran its full
-            horizon) no final state.
+            ``train.epochs`` differs, not fewer epochs, the stop rule fires inside the
+            source's history, or no final state to train on from.
     """
     source_dir = Path(source_dir)
     if not has_record(source_dir):
@@ -115,20 +147,36 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     if have >= want:
         raise ExtensionError(f"cannot extend from {source_dir}: it trains {have} epochs and this run {want}; "
                              f"a run extends only a run of fewer epochs")
-    if record.get("stopped_early_at") is None and not (source_dir / FINAL_STATE_NAME).is_file():
+    metrics = read_jsonl(source_dir / "metrics.jsonl")
+    if not metrics:
+        raise ExtensionError(f"cannot extend from {source_dir}: its metrics.jsonl is empty")
+    last = int(metrics[-1]["epoch"])
+    # Trainers apply a stop rule after every evaluation but epoch 0's.
+    evaluated = set(evaluation_epochs) if evaluation_epochs is not None else {int(m["epoch"]) for m in metrics}
+    fired = next((int(m["epoch"]) for m in metrics
+                  if int(m["epoch"]) >= 1 and int(m["epoch"]) in evaluated and stop_rule(m)), None) \
+        if stop_rule is not None else None
+    if fired is not None and fired != last:
+        raise ExtensionError(f"cannot extend from {source_dir}: this run's stop rule ends it at epoch {fired}, "
+                             f"inside that run's history (it ran to epoch {last}), where no state was kept; "
+                             f"train this run from scratch")
+    action = "finished" if fired is not None else "resume"
+    if action == "resume" and not (source_dir / FINAL_STATE_NAME).is_file():
         raise ExtensionError(f"cannot extend from {source_dir}: it has no {FINAL_STATE_NAME} (runs finished "
                              f"before interp_toolkit kept final states cannot be continued exactly); train "
                              f"this run from scratch")
-    return record
+    return ExtensionPlan(source_dir, record, metrics, action, last)
 
 
 def extend_run(source_dir: str | os.PathLike, run_dir: str | os.PathLike, *, key: str,
                identity: Mapping[str, Any], train_config: Mapping[str, Any],
-               checkpoint_epochs: list[int], evaluation_epochs: list[int]) -> str:
+               checkpoint_epochs: list[int], evaluation_epochs: list[int],
+               stop_rule: Callable[[dict[str, Any]], bool] | None = None) -> str:
     """Start ``run_dir`` (the run ``key``) from the finished shorter run at ``source_dir``.
 
-    ``run_dir`` must be empty or absent; the caller holds its lock. Checkpoints are rewritten
-    with the new run's key, so the directory is the new run's own.
+    ``run_dir`` must be empty or absent; the caller holds its lock. The evaluations and
+    checkpoints of the new run's own schedules up to the source's last epoch are copied,
+    checkpoints rewritten with the new run's key, so the directory is the new run's own.
 
     Args:
         source_dir: A finished run of the same identity at fewer epochs.
@@ -136,10 +184,11 @@ def extend_run(source_dir: str | os.PathLike, run_dir: str | os.PathLike, *, key
         key, identity, train_config: The new run's key, identity and ``TrainConfig.to_dict()``.
         checkpoint_epochs, evaluation_epochs: The new run's schedules
             (``TrainConfig.checkpoint_epochs()``, ``.evaluation_epochs()``).
+        stop_rule: The new run's early stop (as ``train_batched`` takes it), or None.
 
     Returns:
         ``"resume"``: ``run_dir`` holds the new run's state at the source's last epoch, to be
-        trained on; ``"finished"``: the source stopped early, and so does the new run.
+        trained on; ``"finished"``: the new run stops where the source ends (a copy).
 
     Raises:
         ExtensionError: As :func:`check_extension_source`, or if ``run_dir`` is not empty.
@@ -147,18 +196,15 @@ def extend_run(source_dir: str | os.PathLike, run_dir: str | os.PathLike, *, key
     from interp_toolkit.checkpoint import KIND, read_checkpoint
     from interp_toolkit.io import save_artifact
 
-    source_dir, run_dir = Path(source_dir), Path(run_dir)
-    record = check_extension_source(source_dir, identity)
+    run_dir = Path(run_dir)
+    plan = check_extension_source(source_dir, identity, stop_rule, evaluation_epochs)
+    source_dir, record, last_epoch = plan.source_dir, plan.record, plan.epoch
     if not holds_nothing(run_dir):
         raise ExtensionError(f"cannot extend into {run_dir}: it is not empty")
-    stopped_at = record.get("stopped_early_at")
-    metrics = read_jsonl(source_dir / "metrics.jsonl")
-    if not metrics:
-        raise ExtensionError(f"cannot extend from {source_dir}: its metrics.jsonl is empty")
-    last_epoch = int(metrics[-1]["epoch"])
-    # The new run's schedules, up to where the source ends (its stop epoch is always kept).
-    keep_eval = set(evaluation_epochs) | ({last_epoch} if stopped_at is not None else set())
-    keep_ckpt = set(checkpoint_epochs) | ({last_epoch} if stopped_at is not None else set())
+    finished = plan.action == "finished"
+    # The new run's schedules up to the source's end; a run that stops checkpoints its last epoch.
+    keep_eval = set(evaluation_epochs) | ({last_epoch} if finished else set())
+    keep_ckpt = set(checkpoint_epochs) | ({last_epoch} if finished else set())
 
     run_dir.mkdir(parents=True, exist_ok=True)
     for epoch, path in list_checkpoints(source_dir):
@@ -167,7 +213,7 @@ def extend_run(source_dir: str | os.PathLike, run_dir: str | os.PathLike, *, key
         cfg, tensors, metadata = read_checkpoint(path)
         save_artifact(run_dir / "checkpoints" / path.name, tensors,
                       {"model_config": cfg.to_dict(), "metadata": {**metadata, "run_key": key}}, kind=KIND)
-    kept = [m for m in metrics if int(m["epoch"]) in keep_eval]
+    kept = [m for m in plan.metrics if int(m["epoch"]) in keep_eval]
     atomic_write_bytes(run_dir / "metrics.jsonl",
                        "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
     origin = {"run_dir": str(source_dir), "key": record.get("key"),
@@ -179,17 +225,17 @@ def extend_run(source_dir: str | os.PathLike, run_dir: str | os.PathLike, *, key
     final_state = source_dir / FINAL_STATE_NAME
     if final_state.is_file():
         state = load_resume_state(final_state, record.get("key"))
-        target = run_dir / (FINAL_STATE_NAME if stopped_at is not None else RESUME_NAME)
+        target = run_dir / (FINAL_STATE_NAME if finished else RESUME_NAME)
         save_resume_state(target, state["epoch"], key, state["model"], state["optimizer_state"],
                           state["shuffle_rng"])
-    if stopped_at is None:
+    if not finished:
         write_record(run_dir, new)
         return "resume"
     if (source_dir / "curves.png").is_file():
         atomic_write_bytes(run_dir / "curves.png", (source_dir / "curves.png").read_bytes())
     # train_seconds: the training that produced this history (the source's).
     new.update(status="finished", final=kept[-1], train_seconds=record.get("train_seconds", 0.0),
-               stopped_early_at=stopped_at)
+               stopped_early_at=last_epoch)
     write_record(run_dir, new)
     return "finished"
 
@@ -203,20 +249,23 @@ def holds_nothing(run_dir: str | os.PathLike) -> bool:
 
 
 def start_from_shorter_run(run_dir: str | os.PathLike, source_dir: str | os.PathLike | None, key: str,
-                           identity: Mapping[str, Any], cfg: Any) -> str | None:
+                           identity: Mapping[str, Any], cfg: Any,
+                           stop_rule: Callable[[dict[str, Any]], bool] | None = None) -> str | None:
     """What a trainer does with ``extend_from``: :func:`extend_run` into ``run_dir`` if it holds
     nothing yet. None (nothing done) without a source, or when ``run_dir`` already holds files
     (this run's, from an earlier start: the trainer resumes or returns them as usual).
 
     Args:
         cfg: The new run's ``TrainConfig``.
+        stop_rule: The new run's early stop, or None.
     """
     if source_dir is None or not holds_nothing(run_dir):
         return None
     return extend_run(source_dir, run_dir, key=key, identity=identity, train_config=cfg.to_dict(),
-                      checkpoint_epochs=cfg.checkpoint_epochs(), evaluation_epochs=cfg.evaluation_epochs())
+                      checkpoint_epochs=cfg.checkpoint_epochs(), evaluation_epochs=cfg.evaluation_epochs(),
+                      stop_rule=stop_rule)
 
 
-__all__ = ["CARRIED_RECORD_FIELDS", "ExtensionError", "FINAL_STATE_NAME", "carried_fields",
+__all__ = ["CARRIED_RECORD_FIELDS", "ExtensionError", "ExtensionPlan", "FINAL_STATE_NAME", "carried_fields",
            "check_extension_source", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
            "start_from_shorter_run"]

@@ -578,6 +578,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     per_run = [cell_configs(cfg, cell, run["seed"]) for run in job["runs"]]
     todo = [i for i, run in enumerate(job["runs"]) if not (Path(run["run_dir"]) / "outcome.json").exists()]
     failed: dict[int, str] = {}
+    stop_rule = generalization_stop_rule(cell["r"], modulus, cfg.threshold) if cfg.early_stop else None
     if todo:
         splits = make_splits(per_run[0][0])
         for i in todo:  # a run that cannot start must not take the job's other runs down
@@ -586,7 +587,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
                 run_dir_state(job["runs"][i]["run_dir"], config_hash(identity))
                 source = job["runs"][i].get("extend_from")
                 if source and holds_nothing(job["runs"][i]["run_dir"]):
-                    check_extension_source(source, identity)
+                    check_extension_source(source, identity, stop_rule, per_run[i][2].evaluation_epochs())
             except UserError as err:
                 failed[i] = str(err)
         todo = [i for i in todo if i not in failed]
@@ -594,8 +595,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
         result = train_batched(
             [per_run[i][1] for i in todo], splits, per_run[0][2], [job["runs"][i]["run_dir"] for i in todo],
             [per_run[i][3] for i in todo],
-            stop_rule=generalization_stop_rule(cell["r"], modulus, cfg.threshold) if cfg.early_stop else None,
-            device=device, extend_from=[job["runs"][i].get("extend_from") for i in todo],
+            stop_rule=stop_rule, device=device, extend_from=[job["runs"][i].get("extend_from") for i in todo],
             callbacks=[*(callbacks or []), *([_ProgressEvents(events)] if events is not None else [])],
         )
         for j, i in enumerate(todo):

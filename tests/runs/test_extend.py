@@ -99,6 +99,43 @@ def test_a_run_stopped_early_is_the_longer_run_too(tmp_path):
         assert [e for e, _ in list_checkpoints(long[i])] == [e for e, _ in list_checkpoints(scratch[i])]
         assert (long[i] / FINAL_STATE_NAME).is_file()  # so it can be extended with another stop rule
 
+    # Without the stop rule, the same source is trained on from where it stopped.
+    on = [tmp_path / f"on{i}" for i in range(2)]
+    result = train_batched(cfgs, splits, long_cfg, on, [info] * 2, extend_from=short)
+    full = [tmp_path / f"full{i}" for i in range(2)]
+    train_batched(cfgs, splits, long_cfg, full, [info] * 2)
+    assert result.resumed_from == [8, 8]
+    for i in range(2):
+        assert read_jsonl(on[i] / "metrics.jsonl") == read_jsonl(full[i] / "metrics.jsonl")
+        assert [e for e, _ in list_checkpoints(on[i])] == [e for e, _ in list_checkpoints(full[i])]
+
+
+def test_a_stop_rule_firing_inside_the_source_history_is_refused(tmp_path):
+    info, splits, cfgs, short_cfg = _setup(10)
+    long_cfg = TrainConfig(**{**short_cfg.to_dict(), "epochs": 20})
+    train_batched(cfgs[:1], splits, short_cfg, [tmp_path / "short"], [info])
+    with pytest.raises(ExtensionError, match="ends it at epoch 4, inside that run's history"):
+        train_batched(cfgs[:1], splits, long_cfg, [tmp_path / "long"], [info],
+                      stop_rule=lambda m: m["epoch"] >= 4, extend_from=[tmp_path / "short"])
+    assert not (tmp_path / "long").exists() or not [p for p in (tmp_path / "long").iterdir() if p.name != ".lock"]
+    # Epoch 10 (the source's end) is no evaluation of the 20-epoch run (4, 8, 9, 12, ...): a rule
+    # firing from epoch 10 on stops that run at 12, so it trains on from the source's state.
+    later = train_batched(cfgs[:1], splits, long_cfg, [tmp_path / "at12"], [info],
+                          stop_rule=lambda m: m["epoch"] >= 10, extend_from=[tmp_path / "short"])
+    scratch = train_batched(cfgs[:1], splits, long_cfg, [tmp_path / "scratch"], [info],
+                            stop_rule=lambda m: m["epoch"] >= 10)
+    assert later.resumed_from == [10] and later.stopped_early_at == scratch.stopped_early_at == [12]
+    assert read_jsonl(tmp_path / "at12" / "metrics.jsonl") == read_jsonl(tmp_path / "scratch" / "metrics.jsonl")
+    # Firing first at the source's last evaluation, on the longer run's schedule: it stops there too.
+    twelve = TrainConfig(**{**short_cfg.to_dict(), "epochs": 12})
+    train_batched(cfgs[:1], splits, twelve, [tmp_path / "short12"], [info])
+    done = train_batched(cfgs[:1], splits, long_cfg, [tmp_path / "at12b"], [info],
+                         stop_rule=lambda m: m["epoch"] >= 12, extend_from=[tmp_path / "short12"])
+    assert done.already_finished == [True]
+    assert json.loads((tmp_path / "at12b" / "run.json").read_text())["stopped_early_at"] == 12
+    assert read_jsonl(tmp_path / "at12b" / "metrics.jsonl") == read_jsonl(tmp_path / "scratch" / "metrics.jsonl")
+    assert [e for e, _ in list_checkpoints(tmp_path / "at12b")] == [e for e, _ in list_checkpoints(tmp_path / "scratch")]
+
 
 def test_bad_sources_are_refused_before_anything_is_written(tmp_path):
     info, splits, cfgs, short_cfg = _setup(5)
