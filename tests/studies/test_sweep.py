@@ -616,3 +616,25 @@ def test_bad_recorded_outcomes_are_refused_before_any_work(tmp_path, capsys):
     assert main(["sweep", "--preset", "smoke", "--out", str(tmp_path / "s"), "--recorded", str(not_outcomes)]) == 2
     assert "other.csv lacks the columns" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_final_2L_3000_continues_the_final_2L_slice():
+    """Its runs are the 1,000-epoch slice's runs at 3,000 epochs: identical but for epochs, so
+    `--extend-from` finds each one's source."""
+    from interp_toolkit.cli.sweep import parse
+    from interp_toolkit.runs.extend import identity_differences
+    from interp_toolkit.studies.sweep import cell_configs
+
+    root = Path(__file__).parents[2] / "examples/reproduction"
+    long = parse(["--config", str(root / "final_2L_3000.yaml")]).sweep
+    short = parse(["--config", str(root / "final_2L.yaml")]).sweep
+    differing = {k for k, v in long.to_dict().items() if short.to_dict()[k] != v}
+    assert differing == {"epochs", "seeds"} and (long.epochs, short.epochs) == (3000, 1000)
+    assert set(long.seeds) <= set(short.seeds)
+    for cell in long.cells():
+        _, model_l, train_l, info_l = cell_configs(long, cell, long.seeds[0])
+        _, model_s, train_s, info_s = cell_configs(short, cell, long.seeds[0])
+        ident = [{"model": m.to_dict(), "train": t.to_dict(), "info": i}
+                 for m, t, i in ((model_l, train_l, info_l), (model_s, train_s, info_s))]
+        assert identity_differences(ident[1], ident[0]) == []
+        assert identity_differences(ident[1], ident[0], ignore=()) == ["train.epochs"]
