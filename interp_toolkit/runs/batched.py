@@ -57,9 +57,9 @@ from interp_toolkit.runs.engine import (
 from interp_toolkit.runs.extend import (
     carried_fields,
     check_extension_source,
-    holds_nothing,
     keep_final_state,
     start_from_shorter_run,
+    starts_fresh,
 )
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
@@ -417,7 +417,7 @@ def train_batched(
                 move_aside(run_dir)
         # Every source to be used is checked before any directory is written.
         for run_dir, source, identity in zip(run_dirs, sources, identities, strict=True):
-            if source is not None and holds_nothing(run_dir):
+            if source is not None and starts_fresh(run_dir, config_hash(identity), cfg.epochs):
                 check_extension_source(source, identity, stop_rule, cfg.evaluation_epochs())
         for run_dir, source, identity in zip(run_dirs, sources, identities, strict=True):
             start_from_shorter_run(run_dir, source, config_hash(identity), identity, cfg, stop_rule)

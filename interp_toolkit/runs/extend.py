@@ -222,15 +222,18 @@ def extend_run(source_dir: str | os.PathLike, run_dir: str | os.PathLike, *, key
                               train_config=train_config, split_sizes=record.get("split_sizes", {}),
                               run_info=record.get("run_info"), extended_from=origin,
                               **({"trainer": record["trainer"]} if "trainer" in record else {}))
+    # Written in an order that a kill at any point leaves a directory the trainer reads right:
+    # without the state that makes it resumable (or finished) it counts as fresh and is redone.
     final_state = source_dir / FINAL_STATE_NAME
-    if final_state.is_file():
-        state = load_resume_state(final_state, record.get("key"))
-        target = run_dir / (FINAL_STATE_NAME if finished else RESUME_NAME)
-        save_resume_state(target, state["epoch"], key, state["model"], state["optimizer_state"],
-                          state["shuffle_rng"])
+    state = load_resume_state(final_state, record.get("key")) if final_state.is_file() else None
     if not finished:
-        write_record(run_dir, new)
+        write_record(run_dir, new)  # status running: without the resume state, a fresh start
+        save_resume_state(run_dir / RESUME_NAME, state["epoch"], key, state["model"],
+                          state["optimizer_state"], state["shuffle_rng"])
         return "resume"
+    if state is not None:  # so the copy can be continued in turn
+        save_resume_state(run_dir / FINAL_STATE_NAME, state["epoch"], key, state["model"],
+                          state["optimizer_state"], state["shuffle_rng"])
     if (source_dir / "curves.png").is_file():
         atomic_write_bytes(run_dir / "curves.png", (source_dir / "curves.png").read_bytes())
     # train_seconds: the training that produced this history (the source's).
@@ -248,24 +251,57 @@ def holds_nothing(run_dir: str | os.PathLike) -> bool:
     return not run_dir.exists() or all(p.name == LOCK_NAME for p in run_dir.iterdir())
 
 
+def starts_fresh(run_dir: str | os.PathLike, key: str, epochs: int) -> bool:
+    """Whether the run ``key`` would start from epoch 0 in ``run_dir`` (nothing resumable or
+    finished of it there), i.e. whether an ``extend_from`` source is used.
+
+    Raises:
+        ForeignRunDirectoryError, ResumeStateError: As
+            :func:`~interp_toolkit.runs.resume.run_dir_state` (another run's files are never touched).
+    """
+    from interp_toolkit.runs.resume import run_dir_state
+
+    return run_dir_state(run_dir, key, epochs).status == "fresh"
+
+
+#: What a start of this run killed before its first saved state can leave behind.
+_PARTIAL_START = ("run.json", "metrics.jsonl", "curves.png", FINAL_STATE_NAME)
+
+
+def clear_partial_start(run_dir: str | os.PathLike) -> None:
+    """Remove the leftovers of a start that never saved a state (of a run :func:`starts_fresh`
+    in ``run_dir``, so none of another run): its record, metrics and checkpoints."""
+    run_dir = Path(run_dir)
+    for name in _PARTIAL_START:
+        (run_dir / name).unlink(missing_ok=True)
+    for _, path in list_checkpoints(run_dir):
+        path.unlink()
+    folder = run_dir / "checkpoints"
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def start_from_shorter_run(run_dir: str | os.PathLike, source_dir: str | os.PathLike | None, key: str,
                            identity: Mapping[str, Any], cfg: Any,
                            stop_rule: Callable[[dict[str, Any]], bool] | None = None) -> str | None:
-    """What a trainer does with ``extend_from``: :func:`extend_run` into ``run_dir`` if it holds
-    nothing yet. None (nothing done) without a source, or when ``run_dir`` already holds files
-    (this run's, from an earlier start: the trainer resumes or returns them as usual).
+    """What a trainer does with ``extend_from``: :func:`extend_run` into ``run_dir`` if this run
+    has not started there (:func:`starts_fresh`; the leftovers of a start killed before its
+    first saved state are cleared first, as a trainer clears them). None (nothing done)
+    without a source, or when ``run_dir`` holds this run resumable or finished (the trainer
+    resumes or returns it as usual).
 
     Args:
         cfg: The new run's ``TrainConfig``.
         stop_rule: The new run's early stop, or None.
     """
-    if source_dir is None or not holds_nothing(run_dir):
+    if source_dir is None or not starts_fresh(run_dir, key, cfg.epochs):
         return None
+    clear_partial_start(run_dir)
     return extend_run(source_dir, run_dir, key=key, identity=identity, train_config=cfg.to_dict(),
                       checkpoint_epochs=cfg.checkpoint_epochs(), evaluation_epochs=cfg.evaluation_epochs(),
                       stop_rule=stop_rule)
 
 
 __all__ = ["CARRIED_RECORD_FIELDS", "ExtensionError", "ExtensionPlan", "FINAL_STATE_NAME", "carried_fields",
-           "check_extension_source", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
-           "start_from_shorter_run"]
+           "check_extension_source", "clear_partial_start", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
+           "start_from_shorter_run", "starts_fresh"]

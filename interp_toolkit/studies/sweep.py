@@ -565,7 +565,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     from interp_toolkit.errors import UserError
     from interp_toolkit.io import config_hash
     from interp_toolkit.runs.batched import train_batched
-    from interp_toolkit.runs.extend import check_extension_source, holds_nothing
+    from interp_toolkit.runs.extend import check_extension_source
     from interp_toolkit.runs.resume import run_dir_state
     from interp_toolkit.runs.trainer import run_identity
     from interp_toolkit.studies.outcomes import generalization_stop_rule, outcome_of_run
@@ -584,9 +584,10 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
         for i in todo:  # a run that cannot start must not take the job's other runs down
             identity = run_identity(per_run[i][1].to_dict(), per_run[i][2], splits, per_run[i][3])
             try:
-                run_dir_state(job["runs"][i]["run_dir"], config_hash(identity))
+                fresh = run_dir_state(job["runs"][i]["run_dir"], config_hash(identity),
+                                      per_run[i][2].epochs).status == "fresh"
                 source = job["runs"][i].get("extend_from")
-                if source and holds_nothing(job["runs"][i]["run_dir"]):
+                if source and fresh:
                     check_extension_source(source, identity, stop_rule, per_run[i][2].evaluation_epochs())
             except UserError as err:
                 failed[i] = str(err)

@@ -164,6 +164,29 @@ def test_bad_sources_are_refused_before_anything_is_written(tmp_path):
         assert leftovers == [], name
 
 
+def test_an_extension_killed_before_its_state_is_saved_is_redone(tmp_path, monkeypatch):
+    import interp_toolkit.runs.extend as extend
+
+    info, splits, cfgs, short_cfg = _setup(5)
+    long_cfg = TrainConfig(**{**short_cfg.to_dict(), "epochs": 12})
+    train(build_model(cfgs[0]), splits, short_cfg, tmp_path / "short", info)
+    real_save = extend.save_resume_state
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed while extending")
+
+    monkeypatch.setattr(extend, "save_resume_state", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train(build_model(cfgs[0]), splits, long_cfg, tmp_path / "long", info, extend_from=tmp_path / "short")
+    assert (tmp_path / "long" / "metrics.jsonl").exists() and not (tmp_path / "long" / RESUME_NAME).exists()
+    monkeypatch.setattr(extend, "save_resume_state", real_save)
+    again = train(build_model(cfgs[0]), splits, long_cfg, tmp_path / "long", info, extend_from=tmp_path / "short")
+    scratch = train(build_model(cfgs[0]), splits, long_cfg, tmp_path / "scratch", info)
+    assert again.resumed_from == 5
+    assert read_jsonl(tmp_path / "long" / "metrics.jsonl") == read_jsonl(tmp_path / "scratch" / "metrics.jsonl")
+    assert again.final == scratch.final
+
+
 def test_identity_differences_names_nested_fields():
     a = {"train": {"epochs": 5, "lr": 1e-3, "betas": (0.9, 0.98)}, "data": {"train": "x"}}
     b = {"train": {"epochs": 9, "lr": 1e-3, "betas": [0.9, 0.98]}, "data": {"train": "y"}}
