@@ -57,8 +57,8 @@ from interp_toolkit.runs.engine import (
 from interp_toolkit.runs.extend import (
     carried_fields,
     check_extension_source,
+    continue_from,
     keep_final_state,
-    start_from_shorter_run,
     starts_fresh,
 )
 from interp_toolkit.runs.lock import DirectoryLock
@@ -378,8 +378,8 @@ def train_batched(
             member's evaluations, checkpoints and end, with that member's run directory
             (called after the state is saved, as :func:`interp_toolkit.train` does).
         extend_from: Optional per member: a finished run of that member at fewer epochs
-            (or None), continued from its final state when the member's directory holds
-            nothing yet (``train``'s ``extend_from``; every source is checked before any
+            (or None), continued from its final state when the member has not started in its
+            directory (``train``'s ``extend_from``; every source is checked before any
             directory is written). If ``stop_rule`` fires first at a source's last evaluation
             (a source that stopped early under the same rule), the member is finished there.
 
@@ -416,11 +416,11 @@ def train_batched(
             for run_dir in run_dirs:
                 move_aside(run_dir)
         # Every source to be used is checked before any directory is written.
-        for run_dir, source, identity in zip(run_dirs, sources, identities, strict=True):
-            if source is not None and starts_fresh(run_dir, config_hash(identity), cfg.epochs):
-                check_extension_source(source, identity, stop_rule, cfg.evaluation_epochs())
-        for run_dir, source, identity in zip(run_dirs, sources, identities, strict=True):
-            start_from_shorter_run(run_dir, source, config_hash(identity), identity, cfg, stop_rule)
+        plans = {i: check_extension_source(source, identities[i], stop_rule, cfg.evaluation_epochs())
+                 for i, source in enumerate(sources)
+                 if source is not None and starts_fresh(run_dirs[i], config_hash(identities[i]), cfg.epochs)}
+        for i, plan in plans.items():
+            continue_from(plan, run_dirs[i], config_hash(identities[i]), identities[i], cfg)
         return _train_members(model_cfgs, splits, cfg, run_dirs, infos, identities, stop_rule, device,
                               chunk_size, callbacks)
     except KeyboardInterrupt as err:

@@ -113,7 +113,8 @@ class ExtensionPlan:
 
 def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str, Any],
                            stop_rule: Callable[[dict[str, Any]], bool] | None = None,
-                           evaluation_epochs: Sequence[int] | None = None) -> ExtensionPlan:
+                           evaluation_epochs: Sequence[int] | None = None,
+                           ignore: tuple[str, ...] = ("train.epochs",)) -> ExtensionPlan:
     """Whether, and how, the run ``identity`` (stopped early by ``stop_rule``, if any) can
     continue from ``source_dir``.
 
@@ -121,7 +122,12 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     ends there too (finished, a copy); if it never fires in the source's history, the longer
     run trains on from the source's final state (also when the source itself stopped early
     under another rule); if it fires earlier, the longer run would have ended inside that
-    history, at an epoch with no saved state, and it cannot be continued.
+    history, at an epoch with no saved state, and it cannot be continued. The rule is applied
+    only where the longer run evaluates (``evaluation_epochs``, its
+    ``TrainConfig.evaluation_epochs()``; None: every evaluation of the source): a source's
+    last epoch off that schedule is not one where the longer run could stop. ``ignore``: the
+    identity fields allowed to differ (:func:`identity_differences`; a sweep planning runs
+    before it has built their data also leaves out ``"data"``).
 
     Raises:
         ExtensionError: Naming why not: no record, not finished, a field other than
@@ -138,7 +144,7 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     source_identity = record.get("identity")
     if not isinstance(source_identity, Mapping):
         raise ExtensionError(f"cannot extend from {source_dir}: its run.json records no identity")
-    differing = identity_differences(source_identity, identity)
+    differing = identity_differences(source_identity, identity, ignore)
     if differing:
         raise ExtensionError(f"cannot extend from {source_dir}: it is another run, not this run at fewer "
                              f"epochs (fields that differ: {', '.join(differing)})")
@@ -193,11 +199,18 @@ def extend_run(source_dir: str | os.PathLike, run_dir: str | os.PathLike, *, key
     Raises:
         ExtensionError: As :func:`check_extension_source`, or if ``run_dir`` is not empty.
     """
+    plan = check_extension_source(source_dir, identity, stop_rule, evaluation_epochs)
+    return _write_extension(plan, Path(run_dir), key=key, identity=identity, train_config=train_config,
+                            checkpoint_epochs=checkpoint_epochs, evaluation_epochs=evaluation_epochs)
+
+
+def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: Mapping[str, Any],
+                     train_config: Mapping[str, Any], checkpoint_epochs: Sequence[int],
+                     evaluation_epochs: Sequence[int]) -> str:
+    """:func:`extend_run` once its source is checked (``plan``)."""
     from interp_toolkit.checkpoint import KIND, read_checkpoint
     from interp_toolkit.io import save_artifact
 
-    run_dir = Path(run_dir)
-    plan = check_extension_source(source_dir, identity, stop_rule, evaluation_epochs)
     source_dir, record, last_epoch = plan.source_dir, plan.record, plan.epoch
     if not holds_nothing(run_dir):
         raise ExtensionError(f"cannot extend into {run_dir}: it is not empty")
@@ -264,18 +277,20 @@ def starts_fresh(run_dir: str | os.PathLike, key: str, epochs: int) -> bool:
     return run_dir_state(run_dir, key, epochs).status == "fresh"
 
 
-#: What a start of this run killed before its first saved state can leave behind.
-_PARTIAL_START = ("run.json", "metrics.jsonl", "curves.png", FINAL_STATE_NAME)
+#: What a start of this run killed before its first saved state leaves besides the metrics
+#: and checkpoints a trainer's fresh start clears.
+_PARTIAL_START = ("run.json", "curves.png", FINAL_STATE_NAME)
 
 
 def clear_partial_start(run_dir: str | os.PathLike) -> None:
     """Remove the leftovers of a start that never saved a state (of a run :func:`starts_fresh`
     in ``run_dir``, so none of another run): its record, metrics and checkpoints."""
+    from interp_toolkit.runs.trainer import clear_run_outputs  # trainer imports this module
+
     run_dir = Path(run_dir)
+    clear_run_outputs(run_dir)
     for name in _PARTIAL_START:
         (run_dir / name).unlink(missing_ok=True)
-    for _, path in list_checkpoints(run_dir):
-        path.unlink()
     folder = run_dir / "checkpoints"
     if folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()
@@ -296,12 +311,24 @@ def start_from_shorter_run(run_dir: str | os.PathLike, source_dir: str | os.Path
     """
     if source_dir is None or not starts_fresh(run_dir, key, cfg.epochs):
         return None
+    plan = check_extension_source(source_dir, identity, stop_rule, cfg.evaluation_epochs())
+    return continue_from(plan, run_dir, key, identity, cfg)
+
+
+def continue_from(plan: ExtensionPlan, run_dir: str | os.PathLike, key: str, identity: Mapping[str, Any],
+                  cfg: Any) -> str:
+    """Start ``run_dir`` (a run that :func:`starts_fresh` there) from a checked source: clear a
+    killed start's leftovers, then write the extension (:func:`extend_run`'s return value).
+
+    Args:
+        plan: From :func:`check_extension_source` for this run.
+        cfg: The new run's ``TrainConfig``.
+    """
     clear_partial_start(run_dir)
-    return extend_run(source_dir, run_dir, key=key, identity=identity, train_config=cfg.to_dict(),
-                      checkpoint_epochs=cfg.checkpoint_epochs(), evaluation_epochs=cfg.evaluation_epochs(),
-                      stop_rule=stop_rule)
+    return _write_extension(plan, Path(run_dir), key=key, identity=identity, train_config=cfg.to_dict(),
+                            checkpoint_epochs=cfg.checkpoint_epochs(), evaluation_epochs=cfg.evaluation_epochs())
 
 
 __all__ = ["CARRIED_RECORD_FIELDS", "ExtensionError", "ExtensionPlan", "FINAL_STATE_NAME", "carried_fields",
-           "check_extension_source", "clear_partial_start", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
+           "check_extension_source", "clear_partial_start", "continue_from", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
            "start_from_shorter_run", "starts_fresh"]

@@ -293,7 +293,7 @@ def train(
             :mod:`interp_toolkit.loggers`). They run after the state is saved: one that
             raises stops training with the run resumable.
         extend_from: A finished run of this run at fewer epochs (same configs and data but
-            ``cfg.epochs``): when ``run_dir`` holds nothing yet, training continues from that
+            ``cfg.epochs``): when this run has not started in ``run_dir``, training continues from that
             run's final state instead of epoch 0, and ends as training from scratch would
             (:mod:`interp_toolkit.runs.extend`; ``run.json`` records ``extended_from``).
             Anything else raises :class:`~interp_toolkit.runs.extend.ExtensionError`.

@@ -36,7 +36,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence, Union
+from typing import Any, Callable, Literal, Mapping, Sequence, Union
 
 from tqdm.auto import tqdm
 
@@ -332,12 +332,21 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
                 name = run_dir_name(cell, seed, task_cfg, model_cfg, train_cfg, info)
                 run: dict[str, Any] = {"seed": seed, "run_dir": str(study_dir / "runs" / name)}
                 if extend_from and not (study_dir / "runs" / name).exists():
-                    source = extension_source(extend_from, name, model_cfg, train_cfg, info)
+                    source = extension_source(extend_from, name, model_cfg, train_cfg, info, stop_rule_of(cfg, cell))
                     if source is not None:
                         run["extend_from"] = str(source)
                 runs.append(run)
             jobs.append({"sweep": cfg.to_dict(), "cell": cell, "runs": runs})
     return jobs
+
+
+def stop_rule_of(cfg: SweepConfig, cell: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """The early stop of a cell's runs: stop once generalized (the paper's criterion at
+    ``cfg.threshold``) when ``cfg.early_stop``, else None."""
+    from interp_toolkit.studies.outcomes import generalization_stop_rule
+    from interp_toolkit.tasks.mpsp import task_modulus
+
+    return generalization_stop_rule(cell["r"], task_modulus(cell["task"]), cfg.threshold) if cfg.early_stop else None
 
 
 def _run_folders(study: str | Path) -> Path:
@@ -364,16 +373,16 @@ def check_extend_from(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def extension_source(extend_from: Sequence[str | Path], name: str, model_cfg: Any, train_cfg: Any,
-                     info: Mapping[str, Any]) -> Path | None:
+                     info: Mapping[str, Any], stop_rule: Callable[[dict[str, Any]], bool] | None = None) -> Path | None:
     """The finished run in the ``extend_from`` studies that the sweep's run ``name`` continues.
 
-    A source is the same run at fewer epochs: its record's identity equals this run's but
-    for ``train.epochs`` (and the data fingerprints, which follow from the task config in
-    ``info``; the trainer checks them too), it is finished, and it kept its final state or
-    stopped early. Of several, the one with the most epochs. None if there is none.
+    A source passes :func:`~interp_toolkit.runs.extend.check_extension_source` for this run,
+    its data fingerprints aside (they follow from the task config in ``info``; the trainer
+    checks them too): the same run at fewer epochs, finished, continuable under ``stop_rule``
+    (the sweep's early stop). Of several, the one with the most epochs. None if there is none.
     """
-    from interp_toolkit.runs.extend import FINAL_STATE_NAME, identity_differences
-    from interp_toolkit.runs.record import is_finished
+    from interp_toolkit.errors import UserError
+    from interp_toolkit.runs.extend import check_extension_source
     from interp_toolkit.runs.trainer import _NON_SEMANTIC
 
     target = {"model": model_cfg.to_dict(),
@@ -384,15 +393,11 @@ def extension_source(extend_from: Sequence[str | Path], name: str, model_cfg: An
     for folder in (_run_folders(p) for p in extend_from):
         for candidate in sorted(folder.glob(glob.escape(prefix) + "*")):
             try:
-                record = json.loads((candidate / "run.json").read_text(encoding="utf-8"))
-                epochs = int(record["identity"]["train"]["epochs"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # not a readable finished run
-            if (not is_finished(record) or epochs >= train_cfg.epochs
-                    or identity_differences(record["identity"], target, ignore=("train.epochs", "data"))):
-                continue
-            if record.get("stopped_early_at") is None and not (candidate / FINAL_STATE_NAME).is_file():
-                continue
+                plan = check_extension_source(candidate, target, stop_rule, train_cfg.evaluation_epochs(),
+                                              ignore=("train.epochs", "data"))
+            except UserError:
+                continue  # not a run this one continues
+            epochs = int(plan.record["identity"]["train"]["epochs"])
             if best is None or epochs > best[0]:
                 best = (epochs, candidate)
     return best[1] if best else None
@@ -568,7 +573,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     from interp_toolkit.runs.extend import check_extension_source
     from interp_toolkit.runs.resume import run_dir_state
     from interp_toolkit.runs.trainer import run_identity
-    from interp_toolkit.studies.outcomes import generalization_stop_rule, outcome_of_run
+    from interp_toolkit.studies.outcomes import outcome_of_run
     from interp_toolkit.tasks.mpsp import make_splits, task_modulus
 
     cfg = SweepConfig.from_dict(job["sweep"])
@@ -578,7 +583,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     per_run = [cell_configs(cfg, cell, run["seed"]) for run in job["runs"]]
     todo = [i for i, run in enumerate(job["runs"]) if not (Path(run["run_dir"]) / "outcome.json").exists()]
     failed: dict[int, str] = {}
-    stop_rule = generalization_stop_rule(cell["r"], modulus, cfg.threshold) if cfg.early_stop else None
+    stop_rule = stop_rule_of(cfg, cell)
     if todo:
         splits = make_splits(per_run[0][0])
         for i in todo:  # a run that cannot start must not take the job's other runs down
@@ -1017,4 +1022,5 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["BACKENDS", "CHANCE", "GRID_FIELDS", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
-           "SweepResult", "cell_configs", "check_study_dir", "check_extend_from", "default_study_dir", "extension_source", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep"]
+           "SweepResult", "cell_configs", "check_study_dir", "check_extend_from", "default_study_dir", "extension_source", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep",
+           "stop_rule_of"]

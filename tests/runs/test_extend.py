@@ -30,6 +30,20 @@ def _weights(run_dir):
     return load_checkpoint(list_checkpoints(run_dir)[-1][1])[0].state_dict()
 
 
+def _extended_and_scratch(tmp_path, name, cfgs, splits, cfg, info, short, **kwargs):
+    """Train ``cfgs`` extended from ``short`` and from scratch: (extended result, dirs, scratch dirs)."""
+    dirs = [tmp_path / f"{name}{i}" for i in range(len(cfgs))]
+    result = train_batched(cfgs, splits, cfg, dirs, [info] * len(cfgs), extend_from=short, **kwargs)
+    scratch = [tmp_path / f"{name}_scratch{i}" for i in range(len(cfgs))]
+    train_batched(cfgs, splits, cfg, scratch, [info] * len(cfgs), **kwargs)
+    return result, dirs, scratch
+
+
+def _assert_same_history(run_dir, reference):
+    assert read_jsonl(run_dir / "metrics.jsonl") == read_jsonl(reference / "metrics.jsonl")
+    assert [e for e, _ in list_checkpoints(run_dir)] == [e for e, _ in list_checkpoints(reference)]
+
+
 def test_train_extended_equals_train_from_scratch(tmp_path):
     info, splits, cfgs, short_cfg = _setup(5)
     long_cfg = TrainConfig(**{**short_cfg.to_dict(), "epochs": 12})
@@ -65,13 +79,10 @@ def test_batched_extension_equals_batched_from_scratch(tmp_path):
     long_cfg = TrainConfig(**{**short_cfg.to_dict(), "epochs": 12})
     short = [tmp_path / f"short{i}" for i in range(2)]
     train_batched(cfgs, splits, short_cfg, short, [info] * 2)
-    long = [tmp_path / f"long{i}" for i in range(2)]
-    result = train_batched(cfgs, splits, long_cfg, long, [info] * 2, extend_from=short)
-    scratch = [tmp_path / f"scratch{i}" for i in range(2)]
-    train_batched(cfgs, splits, long_cfg, scratch, [info] * 2)
+    result, long, scratch = _extended_and_scratch(tmp_path, "long", cfgs, splits, long_cfg, info, short)
     assert result.resumed_from == [5, 5]
     for i in range(2):
-        assert read_jsonl(long[i] / "metrics.jsonl") == read_jsonl(scratch[i] / "metrics.jsonl")
+        _assert_same_history(long[i], scratch[i])
         for key, value in _weights(scratch[i]).items():
             torch.testing.assert_close(_weights(long[i])[key], value, atol=0, rtol=0)
         assert json.loads((long[i] / "run.json").read_text())["extended_from"]["run_dir"] == str(short[i])
@@ -86,28 +97,21 @@ def test_a_run_stopped_early_is_the_longer_run_too(tmp_path):
 
     short = [tmp_path / f"short{i}" for i in range(2)]
     train_batched(cfgs, splits, short_cfg, short, [info] * 2, stop_rule=stop_at_8)
-    long = [tmp_path / f"long{i}" for i in range(2)]
-    result = train_batched(cfgs, splits, long_cfg, long, [info] * 2, stop_rule=stop_at_8, extend_from=short)
-    scratch = [tmp_path / f"scratch{i}" for i in range(2)]
-    train_batched(cfgs, splits, long_cfg, scratch, [info] * 2, stop_rule=stop_at_8)
+    result, long, scratch = _extended_and_scratch(tmp_path, "long", cfgs, splits, long_cfg, info, short,
+                                                  stop_rule=stop_at_8)
     assert result.already_finished == [True, True]  # nothing was trained
     for i in range(2):
         record = json.loads((long[i] / "run.json").read_text())
         assert record["status"] == "finished" and record["stopped_early_at"] == 8
         assert record["key"] == json.loads((scratch[i] / "run.json").read_text())["key"]
-        assert read_jsonl(long[i] / "metrics.jsonl") == read_jsonl(scratch[i] / "metrics.jsonl")
-        assert [e for e, _ in list_checkpoints(long[i])] == [e for e, _ in list_checkpoints(scratch[i])]
+        _assert_same_history(long[i], scratch[i])
         assert (long[i] / FINAL_STATE_NAME).is_file()  # so it can be extended with another stop rule
 
     # Without the stop rule, the same source is trained on from where it stopped.
-    on = [tmp_path / f"on{i}" for i in range(2)]
-    result = train_batched(cfgs, splits, long_cfg, on, [info] * 2, extend_from=short)
-    full = [tmp_path / f"full{i}" for i in range(2)]
-    train_batched(cfgs, splits, long_cfg, full, [info] * 2)
+    result, on, full = _extended_and_scratch(tmp_path, "on", cfgs, splits, long_cfg, info, short)
     assert result.resumed_from == [8, 8]
     for i in range(2):
-        assert read_jsonl(on[i] / "metrics.jsonl") == read_jsonl(full[i] / "metrics.jsonl")
-        assert [e for e, _ in list_checkpoints(on[i])] == [e for e, _ in list_checkpoints(full[i])]
+        _assert_same_history(on[i], full[i])
 
 
 def test_a_stop_rule_firing_inside_the_source_history_is_refused(tmp_path):
@@ -125,7 +129,7 @@ def test_a_stop_rule_firing_inside_the_source_history_is_refused(tmp_path):
     scratch = train_batched(cfgs[:1], splits, long_cfg, [tmp_path / "scratch"], [info],
                             stop_rule=lambda m: m["epoch"] >= 10)
     assert later.resumed_from == [10] and later.stopped_early_at == scratch.stopped_early_at == [12]
-    assert read_jsonl(tmp_path / "at12" / "metrics.jsonl") == read_jsonl(tmp_path / "scratch" / "metrics.jsonl")
+    _assert_same_history(tmp_path / "at12", tmp_path / "scratch")
     # Firing first at the source's last evaluation, on the longer run's schedule: it stops there too.
     twelve = TrainConfig(**{**short_cfg.to_dict(), "epochs": 12})
     train_batched(cfgs[:1], splits, twelve, [tmp_path / "short12"], [info])
@@ -133,8 +137,7 @@ def test_a_stop_rule_firing_inside_the_source_history_is_refused(tmp_path):
                          stop_rule=lambda m: m["epoch"] >= 12, extend_from=[tmp_path / "short12"])
     assert done.already_finished == [True]
     assert json.loads((tmp_path / "at12b" / "run.json").read_text())["stopped_early_at"] == 12
-    assert read_jsonl(tmp_path / "at12b" / "metrics.jsonl") == read_jsonl(tmp_path / "scratch" / "metrics.jsonl")
-    assert [e for e, _ in list_checkpoints(tmp_path / "at12b")] == [e for e, _ in list_checkpoints(tmp_path / "scratch")]
+    _assert_same_history(tmp_path / "at12b", tmp_path / "scratch")
 
 
 def test_bad_sources_are_refused_before_anything_is_written(tmp_path):
