@@ -503,7 +503,8 @@ def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
 @pytest.mark.parametrize("slice_file, n_runs, extra_seeds", [("final_1L.yaml", 60, range(116, 130)),
                                                              ("final_2L.yaml", 32, ()),
                                                              ("final_1L_below_chance.yaml", 16, ()),
-                                                             ("final_1L_r_sweep.yaml", 32, ())])
+                                                             ("final_1L_r_sweep.yaml", 32, ()),
+                                                             ("final_2L_below_chance.yaml", 16, ())])
 def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, extra_seeds, tmp_path):
     """The slice configs train a subset of the preset's runs, in the same run directories
     (so slices, sittings and the full preset pool in one report). The 1-layer slice grew to the
@@ -519,17 +520,18 @@ def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, e
     assert part.name == preset("reproduce").name
 
 
-def test_wd04_arm_is_the_reproduce_preset_without_early_stop(tmp_path):
-    """Transience needs full runs: the weight-decay-0.4 arm is the preset's wd 0.4 runs with
-    early stopping off, nothing else changed."""
+@pytest.mark.parametrize("arm_file, n_layers, n_runs", [("final_1L_wd04.yaml", 1, 8), ("final_2L_wd04.yaml", 2, 16)])
+def test_wd04_arms_are_the_reproduce_preset_without_early_stop(arm_file, n_layers, n_runs, tmp_path):
+    """Transience needs full runs: each weight-decay-0.4 arm is the preset's wd 0.4 runs of one
+    architecture with early stopping off, nothing else changed."""
     from interp_toolkit.cli.sweep import parse
 
-    part = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction/final_1L_wd04.yaml")]).sweep
-    assert part.early_stop is False and part.weight_decays == [0.4]
+    part = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction" / arm_file)]).sweep
+    assert part.early_stop is False and part.weight_decays == [0.4] and part.n_layers == [n_layers]
     names = {Path(run["run_dir"]).name for job in plan_jobs(part, tmp_path) for run in job["runs"]}
     full = {Path(run["run_dir"]).name
             for job in plan_jobs(preset("reproduce", early_stop=False), tmp_path) for run in job["runs"]}
-    assert len(names) == 8 and names <= full
+    assert len(names) == n_runs and names <= full
 
 
 @pytest.mark.parametrize("length", [6, 7])
