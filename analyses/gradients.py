@@ -7,6 +7,11 @@ per parameter group (``all``, ``embed``, each head's ``QK`` and ``OV``, each ``m
 * ``conflict_cos``: cosine between the mean gradient of consistent and of anti examples;
 * ``norm_consistent`` / ``norm_anti``: mean per-example gradient norm of each group, and
   ``amplification`` = ``norm_anti / norm_consistent``;
+* ``minority`` (``anti``, ``consistent`` or ``none`` on a tie: the smaller group of the split)
+  and ``minority_amplification`` = minority norm / majority norm, the shortcut-saturation
+  paper's "gradient amplification of the minority" (:func:`minority_amplification`). It equals
+  ``amplification`` when anti-shortcut examples are the minority (r > 0.5) and is its inverse
+  below r = 0.5, where the shortcut-consistent examples are the minority;
 * the distribution of per-example cosines of anti examples to the consistent mean gradient
   (``anti_cos_mean``, ``anti_cos_q10/q50/q90``, ``anti_frac_negative``) and of consistent
   examples to the anti mean (``cons_cos_mean``).
@@ -173,7 +178,45 @@ def _summarize(group: str, norms: Tensor, cos_cons: Tensor, cos_anti: Tensor, me
         "anti_frac_negative": float((anti_cos < 0).float().mean()) if anti_cos.numel() else float("nan"),
         "cons_cos_mean": float(cos_anti[cons].mean()) if cons.any() else float("nan"),
         "n_consistent": int(cons.sum()), "n_anti": int(anti.sum()),
+        "minority": minority_group(int(cons.sum()), int(anti.sum())),
+        "minority_amplification": minority_amplification(float(norm_c), float(norm_a),
+                                                         minority_group(int(cons.sum()), int(anti.sum()))),
     }
+
+
+def minority_group(n_consistent: int, n_anti: int) -> str:
+    """Which shortcut group is the minority of a split: ``"anti"``, ``"consistent"`` or
+    ``"none"`` (equal counts)."""
+    if n_consistent == n_anti:
+        return "none"
+    return "anti" if n_anti < n_consistent else "consistent"
+
+
+def minority_amplification(norm_consistent: float, norm_anti: float, minority: str) -> float:
+    """Mean per-example gradient norm of the minority group over that of the majority.
+
+    The shortcut-saturation paper's amplification of the minority (9-17x at r = 0.9).
+
+    Args:
+        norm_consistent: Mean per-example gradient norm of shortcut-consistent examples.
+        norm_anti: Mean per-example gradient norm of anti-shortcut examples.
+        minority: ``"anti"``, ``"consistent"`` or ``"none"`` (see :func:`minority_group`).
+
+    Returns:
+        ``norm_anti / norm_consistent`` when the anti-shortcut examples are the minority, its
+        inverse when the consistent ones are, NaN when neither group is (``"none"``).
+
+    Raises:
+        ValueError: If ``minority`` is not one of the three names.
+    """
+    if minority not in ("anti", "consistent", "none"):
+        raise ValueError(f"minority must be 'anti', 'consistent' or 'none', got {minority!r}")
+    if minority == "none":
+        return float("nan")
+    numerator, denominator = (norm_anti, norm_consistent) if minority == "anti" else (norm_consistent, norm_anti)
+    if denominator == 0:  # as the tensor ratio of ``amplification``: inf, or NaN for 0 / 0
+        return float("nan") if numerator == 0 else float("inf")
+    return numerator / denominator
 
 
 def _cos(x: Tensor, mean: Tensor) -> Tensor:
@@ -314,4 +357,4 @@ def gradient_conflict(
 
 
 __all__ = ["parameter_names", "parameter_groups", "per_example_grads", "group_gradients",
-           "compute_gradient_conflict", "gradient_conflict"]
+           "compute_gradient_conflict", "gradient_conflict", "minority_group", "minority_amplification"]

@@ -60,7 +60,8 @@ ANALYSES: dict[str, AnalysisSpec] = {
     "patching": AnalysisSpec("patching", minimal_pair_patching, ("normalized",), ("component", "position")),
     "resample_ablation_damage": AnalysisSpec("resample_ablation_damage", resample_ablation_damage, ("normalized",),
                                              ("component", "position")),
-    "gradients": AnalysisSpec("gradients", gradient_conflict, ("conflict_cos", "amplification", "anti_cos_mean"),
+    "gradients": AnalysisSpec("gradients", gradient_conflict,
+                              ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
                               ("group",)),
 }
 
@@ -255,8 +256,10 @@ def over_checkpoints(
         key = config_hash({"checkpoint": _file_digest(path), "analysis": label, "fn": fn_key, "config": config,
                            "data": data_key})
         cache_path = cache_dir / f"epoch_{epoch:06d}_{key}.json"
-        if cache_path.is_file():
-            epoch_rows = json.loads(cache_path.read_text())["rows"]
+        cached = json.loads(cache_path.read_text())["rows"] if cache_path.is_file() else None
+        # an entry written before the analysis gained a value column is stale, not a hit
+        if cached is not None and all(column in row for row in cached for column in spec.value_columns):
+            epoch_rows = cached
             hits.append(epoch)
         else:
             model, _ = load_checkpoint(path, device=device)

@@ -89,6 +89,7 @@ LABELS: dict[str, str] = {
     "normalized": "patching effect (0 none, 1 full)",
     "conflict_cos": "cos(consistent, anti) gradient",
     "amplification": "anti / consistent gradient norm",
+    "minority_amplification": "minority / majority gradient norm",
     "anti_cos_mean": "anti examples: mean cos to consistent",
 }
 

@@ -15,7 +15,11 @@ in every panel:
    (:func:`interp_toolkit.studies.outcomes.compute_outcome`, paper criteria);
 2. gradient cosine between the mean gradients of shortcut-consistent and anti-shortcut
    training examples (all parameters, and each head's QK and OV parameters);
-3. amplification: mean per-example gradient norm of anti-shortcut over consistent examples;
+3. amplification of the minority (the paper's quantity): mean per-example gradient norm of
+   the minority shortcut group over the majority's, for all parameters and each head's QK and
+   OV. The minority is the anti-shortcut examples when r > 0.5 (then it is the anti /
+   consistent ratio ``amplification``, also in the table), the consistent ones when r < 0.5;
+   at r = 0.5 there is none and the panel draws anti / consistent;
 4. QK magnitude fingerprint of each head (Spearman rho, readout score vs value) and its
    attention share on position 0;
 5. OV parity fingerprint of each head (from the weights, and on data);
@@ -54,7 +58,8 @@ from interp_toolkit.errors import UserError
 PANEL_QUANTITIES: dict[str, tuple[str, ...]] = {
     "accuracy": ("acc_train", "acc_val", "acc_adv"),
     "gradient cosine": ("grad_cos", "grad_cos_qk", "grad_cos_ov"),
-    "amplification": ("amplification", "amplification_qk", "amplification_ov"),
+    "amplification": ("minority_amplification", "minority_amplification_qk", "minority_amplification_ov",
+                      "amplification", "amplification_qk", "amplification_ov"),
     "QK fingerprint": ("qk_rho", "first_share"),
     "OV fingerprint": ("ov_rho", "ov_data_rho"),
     "minimal-pair patching": ("patch_val_to_adv", "patch_adv_to_val", "patch_val_to_adv_normalized",
@@ -63,7 +68,7 @@ PANEL_QUANTITIES: dict[str, tuple[str, ...]] = {
 }
 #: Quantities measured once per checkpoint for the whole model (``head == "all"``).
 WHOLE_MODEL_QUANTITIES = ("acc_train", "acc_val", "acc_adv", "grad_cos", "amplification",
-                          "patch_gap_val_to_adv", "patch_gap_adv_to_val")
+                          "minority_amplification", "patch_gap_val_to_adv", "patch_gap_adv_to_val")
 ALL = "all"
 _HEAD_NAME = re.compile(r"^L\d+H\d+$")
 
@@ -272,15 +277,22 @@ def mechanism_over_checkpoints(
     model_config = dict(record.get("model_config") or {})
     heads = sorted({r["component"] for r in tables["fingerprints"].rows},
                    key=lambda h: tuple(int(x) for x in re.findall(r"\d+", h)))
-    table = _tidy(metrics, tables)
+    table = _tidy(metrics, tables, minority_of(task.r))
     return MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available, outcome=outcome,
                            task={"name": task.name, **task.to_dict()}, model=model_config, config=config,
                            computed=computed, cache_hits=hits)
 
 
-def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any]) -> Any:
+def minority_of(r: float) -> str:
+    """The minority shortcut group of a training set with shortcut ratio ``r``: ``"anti"``
+    above 0.5, ``"consistent"`` below, ``"none"`` at 0.5."""
+    return "none" if r == 0.5 else "anti" if r > 0.5 else "consistent"
+
+
+def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any], minority: str) -> Any:
     """One ``(epoch, head, quantity, value)`` row per measured number (see PANEL_QUANTITIES)."""
     from interp_toolkit.analyses._common import Table
+    from interp_toolkit.analyses.gradients import minority_amplification
 
     rows: list[dict[str, Any]] = []
 
@@ -293,14 +305,20 @@ def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any]) -> Any:
                 add(m["epoch"], ALL, f"acc_{split}", m[f"{split}_acc"])
     for r in tables["gradients"].rows:
         group = r["group"]
+        # from the group norms, so checkpoint caches written before this quantity existed serve too
+        minority_ratio = minority_amplification(r["norm_consistent"], r["norm_anti"], minority)
         if group == "all":
             add(r["epoch"], ALL, "grad_cos", r["conflict_cos"])
             add(r["epoch"], ALL, "amplification", r["amplification"])
+            if minority != "none":
+                add(r["epoch"], ALL, "minority_amplification", minority_ratio)
             continue
         head, _, kind = group.partition(".")
         if _HEAD_NAME.match(head) and kind in ("QK", "OV"):
             add(r["epoch"], head, f"grad_cos_{kind.lower()}", r["conflict_cos"])
             add(r["epoch"], head, f"amplification_{kind.lower()}", r["amplification"])
+            if minority != "none":
+                add(r["epoch"], head, f"minority_amplification_{kind.lower()}", minority_ratio)
     for r in tables["fingerprints"].rows:
         for quantity in PANEL_QUANTITIES["QK fingerprint"] + PANEL_QUANTITIES["OV fingerprint"]:
             add(r["epoch"], r["component"], quantity, r[quantity])
@@ -386,11 +404,17 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
         cos.axhline(0, color="grey", lw=0.6)
         cos.set(ylabel="gradient cosine\n(consistent vs anti mean)", ylim=(-1.05, 1.05))
 
-        whole(amp, "amplification", "all parameters")
-        per_head(amp, "amplification_qk", "QK")
-        per_head(amp, "amplification_ov", "OV", "--")
+        # the paper's amplification of the minority; anti / consistent where there is no minority
+        # (r = 0.5) or the table predates the minority quantities
+        minority = minority_of(float(result.task.get("r", 0.5)))
+        prefix = "minority_" if minority != "none" and result.series("minority_amplification")[0] else ""
+        whole(amp, f"{prefix}amplification", "all parameters")
+        per_head(amp, f"{prefix}amplification_qk", "QK")
+        per_head(amp, f"{prefix}amplification_ov", "OV", "--")
         amp.axhline(1, color="grey", lw=0.6)
-        amp.set(ylabel="amplification\n(anti / consistent grad norm)", yscale="log")
+        ratio = "anti / consistent" if minority == "anti" else "consistent / anti"
+        amp.set(ylabel=(f"minority amplification\n({ratio} grad norm)" if prefix
+                        else "amplification\n(anti / consistent grad norm)"), yscale="log")
 
         per_head(qk, "qk_rho", "QK ρ")
         per_head(qk, "first_share", "attention on pos 0", ":")

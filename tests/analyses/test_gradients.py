@@ -6,6 +6,7 @@ from interp_toolkit.analyses.gradients import (
     compute_gradient_conflict,
     gradient_conflict,
     group_gradients,
+    minority_amplification,
     parameter_groups,
     per_example_grads,
 )
@@ -86,6 +87,34 @@ def test_hand_model_gradients_conflict(hand_model, splits):
     row = result.table.where(group="L0H0.OV").rows[0]
     assert row["conflict_cos"] < -0.5
     assert row["amplification"] > 1.0
+
+
+def test_minority_amplification_is_the_smaller_groups_norm_over_the_larger(hand_model, task, splits):
+    """The paper's amplification of the minority: anti-shortcut examples are the minority above
+    r = 0.5 (it equals ``amplification``), shortcut-consistent ones below it (its inverse)."""
+    from interp_toolkit.tasks.mpsp import make_split
+
+    above = gradient_conflict(hand_model, splits, split="train", n=64).table.where(group="all").rows[0]
+    assert above["n_anti"] < above["n_consistent"] and above["minority"] == "anti"
+    assert above["minority_amplification"] == pytest.approx(above["amplification"])
+    assert above["minority_amplification"] > 1.0  # the hand model predicts the shortcut
+
+    below_split = make_split(task, 0.25, 64, seed=4)
+    below = gradient_conflict(hand_model, {"train": below_split}, split="train").table.where(group="all").rows[0]
+    assert below["n_consistent"] < below["n_anti"] and below["minority"] == "consistent"
+    assert below["minority_amplification"] == pytest.approx(below["norm_consistent"] / below["norm_anti"])
+    assert below["minority_amplification"] == pytest.approx(1 / below["amplification"])
+    # the shortcut-following model is right on the consistent minority: its gradients are the small ones
+    assert below["minority_amplification"] < 1.0
+
+
+def test_minority_amplification_edge_cases():
+    assert minority_amplification(2.0, 6.0, "anti") == 3.0
+    assert minority_amplification(2.0, 6.0, "consistent") == pytest.approx(1 / 3)
+    assert minority_amplification(2.0, 6.0, "none") != minority_amplification(2.0, 6.0, "none")  # NaN
+    assert minority_amplification(0.0, 6.0, "anti") == float("inf")
+    with pytest.raises(ValueError, match="minority must be 'anti', 'consistent' or 'none', got 'rare'"):
+        minority_amplification(1.0, 1.0, "rare")
 
 
 def test_gradient_bad_input(hand_model, splits):

@@ -52,6 +52,24 @@ def test_changed_checkpoint_is_recomputed(tiny_run, tmp_path):
     assert rows0 == rows6
 
 
+def test_cache_entry_without_a_current_value_column_is_recomputed(tiny_run, tmp_path):
+    """A cache written before the analysis gained a value column (here ``qk_rho`` removed from
+    one entry) is stale: that checkpoint is computed again, the others are hits."""
+    import json
+
+    run_dir, splits = tiny_run
+    out = tmp_path / "fp"
+    kwargs = dict(splits=splits, config={"n": 64}, out_dir=out, epochs=[0, 6], progress=False, plot=False)
+    first = over_checkpoints("fingerprints", run_dir, **kwargs)
+    (old,) = sorted((out / "cache").glob("epoch_000006_*.json"))
+    entry = json.loads(old.read_text())
+    entry["rows"] = [{k: v for k, v in row.items() if k != "qk_rho"} for row in entry["rows"]]
+    old.write_text(json.dumps(entry))
+    again = over_checkpoints("fingerprints", run_dir, **kwargs)
+    assert again.computed == [6] and again.cache_hits == [0]
+    assert again.rows == first.rows
+
+
 def test_callable_analysis_and_splits_from_run(tiny_run, tmp_path):
     run_dir, splits = tiny_run
     rebuilt = splits_from_run(run_dir)

@@ -90,9 +90,34 @@ def test_gradient_and_ablation_values_are_the_analyses_own(mech):
     for row in grads.where(group="all").rows:
         (value,) = [r["value"] for r in result.rows if r["epoch"] == row["epoch"] and r["quantity"] == "amplification"]
         assert value == pytest.approx(row["amplification"])
+        # r = 0.9: the anti-shortcut examples are the minority, so the paper's quantity is the same ratio
+        (minority,) = [r["value"] for r in result.rows
+                       if r["epoch"] == row["epoch"] and r["quantity"] == "minority_amplification"]
+        assert row["minority"] == "anti" and minority == pytest.approx(row["amplification"])
     ablation = Table.from_csv(run_dir / "analyses" / "mechanism" / "ablation" / "ablation.csv")
     row = ablation.where(component="L0H1", split="adv", metric="accuracy").rows[-1]
     assert result.series("ablation_acc_adv", "L0H1")[1][-1] == pytest.approx(row["delta"])
+
+
+@pytest.mark.parametrize("r, ylabel", [(0.25, "consistent / anti"), (0.5, "anti / consistent")])
+def test_amplification_panel_is_of_the_minority_on_either_side_of_half(r, ylabel, tmp_path):
+    """Below r = 0.5 the minority is the shortcut-consistent examples: the paper's amplification
+    of the minority is then the inverse of anti / consistent. At 0.5 there is no minority, and the
+    panel draws anti / consistent, named as such."""
+    result = mechanism_over_checkpoints(_train(tmp_path, 1, r=r, epochs=10), SMALL)
+    for head, kind in [(ALL, ""), ("L0H0", "_qk"), ("L0H1", "_ov")]:
+        epochs, anti_over_consistent = result.series(f"amplification{kind}", head)
+        minority_epochs, minority = result.series(f"minority_amplification{kind}", head)
+        if r == 0.5:
+            assert minority_epochs == []
+        else:
+            assert minority_epochs == epochs == [0, 10]
+            assert minority == pytest.approx([1 / v for v in anti_over_consistent])
+    amplification_panel = plot_mechanism(result).axes[2]
+    assert ylabel in amplification_panel.get_ylabel()
+    drawn = [line for line in amplification_panel.get_lines() if line.get_label() == "all parameters"]
+    expected = result.series("minority_amplification" if r < 0.5 else "amplification")[1]
+    assert list(drawn[0].get_ydata()) == pytest.approx(expected)
 
 
 def test_figure_has_seven_log_scaled_panels_and_one_colour_per_head(mech):
