@@ -104,10 +104,13 @@ def run_config(args: MechanismCommandConfig) -> int:
           f"{outcome['phase2_onset_epoch']}, generalized: {outcome['generalized']} "
           f"(first at epoch {outcome['first_generalized_epoch']})")
     last = result.checkpoint_epochs[-1]
-    cos, amp = result.series("grad_cos"), result.series("amplification")
+    cos, minority = result.series("grad_cos"), result.series("minority_amplification")
+    anti = result.series("amplification")
     if last in cos[0]:
-        print(f"epoch {last}: gradient cosine {cos[1][cos[0].index(last)]:.3f}, "
-              f"amplification {amp[1][amp[0].index(last)]:.2f}")
+        # the paper's amplification of the minority; at r = 0.5 there is none, so anti / consistent
+        amplification = (f"minority amplification {minority[1][minority[0].index(last)]:.2f}" if last in minority[0]
+                         else f"amplification (anti / consistent) {anti[1][anti[0].index(last)]:.2f}")
+        print(f"epoch {last}: gradient cosine {cos[1][cos[0].index(last)]:.3f}, {amplification}")
     print(f"figure:  {written['figure']}")
     print(f"table:   {written['table']}")
     print(f"summary: {written['summary']}")

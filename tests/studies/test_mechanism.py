@@ -242,6 +242,8 @@ def test_cli_writes_figure_table_and_summary_then_hits_the_cache(one_run, tmp_pa
     assert (tmp_path / "out" / "fig.pdf").read_bytes()[:4] == b"%PDF"
     assert (tmp_path / "out" / "fig.csv").is_file() and (tmp_path / "out" / "fig.json").is_file()
     assert "0 analyses computed, 15 from cache" in out  # the copied run brought its cache along
+    epochs, values = one_run[2].series("minority_amplification")
+    assert f"epoch {epochs[-1]}: gradient cosine" in out and f"minority amplification {values[-1]:.2f}" in out
     code, out, _ = _cli(capsys, "mechanism", copy, "--format", "svg", *SMALL_FLAGS)
     assert code == 0 and (copy / "mechanism.svg").is_file() and (copy / "mechanism.csv").is_file()
 
