@@ -165,6 +165,8 @@ def _summarize(group: str, norms: Tensor, cos_cons: Tensor, cos_anti: Tensor, me
     norm_c = norms[cons].mean() if cons.any() else torch.tensor(float("nan"))
     norm_a = norms[anti].mean() if anti.any() else torch.tensor(float("nan"))
     anti_cos = cos_cons[anti]
+    n_consistent, n_anti = int(cons.sum()), int(anti.sum())
+    minority = minority_group(n_consistent, n_anti)
     quantiles = (torch.quantile(anti_cos.double(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.double))
                  if anti_cos.numel() else torch.full((3,), float("nan")))
     return {
@@ -177,16 +179,14 @@ def _summarize(group: str, norms: Tensor, cos_cons: Tensor, cos_anti: Tensor, me
         "anti_cos_q90": float(quantiles[2]),
         "anti_frac_negative": float((anti_cos < 0).float().mean()) if anti_cos.numel() else float("nan"),
         "cons_cos_mean": float(cos_anti[cons].mean()) if cons.any() else float("nan"),
-        "n_consistent": int(cons.sum()), "n_anti": int(anti.sum()),
-        "minority": minority_group(int(cons.sum()), int(anti.sum())),
-        "minority_amplification": minority_amplification(float(norm_c), float(norm_a),
-                                                         minority_group(int(cons.sum()), int(anti.sum()))),
+        "n_consistent": n_consistent, "n_anti": n_anti,
+        "minority": minority, "minority_amplification": minority_amplification(float(norm_c), float(norm_a), minority),
     }
 
 
-def minority_group(n_consistent: int, n_anti: int) -> str:
-    """Which shortcut group is the minority of a split: ``"anti"``, ``"consistent"`` or
-    ``"none"`` (equal counts)."""
+def minority_group(n_consistent: float, n_anti: float) -> str:
+    """Which shortcut group is the minority of a split, given the two groups' counts (or
+    fractions): ``"anti"``, ``"consistent"`` or ``"none"`` (equal)."""
     if n_consistent == n_anti:
         return "none"
     return "anti" if n_anti < n_consistent else "consistent"

@@ -286,7 +286,9 @@ def mechanism_over_checkpoints(
 def minority_of(r: float) -> str:
     """The minority shortcut group of a training set with shortcut ratio ``r``: ``"anti"``
     above 0.5, ``"consistent"`` below, ``"none"`` at 0.5."""
-    return "none" if r == 0.5 else "anti" if r > 0.5 else "consistent"
+    from interp_toolkit.analyses.gradients import minority_group
+
+    return minority_group(r, 1 - r)
 
 
 def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any], minority: str) -> Any:
