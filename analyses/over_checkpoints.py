@@ -3,14 +3,17 @@
 ``over_checkpoints(analysis, run_dir)`` loads every checkpoint (or the chosen epochs),
 runs the analysis on it, stores each result in
 ``run_dir/analyses/<name>/cache/epoch_<epoch>_<key>.json`` where ``key`` hashes the
-checkpoint file's bytes, the analysis name and config and the data, so a rerun with the
-same settings is a cache hit and changing any of them recomputes. It returns one table
-with an ``epoch`` column, written as ``<name>.csv`` and plotted as ``<name>.png`` (the
-run's accuracy curves on top, then the analysis's values on the same epoch axis).
+checkpoint file's bytes, the analysis name, version and config and the data, so a rerun
+with the same settings is a cache hit and changing any of them recomputes (an analysis's
+``version`` is bumped when its numbers change, so entries of older code are not served).
+It returns one table with an ``epoch`` column, written as ``<name>.csv`` and plotted as
+``<name>.png`` (the run's accuracy curves on top, then the analysis's values on the same
+epoch axis).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -21,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from interp_toolkit import __version__
 from interp_toolkit.checkpoint import load_checkpoint
 from interp_toolkit.io import atomic_write_json, config_hash, read_jsonl
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
@@ -43,6 +47,8 @@ class AnalysisSpec:
         value_columns: Numeric columns plotted against epoch (one panel each).
         series_columns: Columns whose values identify one line.
         plot_filter: Only rows matching these column values are plotted.
+        version: Part of the cache key: bumped when the analysis's numbers or columns
+            change, so cache entries written by earlier code are recomputed, not served.
     """
 
     name: str
@@ -50,6 +56,7 @@ class AnalysisSpec:
     value_columns: tuple[str, ...]
     series_columns: tuple[str, ...]
     plot_filter: Mapping[str, Any] = field(default_factory=dict)
+    version: int = 1
 
 
 ANALYSES: dict[str, AnalysisSpec] = {
@@ -62,7 +69,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
                                              ("component", "position")),
     "gradients": AnalysisSpec("gradients", gradient_conflict,
                               ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
-                              ("group",)),
+                              ("group",), version=2),  # 2: minority / minority_amplification columns
 }
 
 
@@ -146,7 +153,8 @@ def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) ->
     for spec in ANALYSES.values():
         if spec.fn is base:
             label = name or spec.name
-            return label, AnalysisSpec(label, analysis, spec.value_columns, spec.series_columns, spec.plot_filter)
+            return label, AnalysisSpec(label, analysis, spec.value_columns, spec.series_columns, spec.plot_filter,
+                                       spec.version)
     label = name or getattr(base, "__name__", "analysis")
     return label, AnalysisSpec(label, analysis, (), ())
 
@@ -202,6 +210,7 @@ def over_checkpoints(
     progress: bool = True,
     device: str | None = None,
     figure_format: str = "png",
+    version: int | None = None,
 ) -> CheckpointsResult:
     """Run ``analysis`` on every checkpoint of ``run_dir`` (or the given ``epochs``).
 
@@ -218,6 +227,9 @@ def over_checkpoints(
         progress: Show a tqdm bar over checkpoints.
         device: Where to load each checkpoint (default CPU); not part of the cache key.
         figure_format: ``png``, ``svg`` or ``pdf`` (the figure's file suffix).
+        version: The analysis's version, a positive int in the cache key (default: the
+            registered analysis's ``AnalysisSpec.version``, 1 for a callable). Bump it when
+            you change a callable's code, so its cached results are recomputed.
 
     Returns:
         :class:`CheckpointsResult`.
@@ -225,7 +237,11 @@ def over_checkpoints(
     from interp_toolkit.plotting import check_format, save_figure
 
     figure_format = check_format(figure_format)
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        raise ValueError(f"version must be a positive int (the analysis's cache version), got {version!r}")
     label, spec = _resolve(analysis, name)
+    if version is not None:
+        spec = dataclasses.replace(spec, version=version)
     run_dir = Path(run_dir)
     config = dict(config or {})
     try:
@@ -253,8 +269,8 @@ def over_checkpoints(
     rows: list[dict[str, Any]] = []
     computed, hits = [], []
     for epoch, path in tqdm(checkpoints, desc=f"{label} over checkpoints", disable=not progress):
-        key = config_hash({"checkpoint": _file_digest(path), "analysis": label, "fn": fn_key, "config": config,
-                           "data": data_key})
+        key = config_hash({"checkpoint": _file_digest(path), "analysis": label, "version": spec.version,
+                           "fn": fn_key, "config": config, "data": data_key})
         cache_path = cache_dir / f"epoch_{epoch:06d}_{key}.json"
         cached = json.loads(cache_path.read_text())["rows"] if cache_path.is_file() else None
         # an entry written before the analysis gained a value column is stale, not a hit
@@ -266,6 +282,7 @@ def over_checkpoints(
             result = spec.fn(model, splits, **config)
             epoch_rows = [{"epoch": epoch, **row} for row in result.rows]
             atomic_write_json(cache_path, {"epoch": epoch, "checkpoint": path.name, "analysis": label,
+                                           "version": spec.version, "written_by": f"interp-toolkit {__version__}",
                                            "config": config, "rows": epoch_rows})
             computed.append(epoch)
         rows.extend(epoch_rows)

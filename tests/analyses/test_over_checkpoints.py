@@ -104,3 +104,39 @@ def test_partials_with_different_bound_arguments_do_not_share_a_cache(tiny_run, 
     assert second.computed == [6]
     assert {r["method"] for r in first.rows} == {"zero"} and {r["method"] for r in second.rows} == {"mean"}
     assert over_checkpoints(zero, run_dir, **kwargs).cache_hits == [6]
+
+
+def test_analysis_version_is_part_of_the_cache_key(tiny_run, tmp_path):
+    """Changed code under the same name and columns: bumping the version recomputes, the same
+    version is a hit; each entry records its version and the package that wrote it."""
+    import json
+
+    from interp_toolkit import __version__
+    from interp_toolkit.analyses.over_checkpoints import ANALYSES
+
+    run_dir, splits = tiny_run
+    calls = []
+
+    def counting(model, splits, n=16):
+        calls.append(n)
+        return ablation(model, splits, method="zero", split_names=["adv"], components=["attn0"], n=n)
+
+    kwargs = dict(splits=splits, epochs=[6], out_dir=tmp_path / "abl", progress=False, plot=False)
+    over_checkpoints(counting, run_dir, **kwargs)
+    assert over_checkpoints(counting, run_dir, version=1, **kwargs).cache_hits == [6]  # 1 is the default
+    assert over_checkpoints(counting, run_dir, version=2, **kwargs).computed == [6]
+    assert over_checkpoints(counting, run_dir, version=2, **kwargs).cache_hits == [6]
+    assert len(calls) == 2
+    entries = [json.loads(p.read_text()) for p in sorted((tmp_path / "abl" / "cache").glob("*.json"))]
+    assert sorted(e["version"] for e in entries) == [1, 2]
+    assert {e["written_by"] for e in entries} == {f"interp-toolkit {__version__}"}
+    # a registered analysis carries its own version (gradients gained the minority columns)
+    assert ANALYSES["gradients"].version == 2 and ANALYSES["fingerprints"].version == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_bad_analysis_version_is_refused_before_work(tiny_run, tmp_path, bad):
+    run_dir, splits = tiny_run
+    with pytest.raises(ValueError, match=rf"version must be a positive int .*got {bad!r}"):
+        over_checkpoints("fingerprints", run_dir, splits=splits, version=bad, out_dir=tmp_path / "fp")
+    assert not (tmp_path / "fp").exists()
