@@ -34,6 +34,7 @@ from .ablation import ablation
 from .fingerprints import fingerprints
 from .gradients import gradient_conflict
 from .patching import minimal_pair_patching, resample_ablation_damage
+from .weights import weight_norms
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class AnalysisSpec:
 
     Attributes:
         name: Registry name (``fingerprints``, ``ablation``, ``patching`` (minimal pairs),
-            ``resample_ablation_damage`` (index-paired patching), ``gradients``).
+            ``resample_ablation_damage`` (index-paired patching), ``gradients``,
+            ``weight_norms``).
         fn: ``fn(model, splits, **config) -> AnalysisResult``.
         value_columns: Numeric columns plotted against epoch (one panel each).
         series_columns: Columns whose values identify one line.
@@ -70,6 +72,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
     "gradients": AnalysisSpec("gradients", gradient_conflict,
                               ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
                               ("group",), version=2),  # 2: minority / minority_amplification columns
+    "weight_norms": AnalysisSpec("weight_norms", weight_norms, ("norm",), ("group",)),
 }
 
 
@@ -216,7 +219,7 @@ def over_checkpoints(
 
     Args:
         analysis: A registered name (``fingerprints``, ``ablation``, ``patching``,
-            ``gradients``) or a callable ``fn(model, splits, **config) -> AnalysisResult``.
+            ``resample_ablation_damage``, ``gradients``, ``weight_norms``) or a callable ``fn(model, splits, **config) -> AnalysisResult``.
         run_dir: A run directory written by :func:`interp_toolkit.train`.
         splits: The data (default: rebuilt from the run's ``run.json``).
         epochs: Checkpoint epochs to analyse (default: all).

@@ -91,6 +91,7 @@ LABELS: dict[str, str] = {
     "amplification": "anti / consistent gradient norm",
     "minority_amplification": "minority / majority gradient norm",
     "anti_cos_mean": "anti examples: mean cos to consistent",
+    "norm": "parameter L2 norm",
 }
 
 

@@ -18,12 +18,12 @@ from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
 HELP = "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"
-DESCRIPTION = ("Run fingerprints, ablation, patching or gradients over every checkpoint of a run "
+DESCRIPTION = ("Run fingerprints, ablation, patching, gradients or weight norms over every checkpoint of a run "
                "(results cached per checkpoint and config; reruns are cache hits). The data is rebuilt "
                "from the run record's task config and checked against the run's data fingerprints.")
 # Names of interp_toolkit.analyses.over_checkpoints.ANALYSES and ablation.METHODS, spelled out
 # so that --help imports no torch (a test keeps them equal).
-ANALYSIS_NAMES = ("ablation", "fingerprints", "gradients", "patching", "resample_ablation_damage")
+ANALYSIS_NAMES = ("ablation", "fingerprints", "gradients", "patching", "resample_ablation_damage", "weight_norms")
 ABLATION_METHODS = ("zero", "mean", "resample")
 
 # option -> analyses it applies to
@@ -70,7 +70,8 @@ class AnalyzeCommandConfig(Config):
     """
 
     run_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
-    analysis: Optional[Literal["ablation", "fingerprints", "gradients", "patching", "resample_ablation_damage"]] = None  # noqa: UP007
+    analysis: Optional[Literal["ablation", "fingerprints", "gradients", "patching", "resample_ablation_damage",  # noqa: UP007
+                               "weight_norms"]] = None
     epochs: Optional[tuple[int, ...]] = None  # noqa: UP007
     last: bool = False
     n: Optional[int] = None  # noqa: UP007

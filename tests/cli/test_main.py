@@ -266,3 +266,14 @@ def test_interrupted_train_names_the_epoch_it_resumes_from(cli_run, monkeypatch,
     code, _, err = run_cli(capsys, *TRAIN, "--run-dir", cli_run)
     assert code == 130
     assert err.strip() == "interrupted; rerun the same command to resume from epoch 4"
+
+
+def test_analyze_weight_norms(cli_run, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "analyze", cli_run, "--analysis", "weight_norms", "--last",
+                             "--out-dir", tmp_path / "w", "--no-plot", "--no-progress")
+    assert code == 0, err
+    assert "weight_norms: 1 checkpoint(s) computed" in out
+    header = (tmp_path / "w" / "weight_norms.csv").read_text().splitlines()[0]
+    assert header == "epoch,group,norm,n_params"
+    code, _, err = run_cli(capsys, "analyze", cli_run, "--analysis", "weight_norms", "--n", "16")
+    assert_user_error(code, err, "weight_norms", "'n'")
