@@ -23,3 +23,42 @@ def test_shortcut_mechanism_example_tiny(tmp_path, capsys):
     # a rerun hits every cache: 5 analyses x checkpoints 0, 1, 2
     module.main(args)
     assert "(0 computed, 15 cached)" in capsys.readouterr().out
+
+
+def _load(name):
+    path = Path(__file__).resolve().parents[2] / "examples" / "reproduction" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_weight_norms_example_on_a_study(tiny_run, tmp_path, capsys):
+    """examples/reproduction/weight_norms.py: finished runs only, tables, figure, decay shares."""
+    import csv
+    import json
+    import shutil
+
+    run_dir, _ = tiny_run
+    study = tmp_path / "study"
+    shutil.copytree(run_dir, study / "runs" / "finished")
+    (study / "runs" / "finished" / "outcome.json").write_text(json.dumps({"generalized": False}))
+    shutil.copytree(run_dir, study / "runs" / "still_training")  # no outcome.json: left out
+    module = _load("weight_norms")
+    module.main([str(study), "--out", str(tmp_path / "out"), "--name", "wn", "--from-epoch", "3"])
+    out = capsys.readouterr().out
+    assert "[1/1] finished: 6 computed, 0 cached" in out
+    rows = list(csv.DictReader((tmp_path / "out" / "wn.csv").open()))
+    assert {r["epoch"] for r in rows} == {"0", "1", "2", "3", "4", "6"} and {r["seed"] for r in rows} == {"0"}
+    rates = list(csv.DictReader((tmp_path / "out" / "wn_rates.csv").open()))
+    for rate in rates:  # epochs 4 -> 6 are the last two checkpoints from epoch 3 on
+        assert (rate["from_epoch"], rate["to_epoch"]) == ("4", "6")
+        expected = (float(rate["norm_to"]) / float(rate["norm_from"]) - 1) / 2
+        assert float(rate["rate_per_step"]) == pytest.approx(expected)
+    assert (tmp_path / "out" / "wn.png").read_bytes()[:4] == b"\x89PNG"
+    assert "share of pure decay" in out and "1L r=0.75" in out
+    shutil.rmtree(study / "runs" / "finished")
+    with pytest.raises(SystemExit, match="no finished runs"):
+        module.main([str(study), "--out", str(tmp_path / "o2")])
+    with pytest.raises(SystemExit, match="not a sweep study directory"):
+        module.main([str(tmp_path / "out"), "--out", str(tmp_path / "o2")])

@@ -1,0 +1,161 @@
+"""Parameter norms over the checkpoints of every finished run of one or more sweep studies.
+
+Why: AdamW's decoupled weight decay multiplies every weight by ``1 - lr * wd`` per step, so a
+solution the gradient does not defend shrinks on a timescale of ``1 / (lr * wd)`` steps
+(10,000 full-batch epochs at lr 1e-3, wd 0.1). If a memorizing run's norm is still falling
+when the horizon ends, the run has not reached the timescale on which weight decay can trade
+memorization for the rule. This script measures that with the toolkit's ``weight_norms``
+analysis (cached per checkpoint in each run directory) and writes, under ``--out``:
+
+* ``<name>.csv``: one row per run, checkpoint and parameter group (study, cell, seed,
+  generalized, lr, weight decay, epoch, group, norm, n_params);
+* ``<name>_rates.csv``: per run and group, the norm's relative change per step between the
+  last two checkpoints at or after ``--from-epoch``, beside the pure-decay rate ``-lr * wd``
+  and as a share of it (printed as medians per cell);
+* ``<name>.png``: per cell, each group's norm relative to its initialization (median over
+  seeds) against epoch, with pure decay ``(1 - lr * wd) ** step`` dotted: a group on the
+  dotted curve is one the gradient does not defend, a rising one carries the learned solution.
+
+    python examples/reproduction/weight_norms.py runs/sweeps/reproduce_final_2L \\
+        --out docs/reproduction --name weight_norms_2L
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from interp_toolkit.analyses._common import Table
+from interp_toolkit.analyses.over_checkpoints import over_checkpoints
+from interp_toolkit.plotting import save_figure
+
+
+def finished_runs(study_dirs: list[Path]) -> list[tuple[Path, Path]]:
+    """(study, run directory) of every run with an outcome record, in name order."""
+    runs = []
+    for study in study_dirs:
+        if not (study / "runs").is_dir():
+            raise SystemExit(f"{study} is not a sweep study directory (expected {study}/runs)")
+        runs += [(study, d) for d in sorted((study / "runs").iterdir()) if (d / "outcome.json").is_file()]
+    if not runs:
+        raise SystemExit(f"no finished runs (with outcome.json) under {', '.join(map(str, study_dirs))}")
+    return runs
+
+
+def measure(runs: list[tuple[Path, Path]]) -> list[dict]:
+    rows = []
+    for i, (study, run_dir) in enumerate(runs, 1):
+        record = json.loads((run_dir / "run.json").read_text())
+        identity = record["identity"]
+        task, model, train = identity["info"]["task"], identity["model"], identity["train"]
+        outcome = json.loads((run_dir / "outcome.json").read_text())
+        result = over_checkpoints("weight_norms", run_dir, plot=False, progress=False)
+        print(f"[{i}/{len(runs)}] {run_dir.name}: {len(result.computed)} computed, "
+              f"{len(result.cache_hits)} cached", flush=True)
+        cell = f"{model['n_layers']}L r={task['r']:g} wd={train['weight_decay']:g}"
+        for row in result.rows:
+            rows.append({"study": study.name, "cell": cell, "seed": model["seed"],
+                         "generalized": bool(outcome.get("generalized")), "lr": train["lr"],
+                         "weight_decay": train["weight_decay"], **row})
+    return rows
+
+
+def decay_rates(rows: list[dict], from_epoch: int) -> list[dict]:
+    """Per run and group: relative norm change per step over its last two checkpoints at or
+    after ``from_epoch``, and that as a share of pure decay (1: the gradient does not defend
+    the group at all; 0: its norm holds; negative: it grows)."""
+    out = []
+    keys = sorted({(r["study"], r["cell"], r["seed"], r["group"]) for r in rows})
+    for study, cell, seed, group in keys:
+        mine = sorted((r for r in rows if (r["study"], r["cell"], r["seed"], r["group"]) == (study, cell, seed, group)
+                       and r["epoch"] >= from_epoch), key=lambda r: r["epoch"])
+        if len(mine) < 2 or mine[-2]["norm"] == 0:
+            continue
+        a, b = mine[-2], mine[-1]
+        rate = (b["norm"] / a["norm"] - 1) / (b["epoch"] - a["epoch"])
+        pure = -a["lr"] * a["weight_decay"]
+        out.append({"study": study, "cell": cell, "seed": seed, "group": group, "generalized": a["generalized"],
+                    "from_epoch": a["epoch"], "to_epoch": b["epoch"], "norm_from": a["norm"], "norm_to": b["norm"],
+                    "rate_per_step": rate, "pure_decay_rate": pure,
+                    "share_of_pure_decay": rate / pure if pure else float("nan")})
+    return out
+
+
+def relative_to_init(rows: list[dict]) -> dict[tuple[str, str], tuple[list[int], list[float]]]:
+    """(cell, group) -> epochs and the median over the cell's seeds of norm / norm at epoch 0
+    (groups that start at zero, such as attention output biases, are left out)."""
+    init = {(r["study"], r["seed"], r["cell"], r["group"]): r["norm"] for r in rows if r["epoch"] == 0}
+    series: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for r in rows:
+        start = init.get((r["study"], r["seed"], r["cell"], r["group"]))
+        if start:
+            series.setdefault((r["cell"], r["group"]), {}).setdefault(r["epoch"], []).append(r["norm"] / start)
+    return {key: (sorted(by_epoch), [statistics.median(by_epoch[e]) for e in sorted(by_epoch)])
+            for key, by_epoch in series.items()}
+
+
+def plot(rows: list[dict]):
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    curves = relative_to_init(rows)
+    cells = sorted({cell for cell, _ in curves})
+    groups = sorted({group for _, group in curves}, key=lambda g: (g != "all", g))
+    # a head's QK (dashed) and OV (solid) share its colour; at most 10 base groups in a 2L model
+    bases = sorted({g.split(".")[0] for g in groups if g != "all"})
+    palette = matplotlib.colormaps["tab10" if len(bases) <= 10 else "tab20"].colors
+    colors = {base: palette[i % len(palette)] for i, base in enumerate(bases)}
+    fig = Figure(figsize=(4.6 * len(cells), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(cells), sharey=True, squeeze=False)[0]
+    for ax, cell in zip(axes, cells, strict=True):
+        for group in groups:
+            if (cell, group) not in curves:
+                continue
+            xs, ys = curves[cell, group]
+            style = dict(color="black", lw=2.5) if group == "all" else dict(color=colors[group.split(".")[0]], lw=1)
+            ax.plot(xs, ys, marker=".", label=group, ls="--" if group.endswith(".QK") else "-", **style)
+        mine = [r for r in rows if r["cell"] == cell]
+        lr, wd, end = mine[0]["lr"], mine[0]["weight_decay"], max(r["epoch"] for r in mine)
+        xs = list(range(0, end + 1, max(1, end // 100)))
+        ax.plot(xs, [(1 - lr * wd) ** x for x in xs], ":", color="black", lw=2,
+                label=f"pure decay (1-{lr * wd:g})^step")
+        n_seeds = len({(r["study"], r["seed"]) for r in mine})
+        ax.set_title(f"{cell} ({n_seeds} seeds, median)")
+        ax.set_xlabel("epoch (one full-batch step each)")
+    axes[0].set_ylabel("parameter norm / its norm at initialization")
+    axes[-1].legend(fontsize=6, ncol=2, loc="upper left")
+    return fig
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("studies", nargs="+", type=Path, help="sweep study directories")
+    p.add_argument("--out", type=Path, default=Path("."), help="where the CSVs and figure go")
+    p.add_argument("--name", default="weight_norms", help="file name stem of the outputs")
+    p.add_argument("--from-epoch", type=int, default=500, help="decay rates use checkpoints from this epoch on")
+    args = p.parse_args(argv)
+    if args.from_epoch < 0:
+        raise SystemExit(f"--from-epoch must be >= 0, got {args.from_epoch}")
+    runs = finished_runs(args.studies)
+    rows = measure(runs)
+    rates = decay_rates(rows, args.from_epoch)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for path, table in ((args.out / f"{args.name}.csv", rows), (args.out / f"{args.name}_rates.csv", rates)):
+        if table:
+            print(f"table: {Table(table).to_csv(path)}")
+    print(f"figure: {save_figure(plot(rows), args.out / f'{args.name}.png')}")
+    print(f"share of pure decay per step over the last two checkpoints from epoch {args.from_epoch} "
+          "(median over seeds; 1 = undefended, 0 = held, < 0 = growing):")
+    for cell in sorted({r["cell"] for r in rates}):
+        shares = {}
+        for rate in rates:
+            if rate["cell"] == cell:
+                shares.setdefault(rate["group"], []).append(rate["share_of_pure_decay"])
+        text = ", ".join(f"{group} {statistics.median(v):+.2f}" for group, v in sorted(shares.items()))
+        print(f"  {cell}: {text}")
+
+
+if __name__ == "__main__":
+    main()
