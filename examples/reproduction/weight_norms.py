@@ -8,13 +8,15 @@ memorization for the rule. This script measures that with the toolkit's ``weight
 analysis (cached per checkpoint in each run directory) and writes, under ``--out``:
 
 * ``<name>.csv``: one row per run, checkpoint and parameter group (study, cell, seed,
-  generalized, lr, weight decay, epoch, group, norm, n_params);
+  generalized, lr, weight decay, epoch, group, norm, n_params, and against the run's
+  epoch-0 checkpoint: reference_norm, distance, relative_distance, cosine);
 * ``<name>_rates.csv``: per run and group, the norm's relative change per step between the
   last two checkpoints at or after ``--from-epoch``, beside the pure-decay rate ``-lr * wd``
   and as a share of it (printed as medians per cell);
 * ``<name>.png``: per cell, each group's norm relative to its initialization (median over
   seeds) against epoch, with pure decay ``(1 - lr * wd) ** step`` dotted: a group on the
-  dotted curve is one the gradient does not defend, a rising one carries the learned solution.
+  dotted curve is one the gradient does not defend, a rising one carries the learned solution;
+  below, each group's cosine to its initialization (near 1: still mostly the random init).
 
     python examples/reproduction/weight_norms.py runs/sweeps/reproduce_final_2L \\
         --out docs/reproduction --name weight_norms_2L
@@ -51,7 +53,9 @@ def measure(runs: list[tuple[Path, Path]]) -> list[dict]:
         identity = record["identity"]
         task, model, train = identity["info"]["task"], identity["model"], identity["train"]
         outcome = json.loads((run_dir / "outcome.json").read_text())
-        result = over_checkpoints("weight_norms", run_dir, plot=False, progress=False)
+        init = run_dir / "checkpoints" / "epoch_000000.safetensors"
+        config = {"reference": str(init)} if init.is_file() else {}
+        result = over_checkpoints("weight_norms", run_dir, config=config, plot=False, progress=False)
         print(f"[{i}/{len(runs)}] {run_dir.name}: {len(result.computed)} computed, "
               f"{len(result.cache_hits)} cached", flush=True)
         cell = f"{model['n_layers']}L r={task['r']:g} wd={train['weight_decay']:g}"
@@ -83,15 +87,18 @@ def decay_rates(rows: list[dict], from_epoch: int) -> list[dict]:
     return out
 
 
-def relative_to_init(rows: list[dict]) -> dict[tuple[str, str], tuple[list[int], list[float]]]:
-    """(cell, group) -> epochs and the median over the cell's seeds of norm / norm at epoch 0
-    (groups that start at zero, such as attention output biases, are left out)."""
+def median_series(rows: list[dict], column: str) -> dict[tuple[str, str], tuple[list[int], list[float]]]:
+    """(cell, group) -> epochs and the median over the cell's seeds of ``column``
+    (``norm`` is divided by the run's norm at epoch 0; groups that start at zero, such as
+    attention output biases, and rows without the column are left out)."""
     init = {(r["study"], r["seed"], r["cell"], r["group"]): r["norm"] for r in rows if r["epoch"] == 0}
     series: dict[tuple[str, str], dict[int, list[float]]] = {}
     for r in rows:
         start = init.get((r["study"], r["seed"], r["cell"], r["group"]))
-        if start:
-            series.setdefault((r["cell"], r["group"]), {}).setdefault(r["epoch"], []).append(r["norm"] / start)
+        if not start or r.get(column) is None:
+            continue
+        value = r[column] / start if column == "norm" else r[column]
+        series.setdefault((r["cell"], r["group"]), {}).setdefault(r["epoch"], []).append(value)
     return {key: (sorted(by_epoch), [statistics.median(by_epoch[e]) for e in sorted(by_epoch)])
             for key, by_epoch in series.items()}
 
@@ -100,22 +107,28 @@ def plot(rows: list[dict]):
     import matplotlib
     from matplotlib.figure import Figure
 
-    curves = relative_to_init(rows)
+    curves = median_series(rows, "norm")
+    cosines = median_series(rows, "cosine")
     cells = sorted({cell for cell, _ in curves})
     groups = sorted({group for _, group in curves}, key=lambda g: (g != "all", g))
     # a head's QK (dashed) and OV (solid) share its colour; at most 10 base groups in a 2L model
     bases = sorted({g.split(".")[0] for g in groups if g != "all"})
     palette = matplotlib.colormaps["tab10" if len(bases) <= 10 else "tab20"].colors
     colors = {base: palette[i % len(palette)] for i, base in enumerate(bases)}
-    fig = Figure(figsize=(4.6 * len(cells), 3.8), layout="constrained")
-    axes = fig.subplots(1, len(cells), sharey=True, squeeze=False)[0]
-    for ax, cell in zip(axes, cells, strict=True):
+    n_rows = 2 if cosines else 1
+    fig = Figure(figsize=(4.6 * len(cells), 3.6 * n_rows), layout="constrained")
+    grid = fig.subplots(n_rows, len(cells), sharey="row", sharex="col", squeeze=False)
+    axes = grid[0]
+    for column, cell in enumerate(cells):
+        ax = axes[column]
         for group in groups:
             if (cell, group) not in curves:
                 continue
-            xs, ys = curves[cell, group]
             style = dict(color="black", lw=2.5) if group == "all" else dict(color=colors[group.split(".")[0]], lw=1)
-            ax.plot(xs, ys, marker=".", label=group, ls="--" if group.endswith(".QK") else "-", **style)
+            style.update(marker=".", label=group, ls="--" if group.endswith(".QK") else "-")
+            ax.plot(*curves[cell, group], **style)
+            if (cell, group) in cosines:
+                grid[1][column].plot(*cosines[cell, group], **style)
         mine = [r for r in rows if r["cell"] == cell]
         lr, wd, end = mine[0]["lr"], mine[0]["weight_decay"], max(r["epoch"] for r in mine)
         xs = list(range(0, end + 1, max(1, end // 100)))
@@ -123,8 +136,10 @@ def plot(rows: list[dict]):
                 label=f"pure decay (1-{lr * wd:g})^step")
         n_seeds = len({(r["study"], r["seed"]) for r in mine})
         ax.set_title(f"{cell} ({n_seeds} seeds, median)")
-        ax.set_xlabel("epoch (one full-batch step each)")
+        grid[-1][column].set_xlabel("epoch (one full-batch step each)")
     axes[0].set_ylabel("parameter norm / its norm at initialization")
+    if cosines:
+        grid[1][0].set_ylabel("cosine to the initialization")
     axes[-1].legend(fontsize=6, ncol=2, loc="upper left")
     return fig
 

@@ -50,6 +50,9 @@ def test_weight_norms_example_on_a_study(tiny_run, tmp_path, capsys):
     assert "[1/1] finished: 6 computed, 0 cached" in out
     rows = list(csv.DictReader((tmp_path / "out" / "wn.csv").open()))
     assert {r["epoch"] for r in rows} == {"0", "1", "2", "3", "4", "6"} and {r["seed"] for r in rows} == {"0"}
+    whole = {r["epoch"]: r for r in rows if r["group"] == "all"}  # measured against the run's epoch 0
+    assert float(whole["0"]["cosine"]) == pytest.approx(1.0) and float(whole["0"]["distance"]) == 0
+    assert float(whole["6"]["distance"]) > 0
     rates = list(csv.DictReader((tmp_path / "out" / "wn_rates.csv").open()))
     for rate in rates:  # epochs 4 -> 6 are the last two checkpoints from epoch 3 on
         assert (rate["from_epoch"], rate["to_epoch"]) == ("4", "6")

@@ -54,3 +54,49 @@ def test_weight_norms_over_checkpoints(tiny_run, tmp_path):
     assert result.png_path.is_file()
     assert over_checkpoints("weight_norms", run_dir, out_dir=tmp_path / "w", progress=False,
                             plot=False).cache_hits == [0, 1, 2, 3, 4, 6]
+
+
+def test_distance_and_cosine_to_a_reference(small_trained_like_model):
+    params = {name: p.detach().clone() for name, p in small_trained_like_model.named_parameters()}
+    groups = parameter_groups(small_trained_like_model)
+    same = {r["group"]: r for r in compute_weight_norms(params, groups, params).rows}
+    assert all(r["distance"] == 0 for r in same.values())
+    assert all(r["cosine"] == pytest.approx(1.0) for r in same.values() if r["norm"] > 0)
+    assert all(math.isnan(r["cosine"]) for r in same.values() if r["norm"] == 0)  # e.g. zero-init biases
+    # the reference is the model at 80% scale plus an orthogonal-ish perturbation of one head
+    reference = {name: 0.8 * p for name, p in params.items()}
+    rows = {r["group"]: r for r in compute_weight_norms(params, groups, reference).rows}
+    for row in rows.values():
+        if row["norm"] > 0:
+            assert row["cosine"] == pytest.approx(1.0)
+            assert row["reference_norm"] == pytest.approx(0.8 * row["norm"])
+            assert row["relative_distance"] == pytest.approx(0.25)  # |w - 0.8 w| / |0.8 w|
+    flipped = dict(reference)
+    (raw, index), *_ = groups["L0H0.QK"]
+    flipped[raw] = reference[raw].clone()
+    flipped[raw][index] = -flipped[raw][index]
+    row = next(r for r in compute_weight_norms(params, groups, flipped).rows if r["group"] == "L0H0.QK")
+    assert row["cosine"] < 1.0 and row["distance"] > rows["L0H0.QK"]["distance"]
+
+
+def test_reference_problems_are_named(small_trained_like_model, tmp_path):
+    with pytest.raises(ValueError, match="reference checkpoint .*missing.safetensors' does not exist"):
+        weight_norms(small_trained_like_model, reference=tmp_path / "missing.safetensors")
+    with pytest.raises(ValueError, match="reference must be a model or a checkpoint path, got int"):
+        weight_norms(small_trained_like_model, reference=3)
+    params = dict(small_trained_like_model.named_parameters())
+    name = next(iter(params))
+    bad = {**params, name: torch.zeros(3)}
+    with pytest.raises(ValueError, match=rf"differ in shape .*{name}"):
+        compute_weight_norms(params, parameter_groups(small_trained_like_model), bad)
+
+
+def test_distance_to_initialization_over_checkpoints(tiny_run, tmp_path):
+    run_dir, _ = tiny_run
+    init = str(run_dir / "checkpoints" / "epoch_000000.safetensors")
+    result = over_checkpoints("weight_norms", run_dir, config={"reference": init}, epochs=[0, 6],
+                              out_dir=tmp_path / "w", progress=False, plot=False)
+    at = {e: {r["group"]: r for r in result.table.where(epoch=e).rows} for e in (0, 6)}
+    assert at[0]["all"]["distance"] == 0 and at[0]["all"]["cosine"] == pytest.approx(1.0)
+    assert at[6]["all"]["distance"] > 0 and at[6]["all"]["cosine"] < 1.0
+    assert at[6]["all"]["reference_norm"] == pytest.approx(at[0]["all"]["norm"])
