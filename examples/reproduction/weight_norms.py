@@ -90,7 +90,9 @@ def decay_rates(rows: list[dict], from_epoch: int) -> list[dict]:
 def median_series(rows: list[dict], column: str) -> dict[tuple[str, str], tuple[list[int], list[float]]]:
     """(cell, group) -> epochs and the median over the cell's seeds of ``column``
     (``norm`` is divided by the run's norm at epoch 0; groups that start at zero, such as
-    attention output biases, and rows without the column are left out)."""
+    attention output biases, and rows without the column are left out). Only epochs with a
+    checkpoint in at least half of the cell's runs are kept: a run that stopped early once it
+    generalized has checkpoints at its own final epoch, and a median of one run is not the cell's."""
     init = {(r["study"], r["seed"], r["cell"], r["group"]): r["norm"] for r in rows if r["epoch"] == 0}
     series: dict[tuple[str, str], dict[int, list[float]]] = {}
     for r in rows:
@@ -99,8 +101,14 @@ def median_series(rows: list[dict], column: str) -> dict[tuple[str, str], tuple[
             continue
         value = r[column] / start if column == "norm" else r[column]
         series.setdefault((r["cell"], r["group"]), {}).setdefault(r["epoch"], []).append(value)
-    return {key: (sorted(by_epoch), [statistics.median(by_epoch[e]) for e in sorted(by_epoch)])
-            for key, by_epoch in series.items()}
+    runs_per_cell: dict[str, set] = {}
+    for r in rows:
+        runs_per_cell.setdefault(r["cell"], set()).add((r["study"], r["seed"]))
+    out = {}
+    for (cell, group), by_epoch in series.items():
+        epochs = [e for e in sorted(by_epoch) if 2 * len(by_epoch[e]) >= len(runs_per_cell[cell])]
+        out[cell, group] = (epochs, [statistics.median(by_epoch[e]) for e in epochs])
+    return out
 
 
 def plot(rows: list[dict]):

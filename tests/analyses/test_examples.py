@@ -65,3 +65,15 @@ def test_weight_norms_example_on_a_study(tiny_run, tmp_path, capsys):
         module.main([str(study), "--out", str(tmp_path / "o2")])
     with pytest.raises(SystemExit, match="not a sweep study directory"):
         module.main([str(tmp_path / "out"), "--out", str(tmp_path / "o2")])
+
+
+def test_weight_norm_medians_skip_epochs_only_early_stopped_runs_have():
+    module = _load("weight_norms")
+
+    def row(seed, epoch, norm):
+        return {"study": "s", "cell": "c", "seed": seed, "group": "all", "epoch": epoch, "norm": norm, "cosine": 1.0}
+
+    rows = [row(seed, epoch, 2.0) for seed in (1, 2, 3) for epoch in (0, 10)]
+    rows += [row(1, 7, 1.0), row(2, 20, 3.0), row(3, 20, 5.0)]  # seed 1 stopped at epoch 7
+    epochs, values = module.median_series(rows, "norm")["c", "all"]
+    assert epochs == [0, 10, 20] and values == [1.0, 1.0, 2.0]  # norm / norm at epoch 0, median of 2 runs
