@@ -219,7 +219,8 @@ def over_checkpoints(
 
     Args:
         analysis: A registered name (``fingerprints``, ``ablation``, ``patching``,
-            ``resample_ablation_damage``, ``gradients``, ``weight_norms``) or a callable ``fn(model, splits, **config) -> AnalysisResult``.
+            ``resample_ablation_damage``, ``gradients``, ``weight_norms``) or a callable
+            ``fn(model, splits, **config) -> AnalysisResult``.
         run_dir: A run directory written by :func:`interp_toolkit.train`.
         splits: The data (default: rebuilt from the run's ``run.json``).
         epochs: Checkpoint epochs to analyse (default: all).
@@ -275,18 +276,21 @@ def over_checkpoints(
         key = config_hash({"checkpoint": _file_digest(path), "analysis": label, "version": spec.version,
                            "fn": fn_key, "config": config, "data": data_key})
         cache_path = cache_dir / f"epoch_{epoch:06d}_{key}.json"
-        cached = json.loads(cache_path.read_text())["rows"] if cache_path.is_file() else None
+        entry = json.loads(cache_path.read_text()) if cache_path.is_file() else None
+        cached = entry["rows"] if entry is not None else None
         # an entry written before the analysis gained a value column is stale, not a hit
         if cached is not None and all(column in row for row in cached for column in spec.value_columns):
-            epoch_rows = cached
+            epoch_rows = _in_column_order(cached, entry.get("columns"))
             hits.append(epoch)
         else:
             model, _ = load_checkpoint(path, device=device)
             result = spec.fn(model, splits, **config)
             epoch_rows = [{"epoch": epoch, **row} for row in result.rows]
+            # JSON objects are written with sorted keys: the column order is kept beside the rows
             atomic_write_json(cache_path, {"epoch": epoch, "checkpoint": path.name, "analysis": label,
                                            "version": spec.version, "written_by": f"interp-toolkit {__version__}",
-                                           "config": config, "rows": epoch_rows})
+                                           "config": config, "columns": Table(epoch_rows).columns,
+                                           "rows": epoch_rows})
             computed.append(epoch)
         rows.extend(epoch_rows)
     table = Table(rows)
@@ -295,6 +299,13 @@ def over_checkpoints(
     if plot:
         png_path = save_figure(plot_over_checkpoints(table, run_dir, spec), out_dir / f"{label}.{figure_format}")
     return CheckpointsResult(table, csv_path, png_path, computed, hits)
+
+
+def _in_column_order(rows: list[dict[str, Any]], columns: Sequence[str] | None) -> list[dict[str, Any]]:
+    """Cached rows with their columns in the order the analysis returned them (``columns``
+    stored with the entry); entries written without it get ``epoch`` first."""
+    order = list(columns) if columns else ["epoch"]
+    return [{**{c: row[c] for c in order if c in row}, **row} for row in rows]
 
 
 def _series(table: Table, spec: AnalysisSpec, column: str) -> dict[str, tuple[list[int], list[float]]]:

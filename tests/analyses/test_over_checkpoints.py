@@ -23,9 +23,12 @@ def test_over_checkpoints_table_cache_and_files(tiny_run, tmp_path):
     assert first.png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert Table.from_csv(first.csv_path).column("qk_rho") == pytest.approx(first.table.column("qk_rho"))
 
+    csv_text = first.csv_path.read_text()
     again = over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": 64}, out_dir=out, progress=False)
     assert again.computed == [] and again.cache_hits == epochs
     assert again.rows == first.rows
+    # served from the cache, the table keeps the analysis's column order (epoch first), so the CSV is the same
+    assert again.table.columns == first.table.columns and again.csv_path.read_text() == csv_text
 
     # another config is another cache entry
     other = over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": 32}, out_dir=out,
