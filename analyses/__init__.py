@@ -14,8 +14,9 @@ Each works on any TransformerLens model (the toolkit's ``boot_native`` bridges a
 * ``gradients``: per-example gradients with torch.func and gradient conflict between
   shortcut-consistent and anti-shortcut examples (``gradient_conflict``,
   ``per_example_grads``);
-* ``weights``: L2 norm of every parameter group (``weight_norms``, ``compute_weight_norms``),
-  the slow variable of weight-decay-driven transitions;
+* ``weights``: L2 norm of every parameter group and its distance and cosine to a reference
+  such as the initialization (``weight_norms``, ``compute_weight_norms``), the slow variable
+  of weight-decay-driven transitions;
 * ``over_checkpoints``: any of them over a run's checkpoints, cached, as CSV + a figure
   (png, svg or pdf); the ``analyze`` subcommand lives in :mod:`interp_toolkit.cli.analyze`.
 

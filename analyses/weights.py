@@ -24,6 +24,8 @@ Low level: :func:`compute_weight_norms` on a state dict-like mapping and groups.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import os
 from pathlib import Path
@@ -121,16 +123,27 @@ def weight_norms(model: Any, splits: Mapping[str, Any] | None = None, groups: Gr
     reference_params = None
     if reference is not None:
         if isinstance(reference, (str, os.PathLike)):
-            from interp_toolkit.checkpoint import load_checkpoint
-
-            if not Path(reference).is_file():
+            path = Path(reference)
+            if not path.is_file():
                 raise ValueError(f"reference checkpoint {str(reference)!r} does not exist (expected a "
                                  f".safetensors file written by the toolkit, e.g. checkpoints/epoch_000000.safetensors)")
-            reference, _ = load_checkpoint(reference)
-        if not hasattr(reference, "named_parameters"):
+            reference_params = _checkpoint_params(str(path.resolve()), hashlib.sha256(path.read_bytes()).hexdigest())
+        elif hasattr(reference, "named_parameters"):
+            reference_params = dict(reference.named_parameters())
+        else:
             raise ValueError(f"reference must be a model or a checkpoint path, got {type(reference).__name__}")
-        reference_params = dict(reference.named_parameters())
     return compute_weight_norms(dict(model.named_parameters()), groups, reference_params)
+
+
+@functools.lru_cache(maxsize=4)
+def _checkpoint_params(path: str, digest: str) -> dict[str, Tensor]:
+    """A checkpoint's parameters, loaded once: ``over_checkpoints`` compares every checkpoint of
+    a run with the same reference (keyed by the file's digest too, so a rewritten file is
+    loaded again)."""
+    from interp_toolkit.checkpoint import load_checkpoint
+
+    model, _ = load_checkpoint(path)
+    return {name: p.detach() for name, p in model.named_parameters()}
 
 
 __all__ = ["compute_weight_norms", "weight_norms"]

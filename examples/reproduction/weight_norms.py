@@ -32,6 +32,8 @@ from pathlib import Path
 from interp_toolkit.analyses._common import Table
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints
 from interp_toolkit.plotting import save_figure
+from interp_toolkit.runs.record import read_record, task_dict
+from interp_toolkit.runs.trainer import list_checkpoints
 
 
 def finished_runs(study_dirs: list[Path]) -> list[tuple[Path, Path]]:
@@ -49,12 +51,11 @@ def finished_runs(study_dirs: list[Path]) -> list[tuple[Path, Path]]:
 def measure(runs: list[tuple[Path, Path]]) -> list[dict]:
     rows = []
     for i, (study, run_dir) in enumerate(runs, 1):
-        record = json.loads((run_dir / "run.json").read_text())
-        identity = record["identity"]
-        task, model, train = identity["info"]["task"], identity["model"], identity["train"]
+        record = read_record(run_dir)
+        task, model, train = task_dict(record), record["identity"]["model"], record["identity"]["train"]
         outcome = json.loads((run_dir / "outcome.json").read_text())
-        init = run_dir / "checkpoints" / "epoch_000000.safetensors"
-        config = {"reference": str(init)} if init.is_file() else {}
+        init = dict(list_checkpoints(run_dir)).get(0)
+        config = {"reference": str(init)} if init is not None else {}
         result = over_checkpoints("weight_norms", run_dir, config=config, plot=False, progress=False)
         print(f"[{i}/{len(runs)}] {run_dir.name}: {len(result.computed)} computed, "
               f"{len(result.cache_hits)} cached", flush=True)
@@ -70,11 +71,13 @@ def decay_rates(rows: list[dict], from_epoch: int) -> list[dict]:
     """Per run and group: relative norm change per step over its last two checkpoints at or
     after ``from_epoch``, and that as a share of pure decay (1: the gradient does not defend
     the group at all; 0: its norm holds; negative: it grows)."""
+    by_run_group: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["epoch"] >= from_epoch:
+            by_run_group.setdefault((r["study"], r["cell"], r["seed"], r["group"]), []).append(r)
     out = []
-    keys = sorted({(r["study"], r["cell"], r["seed"], r["group"]) for r in rows})
-    for study, cell, seed, group in keys:
-        mine = sorted((r for r in rows if (r["study"], r["cell"], r["seed"], r["group"]) == (study, cell, seed, group)
-                       and r["epoch"] >= from_epoch), key=lambda r: r["epoch"])
+    for (study, cell, seed, group), mine in sorted(by_run_group.items()):
+        mine.sort(key=lambda r: r["epoch"])
         if len(mine) < 2 or mine[-2]["norm"] == 0:
             continue
         a, b = mine[-2], mine[-1]

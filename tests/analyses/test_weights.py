@@ -100,3 +100,22 @@ def test_distance_to_initialization_over_checkpoints(tiny_run, tmp_path):
     assert at[0]["all"]["distance"] == 0 and at[0]["all"]["cosine"] == pytest.approx(1.0)
     assert at[6]["all"]["distance"] > 0 and at[6]["all"]["cosine"] < 1.0
     assert at[6]["all"]["reference_norm"] == pytest.approx(at[0]["all"]["norm"])
+
+
+def test_a_reference_path_is_read_once_and_again_when_rewritten(tiny_run, tmp_path):
+    import shutil
+
+    from interp_toolkit.analyses.weights import _checkpoint_params
+    from interp_toolkit.checkpoint import load_checkpoint
+
+    run_dir, _ = tiny_run
+    reference = tmp_path / "reference.safetensors"
+    shutil.copy(run_dir / "checkpoints" / "epoch_000000.safetensors", reference)
+    model, _ = load_checkpoint(run_dir / "checkpoints" / "epoch_000006.safetensors")
+    first = {r["group"]: r for r in weight_norms(model, reference=reference).rows}
+    hits = _checkpoint_params.cache_info().hits
+    assert {r["group"]: r for r in weight_norms(model, reference=str(reference)).rows} == first
+    assert _checkpoint_params.cache_info().hits == hits + 1  # the same file: not loaded again
+    shutil.copy(run_dir / "checkpoints" / "epoch_000006.safetensors", reference)  # rewritten: read again
+    again = {r["group"]: r for r in weight_norms(model, reference=reference).rows}
+    assert first["all"]["distance"] > 0 and again["all"]["distance"] == 0
