@@ -101,6 +101,35 @@ def test_lock_refuses_second_holder_names_pid_and_is_released(tmp_path):
         pass
 
 
+def test_lock_holder_names_a_live_holder_only_and_never_takes_the_lock(tmp_path):
+    """``lock_holder`` reads who writes to a directory: this process while it holds the lock,
+    nobody after release or when the file names a dead process, and a holder on another host
+    as written (it cannot be checked from here)."""
+    import socket
+
+    from interp_toolkit.runs.lock import LOCK_NAME, lock_holder
+
+    folder = tmp_path / "d"
+    assert lock_holder(folder) is None  # no directory
+    with DirectoryLock(folder, "run directory"):
+        assert lock_holder(folder) == f"process {os.getpid()} on {socket.gethostname()}"
+        assert lock_holder(folder) == f"process {os.getpid()} on {socket.gethostname()}"  # still held by us
+        import fcntl
+
+        with open(folder / LOCK_NAME, "a+") as handle, pytest.raises(BlockingIOError):
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # still held exclusively
+    assert lock_holder(folder) is None and not (folder / LOCK_NAME).exists()
+    folder.mkdir(exist_ok=True)  # the lock removed the directory it created
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # a killed holder's file is left behind naming a dead process
+    (folder / LOCK_NAME).write_text(f"pid={finished.pid} host={socket.gethostname()}\n")
+    assert lock_holder(folder) is None
+    (folder / LOCK_NAME).write_text("pid=12345 host=elsewhere.example\n")
+    assert lock_holder(folder) == "process 12345 on elsewhere.example, another host"
+    (folder / LOCK_NAME).write_text("garbage\n")
+    assert lock_holder(folder) is None
+
+
 @pytest.mark.slow  # subprocesses: ~20-100 s on 2 loaded cores
 def test_concurrent_train_on_one_directory_is_refused_and_first_matches_lone_run(reference, tmp_path):
     run = tmp_path / "run"

@@ -43,6 +43,9 @@ class SweepCommandConfig(Config):
         workers: Local processes (default: CPU count).
         dry_run: Print the grid, its study directory and what a run would do (runs finished
             there, finished in recorded outcomes, to resume, to extend, to start), then exit.
+            It also says where a study spread over sittings stands: the process running a
+            sweep on it now, and each run with a directory there (finished and generalized
+            or not, running, or the epoch it resumes from; its last evaluation).
         quiet: No progress bar.
         log_every: Print a plain progress line to stderr at most every this many seconds (runs
             done, evaluations, time elapsed and at most left): for logs of background sweeps.
@@ -141,6 +144,33 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepComma
     return parse_config(SweepCommandConfig, rest, default=default, prog=prog, description=DESCRIPTION)
 
 
+def _state_text(run: dict) -> str:
+    if run.get("finished"):
+        return "finished, " + ("generalized" if run.get("generalized") else "not generalized")
+    if run.get("running"):
+        return f"running ({run['running']})"
+    if run["status"] == "resume":
+        start = run.get("resume_epoch")
+        return f"stopped, resumes from epoch {start}" if start is not None else "started, restarts from epoch 0"
+    return run["status"]
+
+
+def progress_lines(runs: list[dict]) -> list[str]:
+    """One line per run that has a directory in the study (name, state, last evaluation)."""
+    here = [run for run in runs if "run" in run]
+    if not here:
+        return []
+    lines = [f"runs here ({len(here)}): state, last evaluation (train / val / adv accuracy)"]
+    width = max(len(run["run"]) for run in here)
+    for run in here:
+        last = "nothing logged yet"
+        if run.get("epoch") is not None:
+            accs = " / ".join("-" if run.get(k) is None else f"{run[k]:.3f}" for k in ("train_acc", "val_acc", "adv_acc"))
+            last = f"epoch {run['epoch']}/{run['epochs']}  {accs}"
+        lines.append(f"  {run['run']:<{width}}  {_state_text(run)}; {last}")
+    return lines
+
+
 def run_config(args: SweepCommandConfig) -> int:
     """``interp-toolkit sweep``."""
     from interp_toolkit.devices import resolve_device
@@ -155,6 +185,10 @@ def run_config(args: SweepCommandConfig) -> int:
         print(f"study {plan['study_dir']} ({'exists' if plan['exists'] else 'new'}): {plan['finished']} finished "
               f"there, {plan['recorded']} finished in recorded outcomes, {plan['resume']} to resume, "
               f"{plan['extend']} to extend from shorter runs, {plan['new']} to start")
+        if plan["in_use_by"]:
+            print(f"a sweep is running on it now: {plan['in_use_by']}")
+        for line in progress_lines(plan["runs"]):
+            print(line)
         return 0
     from interp_toolkit.loggers import loggers_from_flags
 

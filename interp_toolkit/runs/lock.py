@@ -152,9 +152,43 @@ class DirectoryLock:
         self.release()
 
 
+def lock_holder(directory: str | os.PathLike) -> str | None:
+    """Who is writing to ``directory`` now, read without touching the lock.
+
+    Reads the holder's ``pid=... host=...`` line from ``DIR/.lock``. A holder on this host
+    counts only while its process is alive (a killed holder leaves its file behind,
+    unlocked); one on another host cannot be checked from here and is reported as is.
+    The lock itself is never taken, so a sweep starting at the same moment is not refused.
+
+    Returns:
+        ``"process PID on HOST"`` (with ``", another host"`` when HOST is not this one), or
+        None when no live process holds the directory.
+    """
+    lock_path = Path(directory) / LOCK_NAME
+    try:
+        text = lock_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
+    try:
+        pid = int(fields.get("pid", ""))
+    except ValueError:
+        return None
+    host = fields.get("host", "")
+    if host and host != socket.gethostname():
+        return f"process {pid} on {host}, another host"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, owned by another user
+        pass
+    return f"process {pid} on {host or socket.gethostname()}"
+
+
 def lock_directory(directory: str | os.PathLike, what: str = "directory") -> DirectoryLock:
     """Acquire and return a :class:`DirectoryLock` (use it as a context manager)."""
     return DirectoryLock(directory, what).acquire()
 
 
-__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLockedError", "lock_directory"]
+__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLockedError", "lock_directory", "lock_holder"]

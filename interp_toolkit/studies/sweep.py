@@ -843,16 +843,70 @@ def _run_status(run: Mapping[str, Any], recorded_runs: Mapping[str, Any]) -> str
     return "extend" if run.get("extend_from") else "new"
 
 
+def _last_evaluation(metrics_path: Path) -> dict[str, Any] | None:
+    """The last complete line of a ``metrics.jsonl`` (read from its end; a line being
+    appended right now is skipped), or None."""
+    try:
+        with open(metrics_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            tail = f.read()
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and "epoch" in row:
+            return row
+    return None
+
+
+def run_progress(run_dir: str | Path, epochs: int | None = None) -> dict[str, Any]:
+    """Where one run directory stands, read without locking or loading anything.
+
+    Returns:
+        ``{"run", "running", "epoch", "epochs", "train_acc", "val_acc", "adv_acc",
+        "resume_epoch", "finished", "generalized"}``: the run's name; the process writing to
+        it now (:func:`interp_toolkit.runs.lock.lock_holder`) or None; its last logged
+        evaluation (None when nothing is logged); its last epoch; the epoch its resume state
+        ends (where an interrupted run restarts; None if there is none); whether its outcome
+        is written and, if so, whether it generalized (the paper's criterion).
+    """
+    from interp_toolkit.runs.lock import lock_holder
+    from interp_toolkit.runs.resume import saved_epoch
+
+    run_dir = Path(run_dir)
+    last = _last_evaluation(run_dir / "metrics.jsonl") or {}
+    outcome = None
+    try:
+        outcome = json.loads((run_dir / "outcome.json").read_text())
+    except (OSError, ValueError):
+        pass
+    return {"run": run_dir.name, "running": lock_holder(run_dir), "epoch": last.get("epoch"), "epochs": epochs,
+            "train_acc": last.get("train_acc"), "val_acc": last.get("val_acc"), "adv_acc": last.get("adv_acc"),
+            "resume_epoch": saved_epoch(run_dir), "finished": isinstance(outcome, dict),
+            "generalized": outcome.get("generalized") if isinstance(outcome, dict) else None}
+
+
 def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
                recorded: Sequence[str | Path] = (), extend_from: Sequence[str | Path] = ()) -> dict[str, Any]:
     """What :func:`run_sweep` would do with these arguments, touching nothing.
 
+    Also where a study spread over sittings stands: which process is running it now, and
+    how far each run that has a directory here got.
+
     Returns:
-        ``{"study_dir", "exists", "n_runs", "finished", "recorded", "resume", "extend", "new"}``:
-        the study directory (resolved as ``run_sweep`` would), whether it exists, and how many
-        runs are finished there (cache hits), listed as finished in ``recorded`` tables (not
-        trained), started there (resumed from their run directories), continuing a shorter
-        run of ``extend_from`` or not started.
+        ``{"study_dir", "exists", "n_runs", "finished", "recorded", "resume", "extend", "new",
+        "in_use_by", "runs"}``: the study directory (resolved as ``run_sweep`` would), whether
+        it exists, and how many runs are finished there (cache hits), listed as finished in
+        ``recorded`` tables (not trained), started there (resumed from their run
+        directories), continuing a shorter run of ``extend_from`` or not started;
+        ``in_use_by``: the process running a sweep on the study now, or None; ``runs``: one
+        dict per run of the grid in job order, ``{"cell", "seed", "run_dir", "status"}`` (one
+        of the counted statuses) plus, for a run with a directory here, :func:`run_progress`.
 
     Raises:
         ValueError, UserError: As ``run_sweep`` would, before any work: a study directory
@@ -862,11 +916,20 @@ def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
     check_study_dir(cfg, study_dir)
     recorded_runs = read_recorded_runs(recorded)[1] if recorded else {}
     extend_from = check_extend_from(extend_from)
+    from interp_toolkit.runs.lock import lock_holder
+
     counts = {"finished": 0, "recorded": 0, "resume": 0, "extend": 0, "new": 0}
+    runs = []
     for job in plan_jobs(cfg, study_dir, extend_from):
         for run in job["runs"]:
-            counts[_run_status(run, recorded_runs)] += 1
-    return {"study_dir": study_dir, "exists": study_dir.exists(), "n_runs": cfg.n_runs(), **counts}
+            status = _run_status(run, recorded_runs)
+            counts[status] += 1
+            entry = {"cell": dict(job["cell"]), "seed": run["seed"], "run_dir": Path(run["run_dir"]), "status": status}
+            if entry["run_dir"].is_dir():
+                entry.update(run_progress(entry["run_dir"], cfg.epochs))
+            runs.append(entry)
+    return {"study_dir": study_dir, "exists": study_dir.exists(), "n_runs": cfg.n_runs(), **counts,
+            "in_use_by": lock_holder(study_dir), "runs": runs}
 
 
 def run_sweep(
@@ -1022,5 +1085,5 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["BACKENDS", "CHANCE", "GRID_FIELDS", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
-           "SweepResult", "cell_configs", "check_study_dir", "check_extend_from", "default_study_dir", "extension_source", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_sweep",
+           "SweepResult", "cell_configs", "check_study_dir", "check_extend_from", "default_study_dir", "extension_source", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_progress", "run_sweep",
            "stop_rule_of"]

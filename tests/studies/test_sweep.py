@@ -263,6 +263,63 @@ def test_dry_run_says_what_a_sweep_would_do(smoke_local, tmp_path, capsys):
         plan_sweep(preset("smoke", epochs=3), study)
 
 
+def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
+    """A study spread over sittings: the dry run names the sweep running on it and, per run
+    with a directory, finished (generalized or not), running, or the epoch it resumes from,
+    with its last evaluation read from metrics.jsonl; it touches nothing."""
+    import shutil
+    import socket
+
+    from interp_toolkit.io import read_jsonl
+    from interp_toolkit.runs.lock import LOCK_NAME
+    from interp_toolkit.runs.resume import RESUME_NAME
+
+    study = tmp_path / "study"
+    shutil.copytree(smoke_local.study_dir, study)
+    runs = sorted(p for p in (study / "runs").iterdir() if p.is_dir())
+    stopped, running = runs[0], runs[1]
+    (stopped / "outcome.json").unlink()
+    shutil.copy(stopped / "final_state.safetensors", stopped / RESUME_NAME)  # the resume format
+    (running / "outcome.json").unlink()
+    live = f"pid={os.getpid()} host={socket.gethostname()}\n"
+    (running / LOCK_NAME).write_text(live)
+    (study / LOCK_NAME).write_text(live)
+    with open(running / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 41, "train_acc": 0.5')  # a line being appended right now
+    cfg = preset("smoke")
+    listing = sorted(str(p) for p in study.rglob("*"))
+    plan = plan_sweep(cfg, study)
+    assert plan["in_use_by"] == f"process {os.getpid()} on {socket.gethostname()}"
+    by_dir = {run["run_dir"].name: run for run in plan["runs"]}
+    assert len(plan["runs"]) == cfg.n_runs() and set(by_dir) == {p.name for p in runs}
+    last_logged = read_jsonl(stopped / "metrics.jsonl")[-1]
+    assert by_dir[stopped.name]["resume_epoch"] == cfg.epochs and by_dir[stopped.name]["running"] is None
+    assert by_dir[stopped.name]["epoch"] == last_logged["epoch"]
+    assert by_dir[stopped.name]["val_acc"] == last_logged["val_acc"]
+    assert by_dir[running.name]["running"] == plan["in_use_by"]
+    assert by_dir[running.name]["epoch"] == read_jsonl(running / "metrics.jsonl")[-1]["epoch"] != 41
+    outcomes = {p.name: json.loads((p / "outcome.json").read_text())["generalized"] for p in runs[2:]}
+    assert {name: by_dir[name]["generalized"] for name in outcomes} == outcomes
+    assert all(by_dir[name]["finished"] for name in outcomes) and not by_dir[stopped.name]["finished"]
+    assert main(["sweep", "--preset", "smoke", "--out", str(study), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"a sweep is running on it now: process {os.getpid()}" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert f"stopped, resumes from epoch {cfg.epochs}" in lines[stopped.name]
+    assert f"running (process {os.getpid()}" in lines[running.name]
+    assert f"epoch {last_logged['epoch']}/{cfg.epochs}" in lines[stopped.name]
+    assert f"{last_logged['val_acc']:.3f}" in lines[stopped.name]
+    for name, generalized in outcomes.items():
+        assert ("finished, generalized" if generalized else "finished, not generalized") in lines[name]
+    (running / LOCK_NAME).unlink()
+    (study / LOCK_NAME).unlink()
+    listing = [p for p in listing if not p.endswith(LOCK_NAME)]
+    assert sorted(str(p) for p in study.rglob("*")) == listing  # a dry run touches nothing
+    assert main(["sweep", "--preset", "smoke", "--out", str(study), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "running" not in out and "started, restarts from epoch 0" in out  # no resume state there
+
+
 def test_ray_backend_gives_same_table(smoke_local, tmp_path):
     import ray
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
