@@ -678,7 +678,8 @@ def test_bad_recorded_outcomes_are_refused_before_any_work(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("long_file, short_file", [("final_2L_3000.yaml", "final_2L.yaml"),
-                                                  ("final_1L_r_sweep_3000.yaml", "final_1L_r_sweep.yaml")])
+                                                  ("final_1L_r_sweep_3000.yaml", "final_1L_r_sweep.yaml"),
+                                                  ("final_2L_wd04_3000.yaml", "final_2L_wd04.yaml")])
 def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_file):
     """Their runs are the 1,000-epoch slice's runs at 3,000 epochs: identical but for epochs, so
     `--extend-from` finds each one's source."""
