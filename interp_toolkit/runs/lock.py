@@ -35,13 +35,18 @@ class DirectoryLockedError(UserError):
     """Another process is writing to the directory (its PID is in the message)."""
 
 
-def _holder_of(lock_path: Path) -> str:
+def _holder_fields(lock_path: Path) -> dict[str, str] | None:
+    """The ``pid=... host=...`` fields a holder writes into its lock file (None: no file)."""
     try:
-        text = lock_path.read_text(encoding="utf-8", errors="replace").strip()
+        text = lock_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return "an unknown process"
-    fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
-    if "pid" in fields:
+        return None
+    return dict(part.split("=", 1) for part in text.split() if "=" in part)
+
+
+def _holder_of(lock_path: Path) -> str:
+    fields = _holder_fields(lock_path)
+    if fields and "pid" in fields:
         host = f" on {fields['host']}" if fields.get("host") else ""
         return f"process {fields['pid']}{host}"
     return "an unknown process"
@@ -164,12 +169,7 @@ def lock_holder(directory: str | os.PathLike) -> str | None:
         ``"process PID on HOST"`` (with ``", another host"`` when HOST is not this one), or
         None when no live process holds the directory.
     """
-    lock_path = Path(directory) / LOCK_NAME
-    try:
-        text = lock_path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
+    fields = _holder_fields(Path(directory) / LOCK_NAME) or {}
     try:
         pid = int(fields.get("pid", ""))
     except ValueError:
