@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from tqdm.auto import tqdm
 
 from interp_toolkit import __version__
 from interp_toolkit.checkpoint import load_checkpoint
-from interp_toolkit.io import atomic_write_json, config_hash, read_jsonl
+from interp_toolkit.io import atomic_write_json, config_hash, file_digest, read_jsonl
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
 from ._common import AnalysisResult, Table
@@ -197,10 +196,6 @@ def _check_config(label: str, fn: Callable[..., Any], config: Mapping[str, Any])
         raise ValueError(f"analysis {label!r} does not accept config keys {unknown}; expected a subset of {accepted}")
 
 
-def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
 def over_checkpoints(
     analysis: str | Callable[..., AnalysisResult],
     run_dir: str | Path,
@@ -273,7 +268,7 @@ def over_checkpoints(
     rows: list[dict[str, Any]] = []
     computed, hits = [], []
     for epoch, path in tqdm(checkpoints, desc=f"{label} over checkpoints", disable=not progress):
-        key = config_hash({"checkpoint": _file_digest(path), "analysis": label, "version": spec.version,
+        key = config_hash({"checkpoint": file_digest(path), "analysis": label, "version": spec.version,
                            "fn": fn_key, "config": config, "data": data_key})
         cache_path = cache_dir / f"epoch_{epoch:06d}_{key}.json"
         entry = json.loads(cache_path.read_text()) if cache_path.is_file() else None

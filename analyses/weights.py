@@ -25,7 +25,6 @@ Low level: :func:`compute_weight_norms` on a state dict-like mapping and groups.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 from pathlib import Path
@@ -33,6 +32,8 @@ from typing import Any, Mapping
 
 import torch
 from torch import Tensor
+
+from interp_toolkit.io import file_digest
 
 from ._common import AnalysisResult, Table
 from .gradients import Groups, parameter_groups
@@ -127,7 +128,7 @@ def weight_norms(model: Any, splits: Mapping[str, Any] | None = None, groups: Gr
             if not path.is_file():
                 raise ValueError(f"reference checkpoint {str(reference)!r} does not exist (expected a "
                                  f".safetensors file written by the toolkit, e.g. checkpoints/epoch_000000.safetensors)")
-            reference_params = _checkpoint_params(str(path.resolve()), hashlib.sha256(path.read_bytes()).hexdigest())
+            reference_params = _checkpoint_params(str(path.resolve()), file_digest(path, length=64))
         elif hasattr(reference, "named_parameters"):
             reference_params = dict(reference.named_parameters())
         else:

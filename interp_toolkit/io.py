@@ -90,6 +90,11 @@ def config_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:length]
 
 
+def file_digest(path: str | os.PathLike, length: int = 16) -> str:
+    """sha256 of a file's bytes (hex, first ``length`` characters): same bytes, same key."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:length]
+
+
 def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
     """Append one JSON line and fsync (a crash loses at most the line being written)."""
     try:

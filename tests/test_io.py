@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from interp_toolkit.io import atomic_write_bytes, atomic_write_json
+from interp_toolkit.io import atomic_write_bytes, atomic_write_json, file_digest
 
 
 def _plain_write_mode(tmp_path):
@@ -36,3 +36,15 @@ def test_failed_write_keeps_old_file_and_removes_temp(tmp_path):
     assert path.read_text().strip().startswith("{") and "ok" in path.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
     assert os.path.exists(path)
+
+
+def test_file_digest_keys_a_file_by_its_bytes(tmp_path):
+    import hashlib
+
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    a.write_bytes(b"weights")
+    b.write_bytes(b"weights")
+    assert file_digest(a) == file_digest(str(b)) == hashlib.sha256(b"weights").hexdigest()[:16]
+    assert len(file_digest(a, length=64)) == 64 and file_digest(a, length=64).startswith(file_digest(a))
+    b.write_bytes(b"weights!")  # rewritten: another key
+    assert file_digest(b) != file_digest(a)

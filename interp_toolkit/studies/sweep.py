@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from interp_toolkit.callbacks import as_callbacks
 from interp_toolkit.config import Config
-from interp_toolkit.io import atomic_write_json, config_hash
+from interp_toolkit.io import atomic_write_json, config_hash, read_jsonl
 from interp_toolkit.threads import with_threads
 
 BACKENDS = ("local", "ray")
@@ -843,27 +843,6 @@ def _run_status(run: Mapping[str, Any], recorded_runs: Mapping[str, Any]) -> str
     return "extend" if run.get("extend_from") else "new"
 
 
-def _last_evaluation(metrics_path: Path) -> dict[str, Any] | None:
-    """The last complete line of a ``metrics.jsonl`` (read from its end; a line being
-    appended right now is skipped), or None."""
-    try:
-        with open(metrics_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 65536))
-            tail = f.read()
-    except OSError:
-        return None
-    for line in reversed(tail.splitlines()):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "epoch" in row:
-            return row
-    return None
-
-
 def run_progress(run_dir: str | Path, epochs: int | None = None) -> dict[str, Any]:
     """Where one run directory stands, read without locking or loading anything.
 
@@ -879,7 +858,8 @@ def run_progress(run_dir: str | Path, epochs: int | None = None) -> dict[str, An
     from interp_toolkit.runs.resume import saved_epoch
 
     run_dir = Path(run_dir)
-    last = _last_evaluation(run_dir / "metrics.jsonl") or {}
+    evaluations = read_jsonl(run_dir / "metrics.jsonl")  # a line being appended now is left out
+    last = evaluations[-1] if evaluations else {}
     outcome = None
     try:
         outcome = json.loads((run_dir / "outcome.json").read_text())
@@ -912,12 +892,12 @@ def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
         ValueError, UserError: As ``run_sweep`` would, before any work: a study directory
             holding another sweep, or an unreadable or malformed record or table.
     """
+    from interp_toolkit.runs.lock import lock_holder
+
     study_dir = (Path(study_dir) if study_dir is not None else default_study_dir(cfg)).resolve()
     check_study_dir(cfg, study_dir)
     recorded_runs = read_recorded_runs(recorded)[1] if recorded else {}
     extend_from = check_extend_from(extend_from)
-    from interp_toolkit.runs.lock import lock_holder
-
     counts = {"finished": 0, "recorded": 0, "resume": 0, "extend": 0, "new": 0}
     runs = []
     for job in plan_jobs(cfg, study_dir, extend_from):
