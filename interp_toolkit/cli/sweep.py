@@ -5,7 +5,10 @@ The study itself lives in :mod:`interp_toolkit.studies.sweep`. Flags are generat
 ``--n-layers 1 2``, ``--epochs``, ``--early-stop`` ...) plus the command's own options.
 Settings come from a preset (``--preset``, default ``smoke`` unless ``--config`` is given),
 then ``--config FILE`` (JSON/YAML of ``SweepConfig`` fields, or of command fields with a
-``sweep`` section), then flags. Earlier spellings keep working: comma-separated lists
+``sweep`` section), then flags. With neither ``--preset`` nor ``--config``, ``--out DIR`` of
+an existing study starts from the study itself (its ``study.json``: the latest settings over
+its whole grid, and its sittings' ``--extend-from`` and ``--recorded`` paths), so
+``interp-toolkit sweep --out DIR`` resumes a study with nothing else at hand. Earlier spellings keep working: comma-separated lists
 (``--ratios 0.1,0.5``), ``--layers``/``--heads``, and ``--seeds N`` as a count (seeds
 ``0..N-1``).
 """
@@ -35,9 +38,12 @@ class SweepCommandConfig(Config):
     """Settings of ``interp-toolkit sweep`` (every field is a flag; ``--config FILE`` sets them too).
 
     Attributes:
-        preset: Start from a preset (default: smoke unless --config is given).
+        preset: Start from a preset (default: smoke unless --config is given, or --out names
+            an existing study, whose own record is the start then).
         out: Study directory (default runs/sweeps/<name>_<hash of the non-grid settings>, so a
-            sweep grown by more seeds or ratios lands in the study it grows).
+            sweep grown by more seeds or ratios lands in the study it grows). With neither
+            --preset nor --config, an existing study here supplies the settings: its latest
+            ones over its whole grid, and its sittings' --extend-from and --recorded paths.
         backend: Local process pool or Ray.
         address: Ray cluster address (default: start a local Ray).
         workers: Local processes (default: CPU count).
@@ -115,24 +121,39 @@ def _old_spellings(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _preset_name(argv: Sequence[str]) -> str | None:
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
     for i, token in enumerate(argv):
-        if token == "--preset" and i + 1 < len(argv):
+        if token == flag and i + 1 < len(argv):
             return argv[i + 1]
-        if token.startswith("--preset="):
+        if token.startswith(flag + "="):
             return token.split("=", 1)[1]
     return None
+
+
+def _study_settings(out: str | None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``(sweep settings, command settings)`` recorded by the study at ``out``, if one is there."""
+    if out is None or not (Path(out) / "study.json").exists():
+        return None
+    from interp_toolkit.studies.sweep import study_sweep
+
+    recorded = study_sweep(out)
+    return recorded["config"].to_dict(), {"extend_from": recorded["extend_from"], "recorded": recorded["recorded"]}
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepCommandConfig:
     """``argv`` (after ``sweep``) -> a validated :class:`SweepCommandConfig` (preset, file, flags)."""
     config_file, rest = split_config_flag(argv)
     rest = _old_spellings(rest)
-    preset = _preset_name(rest) or (None if config_file else "smoke")
+    preset = _flag_value(rest, "--preset")
+    study = None if preset or config_file else _study_settings(_flag_value(rest, "--out"))
+    if preset is None and config_file is None and study is None:
+        preset = "smoke"
     if preset is not None and preset not in PRESETS:
         raise UserError(f"unknown sweep preset {preset!r}; expected one of {sorted(PRESETS)}")
     sweep_data: dict[str, Any] = dict(PRESETS[preset]) if preset else {}
     command_data: dict[str, Any] = {}
+    if study is not None:
+        sweep_data, command_data = study
     if config_file is not None:
         data = load_config_file(config_file)
         command_fields = {f.name for f in dataclasses.fields(SweepCommandConfig)} - {"sweep"}

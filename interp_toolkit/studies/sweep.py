@@ -5,7 +5,10 @@ A study directory holds::
     STUDY_DIR/
       study.json        the latest SweepConfig, its hash and the outcome_thresholds every
                         outcome of the study is scored with; a sweep whose shared settings
-                        differ is refused here (one that only grows the grid is welcome)
+                        differ is refused here (one that only grows the grid is welcome);
+                        the study's whole grid (the union of every sitting's) and one entry
+                        per sitting (when, where, its grid, --extend-from, --recorded), so the
+                        directory alone resumes the study (study_sweep, ``sweep --out DIR``)
       runs/<task>_<L>L<H>H_r<r>_wd<wd>_s<seed>_<hash>/
           run.json, metrics.jsonl, checkpoints/, curves.png   (as interp_toolkit.train writes)
           outcome.json  the run's outcome record (interp_toolkit.studies.outcomes)
@@ -802,6 +805,102 @@ def _shared_settings_differing(recorded: Any, cfg: SweepConfig) -> list[str] | N
     return sorted(k for k in set(ours) | set(recorded) if k not in ignored and ours.get(k) != recorded.get(k))
 
 
+#: GRID_FIELDS that list values: a study's whole grid is their union over its sittings.
+_LISTED_GRID_FIELDS = tuple(name for name in GRID_FIELDS if name != "seeds_per_process")
+
+
+def _grid_of(cfg_dict: Mapping[str, Any]) -> dict[str, list]:
+    return {name: list(cfg_dict.get(name) or []) for name in _LISTED_GRID_FIELDS}
+
+
+def _merged_grid(earlier: Mapping[str, Any], cfg: SweepConfig) -> dict[str, list]:
+    """``earlier``'s grid grown by ``cfg``'s values it lacks, field by field (earlier first)."""
+    ours = _grid_of(json.loads(json.dumps(cfg.to_dict())))
+    merged = {}
+    for name in _LISTED_GRID_FIELDS:
+        values = list(earlier.get(name) or [])
+        values += [value for value in ours[name] if value not in values]
+        merged[name] = sorted(values) if name == "seeds" else values
+    return merged
+
+
+def read_study_record(study_dir: str | Path) -> dict[str, Any]:
+    """A study directory's ``study.json``, checked to hold a sweep config.
+
+    Raises:
+        UserError: There is none, or it is unreadable or holds no readable config (naming
+            the file and what was expected).
+    """
+    from interp_toolkit.errors import UserError
+
+    study_path = Path(study_dir) / "study.json"
+    if not study_path.is_file():
+        raise UserError(f"{study_dir} is not a study directory: it has no study.json (a sweep writes one when "
+                        "it starts)")
+    try:
+        record = json.loads(study_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"study record {study_path} is unreadable ({err})") from err
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise UserError(f"study record {study_path} holds no sweep config; expected the JSON object a sweep "
+                        "writes, with a 'config' entry")
+    return record
+
+
+def study_sweep(study_dir: str | Path) -> dict[str, Any]:
+    """The sweep a study directory holds, for resuming or growing it with nothing else at hand.
+
+    A study spread over sittings may have run a few seeds or cells at a time; its
+    ``study.json`` keeps the union of their grids and each sitting's ``--extend-from`` and
+    ``--recorded`` paths. (A study last run before these were recorded knows only its last
+    sitting's grid and none of its paths.)
+
+    Returns:
+        ``{"config": SweepConfig, "extend_from": [Path], "recorded": [Path]}``: the latest
+        sitting's settings over the study's whole grid (``seeds_per_process`` as last run),
+        and every path the sittings extended from or took recorded outcomes from, in order.
+
+    Raises:
+        UserError: No readable study record, or a config in it that is not a valid
+            ``SweepConfig`` (naming the file and the setting).
+    """
+    from interp_toolkit.errors import UserError
+
+    record = read_study_record(study_dir)
+    grid = record.get("grid") if isinstance(record.get("grid"), dict) else _grid_of(record["config"])
+    data = {**record["config"], **{name: grid[name] for name in _LISTED_GRID_FIELDS if grid.get(name)}}
+    try:
+        cfg = SweepConfig.from_dict(data)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"study record {Path(study_dir) / 'study.json'}: {err}") from err
+    paths: dict[str, list[Path]] = {"extend_from": [], "recorded": []}
+    for sitting in record.get("sittings") or []:
+        for key, found in paths.items():
+            found += [Path(p) for p in (sitting.get(key) or []) if Path(p) not in found]
+    return {"config": cfg, **paths}
+
+
+def _study_record(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[Path],
+                  recorded: Sequence[str | Path]) -> dict[str, Any]:
+    """``study.json`` after this sitting: ``cfg`` as the latest config, the grid grown by its
+    values, and this sitting appended to the earlier ones."""
+    import socket
+    from datetime import datetime, timezone
+
+    earlier: dict[str, Any] = {}
+    study_path = study_dir / "study.json"
+    if study_path.is_file():  # check_study_dir has read it: the same sweep but for its grid
+        earlier = json.loads(study_path.read_text(encoding="utf-8"))
+    earlier_grid = earlier.get("grid") if isinstance(earlier.get("grid"), dict) else _grid_of(earlier.get("config") or {})
+    sitting = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": socket.gethostname(),
+               "grid": _grid_of(json.loads(json.dumps(cfg.to_dict()))),
+               "extend_from": [str(Path(p).resolve()) for p in extend_from],
+               "recorded": [str(Path(p).resolve()) for p in recorded]}
+    return {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
+            "outcome_thresholds": cfg.outcome_thresholds().to_dict(),
+            "grid": _merged_grid(earlier_grid, cfg), "sittings": [*(earlier.get("sittings") or []), sitting]}
+
+
 def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
     """Refuse a study directory that holds another sweep (any shared setting differs).
 
@@ -979,19 +1078,18 @@ def run_sweep(
 
     with DirectoryLock(study_dir, "study directory"):
         return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report, callbacks,
-                                 recorded_table, log_every, extend_from)
+                                 recorded_table, log_every, extend_from, recorded)
 
 
 def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: int | None,
                       address: str | None, progress: bool, report: bool,
                       callbacks: Sequence[Any] | None,
                       recorded_table: tuple[list[str], dict[str, dict[str, str]]] = ([], {}),
-                      log_every: float | None = None, extend_from: Sequence[Path] = ()) -> SweepResult:
+                      log_every: float | None = None, extend_from: Sequence[Path] = (),
+                      recorded: Sequence[str | Path] = ()) -> SweepResult:
     """:func:`run_sweep` once ``study_dir`` is locked by this process."""
-    study_path = study_dir / "study.json"
     check_study_dir(cfg, study_dir)
-    atomic_write_json(study_path, {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
-                                   "outcome_thresholds": cfg.outcome_thresholds().to_dict()})
+    atomic_write_json(study_dir / "study.json", _study_record(cfg, study_dir, extend_from, recorded))
 
     started = time.perf_counter()
     (study_dir / "runs").mkdir(parents=True, exist_ok=True)  # a study directory, even if all is recorded
@@ -1065,5 +1163,5 @@ def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["BACKENDS", "CHANCE", "GRID_FIELDS", "OUTCOME_ONLY_FIELDS", "PRESETS", "PRESET_NOTES", "RECORDED_OUTCOMES", "SweepConfig",
-           "SweepResult", "cell_configs", "check_study_dir", "check_extend_from", "default_study_dir", "extension_source", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "run_job", "run_progress", "run_sweep",
-           "stop_rule_of"]
+           "SweepResult", "cell_configs", "check_study_dir", "check_extend_from", "default_study_dir", "extension_source", "plan_sweep", "plan_jobs", "preset", "read_recorded_runs", "read_study_record", "run_job", "run_progress", "run_sweep",
+           "stop_rule_of", "study_sweep"]

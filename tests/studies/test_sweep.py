@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import pytest
 import torch
 
 from interp_toolkit.cli import main
-from interp_toolkit.io import read_jsonl
+from interp_toolkit.errors import UserError
+from interp_toolkit.io import atomic_write_json, read_jsonl
 from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.studies.sweep import (
     SweepConfig,
@@ -392,6 +394,69 @@ def test_a_longer_sweep_extends_a_shorter_one_and_ends_as_from_scratch(smoke_loc
     assert plan_sweep(preset("smoke"), tmp_path / "fresh", extend_from=[other.study_dir])["extend"] == 0
     assert main(["sweep", "--preset", "smoke", "--extend-from", str(tmp_path / "nowhere"), "--dry-run"]) == 2
     assert "--extend-from" in capsys.readouterr().err
+    # The extension's own record carries --extend-from: its directory alone resumes it, and a
+    # run not started there still continues its shorter run instead of starting at epoch 0.
+    shutil.rmtree(long.rows[0]["run_dir"])
+    capsys.readouterr()
+    assert main(["sweep", "--out", str(tmp_path / "long"), "--dry-run"]) == 0
+    assert "3 finished there, 0 finished in recorded outcomes, 0 to resume, 1 to extend from shorter runs, " \
+        "0 to start" in capsys.readouterr().out
+
+
+def test_study_record_keeps_the_whole_grid_and_every_sitting(smoke_local, tmp_path, capsys):
+    """A study run a few seeds at a time: study.json keeps the union of the sittings' grids
+    and one entry per sitting, so `sweep --out DIR` alone resumes or inspects all of it."""
+    import socket
+
+    from interp_toolkit.cli.sweep import parse
+    from interp_toolkit.studies.sweep import study_sweep
+
+    study = tmp_path / "study"
+    shutil.copytree(smoke_local.study_dir, study)
+    first = json.loads((study / "study.json").read_text())
+    assert first["grid"]["seeds"] == [0, 1]  # (earlier tests reran this study: a sitting each)
+    assert all(s["host"] == socket.gethostname() and s["extend_from"] == [] for s in first["sittings"])
+    assert first["sittings"][0]["grid"] == first["grid"]
+
+    run_sweep(preset("smoke", seeds=[2], seeds_per_process=1), study, workers=2, progress=False, report=False)
+    record = json.loads((study / "study.json").read_text())
+    assert record["config"]["seeds"] == [2]  # the latest sitting's settings ...
+    assert record["grid"]["seeds"] == [0, 1, 2]  # ... and the study's whole grid
+    assert [s["grid"]["seeds"] for s in record["sittings"]] == [[0, 1]] * len(first["sittings"]) + [[2]]
+    assert record["sittings"][:-1] == first["sittings"]  # earlier sittings are kept as they were
+    resumed = study_sweep(study)["config"]
+    assert resumed.seeds == [0, 1, 2]
+    assert resumed.key() == preset("smoke", seeds=[0, 1, 2], seeds_per_process=1).key()
+
+    # Through the CLI: --out alone starts from the study; flags still override; a preset or
+    # --config is the start when given, and a directory without a study keeps the smoke default.
+    assert parse(["--out", str(study)]).sweep.seeds == [0, 1, 2]
+    assert parse(["--out", str(study), "--seeds", "0", "7"]).sweep.seeds == [0, 7]
+    assert parse(["--out", str(study), "--preset", "smoke"]).sweep.seeds == [0, 1]
+    assert parse(["--out", str(tmp_path / "empty")]).sweep.key() == preset("smoke").key()
+    capsys.readouterr()
+    assert main(["sweep", "--out", str(study), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 cells x 3 seeds = 6 runs" in out and "6 finished there" in out and "0 to start" in out
+
+    # A record written before grids were kept knows its last sitting's grid, and grows from it.
+    old = tmp_path / "old"
+    shutil.copytree(smoke_local.study_dir, old)
+    atomic_write_json(old / "study.json", {"key": first["key"], "config": first["config"], "format": 1})
+    assert study_sweep(old)["config"].seeds == [0, 1] and study_sweep(old)["extend_from"] == []
+    run_sweep(preset("smoke", seeds=[2], seeds_per_process=1), old, workers=2, progress=False, report=False)
+    assert json.loads((old / "study.json").read_text())["grid"]["seeds"] == [0, 1, 2]
+
+    # A broken record is named, before any work.
+    (old / "study.json").write_text("{not json")
+    assert main(["sweep", "--out", str(old), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "study.json is unreadable" in err and "Traceback" not in err
+    atomic_write_json(old / "study.json", {"key": "k"})
+    with pytest.raises(UserError, match="holds no sweep config"):
+        study_sweep(old)
+    with pytest.raises(UserError, match="is not a study directory: it has no study.json"):
+        study_sweep(tmp_path / "empty")
 
 
 def test_cli_dry_run_and_validation(capsys):
