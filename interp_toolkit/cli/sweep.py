@@ -8,9 +8,9 @@ then ``--config FILE`` (JSON/YAML of ``SweepConfig`` fields, or of command field
 ``sweep`` section), then flags. With neither ``--preset`` nor ``--config``, ``--out DIR`` of
 an existing study starts from the study itself (its ``study.json``: the latest settings over
 its whole grid, and its sittings' ``--extend-from`` and ``--recorded`` paths), so
-``interp-toolkit sweep --out DIR`` resumes a study with nothing else at hand. Earlier spellings keep working: comma-separated lists
-(``--ratios 0.1,0.5``), ``--layers``/``--heads``, and ``--seeds N`` as a count (seeds
-``0..N-1``).
+``interp-toolkit sweep --out DIR`` resumes a study with nothing else at hand. Earlier
+spellings keep working: comma-separated lists (``--ratios 0.1,0.5``), ``--layers``/``--heads``,
+and ``--seeds N`` as a count (seeds ``0..N-1``).
 """
 
 from __future__ import annotations
@@ -130,13 +130,19 @@ def _flag_value(argv: Sequence[str], flag: str) -> str | None:
     return None
 
 
-def _study_settings(out: str | None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """``(sweep settings, command settings)`` recorded by the study at ``out``, if one is there."""
+def _study_settings(out: str | None, argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``(sweep settings, command settings)`` recorded by the study at ``out``, if one is there
+    (its paths checked unless ``argv`` gives the flag that replaces them)."""
     if out is None or not (Path(out) / "study.json").exists():
         return None
     from interp_toolkit.studies.sweep import study_sweep
 
     recorded = study_sweep(out)
+    for flag, paths in (("--extend-from", recorded["extend_from"]), ("--recorded", recorded["recorded"])):
+        for path in paths if _flag_value(argv, flag) is None else ():
+            if not path.exists():  # moved since: say where the path came from, not only that it is missing
+                raise UserError(f"study {out} was run with {flag} {path}, which is gone; pass {flag} with where it "
+                                "is now, or the study's settings with --config FILE")
     return recorded["config"].to_dict(), {"extend_from": recorded["extend_from"], "recorded": recorded["recorded"]}
 
 
@@ -145,7 +151,7 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepComma
     config_file, rest = split_config_flag(argv)
     rest = _old_spellings(rest)
     preset = _flag_value(rest, "--preset")
-    study = None if preset or config_file else _study_settings(_flag_value(rest, "--out"))
+    study = None if preset or config_file else _study_settings(_flag_value(rest, "--out"), rest)
     if preset is None and config_file is None and study is None:
         preset = "smoke"
     if preset is not None and preset not in PRESETS:

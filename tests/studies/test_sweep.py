@@ -401,6 +401,13 @@ def test_a_longer_sweep_extends_a_shorter_one_and_ends_as_from_scratch(smoke_loc
     assert main(["sweep", "--out", str(tmp_path / "long"), "--dry-run"]) == 0
     assert "3 finished there, 0 finished in recorded outcomes, 0 to resume, 1 to extend from shorter runs, " \
         "0 to start" in capsys.readouterr().out
+    # Moved since: the error says the path came from the study's record, and a flag overrides it.
+    (tmp_path / "short").rename(tmp_path / "short_moved")
+    assert main(["sweep", "--out", str(tmp_path / "long"), "--dry-run"]) == 2
+    assert f"was run with --extend-from {(tmp_path / 'short').resolve()}, which is gone" in capsys.readouterr().err
+    assert main(["sweep", "--out", str(tmp_path / "long"), "--extend-from", str(tmp_path / "short_moved"),
+                 "--dry-run"]) == 0
+    assert "1 to extend from shorter runs" in capsys.readouterr().out
 
 
 def test_study_record_keeps_the_whole_grid_and_every_sitting(smoke_local, tmp_path, capsys):
