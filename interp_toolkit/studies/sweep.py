@@ -813,9 +813,14 @@ def _grid_of(cfg_dict: Mapping[str, Any]) -> dict[str, list]:
     return {name: list(cfg_dict.get(name) or []) for name in _LISTED_GRID_FIELDS}
 
 
-def _merged_grid(earlier: Mapping[str, Any], cfg: SweepConfig) -> dict[str, list]:
-    """``earlier``'s grid grown by ``cfg``'s values it lacks, field by field (earlier first)."""
-    ours = _grid_of(json.loads(json.dumps(cfg.to_dict())))
+def _recorded_grid(record: Mapping[str, Any]) -> dict[str, list]:
+    """A study record's whole grid (a record older than ``grid`` knows only its config's)."""
+    grid = record.get("grid")
+    return grid if isinstance(grid, dict) else _grid_of(record.get("config") or {})
+
+
+def _merged_grid(earlier: Mapping[str, Any], ours: Mapping[str, list]) -> dict[str, list]:
+    """``earlier``'s grid grown by the values of ``ours`` it lacks, field by field (earlier first)."""
     merged = {}
     for name in _LISTED_GRID_FIELDS:
         values = list(earlier.get(name) or [])
@@ -867,7 +872,7 @@ def study_sweep(study_dir: str | Path) -> dict[str, Any]:
     from interp_toolkit.errors import UserError
 
     record = read_study_record(study_dir)
-    grid = record.get("grid") if isinstance(record.get("grid"), dict) else _grid_of(record["config"])
+    grid = _recorded_grid(record)
     data = {**record["config"], **{name: grid[name] for name in _LISTED_GRID_FIELDS if grid.get(name)}}
     try:
         cfg = SweepConfig.from_dict(data)
@@ -891,14 +896,14 @@ def _study_record(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[Path]
     study_path = study_dir / "study.json"
     if study_path.is_file():  # check_study_dir has read it: the same sweep but for its grid
         earlier = json.loads(study_path.read_text(encoding="utf-8"))
-    earlier_grid = earlier.get("grid") if isinstance(earlier.get("grid"), dict) else _grid_of(earlier.get("config") or {})
+    ours = _grid_of(json.loads(json.dumps(cfg.to_dict())))  # tuples as lists, as the record stores them
     sitting = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": socket.gethostname(),
-               "grid": _grid_of(json.loads(json.dumps(cfg.to_dict()))),
+               "grid": ours,
                "extend_from": [str(Path(p).resolve()) for p in extend_from],
                "recorded": [str(Path(p).resolve()) for p in recorded]}
     return {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
             "outcome_thresholds": cfg.outcome_thresholds().to_dict(),
-            "grid": _merged_grid(earlier_grid, cfg), "sittings": [*(earlier.get("sittings") or []), sitting]}
+            "grid": _merged_grid(_recorded_grid(earlier), ours), "sittings": [*(earlier.get("sittings") or []), sitting]}
 
 
 def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
