@@ -41,6 +41,9 @@ class ReportCommandConfig(Config):
             paper's 1L/2L x r 0.5/0.9 max-parity cells, 30 seeds each) with it: difference, 95%
             Newcombe interval and Fisher exact p, in paper_comparison.csv and table.md, and the
             published rate drawn beside its cell (hollow) in the rate figure.
+        where: Report only the runs matching a cell spec (the keys of --compare; every key of one
+            spec must match), e.g. --where study=reproduce,seq_len=8,epochs=1000; several specs
+            keep runs matching any. Everything written, outcomes.csv included, holds those runs only.
     """
 
     sources: tyro.conf.Positional[tuple[Path, ...]] = ()
@@ -49,6 +52,7 @@ class ReportCommandConfig(Config):
     format: Literal["png", "svg", "pdf"] = "png"
     rate_axis: Literal["full", "categorical"] = "full"
     against_paper: bool = False
+    where: Optional[tuple[str, ...]] = None  # noqa: UP007
 
     def __post_init__(self) -> None:
         self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
@@ -58,6 +62,8 @@ class ReportCommandConfig(Config):
             self.compare = tuple(self.compare)
             self.check("compare", len(self.compare) % 2 == 0,
                        "an even number of cells (pairs CELL_A CELL_B)")
+        if self.where is not None:
+            self.where = tuple(self.where)
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit report") -> ReportCommandConfig:
@@ -77,7 +83,7 @@ def run_config(args: ReportCommandConfig) -> int:
 
     pairs = list(zip(args.compare[::2], args.compare[1::2])) if args.compare else []
     options = dict(print_table=True, compare=pairs, figure_format=args.format, rate_axis=args.rate_axis,
-                   against_paper=args.against_paper)
+                   against_paper=args.against_paper, where=args.where or ())
     if len(args.sources) == 1:
         write_report(args.sources[0], out_dir=args.out, **options)
     else:

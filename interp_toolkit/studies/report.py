@@ -348,6 +348,55 @@ def _matches(row: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return True
 
 
+def parse_cell_spec(spec: str) -> dict[str, Any]:
+    """A cell spec like ``"L=2,r=0.9,seq_len=8"`` as ``{cell field: typed value}``.
+
+    Keys are those :func:`find_cell` accepts; values are typed as the fields are (integers,
+    numbers, ``true``/``false`` for ``early_stop``, ``full`` for a full batch).
+
+    Raises:
+        ValueError: an empty spec, an unknown key or a value of the wrong type, named.
+    """
+    wanted: dict[str, Any] = {}
+    for part in (p.strip() for p in str(spec).split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in _SPEC_KEYS:
+            raise ValueError(f"cell spec {spec!r}: expected comma-separated KEY=VALUE with KEY in "
+                             f"task, L, H, wd, r or a setting ({', '.join(REGIME_FIELDS)}); got {part!r}")
+        field = _SPEC_KEYS[key.strip()]
+        wanted[field] = _parse_spec_value(spec, key.strip(), field, value)
+    if not wanted:
+        raise ValueError(f"cell spec {spec!r} is empty; expected e.g. 'L=2,r=0.9'")
+    return wanted
+
+
+def select_runs(rows: Sequence[Mapping[str, Any]], specs: Sequence[str]) -> list[dict[str, Any]]:
+    """The runs whose settings match any of ``specs`` (cell specs, see :func:`find_cell`).
+
+    Within a spec every key must match (``"study=reproduce,epochs=1000"``); across specs any
+    one may (``["L=1,r=0.5", "L=2"]``). Used to report one study or regime out of an
+    ``outcomes.csv`` that holds several.
+
+    Raises:
+        ValueError: a malformed spec, or specs that match no run (naming the values each of
+            their keys takes among the runs).
+    """
+    wanted = [parse_cell_spec(spec) for spec in specs]
+    if not wanted:
+        return [dict(row) for row in rows]
+    kept = [dict(row) for row in rows if any(_matches(row, w) for w in wanted)]
+    if not kept:
+        fields = list(dict.fromkeys(field for w in wanted for field in w))
+        present = "; ".join(
+            f"{_SHORT.get(field, field)}: "
+            + ", ".join(_format_setting(field, v) for v in sorted({_hashable(row.get(field)) for row in rows},
+                                                                   key=lambda v: _sort_key([v])))
+            for field in fields)
+        raise ValueError(f"selection {' '.join(repr(spec) for spec in specs)} matches none of the {len(rows)} runs; "
+                         f"values among them: {present}")
+    return kept
+
+
 def find_cell(table: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any]:
     """The one table row matching a spec like ``"L=2,r=0.9,seq_len=8"``.
 
@@ -360,16 +409,7 @@ def find_cell(table: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any
         ValueError: a malformed spec, or one matching no cell or several (naming them and
             the settings that tell them apart).
     """
-    wanted: dict[str, Any] = {}
-    for part in (p.strip() for p in str(spec).split(",") if p.strip()):
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in _SPEC_KEYS:
-            raise ValueError(f"cell spec {spec!r}: expected comma-separated KEY=VALUE with KEY in "
-                             f"task, L, H, wd, r or a setting ({', '.join(REGIME_FIELDS)}); got {part!r}")
-        field = _SPEC_KEYS[key.strip()]
-        wanted[field] = _parse_spec_value(spec, key.strip(), field, value)
-    if not wanted:
-        raise ValueError(f"cell spec {spec!r} is empty; expected e.g. 'L=2,r=0.9'")
+    wanted = parse_cell_spec(spec)
     found = [row for row in table if _matches(row, wanted)]
     if len(found) == 1:
         return found[0]
@@ -954,7 +994,7 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
 def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, print_table: bool = True,
                          compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
                          figure_format: str = "png", rate_axis: str = "full",
-                         against_paper: bool = False) -> dict[str, Any]:
+                         against_paper: bool = False, where: Sequence[str] = ()) -> dict[str, Any]:
     """The report of the runs of several sources merged: study directories and outcome CSVs.
 
     Every source is checked before anything is read or written. Study directories are
@@ -981,6 +1021,9 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
             (:data:`PAPER_HEADLINE_RATES`) with it (:func:`reference_comparison`): written to
             ``paper_comparison.csv`` and ``table.md``, printed, and drawn beside the cell in the
             rate figure.
+        where: Cell specs (see :func:`select_runs`): report only the runs matching any of
+            them, e.g. ``["study=reproduce,seq_len=8,epochs=1000"]``; everything written,
+            ``outcomes.csv`` included, holds those runs only. Validated before anything is read.
 
     Returns:
         ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates"}``;
@@ -996,6 +1039,9 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if not sources:
         raise UserError("report needs at least one source: a study directory or an outcomes.csv")
     kinds = [source_kind(source) for source in sources]  # every path checked before any work
+    where = [str(spec) for spec in where]
+    for spec in where:
+        parse_cell_spec(spec)  # a bad selection fails before any run is read
     out = Path(out_dir)
     row_lists = [collect_runs(source) if kind == "study" else read_outcomes_csv(source)
                  for source, kind in zip(sources, kinds, strict=True)]
@@ -1003,6 +1049,8 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if not rows:
         names = ", ".join(str(source) for source in sources)
         raise ValueError(f"no runs with evaluations yet in {names}")
+    n_merged = len(rows)
+    rows = select_runs(rows, where)
     table = rate_table(rows)
     shown = varying_fields(table)
     comparisons = []
@@ -1041,6 +1089,8 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if with_metrics:
         save_figure(plot_curves_by_cell(with_metrics), paths["curves_png"])
     if print_table:
+        if where:
+            print(f"(selected {len(rows)} of {n_merged} runs: {' or '.join(where)})")
         if table:
             print(format_table(table))
         else:
@@ -1087,7 +1137,8 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
 
 def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print_table: bool = True,
                  compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
-                 figure_format: str = "png", rate_axis: str = "full", against_paper: bool = False) -> dict[str, Any]:
+                 figure_format: str = "png", rate_axis: str = "full", against_paper: bool = False,
+                 where: Sequence[str] = ()) -> dict[str, Any]:
     """The report of one study directory (or one outcomes CSV): :func:`write_report_sources`.
 
     Args:
@@ -1095,8 +1146,8 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
             ``recorded_outcomes.csv`` of runs taken from earlier tables, if any) or an
             ``outcomes.csv``.
         out_dir: Where to write (default: the study directory; for a CSV, its folder).
-        print_table, compare, max_printed_contrasts, figure_format, rate_axis, against_paper: See
-            :func:`write_report_sources`.
+        print_table, compare, max_printed_contrasts, figure_format, rate_axis, against_paper, where:
+            See :func:`write_report_sources`.
 
     Returns:
         ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates"}``.
@@ -1112,14 +1163,14 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
         sources.append(recorded)  # runs of this grid taken from earlier sittings' tables
     return write_report_sources(sources, out_dir, print_table=print_table, compare=compare,
                                 max_printed_contrasts=max_printed_contrasts, figure_format=figure_format,
-                                rate_axis=rate_axis, against_paper=against_paper)
+                                rate_axis=rate_axis, against_paper=against_paper, where=where)
 
 
 __all__ = ["ARCH_FIELDS", "CELL_FIELDS", "CONTRAST_FIELDS", "PAPER_HEADLINE_RATES", "RATE_AXES", "REFERENCE_FIELDS",
            "REGIME_FIELDS", "RUN_FIELDS", "TABLE_FIELDS", "ReferenceRate", "format_reference_comparison",
            "reference_comparison",
            "cell_label", "collect_runs", "compare_cells", "contrasts_table", "find_cell", "fisher_exact_p",
-           "format_contrasts", "format_markdown", "format_table", "merge_runs", "newcombe_interval",
+           "format_contrasts", "format_markdown", "format_table", "merge_runs", "newcombe_interval", "parse_cell_spec",
            "plot_curves_by_cell", "plot_rate_vs_r", "rate_table", "read_outcomes_csv", "read_study_name", "read_thresholds",
-           "run_settings", "shared_settings", "source_kind", "varying_fields", "wilson_interval", "write_report",
+           "run_settings", "select_runs", "shared_settings", "source_kind", "varying_fields", "wilson_interval", "write_report",
            "write_report_sources"]

@@ -278,6 +278,36 @@ def test_report_cli_compare_and_bad_cell_spec(tmp_path, capsys):
     assert "KEY=VALUE" in capsys.readouterr().err
 
 
+def test_report_where_selects_runs_of_one_regime(tmp_path, capsys):
+    from interp_toolkit.cli import main
+
+    for seed, layers in enumerate([1, 1, 2, 2]):
+        _make_run(tmp_path, f"r{seed}", 0.9, layers, seed, _curve([(1.0, 0.0), (1.0, float(seed % 2))]))
+    whole = write_report(tmp_path, out_dir=tmp_path / "all", print_table=False)
+    assert {row["n_layers"] for row in whole["rows"]} == {1, 2}
+    result = write_report(tmp_path, out_dir=tmp_path / "two", print_table=False, where=["L=2"])
+    assert [row["n_layers"] for row in result["rows"]] == [2, 2]
+    assert [(row["n_layers"], row["n_generalized"], row["n_seeds"]) for row in result["table"]] == [(2, 1, 2)]
+    # what is written holds the selection only, so the CSV alone gives the same table again
+    again = write_report(result["paths"]["outcomes_csv"], out_dir=tmp_path / "again", print_table=False)
+    assert (tmp_path / "again" / "table.md").read_text() == (tmp_path / "two" / "table.md").read_text()
+    assert len(again["rows"]) == 2
+    # several specs keep runs matching any; keys within one spec must all match
+    both = write_report(tmp_path, out_dir=tmp_path / "both", print_table=False, where=["L=1,r=0.9", "L=2"])
+    assert len(both["rows"]) == 4
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "cli"), "--where", "L=1"]) == 0
+    printed = capsys.readouterr().out
+    assert "(selected 2 of 4 runs: L=1)" in printed
+    # a selection matching nothing names the values there are; a malformed one fails before any work
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "none"), "--where", "L=3"]) == 2
+    err = capsys.readouterr().err
+    assert "matches none of the 4 runs" in err and "L: 1, 2" in err
+    assert not (tmp_path / "none").exists()
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "bad"), "--where", "layers two"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_report_uses_study_outcome_thresholds(tmp_path):
     fall = _curve([(1.0, a) for a in [0.0, 1.0, 0.95, 0.95, 1.0, 1.0]])
     _make_run(tmp_path, "x0", 0.9, 1, 0, fall)
