@@ -370,10 +370,10 @@ def parse_cell_spec(spec: str) -> dict[str, Any]:
     return wanted
 
 
-def select_runs(rows: Sequence[Mapping[str, Any]], specs: Sequence[str]) -> list[dict[str, Any]]:
+def select_runs(rows: Sequence[Mapping[str, Any]], specs: str | Sequence[str]) -> list[dict[str, Any]]:
     """The runs whose settings match any of ``specs`` (cell specs, see :func:`find_cell`).
 
-    Within a spec every key must match (``"study=reproduce,epochs=1000"``); across specs any
+    One spec may be passed as a string. Within a spec every key must match (``"study=reproduce,epochs=1000"``); across specs any
     one may (``["L=1,r=0.5", "L=2"]``). Used to report one study or regime out of an
     ``outcomes.csv`` that holds several.
 
@@ -381,6 +381,7 @@ def select_runs(rows: Sequence[Mapping[str, Any]], specs: Sequence[str]) -> list
         ValueError: a malformed spec, or specs that match no run (naming the values each of
             their keys takes among the runs).
     """
+    specs = [specs] if isinstance(specs, str) else list(specs)
     wanted = [parse_cell_spec(spec) for spec in specs]
     if not wanted:
         return [dict(row) for row in rows]
@@ -994,7 +995,7 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
 def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, print_table: bool = True,
                          compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
                          figure_format: str = "png", rate_axis: str = "full",
-                         against_paper: bool = False, where: Sequence[str] = ()) -> dict[str, Any]:
+                         against_paper: bool = False, where: str | Sequence[str] = ()) -> dict[str, Any]:
     """The report of the runs of several sources merged: study directories and outcome CSVs.
 
     Every source is checked before anything is read or written. Study directories are
@@ -1021,8 +1022,8 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
             (:data:`PAPER_HEADLINE_RATES`) with it (:func:`reference_comparison`): written to
             ``paper_comparison.csv`` and ``table.md``, printed, and drawn beside the cell in the
             rate figure.
-        where: Cell specs (see :func:`select_runs`): report only the runs matching any of
-            them, e.g. ``["study=reproduce,seq_len=8,epochs=1000"]``; everything written,
+        where: Cell specs (see :func:`select_runs`; one may be a string): report only the runs
+            matching any of them, e.g. ``["study=reproduce,seq_len=8,epochs=1000"]``; everything written,
             ``outcomes.csv`` included, holds those runs only. Validated before anything is read.
 
     Returns:
@@ -1039,7 +1040,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if not sources:
         raise UserError("report needs at least one source: a study directory or an outcomes.csv")
     kinds = [source_kind(source) for source in sources]  # every path checked before any work
-    where = [str(spec) for spec in where]
+    where = [where] if isinstance(where, str) else [str(spec) for spec in where]
     for spec in where:
         parse_cell_spec(spec)  # a bad selection fails before any run is read
     out = Path(out_dir)
@@ -1138,7 +1139,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
 def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print_table: bool = True,
                  compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
                  figure_format: str = "png", rate_axis: str = "full", against_paper: bool = False,
-                 where: Sequence[str] = ()) -> dict[str, Any]:
+                 where: str | Sequence[str] = ()) -> dict[str, Any]:
     """The report of one study directory (or one outcomes CSV): :func:`write_report_sources`.
 
     Args:

@@ -285,7 +285,7 @@ def test_report_where_selects_runs_of_one_regime(tmp_path, capsys):
         _make_run(tmp_path, f"r{seed}", 0.9, layers, seed, _curve([(1.0, 0.0), (1.0, float(seed % 2))]))
     whole = write_report(tmp_path, out_dir=tmp_path / "all", print_table=False)
     assert {row["n_layers"] for row in whole["rows"]} == {1, 2}
-    result = write_report(tmp_path, out_dir=tmp_path / "two", print_table=False, where=["L=2"])
+    result = write_report(tmp_path, out_dir=tmp_path / "two", print_table=False, where="L=2")  # one spec as a str
     assert [row["n_layers"] for row in result["rows"]] == [2, 2]
     assert [(row["n_layers"], row["n_generalized"], row["n_seeds"]) for row in result["table"]] == [(2, 1, 2)]
     # what is written holds the selection only, so the CSV alone gives the same table again
