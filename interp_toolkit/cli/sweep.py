@@ -174,6 +174,10 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepComma
 def _state_text(run: dict) -> str:
     if run.get("finished"):
         return "finished, " + ("generalized" if run.get("generalized") else "not generalized")
+    if run.get("trained"):  # a seed done before the rest of its job: its outcome comes with the job's end
+        stop = run.get("stopped_early_at")
+        done = f"stopped early at epoch {stop}" if stop is not None else "trained"
+        return f"{done}, outcome written when its job ends" + (f" ({run['running']})" if run.get("running") else "")
     if run.get("running"):
         return f"running ({run['running']})"
     if run["status"] == "resume":

@@ -952,13 +952,17 @@ def run_progress(run_dir: str | Path, epochs: int | None = None) -> dict[str, An
 
     Returns:
         ``{"run", "running", "epoch", "epochs", "train_acc", "val_acc", "adv_acc",
-        "resume_epoch", "finished", "generalized"}``: the run's name; the process writing to
-        it now (:func:`interp_toolkit.runs.lock.lock_holder`) or None; its last logged
-        evaluation (None when nothing is logged); its last epoch; the epoch its resume state
-        ends (where an interrupted run restarts; None if there is none); whether its outcome
-        is written and, if so, whether it generalized (the paper's criterion).
+        "resume_epoch", "finished", "generalized", "trained", "stopped_early_at"}``: the run's
+        name; the process writing to it now (:func:`interp_toolkit.runs.lock.lock_holder`) or
+        None; its last logged evaluation (None when nothing is logged); its last epoch; the
+        epoch its resume state ends (where an interrupted run restarts; None if there is none);
+        whether its outcome is written and, if so, whether it generalized (the paper's
+        criterion); whether its training is over (its ``run.json`` says finished: a seed that
+        stopped early is, while the other seeds of its job train on and its outcome waits for
+        the job's end) and the epoch it stopped early at, if it did.
     """
     from interp_toolkit.runs.lock import lock_holder
+    from interp_toolkit.runs.record import FINISHED
     from interp_toolkit.runs.resume import saved_epoch
 
     run_dir = Path(run_dir)
@@ -969,10 +973,17 @@ def run_progress(run_dir: str | Path, epochs: int | None = None) -> dict[str, An
         outcome = json.loads((run_dir / "outcome.json").read_text())
     except (OSError, ValueError):
         pass
+    record: Any = None
+    try:
+        record = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        pass
+    record = record if isinstance(record, dict) else {}
     return {"run": run_dir.name, "running": lock_holder(run_dir), "epoch": last.get("epoch"), "epochs": epochs,
             "train_acc": last.get("train_acc"), "val_acc": last.get("val_acc"), "adv_acc": last.get("adv_acc"),
             "resume_epoch": saved_epoch(run_dir), "finished": isinstance(outcome, dict),
-            "generalized": outcome.get("generalized") if isinstance(outcome, dict) else None}
+            "generalized": outcome.get("generalized") if isinstance(outcome, dict) else None,
+            "trained": record.get("status") in FINISHED, "stopped_early_at": record.get("stopped_early_at")}
 
 
 def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,

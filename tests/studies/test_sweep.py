@@ -279,12 +279,18 @@ def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
     study = tmp_path / "study"
     shutil.copytree(smoke_local.study_dir, study)
     runs = sorted(p for p in (study / "runs").iterdir() if p.is_dir())
-    stopped, running = runs[0], runs[1]
-    (stopped / "outcome.json").unlink()
+    stopped, running, done_early = runs[0], runs[1], runs[2]
+    for run_dir, status in ((stopped, "running"), (running, "running"), (done_early, "finished")):
+        (run_dir / "outcome.json").unlink()
+        record = json.loads((run_dir / "run.json").read_text())
+        record["status"] = status  # as run.json says while training, and once a seed is done
+        if run_dir == done_early:
+            record["stopped_early_at"] = 30  # done before the rest of its job; outcome comes at the job's end
+        (run_dir / "run.json").write_text(json.dumps(record))
     shutil.copy(stopped / "final_state.safetensors", stopped / RESUME_NAME)  # the resume format
-    (running / "outcome.json").unlink()
     live = f"pid={os.getpid()} host={socket.gethostname()}\n"
     (running / LOCK_NAME).write_text(live)
+    (done_early / LOCK_NAME).write_text(live)
     (study / LOCK_NAME).write_text(live)
     with open(running / "metrics.jsonl", "a") as f:
         f.write('{"epoch": 41, "train_acc": 0.5')  # a line being appended right now
@@ -300,7 +306,10 @@ def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
     assert by_dir[stopped.name]["val_acc"] == last_logged["val_acc"]
     assert by_dir[running.name]["running"] == plan["in_use_by"]
     assert by_dir[running.name]["epoch"] == read_jsonl(running / "metrics.jsonl")[-1]["epoch"] != 41
-    outcomes = {p.name: json.loads((p / "outcome.json").read_text())["generalized"] for p in runs[2:]}
+    assert by_dir[done_early.name]["trained"] and by_dir[done_early.name]["stopped_early_at"] == 30
+    assert not by_dir[done_early.name]["finished"] and not by_dir[running.name]["trained"]
+    outcomes = {p.name: json.loads((p / "outcome.json").read_text())["generalized"] for p in runs[3:]}
+    assert outcomes  # at least one run finished as a whole
     assert {name: by_dir[name]["generalized"] for name in outcomes} == outcomes
     assert all(by_dir[name]["finished"] for name in outcomes) and not by_dir[stopped.name]["finished"]
     assert main(["sweep", "--preset", "smoke", "--out", str(study), "--dry-run"]) == 0
@@ -309,11 +318,13 @@ def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert f"stopped, resumes from epoch {cfg.epochs}" in lines[stopped.name]
     assert f"running (process {os.getpid()}" in lines[running.name]
+    assert "stopped early at epoch 30, outcome written when its job ends (process" in lines[done_early.name]
     assert f"epoch {last_logged['epoch']}/{cfg.epochs}" in lines[stopped.name]
     assert f"{last_logged['val_acc']:.3f}" in lines[stopped.name]
     for name, generalized in outcomes.items():
         assert ("finished, generalized" if generalized else "finished, not generalized") in lines[name]
     (running / LOCK_NAME).unlink()
+    (done_early / LOCK_NAME).unlink()
     (study / LOCK_NAME).unlink()
     listing = [p for p in listing if not p.endswith(LOCK_NAME)]
     assert sorted(str(p) for p in study.rglob("*")) == listing  # a dry run touches nothing
