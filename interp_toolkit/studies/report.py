@@ -370,18 +370,23 @@ def parse_cell_spec(spec: str) -> dict[str, Any]:
     return wanted
 
 
+def _spec_list(specs: str | Sequence[str]) -> list[str]:
+    """Cell specs as a list (one spec may come as a string, not to be iterated by character)."""
+    return [specs] if isinstance(specs, str) else [str(spec) for spec in specs]
+
+
 def select_runs(rows: Sequence[Mapping[str, Any]], specs: str | Sequence[str]) -> list[dict[str, Any]]:
     """The runs whose settings match any of ``specs`` (cell specs, see :func:`find_cell`).
 
-    One spec may be passed as a string. Within a spec every key must match (``"study=reproduce,epochs=1000"``); across specs any
-    one may (``["L=1,r=0.5", "L=2"]``). Used to report one study or regime out of an
-    ``outcomes.csv`` that holds several.
+    One spec may be passed as a string. Within a spec every key must match
+    (``"study=reproduce,epochs=1000"``); across specs any one may (``["L=1,r=0.5", "L=2"]``).
+    Used to report one study or regime out of an ``outcomes.csv`` that holds several.
 
     Raises:
         ValueError: a malformed spec, or specs that match no run (naming the values each of
             their keys takes among the runs).
     """
-    specs = [specs] if isinstance(specs, str) else list(specs)
+    specs = _spec_list(specs)
     wanted = [parse_cell_spec(spec) for spec in specs]
     if not wanted:
         return [dict(row) for row in rows]
@@ -1040,7 +1045,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if not sources:
         raise UserError("report needs at least one source: a study directory or an outcomes.csv")
     kinds = [source_kind(source) for source in sources]  # every path checked before any work
-    where = [where] if isinstance(where, str) else [str(spec) for spec in where]
+    where = _spec_list(where)
     for spec in where:
         parse_cell_spec(spec)  # a bad selection fails before any run is read
     out = Path(out_dir)

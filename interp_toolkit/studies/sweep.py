@@ -962,7 +962,7 @@ def run_progress(run_dir: str | Path, epochs: int | None = None) -> dict[str, An
         the job's end) and the epoch it stopped early at, if it did.
     """
     from interp_toolkit.runs.lock import lock_holder
-    from interp_toolkit.runs.record import FINISHED
+    from interp_toolkit.runs.record import RunRecordError, is_finished, read_record
     from interp_toolkit.runs.resume import saved_epoch
 
     run_dir = Path(run_dir)
@@ -973,17 +973,15 @@ def run_progress(run_dir: str | Path, epochs: int | None = None) -> dict[str, An
         outcome = json.loads((run_dir / "outcome.json").read_text())
     except (OSError, ValueError):
         pass
-    record: Any = None
     try:
-        record = json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
-        pass
-    record = record if isinstance(record, dict) else {}
+        record = read_record(run_dir)
+    except RunRecordError:  # not written yet, or being replaced: say nothing of it
+        record = {}
     return {"run": run_dir.name, "running": lock_holder(run_dir), "epoch": last.get("epoch"), "epochs": epochs,
             "train_acc": last.get("train_acc"), "val_acc": last.get("val_acc"), "adv_acc": last.get("adv_acc"),
             "resume_epoch": saved_epoch(run_dir), "finished": isinstance(outcome, dict),
             "generalized": outcome.get("generalized") if isinstance(outcome, dict) else None,
-            "trained": record.get("status") in FINISHED, "stopped_early_at": record.get("stopped_early_at")}
+            "trained": is_finished(record), "stopped_early_at": record.get("stopped_early_at")}
 
 
 def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
