@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.errors import UserError
@@ -99,3 +100,76 @@ def test_bad_input_is_refused(tmp_path):
         near_miss_of_run(run_dir, margin=2)
     with pytest.raises(UserError, match="no evaluation with train_acc"):
         near_miss_of_run(run_dir, split="train")
+
+
+def all_odd_missing_model(seq_len: int):
+    """tests/analyses/conftest.py's sum-parity circuit at ``seq_len`` values, wrong exactly on the
+    all-odd sequences (the near miss of the length-8 probes in ../shared/FACTS.md).
+
+    Head 0 counts the odd values (uniform attention, "is odd" copied); hidden unit j of the
+    MLP is relu(count - j), and its output ``-1 + 2 h_0 - 4 h_1 + 4 h_2 ...`` is the sum-parity
+    sign. Adding 4 to ``w_{k-1}`` and -8 to ``w_k`` (k = seq_len) adds 4 at count k only
+    (counts never exceed k), which turns the all-odd sequences' sign (even length: even sum) to
+    odd. Head 1 copies the max's parity sign with a smaller weight, so the shortcut never decides.
+    """
+    from interp_toolkit.model import ModelConfig, build_model
+
+    assert seq_len % 2 == 0  # an all-odd sequence has an even sum
+    cfg = ModelConfig(n_layers=1, n_heads=2, d_vocab=11, n_ctx=seq_len + 1, d_vocab_out=2, d_model=8, d_head=4,
+                      d_mlp=seq_len + 1, normalization=None, act_fn="relu")
+    model = build_model(cfg)
+    sd = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    for v in range(10):
+        sd["embed.weight"][v, 0] = float(v)
+        sd["embed.weight"][v, 2] = 1.0 if v % 2 else -1.0
+        sd["embed.weight"][v, 3] = float(v % 2)
+    sd["embed.weight"][10, 1] = 1.0
+    q, k, vw, o = (sd[f"blocks.0.attn.{x}.weight"] for x in "qkvo")
+    vw[0, 3], o[4, 0] = 1.0, float(seq_len + 1)  # head 0: the count of odd values into dim 4
+    q[4, 1], k[4, 0], vw[4, 2], o[5, 4] = 40.0, 1.0, 1.0, 1.0  # head 1: the max's parity sign into dim 5
+    w_in, b_in, w_out = sd["blocks.0.mlp.in.weight"], sd["blocks.0.mlp.in.bias"], sd["blocks.0.mlp.out.weight"]
+    for j in range(seq_len + 1):
+        w_in[j, 4], b_in[j] = 1.0, -float(j)
+        w_out[6, j] = 2.0 if j == 0 else 4.0 * (-1) ** j
+    w_out[6, seq_len - 1] += 4.0
+    w_out[6, seq_len] -= 8.0
+    sd["blocks.0.mlp.out.bias"][6] = -1.0
+    sd["unembed.weight"][1, 6], sd["unembed.weight"][0, 6] = 2.0, -2.0
+    sd["unembed.weight"][1, 5], sd["unembed.weight"][0, 5] = 0.5, -0.5
+    model.load_state_dict(sd)
+    model.eval()
+    return model
+
+
+def test_the_all_odd_near_miss_at_length_8_is_within_1pct_and_named(tmp_path):
+    """The issue's case: 13 of 2,048 adversarial sequences wrong, all of them all-odd."""
+    task = MPSPConfig(seq_len=8, n_values=10, r=0.9, n_train=16_384, n_eval=2_048, seed=0)
+    splits = make_splits(task)
+    all_odd = {name: (split.values % 2).sum(-1) == 8 for name, split in splits.items()}
+    n_adv, n_train = int(all_odd["adv"].sum()), int(all_odd["train"].sum())
+    assert (n_adv, n_train) == (13, 9)  # the counts ../shared/FACTS.md reports for this data
+    model = all_odd_missing_model(8)
+    wrong = model(splits["adv"].tokens)[:, -1, :].argmax(-1) != splits["adv"].labels
+    assert torch.equal(wrong, all_odd["adv"])
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    atomic_write_json(run_dir / "run.json", {
+        "key": "k", "status": "finished", "run_info": {"task": {"name": task.name, **task.to_dict()}},
+        "model_config": {}, "train_config": {}, "split_sizes": {"train": 16_384, "val": 2_048, "adv": 2_048}})
+    best = 1 - n_adv / 2048
+    lines = [{"epoch": e, "val_acc": 1.0, "adv_acc": a} for e, a in ((0, 0.5), (50, 0.0), (100, best), (150, 0.0))]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    save_checkpoint(model, run_dir / "checkpoints" / "epoch_000100.safetensors", metadata={"epoch": 100})
+
+    near = near_miss_of_run(run_dir)  # default margins: a 0.6-point miss
+    fields = near.fields()
+    assert fields == {"best_adv_acc": best, "best_adv_epoch": 100, "n_adv_wrong_at_best": 13, "within_1pct": True,
+                      "near_miss_groups": "n_odd=8 (13 of 13 wrong)", "near_miss_epoch": 100,
+                      "n_adv_wrong_at_checkpoint": 13}
+    (group,) = near.groups
+    # training holds 9 all-odd sequences of 16,384, every one anti-shortcut (even sum, odd max)
+    assert (group["train_count"], group["anti_train_count"]) == (9, 9)
+    assert group["anti_train_share"] == pytest.approx(9 / int((~splits["train"].agrees).sum()))
+    assert near.describe() == ("adv accuracy peaked at 99.37% (epoch 100): 13 of 2048 still wrong, all in "
+                               "n_odd=8 (13 of 13 wrong) (checkpoint at epoch 100)")
