@@ -17,6 +17,10 @@ Each works on any TransformerLens model (the toolkit's ``boot_native`` bridges a
 * ``weights``: L2 norm of every parameter group and its distance and cosine to a reference
   such as the initialization (``weight_norms``, ``compute_weight_norms``), the slow variable
   of weight-decay-driven transitions;
+* ``near_misses``: every split's wrong examples grouped by task features (count of odd
+  values, label, shortcut, max and its multiplicity, max position or first value), with each
+  group's size, accuracy and share of the training data (``near_misses``,
+  ``failing_groups``, ``describe_groups``): which examples stand between a run and 100%;
 * ``over_checkpoints``: any of them over a run's checkpoints, cached, as CSV + a figure
   (png, svg or pdf); the ``analyze`` subcommand lives in :mod:`interp_toolkit.cli.analyze`.
 

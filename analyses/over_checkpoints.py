@@ -32,6 +32,7 @@ from ._common import AnalysisResult, Table
 from .ablation import ablation
 from .fingerprints import fingerprints
 from .gradients import gradient_conflict
+from .near_misses import PLOT_FEATURES, near_misses
 from .patching import minimal_pair_patching, resample_ablation_damage
 from .weights import weight_norms
 
@@ -43,11 +44,12 @@ class AnalysisSpec:
     Attributes:
         name: Registry name (``fingerprints``, ``ablation``, ``patching`` (minimal pairs),
             ``resample_ablation_damage`` (index-paired patching), ``gradients``,
-            ``weight_norms``).
+            ``weight_norms``, ``near_misses``).
         fn: ``fn(model, splits, **config) -> AnalysisResult``.
         value_columns: Numeric columns plotted against epoch (one panel each).
         series_columns: Columns whose values identify one line.
-        plot_filter: Only rows matching these column values are plotted.
+        plot_filter: Only rows matching these column values are plotted (a tuple value:
+            any of its values).
         version: Part of the cache key: bumped when the analysis's numbers or columns
             change, so cache entries written by earlier code are recomputed, not served.
     """
@@ -72,6 +74,8 @@ ANALYSES: dict[str, AnalysisSpec] = {
                               ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
                               ("group",), version=2),  # 2: minority / minority_amplification columns
     "weight_norms": AnalysisSpec("weight_norms", weight_norms, ("norm",), ("group",)),
+    "near_misses": AnalysisSpec("near_misses", near_misses, ("accuracy", "n_wrong"), ("split", "feature", "value"),
+                                {"split": "adv", "feature": PLOT_FEATURES}),
 }
 
 
@@ -214,7 +218,7 @@ def over_checkpoints(
 
     Args:
         analysis: A registered name (``fingerprints``, ``ablation``, ``patching``,
-            ``resample_ablation_damage``, ``gradients``, ``weight_norms``) or a callable
+            ``resample_ablation_damage``, ``gradients``, ``weight_norms``, ``near_misses``) or a callable
             ``fn(model, splits, **config) -> AnalysisResult``.
         run_dir: A run directory written by :func:`interp_toolkit.train`.
         splits: The data (default: rebuilt from the run's ``run.json``).
@@ -306,7 +310,8 @@ def _in_column_order(rows: list[dict[str, Any]], columns: Sequence[str] | None) 
 def _series(table: Table, spec: AnalysisSpec, column: str) -> dict[str, tuple[list[int], list[float]]]:
     lines: dict[str, tuple[list[int], list[float]]] = {}
     for row in table.rows:
-        if any(row.get(k) != v for k, v in spec.plot_filter.items()):
+        if any((row.get(k) not in v) if isinstance(v, tuple) else (row.get(k) != v)
+               for k, v in spec.plot_filter.items()):
             continue
         value = row.get(column)
         if not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):

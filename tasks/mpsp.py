@@ -187,6 +187,60 @@ def compute_features(
     return labels, feature % m
 
 
+def example_features(values: Int[Tensor, "n seq"], task: MPSPConfig) -> dict[str, Int[Tensor, " n"]]:
+    """Task-meaningful features of each sequence, to group examples by (e.g. which ones a
+    model gets wrong: :mod:`interp_toolkit.analyses.near_misses`).
+
+    Every task variant gets, in this order:
+
+    * the count of values with each residue mod m: ``n_odd`` for the parity tasks (the count
+      of even values is ``seq_len - n_odd``), ``n_mod3_0``, ``n_mod3_1``, ``n_mod3_2`` for the
+      mod-3 tasks;
+    * ``label``: the sum mod m (the label is the sum mod m, so this is also "sum mod m");
+    * ``shortcut``: the shortcut feature (max or first value mod m);
+    * ``max``: the max value, and ``max_count``: how many values equal it;
+    * ``max_position`` (max-shortcut tasks: the first position holding the max) or
+      ``first_value`` (first-element tasks: the value the shortcut reads).
+
+    Args:
+        values: The sequences (``MPSPSplit.values``).
+        task: The task that made them (its modulus and shortcut kind).
+
+    Returns:
+        Feature name -> one integer per sequence, ``[n]``.
+
+    Raises:
+        ValueError: ``values`` is not a 2-D integer tensor of ``task.seq_len`` columns.
+    """
+    import torch
+
+    if not isinstance(values, torch.Tensor) or values.ndim != 2 or values.dtype.is_floating_point \
+            or values.shape[1] != task.seq_len:
+        raise ValueError(f"values must be an integer tensor [n, {task.seq_len}] (seq_len of the task), got "
+                         f"{type(values).__name__} {tuple(getattr(values, 'shape', ()))}")
+    m = task.modulus
+    residues = values % m
+    features: dict[str, Tensor] = {}
+    if m == 2:
+        features["n_odd"] = (residues == 1).sum(-1)
+    else:
+        for c in range(m):
+            features[f"n_mod{m}_{c}"] = (residues == c).sum(-1)
+    labels, shortcut = compute_features(values, task.label, task.shortcut)
+    features["label"] = labels
+    features["shortcut"] = shortcut
+    top = values.max(dim=-1).values
+    at_max = values == top[:, None]
+    features["max"] = top
+    features["max_count"] = at_max.sum(-1)
+    if task.shortcut == "max":
+        # argmax of a 0/1 row is its first 1 (torch returns the first maximal index)
+        features["max_position"] = at_max.to(torch.uint8).argmax(-1)
+    else:
+        features["first_value"] = values[:, 0]
+    return {name: feature.long() for name, feature in features.items()}
+
+
 def _group_counts(n: int, r: float, feasible: dict[tuple[bool, int], bool], m: int,
                   cfg_desc: str) -> dict[tuple[bool, int], int]:
     n_agree = int(round(r * n))
@@ -408,4 +462,5 @@ def minimal_pairs(split: MPSPSplit, n: int | None = None, seed: int = 0) -> Mini
 
 
 __all__ = ["LABELS", "SHORTCUTS", "TASKS", "MPSPConfig", "MPSPSplit", "MinimalPairs", "compute_features",
+           "example_features",
            "make_split", "make_splits", "minimal_pairs", "task_modulus"]

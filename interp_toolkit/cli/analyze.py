@@ -18,12 +18,14 @@ from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
 HELP = "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"
-DESCRIPTION = ("Run fingerprints, ablation, patching, gradients or weight norms over every checkpoint of a run "
+DESCRIPTION = ("Run fingerprints, ablation, patching, gradients, weight norms or near misses (wrong examples "
+               "grouped by task features) over every checkpoint of a run "
                "(results cached per checkpoint and config; reruns are cache hits). The data is rebuilt "
                "from the run record's task config and checked against the run's data fingerprints.")
 # Names of interp_toolkit.analyses.over_checkpoints.ANALYSES and ablation.METHODS, spelled out
 # so that --help imports no torch (a test keeps them equal).
-ANALYSIS_NAMES = ("ablation", "fingerprints", "gradients", "patching", "resample_ablation_damage", "weight_norms")
+ANALYSIS_NAMES = ("ablation", "fingerprints", "gradients", "near_misses", "patching", "resample_ablation_damage",
+                  "weight_norms")
 ABLATION_METHODS = ("zero", "mean", "resample")
 
 # option -> analyses it applies to
@@ -31,7 +33,7 @@ _OPTION_SCOPE = {
     "split": ("fingerprints", "gradients"),
     "method": ("ablation",),
     "reference": ("ablation",),
-    "split_names": ("ablation",),
+    "split_names": ("ablation", "near_misses"),
     "source": ("patching", "resample_ablation_damage"),
     "target": ("patching", "resample_ablation_damage"),
     "positions": ("patching", "resample_ablation_damage", "ablation"),
@@ -54,7 +56,8 @@ class AnalyzeCommandConfig(Config):
         split: fingerprints/gradients: split to measure on (default train).
         method: ablation: zero, mean or resample (default mean).
         reference: ablation: split giving mean/resampled activations (default train).
-        split_names: ablation: splits measured (default: all but reference).
+        split_names: ablation: splits measured (default: all but reference); near_misses:
+            splits grouped (default: all).
         components: ablation/patching: e.g. L0H1 attn0 mlp1 resid_pre0.
         source: patching: source split (default val).
         target: patching: target split (default adv).
@@ -70,8 +73,8 @@ class AnalyzeCommandConfig(Config):
     """
 
     run_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
-    analysis: Optional[Literal["ablation", "fingerprints", "gradients", "patching", "resample_ablation_damage",  # noqa: UP007
-                               "weight_norms"]] = None
+    analysis: Optional[Literal["ablation", "fingerprints", "gradients", "near_misses", "patching",  # noqa: UP007
+                               "resample_ablation_damage", "weight_norms"]] = None
     epochs: Optional[tuple[int, ...]] = None  # noqa: UP007
     last: bool = False
     n: Optional[int] = None  # noqa: UP007

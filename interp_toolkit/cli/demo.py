@@ -75,6 +75,14 @@ def run_config(args: DemoCommandConfig) -> int:
     metrics = result.metrics
     outcome = compute_outcome(metrics, task_cfg.r, task_modulus(task_cfg.name))
     phases = describe_phases(outcome, metrics)
+    near_miss: dict[str, object] = {}
+    if not outcome["generalized"]:  # which examples stand between the run and 100%
+        from interp_toolkit.studies.near_miss import near_miss_of_run
+
+        split = outcome["generalization_split"] if outcome["generalization_split"] in ("adv", "val") else "adv"
+        near = near_miss_of_run(run_dir, split=split)
+        near_miss = {**near.fields(), "text": near.describe()}
+        phases.append(f"short of 100%: {near_miss['text']}")
     phases_path = run_dir / f"phases.{args.format}"
     save_figure(plot_phases(metrics, outcome), phases_path)
     summary = {
@@ -87,6 +95,7 @@ def run_config(args: DemoCommandConfig) -> int:
         "first_generalized_epoch": outcome["first_generalized_epoch"],
         "max_adv_acc": outcome["max_adv_acc"],
         "phases": phases,
+        "near_miss": near_miss,
         "seconds": None if result.already_finished else seconds,
         "curves_png": str(run_dir / "curves.png"),
         "curves": str(write_curves(result, run_dir, args.format)),

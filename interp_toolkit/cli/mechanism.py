@@ -103,6 +103,8 @@ def run_config(args: MechanismCommandConfig) -> int:
     print(f"phases: shortcut learned at epoch {outcome['shortcut_epoch']}, phase 2 onset at epoch "
           f"{outcome['phase2_onset_epoch']}, generalized: {outcome['generalized']} "
           f"(first at epoch {outcome['first_generalized_epoch']})")
+    if result.near_miss.get("text"):
+        print(f"short of 100%: {result.near_miss['text']}")
     last = result.checkpoint_epochs[-1]
     cos, minority = result.series("grad_cos"), result.series("minority_amplification")
     anti = result.series("amplification")

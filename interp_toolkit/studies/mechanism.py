@@ -12,7 +12,10 @@ in every panel:
 
 1. train / val (shortcut-consistent) / adv (anti-shortcut) accuracy from ``metrics.jsonl``,
    with the shortcut epoch, the phase-2 onset and the first generalized evaluation marked
-   (:func:`interp_toolkit.studies.outcomes.compute_outcome`, paper criteria);
+   (:func:`interp_toolkit.studies.outcomes.compute_outcome`, paper criteria); a run that
+   stops short of 100% names, in the title, its best accuracy, the examples still wrong
+   there and the feature group holding them
+   (:func:`interp_toolkit.studies.near_miss.near_miss_of_run`);
 2. gradient cosine between the mean gradients of shortcut-consistent and anti-shortcut
    training examples (all parameters, and each head's QK and OV parameters);
 3. amplification of the minority (the paper's quantity): mean per-example gradient norm of
@@ -116,6 +119,9 @@ class MechanismResult:
         model: The run's model config as a dict (``n_layers``, ``n_heads``, ...).
         config: The :class:`MechanismConfig` used.
         computed, cache_hits: Per analysis, the epochs computed now and those read from the cache.
+        near_miss: For a run short of the criterion, :meth:`NearMiss.fields
+            <interp_toolkit.studies.near_miss.NearMiss.fields>` plus ``text`` (its one-line
+            description); empty for a generalized run.
     """
 
     run_dir: Path
@@ -128,6 +134,7 @@ class MechanismResult:
     config: MechanismConfig
     computed: dict[str, list[int]] = field(default_factory=dict)
     cache_hits: dict[str, list[int]] = field(default_factory=dict)
+    near_miss: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -162,6 +169,7 @@ class MechanismResult:
         return {"run_dir": str(self.run_dir), "task": self.task, "model": self.model,
                 "settings": self.config.to_dict(), "heads": self.heads,
                 "checkpoint_epochs": self.checkpoint_epochs, "outcome": self.outcome,
+                "near_miss": self.near_miss,
                 "panels": {k: list(v) for k, v in PANEL_QUANTITIES.items()}}
 
 
@@ -278,9 +286,17 @@ def mechanism_over_checkpoints(
     heads = sorted({r["component"] for r in tables["fingerprints"].rows},
                    key=lambda h: tuple(int(x) for x in re.findall(r"\d+", h)))
     table = _tidy(metrics, tables, minority_of(task.r))
+    near_miss: dict[str, Any] = {}
+    if not outcome["generalized"]:
+        from interp_toolkit.studies.near_miss import near_miss_of_run
+
+        split = outcome["generalization_split"] if outcome["generalization_split"] in ("adv", "val") else "adv"
+        with torch_threads(n_threads):
+            near = near_miss_of_run(run_dir, split=split, device=load_on)
+        near_miss = {**near.fields(), "text": near.describe()}
     return MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available, outcome=outcome,
                            task={"name": task.name, **task.to_dict()}, model=model_config, config=config,
-                           computed=computed, cache_hits=hits)
+                           computed=computed, cache_hits=hits, near_miss=near_miss)
 
 
 def minority_of(r: float) -> str:
@@ -348,6 +364,10 @@ def _title(result: MechanismResult) -> str:
     verdict = ("generalized at epoch {}".format(result.outcome["first_generalized_epoch"])
                if result.outcome.get("generalized") else "not generalized")
     parts.append(f"{result.run_dir.name}: {verdict} (last epoch {result.outcome.get('final_epoch')})")
+    if not result.outcome.get("generalized") and result.near_miss.get("text"):
+        import textwrap
+
+        parts.append(textwrap.fill(result.near_miss["text"], 110))
     return "\n".join(parts)
 
 
@@ -506,7 +526,8 @@ def read_mechanism(path: str | Path) -> MechanismResult:
         return MechanismResult(run_dir=Path(summary["run_dir"]), table=table, heads=list(summary["heads"]),
                                checkpoint_epochs=list(summary["checkpoint_epochs"]), outcome=summary["outcome"],
                                task=summary["task"], model=summary["model"],
-                               config=MechanismConfig.from_dict(summary["settings"]))
+                               config=MechanismConfig.from_dict(summary["settings"]),
+                               near_miss=dict(summary.get("near_miss") or {}))
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise UserError(f"{json_path} is not a mechanism summary ({type(err).__name__}: {err})") from err
 

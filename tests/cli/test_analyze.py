@@ -48,3 +48,19 @@ def test_analyze_bad_input(tiny_run, capsys):
     assert "--method applies to ablation only" in capsys.readouterr().err
     assert main(["analyze", str(run_dir), "--analysis", "ablation", "--epochs", "99"]) == 2
     assert "no checkpoint for epochs [99]" in capsys.readouterr().err
+
+
+def test_analyze_near_misses(tiny_run, tmp_path, capsys):
+    run_dir, splits = tiny_run
+    assert main(["analyze", str(run_dir), "--analysis", "near_misses", "--last", "--split-names", "adv",
+                 "--out-dir", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "near_misses: 1 checkpoint(s) computed" in out
+    table = Table.from_csv(tmp_path / "near_misses.csv")
+    assert set(table.column("split")) == {"adv"} and set(table.column("epoch")) == {6}
+    assert {"n_odd", "label", "shortcut", "max", "max_count", "max_position"} == set(table.column("feature"))
+    n_odd = table.where(feature="n_odd").rows
+    assert sum(r["n"] for r in n_odd) == len(splits["adv"])
+    assert (tmp_path / "near_misses.png").is_file()
+    assert main(["analyze", str(run_dir), "--analysis", "near_misses", "--method", "zero"]) == 2
+    assert "--method applies to ablation only" in capsys.readouterr().err

@@ -114,6 +114,12 @@ def test_demo_sweep_report_through_main(tmp_path, capsys):
     code, out, err = run_cli(capsys, "demo", "--out", tmp_path / "demo", "--epochs", "2", "--n-train", "64")
     assert code == 0, err
     assert (tmp_path / "demo" / "summary.json").is_file() and "demo run" in out
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    if summary["first_generalized_epoch"] is None:  # 2 epochs: short of 100%, and the printout says how far
+        assert summary["near_miss"]["best_adv_acc"] == summary["max_adv_acc"]
+        assert f"short of 100%: {summary['near_miss']['text']}" in out and "still wrong" in out
+    else:
+        assert summary["near_miss"] == {}
     study = tmp_path / "study"
     code, out, err = run_cli(capsys, "sweep", "--preset", "smoke", "--ratios", "0.9", "--layers", "1", "--heads", "1",
                              "--seeds", "1", "--epochs", "2", "--n-train", "64", "--n-eval", "32", "--eval-every",

@@ -286,3 +286,28 @@ def test_cli_help_imports_no_heavy_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "--grad-n" in done.stdout and "--format" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "0 False False"
+
+
+def test_a_run_short_of_the_criterion_names_its_near_miss(mech, tmp_path):
+    run_dir, _, result = mech
+    from interp_toolkit.studies.near_miss import NEAR_MISS_FIELDS, near_miss_of_run
+
+    if result.outcome["generalized"]:
+        assert result.near_miss == {}
+    else:
+        near = near_miss_of_run(run_dir)
+        assert result.near_miss == {**near.fields(), "text": near.describe()}
+        assert set(NEAR_MISS_FIELDS) < set(result.near_miss)
+        assert result.near_miss["best_adv_acc"] == result.outcome["max_adv_acc"]
+        assert "still wrong" in plot_mechanism(result).axes[0].get_title()
+    # a near miss with its group, as near_miss_of_run describes one, is in the title and the summary
+    text = "adv accuracy peaked at 99.37% (epoch 100): 13 of 2048 still wrong, all in n_odd=8 (13 of 13 wrong)"
+    near_miss = dataclasses.replace(result, outcome={**result.outcome, "generalized": False},
+                                    near_miss={"n_adv_wrong_at_best": 13, "text": text})
+    title = plot_mechanism(near_miss).axes[0].get_title()
+    assert "13 of 2048 still wrong" in title and "n_odd=8 (13 of 13 wrong)" in title
+    write_mechanism(near_miss, tmp_path / "fig.png")
+    assert read_mechanism(tmp_path / "fig.png").near_miss == near_miss.near_miss
+    generalized = dataclasses.replace(near_miss, outcome={**result.outcome, "generalized": True,
+                                                          "first_generalized_epoch": 10})
+    assert "still wrong" not in plot_mechanism(generalized).axes[0].get_title()

@@ -156,3 +156,37 @@ def test_minimal_pairs_bad_input():
     zeros = MPSPConfig(seq_len=3, n_values=1, n_train=4, n_eval=4)
     with pytest.raises(ValueError, match="no example"):
         minimal_pairs(make_split(zeros, 1.0, 4, seed=0))
+
+
+@pytest.mark.parametrize("task_name", sorted(TASKS))
+def test_example_features_of_every_task_variant(task_name):
+    from interp_toolkit.tasks.mpsp import example_features
+
+    cfg = MPSPConfig.from_task(task_name, seq_len=4, n_values=10)
+    values = torch.tensor([[1, 3, 5, 7], [2, 9, 9, 0], [6, 6, 6, 6]])
+    features = example_features(values, cfg)
+    m = cfg.modulus
+    residue_names = ["n_odd"] if m == 2 else ["n_mod3_0", "n_mod3_1", "n_mod3_2"]
+    assert list(features)[: len(residue_names) + 4] == [*residue_names, "label", "shortcut", "max", "max_count"]
+    if m == 2:
+        assert features["n_odd"].tolist() == [4, 2, 0]
+    else:
+        assert [features[f"n_mod3_{c}"].tolist() for c in range(3)] == [[1, 3, 4], [2, 0, 0], [1, 1, 0]]
+    labels, shortcut = compute_features(values, cfg.label, cfg.shortcut)
+    assert features["label"].tolist() == labels.tolist() == (values.sum(-1) % m).tolist()
+    assert features["shortcut"].tolist() == shortcut.tolist()
+    assert features["max"].tolist() == [7, 9, 6]
+    assert features["max_count"].tolist() == [1, 2, 4]
+    if cfg.shortcut == "max":
+        assert features["max_position"].tolist() == [3, 1, 0]  # the first position of a tied max
+        assert "first_value" not in features
+    else:
+        assert features["first_value"].tolist() == [1, 2, 6]
+        assert "max_position" not in features
+
+
+def test_example_features_refuse_values_of_another_length():
+    from interp_toolkit.tasks.mpsp import example_features
+
+    with pytest.raises(ValueError, match=r"integer tensor \[n, 5\].*\(2, 4\)"):
+        example_features(torch.zeros(2, 4, dtype=torch.long), MPSPConfig(seq_len=5))
