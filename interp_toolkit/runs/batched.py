@@ -57,6 +57,7 @@ from interp_toolkit.runs.engine import (
 from interp_toolkit.runs.extend import (
     carried_fields,
     check_extension_source,
+    clear_run_outputs,
     continue_from,
     keep_final_state,
     starts_fresh,
@@ -81,7 +82,6 @@ from interp_toolkit.runs.resume import (
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
-    clear_run_outputs,
     epoch_minibatches,
     plot_curves,
     run_identity,
