@@ -17,7 +17,6 @@ import tyro
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
-HELP = "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"
 DESCRIPTION = ("Run fingerprints, ablation, patching, gradients or weight norms over every checkpoint of a run "
                "(results cached per checkpoint and config; reruns are cache hits). The data is rebuilt "
                "from the run record's task config and checked against the run's data fingerprints.")
@@ -167,5 +166,5 @@ def run_config(args: AnalyzeCommandConfig) -> int:
     return 0
 
 
-__all__ = ["ABLATION_METHODS", "ANALYSIS_NAMES", "AnalyzeCommandConfig", "DESCRIPTION", "HELP", "parse",
+__all__ = ["ABLATION_METHODS", "ANALYSIS_NAMES", "AnalyzeCommandConfig", "DESCRIPTION", "parse",
            "run_config"]

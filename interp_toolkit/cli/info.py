@@ -9,11 +9,10 @@ from typing import Optional, Sequence
 
 import tyro
 
-from interp_toolkit.cli.train import format_metrics
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
+from interp_toolkit.runs.mpsp import format_metrics
 
-HELP = "print a checkpoint's config, metadata and accuracies"
 DESCRIPTION = ("Print the model config, metadata and logged accuracies of a checkpoint file (and the task "
                "of the run it belongs to), or the record of a run directory.")
 
@@ -80,4 +79,4 @@ def run_config(args: InfoCommandConfig) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "HELP", "InfoCommandConfig", "parse", "run_config"]
+__all__ = ["DESCRIPTION", "InfoCommandConfig", "parse", "run_config"]

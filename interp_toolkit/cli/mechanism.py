@@ -19,7 +19,6 @@ from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism import MechanismConfig
 
-HELP = "the shortcut mechanism of a run over its checkpoints: 7-panel figure + tidy CSV"
 DESCRIPTION = ("Accuracies with the two phases marked, gradient cosine, amplification, QK / OV fingerprints, "
                "minimal-pair patching and ablation per head, over every checkpoint of an MPSP run directory, "
                "on one log-scaled epoch axis (one colour per head). Analyses are cached per checkpoint: a rerun "
@@ -103,18 +102,15 @@ def run_config(args: MechanismCommandConfig) -> int:
     print(f"phases: shortcut learned at epoch {outcome['shortcut_epoch']}, phase 2 onset at epoch "
           f"{outcome['phase2_onset_epoch']}, generalized: {outcome['generalized']} "
           f"(first at epoch {outcome['first_generalized_epoch']})")
-    last = result.checkpoint_epochs[-1]
-    cos, minority = result.series("grad_cos"), result.series("minority_amplification")
-    anti = result.series("amplification")
-    if last in cos[0]:
-        # the paper's amplification of the minority; at r = 0.5 there is none, so anti / consistent
-        amplification = (f"minority amplification {minority[1][minority[0].index(last)]:.2f}" if last in minority[0]
-                         else f"amplification (anti / consistent) {anti[1][anti[0].index(last)]:.2f}")
-        print(f"epoch {last}: gradient cosine {cos[1][cos[0].index(last)]:.3f}, {amplification}")
+    last = result.last_epoch_summary()
+    if last is not None:
+        amplification = (f"minority amplification {last['amplification']:.2f}" if last["amplification_kind"] == "minority"
+                         else f"amplification (anti / consistent) {last['amplification']:.2f}")
+        print(f"epoch {last['epoch']}: gradient cosine {last['grad_cos']:.3f}, {amplification}")
     print(f"figure:  {written['figure']}")
     print(f"table:   {written['table']}")
     print(f"summary: {written['summary']}")
     return 0
 
 
-__all__ = ["DESCRIPTION", "HELP", "MechanismCommandConfig", "figure_path", "parse", "run_config"]
+__all__ = ["DESCRIPTION", "MechanismCommandConfig", "figure_path", "parse", "run_config"]
