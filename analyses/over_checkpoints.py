@@ -157,7 +157,7 @@ def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) ->
             label = name or spec.name
             return label, AnalysisSpec(label, analysis, spec.value_columns, spec.series_columns, spec.plot_filter,
                                        spec.version)
-    label = name or getattr(base, "__name__", "analysis")
+    label = name or str(getattr(base, "__name__", "analysis"))
     return label, AnalysisSpec(label, analysis, (), ())
 
 
@@ -274,7 +274,8 @@ def over_checkpoints(
         entry = json.loads(cache_path.read_text()) if cache_path.is_file() else None
         cached = entry["rows"] if entry is not None else None
         # an entry written before the analysis gained a value column is stale, not a hit
-        if cached is not None and all(column in row for row in cached for column in spec.value_columns):
+        if entry is not None and cached is not None and all(
+                column in row for row in cached for column in spec.value_columns):
             epoch_rows = _in_column_order(cached, entry.get("columns"))
             hits.append(epoch)
         else:

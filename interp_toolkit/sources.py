@@ -271,6 +271,7 @@ def expand_revisions(text: str) -> list[str]:
                 f"revision range {part!r} expands to {count} revisions (> {MAX_RANGE_REVISIONS}); use a larger EVERY"
             )
         span = _RANGE.search(part)
+        assert span is not None  # part holds exactly one range (checked above)
         prefix, suffix = part[: span.start()], part[span.end() :]
         out.extend(f"{prefix}{value}{suffix}" for value in range(start, stop + 1, every))
     return list(dict.fromkeys(out))

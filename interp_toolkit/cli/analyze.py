@@ -102,14 +102,19 @@ class AnalyzeCommandConfig(Config):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
 
+    def run_and_analysis(self) -> tuple[Path, str]:
+        """``(run_dir, analysis)``; a user error names whichever is missing."""
+        if self.run_dir is None:
+            raise UserError("analyze needs a RUN_DIR (a directory written by `interp-toolkit train`)")
+        if self.analysis is None:
+            raise UserError(f"analyze needs --analysis, one of {', '.join(ANALYSIS_NAMES)}")
+        return self.run_dir, self.analysis
+
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit analyze") -> AnalyzeCommandConfig:
     """``argv`` (after ``analyze``) -> a validated :class:`AnalyzeCommandConfig`."""
     config = parse_config(AnalyzeCommandConfig, argv, prog=prog, description=DESCRIPTION)
-    if config.run_dir is None:
-        raise UserError("analyze needs a RUN_DIR (a directory written by `interp-toolkit train`)")
-    if config.analysis is None:
-        raise UserError(f"analyze needs --analysis, one of {', '.join(ANALYSIS_NAMES)}")
+    config.run_and_analysis()
     return config
 
 
@@ -144,22 +149,23 @@ def run_config(args: AnalyzeCommandConfig) -> int:
     from interp_toolkit.runs.record import read_record, task_dict
     from interp_toolkit.runs.trainer import list_checkpoints
 
+    run_dir, analysis = args.run_and_analysis()
     config = _config(args)
     device = resolve_device(args.device or "cpu")
-    record = read_record(args.run_dir)  # a missing or foreign directory fails here, before any work
+    record = read_record(run_dir)  # a missing or foreign directory fails here, before any work
     epochs = list(args.epochs) if args.epochs else None
     if args.last:
         if epochs:
             raise UserError("--last and --epochs are exclusive")
-        found = list_checkpoints(args.run_dir)
+        found = list_checkpoints(run_dir)
         if not found:
-            raise UserError(f"{args.run_dir} has no checkpoints")
+            raise UserError(f"{run_dir} has no checkpoints")
         epochs = [found[-1][0]]
     print("task (from the run record): " + json.dumps(task_dict(record) or {}, sort_keys=True))
-    result = over_checkpoints(args.analysis, args.run_dir, epochs=epochs, config=config,
+    result = over_checkpoints(analysis, run_dir, epochs=epochs, config=config,
                               out_dir=args.out_dir, plot=args.plot, progress=args.progress,
                               device=device, figure_format=args.format)
-    print(f"{args.analysis}: {len(result.computed)} checkpoint(s) computed, {len(result.cache_hits)} from cache")
+    print(f"{analysis}: {len(result.computed)} checkpoint(s) computed, {len(result.cache_hits)} from cache")
     print(f"table: {result.csv_path}")
     if result.png_path is not None:
         print(f"plot:  {result.png_path}")

@@ -27,12 +27,17 @@ class InfoCommandConfig(Config):
 
     checkpoint: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
 
+    def target(self) -> Path:
+        """The checkpoint or run directory; a user error if none was given."""
+        if self.checkpoint is None:
+            raise UserError("info needs a CHECKPOINT (a .safetensors file or a run directory)")
+        return Path(self.checkpoint)
+
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit info") -> InfoCommandConfig:
     """``argv`` (after ``info``) -> an :class:`InfoCommandConfig`."""
     config = parse_config(InfoCommandConfig, argv, prog=prog, description=DESCRIPTION)
-    if config.checkpoint is None:
-        raise UserError("info needs a CHECKPOINT (a .safetensors file or a run directory)")
+    config.target()
     return config
 
 
@@ -42,7 +47,7 @@ def run_config(args: InfoCommandConfig) -> int:
     from interp_toolkit.runs.record import find_run_dir, read_record, task_dict
     from interp_toolkit.runs.trainer import list_checkpoints
 
-    target = Path(args.checkpoint)
+    target = args.target()
     if not target.exists():
         raise UserError(f"{target} does not exist (expected a .safetensors checkpoint or a run directory)")
     if target.is_dir():

@@ -61,12 +61,17 @@ class MechanismCommandConfig(Config):
         if self.epochs is not None:
             self.epochs = tuple(self.epochs)
 
+    def target(self) -> Path:
+        """The run directory; a user error if none was given."""
+        if self.run_dir is None:
+            raise UserError("mechanism needs a RUN_DIR (a directory written by `interp-toolkit train` or `sweep`)")
+        return self.run_dir
+
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit mechanism") -> MechanismCommandConfig:
     """``argv`` (after ``mechanism``) -> a validated :class:`MechanismCommandConfig`."""
     config = parse_config(MechanismCommandConfig, argv, prog=prog, description=DESCRIPTION)
-    if config.run_dir is None:
-        raise UserError("mechanism needs a RUN_DIR (a directory written by `interp-toolkit train` or `sweep`)")
+    config.target()
     return config
 
 
@@ -77,7 +82,7 @@ def figure_path(args: MechanismCommandConfig) -> tuple[Path, str]:
         raise UserError(f"--out {args.out} has suffix .{suffix} but --format is {args.format}; drop one or make "
                         "them agree")
     fmt = args.format or (suffix if suffix in FORMATS else "png")
-    path = args.out if args.out is not None else Path(args.run_dir) / "mechanism"
+    path = args.out if args.out is not None else args.target() / "mechanism"
     return path.with_suffix(f".{fmt}"), fmt
 
 
@@ -91,9 +96,10 @@ def run_config(args: MechanismCommandConfig) -> int:
     )
 
     path, fmt = figure_path(args)
-    check_run_dir(args.run_dir)  # a missing or foreign directory fails here, before any work
+    run_dir = args.target()
+    check_run_dir(run_dir)  # a missing or foreign directory fails here, before any work
     device = resolve_device(args.device or "cpu")
-    result = mechanism_over_checkpoints(args.run_dir, args.settings, epochs=args.epochs, device=device,
+    result = mechanism_over_checkpoints(run_dir, args.settings, epochs=args.epochs, device=device,
                                         progress=args.progress, n_threads=args.threads)
     written = write_mechanism(result, path, fmt)
     outcome = result.outcome

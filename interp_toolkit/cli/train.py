@@ -139,7 +139,7 @@ def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
     from interp_toolkit.config import load_config_file, parse_config, split_config_flag
 
     cls = command_config_class()
-    cfg = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES, prepare=_prepare,
+    cfg: Any = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES, prepare=_prepare,
                        prefixes=True)
     # d_head follows d_model / n_heads unless it was given (the default instance holds a derived value)
     config_file, rest = split_config_flag(argv)

@@ -240,6 +240,8 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
     final_state = source_dir / FINAL_STATE_NAME
     state = load_resume_state(final_state, record.get("key")) if final_state.is_file() else None
     if not finished:
+        if state is None:
+            raise ExtensionError(f"{source_dir} has no {FINAL_STATE_NAME} to continue from; it cannot be extended")
         write_record(run_dir, new)  # status running: without the resume state, a fresh start
         save_resume_state(run_dir / RESUME_NAME, state["epoch"], key, state["model"],
                           state["optimizer_state"], state["shuffle_rng"])

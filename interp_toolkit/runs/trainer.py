@@ -361,6 +361,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     resumed_from = None
     if state.status == "resume":
         saved = state.resume_state
+        assert saved is not None  # status "resume" carries the state
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict({"state": saved["optimizer_state"],
                                    "param_groups": optimizer.state_dict()["param_groups"]})

@@ -97,7 +97,9 @@ def gptneox_config(config: TestbedConfig) -> Any:
     """The ``transformers.GPTNeoXConfig`` of the testbed model."""
     from transformers import GPTNeoXConfig
 
-    return GPTNeoXConfig(
+    # rotary_pct: transformers 5 maps this older name onto rope_parameters at run time (its
+    # typed signature lacks it), and older versions read it directly
+    return GPTNeoXConfig(  # type: ignore[call-arg]
         vocab_size=config.corpus.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.n_layers,
         num_attention_heads=config.n_heads, intermediate_size=config.d_mlp,
         max_position_embeddings=config.corpus.seq_len, rotary_pct=config.rotary_pct, use_parallel_residual=True,

@@ -275,7 +275,7 @@ def mechanism_over_checkpoints(
                         "the gradient panels need both kinds; use a run with 0 < r < 1 or a larger grad_n")
     outcome = compute_outcome(metrics, task.r, task.modulus)
 
-    runs = {
+    runs: dict[str, tuple[str, dict[str, Any]]] = {
         "gradients": ("gradients", {"split": "train", "n": config.grad_n, "chunk_size": config.grad_chunk_size}),
         "fingerprints": ("fingerprints", {"split": "train", "n": config.fingerprint_n}),
         "patching_val_to_adv": ("patching", {"source": "val", "target": "adv", "n": config.patching_n,
