@@ -209,6 +209,7 @@ def over_checkpoints(
     device: str | None = None,
     figure_format: str = "png",
     version: int | None = None,
+    last: bool = False,
 ) -> CheckpointsResult:
     """Run ``analysis`` on every checkpoint of ``run_dir`` (or the given ``epochs``).
 
@@ -229,6 +230,7 @@ def over_checkpoints(
         version: The analysis's version, a positive int in the cache key (default: the
             registered analysis's ``AnalysisSpec.version``, 1 for a callable). Bump it when
             you change a callable's code, so its cached results are recomputed.
+        last: Only the run's last checkpoint (not with ``epochs``).
 
     Returns:
         :class:`CheckpointsResult`.
@@ -241,6 +243,8 @@ def over_checkpoints(
     label, spec = _resolve(analysis, name)
     if version is not None:
         spec = dataclasses.replace(spec, version=version)
+    if last and epochs is not None:
+        raise ValueError(f"last and epochs ({list(epochs)}) are exclusive: the last checkpoint or the given epochs")
     run_dir = Path(run_dir)
     config = dict(config or {})
     try:
@@ -257,6 +261,8 @@ def over_checkpoints(
         if missing:
             raise ValueError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {sorted(available)}")
         checkpoints = [(e, available[e]) for e in sorted(set(epochs))]
+    if last:
+        checkpoints = checkpoints[-1:]
     check_checkpoints_belong_to_run(run_dir, checkpoints)
     if splits is None:
         splits = splits_from_run(run_dir)

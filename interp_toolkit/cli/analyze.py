@@ -108,6 +108,8 @@ class AnalyzeCommandConfig(Config):
             raise UserError("analyze needs a RUN_DIR (a directory written by `interp-toolkit train`)")
         if self.analysis is None:
             raise UserError(f"analyze needs --analysis, one of {', '.join(ANALYSIS_NAMES)}")
+        if self.last and self.epochs:
+            raise UserError("--last and --epochs are exclusive")
         return self.run_dir, self.analysis
 
 
@@ -147,24 +149,15 @@ def run_config(args: AnalyzeCommandConfig) -> int:
     from interp_toolkit.analyses.over_checkpoints import over_checkpoints
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.runs.record import read_record, task_dict
-    from interp_toolkit.runs.trainer import list_checkpoints
 
     run_dir, analysis = args.run_and_analysis()
     config = _config(args)
     device = resolve_device(args.device or "cpu")
     record = read_record(run_dir)  # a missing or foreign directory fails here, before any work
-    epochs = list(args.epochs) if args.epochs else None
-    if args.last:
-        if epochs:
-            raise UserError("--last and --epochs are exclusive")
-        found = list_checkpoints(run_dir)
-        if not found:
-            raise UserError(f"{run_dir} has no checkpoints")
-        epochs = [found[-1][0]]
     print("task (from the run record): " + json.dumps(task_dict(record) or {}, sort_keys=True))
-    result = over_checkpoints(analysis, run_dir, epochs=epochs, config=config,
-                              out_dir=args.out_dir, plot=args.plot, progress=args.progress,
-                              device=device, figure_format=args.format)
+    result = over_checkpoints(analysis, run_dir, epochs=list(args.epochs) if args.epochs else None,
+                              last=args.last, config=config, out_dir=args.out_dir, plot=args.plot,
+                              progress=args.progress, device=device, figure_format=args.format)
     print(f"{analysis}: {len(result.computed)} checkpoint(s) computed, {len(result.cache_hits)} from cache")
     print(f"table: {result.csv_path}")
     if result.png_path is not None:
