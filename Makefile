@@ -27,8 +27,14 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# ruff, then types (mypy) and the layer contract (lint-imports, [tool.importlinter] in
+# pyproject.toml). Both read folders, not the editable install's import hook, so they run in
+# build/lint, where tools/lint_tree.py links interp_toolkit, tasks/ and analyses/ into one tree.
 lint: $(STAMP)
-	$(BIN)/ruff check interp_toolkit tasks analyses tests examples benchmarks
+	$(BIN)/ruff check interp_toolkit tasks analyses tests examples benchmarks tools
+	$(BIN)/python tools/lint_tree.py build/lint
+	cd build/lint && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml
+	cd build/lint && $(abspath $(BIN))/lint-imports $(CURDIR)/pyproject.toml
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

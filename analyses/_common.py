@@ -6,7 +6,7 @@ import csv
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, overload
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_toolkit.io import atomic_write_text
+from interp_toolkit.model import HookedModel
 
 
 @dataclass
@@ -155,7 +156,7 @@ def readout_metrics(
 
 # --------------------------------------------------------------------------- model
 
-def model_shape(model: Any) -> dict[str, Any]:
+def model_shape(model: HookedModel) -> dict[str, Any]:
     """``n_layers, n_heads, d_head, attn_only, n_ctx, d_vocab_out`` of a TransformerLens model."""
     cfg = model.cfg
     return {
@@ -169,7 +170,7 @@ def model_shape(model: Any) -> dict[str, Any]:
     }
 
 
-def model_device(model: Any) -> torch.device:
+def model_device(model: HookedModel) -> torch.device:
     return next(model.parameters()).device
 
 
@@ -193,7 +194,7 @@ def check_split(name: str, split: Any, n_ctx: int | None = None, d_vocab: int | 
         check_token_ids(name, tokens, d_vocab)
 
 
-def check_splits(splits: Mapping[str, Any], names: Iterable[str], model: Any | None = None) -> None:
+def check_splits(splits: Mapping[str, Any], names: Iterable[str], model: HookedModel | None = None) -> None:
     """ValueError naming any requested split that is missing or malformed."""
     if not isinstance(splits, Mapping) or not splits:
         raise ValueError(f"splits must be a non-empty mapping name -> split, got {type(splits).__name__}")
@@ -217,6 +218,10 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
 
 
+@overload
+def check_positions(positions: Sequence[int], seq_len: int) -> list[int]: ...
+@overload
+def check_positions(positions: None, seq_len: int) -> None: ...
 def check_positions(positions: Sequence[int] | None, seq_len: int) -> list[int] | None:
     """Normalize positions to non-negative ints; ``None`` means every position."""
     if positions is None:

@@ -21,6 +21,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.utilities import get_act_name
 
+from interp_toolkit.model import HookedModel
+
 from ._common import (
     METRICS,
     AnalysisResult,
@@ -57,7 +59,7 @@ class Component:
     head: int | None = None
 
 
-def list_components(model: Any, kinds: Sequence[str] = KINDS) -> list[Component]:
+def list_components(model: HookedModel, kinds: Sequence[str] = KINDS) -> list[Component]:
     """Every component of ``model`` of the given kinds (MLPs skipped on attention-only models)."""
     for kind in kinds:
         check_choice("component kind", kind, KINDS)
@@ -76,7 +78,7 @@ def list_components(model: Any, kinds: Sequence[str] = KINDS) -> list[Component]
     return out
 
 
-def resolve_components(model: Any, components: Sequence[str | Component] | None,
+def resolve_components(model: HookedModel, components: Sequence[str | Component] | None,
                        kinds: Sequence[str] = KINDS) -> list[Component]:
     """Components by name (or all of ``kinds`` when ``None``); ValueError on unknown names."""
     available = {c.name: c for c in list_components(model, KINDS)}
@@ -175,7 +177,7 @@ def compute_ablation_table(
 
 
 def ablation(
-    model: Any,
+    model: HookedModel,
     splits: Mapping[str, Any],
     method: str = "mean",
     split_names: Sequence[str] | None = None,

@@ -42,6 +42,8 @@ from torch import Tensor
 from transformer_lens import FactoredMatrix
 from transformer_lens.utilities import get_act_name
 
+from interp_toolkit.model import HookedModel
+
 from ._common import (
     AnalysisResult,
     Table,
@@ -117,22 +119,22 @@ def compute_ov_fingerprint(
     return float(sum(rhos) / modulus), float(max(ps))
 
 
-def qk_circuit(model: Any, layer: int, head: int) -> FactoredMatrix:
+def qk_circuit(model: HookedModel, layer: int, head: int) -> FactoredMatrix:
     """The head's QK circuit W_Q W_K^T [d_model, d_model] as a ``FactoredMatrix``."""
     return model.QK[layer, head]
 
 
-def ov_circuit(model: Any, layer: int, head: int) -> FactoredMatrix:
+def ov_circuit(model: HookedModel, layer: int, head: int) -> FactoredMatrix:
     """The head's OV circuit W_V W_O [d_model, d_model] as a ``FactoredMatrix``."""
     return model.OV[layer, head]
 
 
-def full_ov_circuit(model: Any, layer: int, head: int) -> FactoredMatrix:
+def full_ov_circuit(model: HookedModel, layer: int, head: int) -> FactoredMatrix:
     """Token -> output-logit OV circuit W_E W_V W_O W_U [d_vocab, d_vocab_out]."""
     return FactoredMatrix(model.W_E @ model.W_V[layer, head], model.W_O[layer, head] @ model.W_U)
 
 
-def full_qk_circuit(model: Any, layer: int, head: int) -> FactoredMatrix:
+def full_qk_circuit(model: HookedModel, layer: int, head: int) -> FactoredMatrix:
     """Token-token QK circuit W_E W_Q W_K^T W_E^T [d_vocab, d_vocab] (direct path)."""
     return FactoredMatrix(model.W_E @ model.W_Q[layer, head], (model.W_E @ model.W_K[layer, head]).T)
 
@@ -150,7 +152,7 @@ def _readout_scores(q: Tensor, k: Tensor, pattern: Tensor, raw_scores: Tensor | 
 
 
 def fingerprints(
-    model: Any,
+    model: HookedModel,
     splits: Mapping[str, Any],
     split: str = "train",
     modulus: int | None = None,
@@ -226,7 +228,7 @@ def fingerprints(
     vt = sorted(set(values_at.unique().tolist())) if value_tokens is None else list(value_tokens)
     vt_tensor = torch.tensor(vt, dtype=torch.long)
 
-    names = set()
+    names: set[str] = set()
     for layer in layer_list:
         names.update(get_act_name(x, layer) for x in ("q", "k", "z", "pattern", "attn_scores"))
     was_training = model.training

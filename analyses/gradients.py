@@ -29,7 +29,7 @@ gradients). Groups: :func:`parameter_groups`.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
 from tqdm.auto import tqdm
+
+from interp_toolkit.model import HookedModel
 
 from ._common import (
     AnalysisResult,
@@ -56,13 +58,13 @@ _MLP = re.compile(r"^blocks\.(\d+)\.mlp\.")
 _LN = re.compile(r"^(blocks\.\d+\.ln\d|ln_final)\.")
 
 
-def parameter_names(model: Any) -> dict[str, str]:
+def parameter_names(model: HookedModel) -> dict[str, str]:
     """Raw parameter path (``named_parameters``) -> TransformerLens state-dict key."""
     by_ptr = {v.data_ptr(): k for k, v in model.state_dict().items()}
     return {name: by_ptr.get(p.data_ptr(), name) for name, p in model.named_parameters() if p.requires_grad}
 
 
-def parameter_groups(model: Any) -> Groups:
+def parameter_groups(model: HookedModel) -> Groups:
     """Parameter groups: ``all``, ``embed``, ``L{l}H{h}.QK``, ``L{l}H{h}.OV``, ``mlp{l}``,
     ``unembed``, ``ln``, ``other`` (attention output biases and anything unrecognized).
 
@@ -92,8 +94,8 @@ def parameter_groups(model: Any) -> Groups:
                 add(f"L{layer}H{head}.{'QK' if which in 'qk' else 'OV'}", raw, index)
         elif tl.startswith(("embed.", "pos_embed.")):
             add("embed", raw)
-        elif _MLP.match(tl):
-            add(f"mlp{_MLP.match(tl).group(1)}", raw)
+        elif (mlp := _MLP.match(tl)) is not None:
+            add(f"mlp{mlp.group(1)}", raw)
         elif tl.startswith("unembed."):
             add("unembed", raw)
         elif _LN.match(tl):
@@ -103,19 +105,20 @@ def parameter_groups(model: Any) -> Groups:
     return groups
 
 
-def _loss_fn(model: Any, buffers: dict[str, Tensor], position: int):
+def _loss_fn(model: HookedModel, buffers: dict[str, Tensor], position: int):
     def loss(params: dict[str, Tensor], tokens: Tensor, label: Tensor) -> Tensor:
         # tie_weights=False: the bridge registers each parameter under two paths; with the
         # default tie handling, functional_call leaves detached tensors in the model
         # afterwards (ordinary autograd then no longer reaches them).
-        logits = functional_call(model, (params, buffers), (tokens[None],), tie_weights=False)
+        module = cast(torch.nn.Module, model)  # a HookedModel is an nn.Module (bridge or HookedTransformer)
+        logits = functional_call(module, (params, buffers), (tokens[None],), tie_weights=False)
         return F.cross_entropy(logits[:, position], label[None])
 
     return loss
 
 
 def per_example_grads(
-    model: Any,
+    model: HookedModel,
     tokens: Int[Tensor, "n pos"],
     labels: Int[Tensor, " n"],
     readout_position: int = -1,
@@ -134,7 +137,7 @@ def per_example_grads(
     return {name: torch.cat(parts) for name, parts in out.items()}
 
 
-def _chunked_grads(model: Any, tokens: Tensor, labels: Tensor, position: int, chunk_size: int,
+def _chunked_grads(model: HookedModel, tokens: Tensor, labels: Tensor, position: int, chunk_size: int,
                    progress: bool = False):
     device = model_device(model)
     params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
@@ -148,7 +151,10 @@ def group_gradients(grads: Mapping[str, Tensor], groups: Groups) -> dict[str, Fl
     """Flatten per-example gradients ``{raw name: [n, ...]}`` into ``{group: [n, d]}``."""
     out = {}
     for group, members in groups.items():
-        parts = [grads[raw][(slice(None), *index)].reshape(grads[raw].shape[0], -1) for raw, index in members]
+        parts = []
+        for raw, index in members:
+            key = (slice(None), *index)  # named: mypy reads x[(a, *b)] as 3.11's x[a, *b]
+            parts.append(grads[raw][key].reshape(grads[raw].shape[0], -1))
         if parts:
             out[group] = torch.cat(parts, dim=1)
     return out
@@ -256,7 +262,7 @@ def _check_agrees(agrees: Any, n: int) -> None:
         raise ValueError("agrees must mark at least one shortcut-consistent and one anti-shortcut example")
 
 
-def _mean_grads(model: Any, tokens: Tensor, labels: Tensor, position: int, chunk: int) -> dict[str, Tensor]:
+def _mean_grads(model: HookedModel, tokens: Tensor, labels: Tensor, position: int, chunk: int) -> dict[str, Tensor]:
     device = model_device(model)
     params = [p for p in model.parameters() if p.requires_grad]
     names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -273,7 +279,7 @@ def _mean_grads(model: Any, tokens: Tensor, labels: Tensor, position: int, chunk
 
 
 def gradient_conflict(
-    model: Any,
+    model: HookedModel,
     splits: Mapping[str, Any],
     split: str = "train",
     readout_position: int = -1,
@@ -332,9 +338,12 @@ def gradient_conflict(
             # the chunk's gradients is made.
             stop = start + next(iter(chunk.values())).shape[0]
             for g in flat_c:
-                sq = dot_c = dot_a = 0.0
+                sq: Any = 0.0  # a tensor once the first member is added
+                dot_c: Any = 0.0
+                dot_a: Any = 0.0
                 for (raw, index), m_c, m_a in zip(groups[g], parts_c[g], parts_a[g], strict=True):
-                    x = chunk[raw][(slice(None), *index)].detach()
+                    key = (slice(None), *index)
+                    x = chunk[raw][key].detach()
                     x = x.reshape(x.shape[0], -1)
                     sq = sq + (x * x).sum(1)
                     dot_c = dot_c + x @ m_c

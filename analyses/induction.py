@@ -8,17 +8,17 @@ weight on that position over the second half; the model's score is the max over 
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+from interp_toolkit.model import HookedModel
 
 __all__ = ["induction_scores", "induction_score"]
 
 
 def induction_scores(
-    model: Any, tokens: Int[Tensor, "batch seq"], half_len: int, bos: bool = True
+    model: HookedModel, tokens: Int[Tensor, "batch seq"], half_len: int, bos: bool = True
 ) -> Float[Tensor, "n_layers n_heads"]:
     """Mean prefix-matching attention of every head on repeated sequences.
 
@@ -51,6 +51,6 @@ def induction_scores(
     return torch.stack(scores).cpu()
 
 
-def induction_score(model: Any, tokens: Int[Tensor, "batch seq"], half_len: int, bos: bool = True) -> float:
+def induction_score(model: HookedModel, tokens: Int[Tensor, "batch seq"], half_len: int, bos: bool = True) -> float:
     """Max over heads of :func:`induction_scores`."""
     return float(induction_scores(model, tokens, half_len, bos).max())

@@ -161,7 +161,7 @@ def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) ->
             label = name or spec.name
             return label, AnalysisSpec(label, analysis, spec.value_columns, spec.series_columns, spec.plot_filter,
                                        spec.version)
-    label = name or getattr(base, "__name__", "analysis")
+    label = name or str(getattr(base, "__name__", "analysis"))
     return label, AnalysisSpec(label, analysis, (), ())
 
 
@@ -213,6 +213,7 @@ def over_checkpoints(
     device: str | None = None,
     figure_format: str = "png",
     version: int | None = None,
+    last: bool = False,
 ) -> CheckpointsResult:
     """Run ``analysis`` on every checkpoint of ``run_dir`` (or the given ``epochs``).
 
@@ -233,6 +234,7 @@ def over_checkpoints(
         version: The analysis's version, a positive int in the cache key (default: the
             registered analysis's ``AnalysisSpec.version``, 1 for a callable). Bump it when
             you change a callable's code, so its cached results are recomputed.
+        last: Only the run's last checkpoint (not with ``epochs``).
 
     Returns:
         :class:`CheckpointsResult`.
@@ -245,6 +247,8 @@ def over_checkpoints(
     label, spec = _resolve(analysis, name)
     if version is not None:
         spec = dataclasses.replace(spec, version=version)
+    if last and epochs is not None:
+        raise ValueError(f"last and epochs ({list(epochs)}) are exclusive: the last checkpoint or the given epochs")
     run_dir = Path(run_dir)
     config = dict(config or {})
     try:
@@ -261,6 +265,8 @@ def over_checkpoints(
         if missing:
             raise ValueError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {sorted(available)}")
         checkpoints = [(e, available[e]) for e in sorted(set(epochs))]
+    if last:
+        checkpoints = checkpoints[-1:]
     check_checkpoints_belong_to_run(run_dir, checkpoints)
     if splits is None:
         splits = splits_from_run(run_dir)
@@ -278,7 +284,8 @@ def over_checkpoints(
         entry = json.loads(cache_path.read_text()) if cache_path.is_file() else None
         cached = entry["rows"] if entry is not None else None
         # an entry written before the analysis gained a value column is stale, not a hit
-        if cached is not None and all(column in row for row in cached for column in spec.value_columns):
+        if entry is not None and cached is not None and all(
+                column in row for row in cached for column in spec.value_columns):
             epoch_rows = _in_column_order(cached, entry.get("columns"))
             hits.append(epoch)
         else:

@@ -44,6 +44,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_toolkit.model import HookedModel
+
 from ._common import (
     METRICS,
     AnalysisResult,
@@ -74,7 +76,7 @@ def readout_metric(name: str, labels: Int[Tensor, " batch"], readout_position: i
 
 
 def compute_patching(
-    model: Any,
+    model: HookedModel,
     target_tokens: Int[Tensor, "batch pos"],
     source_acts: Mapping[str, Tensor],
     components: Sequence[Component],
@@ -141,7 +143,7 @@ def _check_patching_inputs(source_tokens: Tensor, target_tokens: Tensor, positio
     return pos
 
 
-def _patch_and_tabulate(model: Any, source_tokens: Tensor, target_tokens: Tensor, comps: Sequence[Component],
+def _patch_and_tabulate(model: HookedModel, source_tokens: Tensor, target_tokens: Tensor, comps: Sequence[Component],
                         pos: list[int] | None, metric_fn: Metric, metric_name: str,
                         progress: bool) -> tuple[list[dict[str, Any]], Tensor, Tensor]:
     was_training = model.training
@@ -175,7 +177,7 @@ def _patch_and_tabulate(model: Any, source_tokens: Tensor, target_tokens: Tensor
 
 
 def activation_patching(
-    model: Any,
+    model: HookedModel,
     source_tokens: Int[Tensor, "batch pos"],
     target_tokens: Int[Tensor, "batch pos"],
     labels: Int[Tensor, " batch"],
@@ -219,7 +221,7 @@ def activation_patching(
 
 
 def minimal_pair_patching(
-    model: Any,
+    model: HookedModel,
     splits: Mapping[str, Any],
     source: str = "val",
     target: str = "adv",
@@ -305,7 +307,7 @@ cross_split_patching = minimal_pair_patching
 
 
 def resample_ablation_damage(
-    model: Any,
+    model: HookedModel,
     splits: Mapping[str, Any],
     source: str = "val",
     target: str = "adv",

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from interp_toolkit.io import file_digest
+from interp_toolkit.model import HookedModel
 
 from ._common import AnalysisResult, Table
 from .gradients import Groups, parameter_groups
@@ -59,7 +60,9 @@ def compute_weight_norms(params: Mapping[str, Tensor], groups: Groups,
     """
     names = {raw for members in groups.values() for raw, _ in members}
     for label, mapping in (("the model", params), ("the reference", reference)):
-        missing = sorted(names - set(mapping)) if mapping is not None else []
+        if mapping is None:
+            continue
+        missing = sorted(names - set(mapping))
         if missing:
             raise ValueError(f"groups name parameters {label} does not have: {missing}; "
                              f"expected names from {sorted(mapping)[:8]}...")
@@ -84,7 +87,7 @@ def compute_weight_norms(params: Mapping[str, Tensor], groups: Groups,
                     sums["ref"] += float((ref * ref).sum())
                     sums["dot"] += float((part * ref).sum())
                     sums["diff"] += float(((part - ref) ** 2).sum())
-            row = {"group": group, "norm": math.sqrt(sums["w"]), "n_params": count}
+            row: dict[str, Any] = {"group": group, "norm": math.sqrt(sums["w"]), "n_params": count}
             if reference is not None:
                 ref_norm, distance = math.sqrt(sums["ref"]), math.sqrt(sums["diff"])
                 both = row["norm"] * ref_norm
@@ -98,7 +101,7 @@ def compute_weight_norms(params: Mapping[str, Tensor], groups: Groups,
     return AnalysisResult(Table(rows), tensors, {})
 
 
-def weight_norms(model: Any, splits: Mapping[str, Any] | None = None, groups: Groups | None = None,
+def weight_norms(model: HookedModel, splits: Mapping[str, Any] | None = None, groups: Groups | None = None,
                  reference: str | os.PathLike | Any | None = None) -> AnalysisResult:
     """L2 norm of every parameter group of a model, and its distance and cosine to a
     reference model (module docstring).

@@ -79,6 +79,8 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, tor
             raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {err}") from err
     else:
         raise CheckpointError(f"checkpoint {path} is not an interp_toolkit checkpoint (no artifact header)")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"checkpoint {path} has no model config")
     try:
         cfg = ModelConfig.from_dict(config)
     except (KeyError, ValueError, TypeError) as err:

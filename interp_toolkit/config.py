@@ -20,7 +20,7 @@ import dataclasses
 import io
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
 
 from interp_toolkit.errors import UserError
 
@@ -81,7 +81,7 @@ class Config:
 
     def replace(self: C, **changes: Any) -> C:
         """A copy with ``changes`` applied (validated again)."""
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]  # C is a dataclass
 
     def check(self, name: str, ok: bool, expected: str) -> None:
         """Raise a ``UserError`` naming ``Class.name``, its value and ``expected`` unless ``ok``."""
@@ -89,9 +89,9 @@ class Config:
             raise UserError(f"{type(self).__name__}.{name} must be {expected}, got {getattr(self, name)!r}")
 
 
-def _nested_config_type(cls: type, f: dataclasses.Field) -> type | None:
+def _nested_config_type(cls: type, f: dataclasses.Field) -> type[Config] | None:
     """The ``Config`` subclass a field holds, if its default says so."""
-    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     return type(default) if isinstance(default, Config) else None
 
 
@@ -185,8 +185,9 @@ def parse_config(
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            return tyro.cli(cls, args=rest, default=start, prog=prog, description=description,
-                            config=() if prefixes else (tyro.conf.OmitArgPrefixes,))
+            # tyro types its result ``C | None`` for an optional default; it never returns None
+            return cast(C, tyro.cli(cls, args=rest, default=start, prog=prog, description=description,
+                                    config=() if prefixes else (tyro.conf.OmitArgPrefixes,)))
     except SystemExit as exit_:
         if exit_.code not in (0, None):
             message = _one_line(stderr.getvalue())
@@ -202,8 +203,8 @@ def _field_defaults(cls: type) -> dict[str, Any]:
     """The defaults of ``cls``'s fields as plain data (nested configs as dicts)."""
     out = {}
     for f in dataclasses.fields(cls):
-        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            out[f.name] = _plain(f.default_factory())  # type: ignore[misc]
+        if f.default_factory is not dataclasses.MISSING:
+            out[f.name] = _plain(f.default_factory())
         elif f.default is not dataclasses.MISSING:
             out[f.name] = _plain(f.default)
     return out

@@ -110,7 +110,7 @@ def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read a JSONL file, ignoring a trailing partial line left by a crash."""
-    records = []
+    records: list[dict[str, Any]] = []
     path = Path(path)
     if not path.exists():
         return records

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from interp_toolkit.callbacks import Callback
 
@@ -136,7 +136,8 @@ class WandbLogger(Callback):
             import wandb  # noqa: F401
         except ImportError as err:
             raise ImportError("WandbLogger needs wandb: pip install 'interp-toolkit[wandb]'") from err
-        self.project, self.mode, self.entity = project, mode, entity
+        self.project, self.entity = project, entity
+        self.mode = cast(Literal["offline", "online", "disabled"], mode)  # one of MODES, checked above
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self._runs: dict[Path, Any] = {}
 

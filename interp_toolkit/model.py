@@ -10,12 +10,78 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 
 from interp_toolkit.config import Config
 
 if TYPE_CHECKING:  # torch is imported by build_model's TransformerLens, not here: a config needs no torch
     import torch
+    from torch import Tensor
+    from transformer_lens.model_bridge import TransformerBridge
+
+
+class HookedModel(Protocol):
+    """What the analyses use of a model: TransformerLens's hook API and weight accessors, and
+    the ``nn.Module`` basics.
+
+    A ``TransformerBridge`` (:func:`build_model`, :func:`interp_toolkit.load_checkpoint`,
+    ``TransformerBridge.boot_transformers``) has all of it (mypy checks that, see
+    ``_bridge_is_a_hooked_model``), and so does a ``HookedTransformer``.
+    """
+
+    training: bool
+
+    @property
+    def cfg(self) -> Any: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, torch.nn.Parameter]]: ...
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]: ...
+
+    def state_dict(self) -> Mapping[str, Any]: ...
+
+    def run_with_cache(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def run_with_hooks(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    @property
+    def W_E(self) -> Tensor: ...
+
+    @property
+    def W_U(self) -> Tensor: ...
+
+    @property
+    def W_Q(self) -> Tensor: ...
+
+    @property
+    def W_K(self) -> Tensor: ...
+
+    @property
+    def W_V(self) -> Tensor: ...
+
+    @property
+    def W_O(self) -> Tensor: ...
+
+    @property
+    def QK(self) -> Any: ...
+
+    @property
+    def OV(self) -> Any: ...
+
+
+if TYPE_CHECKING:
+    def _bridge_is_a_hooked_model(model: TransformerBridge) -> HookedModel:
+        return model  # mypy fails here if HookedModel asks for more than a TransformerBridge has
 
 _ACT_FNS = ("relu", "gelu", "gelu_new", "silu", "solu_ln", "gelu_fast")
 _POSITIONAL = ("standard", "rotary", "shortformer")
@@ -99,6 +165,8 @@ def bridge_config(cfg: ModelConfig) -> Any:
     """The ``TransformerBridgeConfig`` that ``boot_native`` needs for ``cfg``."""
     from transformer_lens.config import TransformerBridgeConfig
 
+    # __post_init__ derives both when they are not given
+    assert cfg.d_head is not None and cfg.d_vocab_out is not None
     return TransformerBridgeConfig(
         n_layers=cfg.n_layers,
         d_model=cfg.d_model,
@@ -133,7 +201,8 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> A
 
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"build_model expects a ModelConfig, got {type(cfg).__name__}")
-    model = TransformerBridge.boot_native(bridge_config(cfg), device=device)
+    # boot_native is attached to the class when TransformerLens is imported: mypy cannot see it
+    model = TransformerBridge.boot_native(bridge_config(cfg), device=device)  # type: ignore[attr-defined]
     model.interp_config = cfg
     return model
 
@@ -149,4 +218,4 @@ def model_config_of(model: Any) -> ModelConfig:
     return cfg
 
 
-__all__ = ["ModelConfig", "build_model", "bridge_config", "model_config_of"]
+__all__ = ["HookedModel", "ModelConfig", "build_model", "bridge_config", "model_config_of"]

@@ -26,7 +26,7 @@ import io
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence, cast
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -131,7 +131,7 @@ def style() -> Iterator[None]:
     """Apply :data:`STYLE` while drawing (restores the caller's rcParams afterwards)."""
     import matplotlib
 
-    with matplotlib.rc_context(STYLE):
+    with matplotlib.rc_context(cast(Any, STYLE)):  # its stubs want literal rcParams keys
         yield
 
 
@@ -156,7 +156,7 @@ def new_panels(n: int, ax: Sequence[Any] | None = None, ncols: int = 1,
     """
     if ax is not None:
         # one Axes, a list of them, or a numpy array from plt.subplots (any shape)
-        axes = [ax] if hasattr(ax, "figure") else list(getattr(ax, "flat", ax))
+        axes: list[Any] = [ax] if hasattr(ax, "figure") else list(getattr(ax, "flat", ax))
         if len(axes) != n:
             raise ValueError(f"this plot draws {n} panels; pass {n} axes as ax, got {len(axes)}")
         return axes[0].figure, axes
@@ -234,7 +234,8 @@ def component_colors(names: Iterable[str]) -> dict[str, str]:
     import matplotlib
 
     ordered = sorted(set(names), key=_component_order)
-    extra = [matplotlib.colors.to_hex(c) for c in matplotlib.colormaps["tab20"].colors]
+    tab20 = matplotlib.colormaps["tab20"]  # a listed map: colour i of its list is tab20(i)
+    extra = [matplotlib.colors.to_hex(tab20(i)) for i in range(tab20.N)]
     colors = PALETTE + extra
     return {name: colors[i % len(colors)] for i, name in enumerate(ordered)}
 

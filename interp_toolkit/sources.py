@@ -24,9 +24,9 @@ A :class:`CheckpointRef` names one checkpoint and loads it as a TransformerLens
 A range ``PREFIX{START..STOP:EVERY}SUFFIX`` (``:EVERY`` optional, default 1) expands to
 ``START, START + EVERY, ...`` up to and including ``STOP`` (:func:`expand_revisions`);
 ranges and plain revisions mix freely (``step0,step{512..2000:512}``).
-:func:`pythia_revisions` lists Pythia's schedule. Resolving specs never touches the
-network; loading a Hub revision that is not cached offline fails with the same
-:class:`CheckpointLoadError` for every revision of a range.
+:func:`pythia_revisions` lists Pythia's schedule (:func:`pythia_schedule` its steps, for
+any length). Resolving specs never touches the network; loading a Hub revision that is not
+cached offline fails with the same :class:`CheckpointLoadError` for every revision of a range.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ __all__ = [
     "hf_local_checkpoints",
     "hub_checkpoints",
     "pythia_revisions",
+    "pythia_schedule",
     "resolve_checkpoints",
     "toolkit_checkpoints",
 ]
@@ -200,11 +201,28 @@ def hf_local_checkpoints(path: str | Path) -> list[CheckpointRef]:
     return sorted(refs, key=lambda r: (r.step is None, r.step if r.step is not None else 0, r.location))
 
 
+def pythia_schedule(total_steps: int, linear_every: int) -> list[int]:
+    """Checkpoint steps: 0, powers of two below ``linear_every``, then every ``linear_every``.
+
+    ``pythia_schedule(143000, 1000)`` is Pythia's 154 checkpoints.
+    """
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
+    if isinstance(linear_every, bool) or not isinstance(linear_every, int) or linear_every < 1:
+        raise ValueError(f"linear_every must be an integer >= 1, got {linear_every!r}")
+    steps = {0}
+    power = 1
+    while power < linear_every and power <= total_steps:
+        steps.add(power)
+        power *= 2
+    steps.update(range(linear_every, total_steps + 1, linear_every))
+    steps.add(total_steps)
+    return sorted(steps)
+
+
 def pythia_revisions(total_steps: int = 143_000, linear_every: int = 1000) -> list[str]:
     """Pythia's checkpoint revisions: ``step0``, ``step1``, ``step2``, ``step4``, ...,
     ``step512``, then every ``linear_every`` steps to ``total_steps`` (154 by default)."""
-    from interp_toolkit.studies.lm_testbed import pythia_schedule
-
     return [f"step{s}" for s in pythia_schedule(total_steps, linear_every)]
 
 
@@ -253,6 +271,7 @@ def expand_revisions(text: str) -> list[str]:
                 f"revision range {part!r} expands to {count} revisions (> {MAX_RANGE_REVISIONS}); use a larger EVERY"
             )
         span = _RANGE.search(part)
+        assert span is not None  # part holds exactly one range (checked above)
         prefix, suffix = part[: span.start()], part[span.end() :]
         out.extend(f"{prefix}{value}{suffix}" for value in range(start, stop + 1, every))
     return list(dict.fromkeys(out))

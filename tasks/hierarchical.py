@@ -165,7 +165,8 @@ def _from_tree(tree: tuple, noise: float = 0.0, seed: int = 0) -> HierarchicalDa
         targets = targets + noise * torch.randn(targets.shape, generator=gen)
     # Order nodes of every level by their first item so groups read left to right.
     for depth in range(len(groups)):
-        order = sorted(range(len(groups[depth])), key=lambda k, d=depth: min(groups[d][k]))
+        level = groups[depth]
+        order = sorted(range(len(level)), key=lambda k: min(level[k]))
         groups[depth] = [sorted(groups[depth][k]) for k in order]
         group_names[depth] = [group_names[depth][k] for k in order]
     return HierarchicalDataset(items, properties, property_level, groups, group_names, targets)

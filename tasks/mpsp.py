@@ -20,7 +20,7 @@ shortcut feature stays, so the pair flips agreement (shortcut-consistent <-> con
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from jaxtyping import Bool, Int
 
@@ -30,6 +30,14 @@ if TYPE_CHECKING:  # torch is imported where splits are made: MPSPConfig (parsed
     from torch import Tensor
 
 LABELS = {"sum_parity": 2, "sum_mod3": 3}
+
+
+class ModelDims(TypedDict):
+    """The ``ModelConfig`` keywords a task fixes: ``ModelConfig(..., **task.model_dims())``."""
+
+    d_vocab: int
+    n_ctx: int
+    d_vocab_out: int
 SHORTCUTS = ("max", "first")
 TASKS = {
     "max_parity_sum_parity": ("sum_parity", "max"),
@@ -131,7 +139,7 @@ class MPSPConfig(Config):
         reject_unknown_keys(cls, kwargs)  # a misspelled field is named, not a TypeError
         return cls(label=label, shortcut=shortcut, **kwargs)
 
-    def model_dims(self) -> dict[str, int]:
+    def model_dims(self) -> ModelDims:
         """Vocabulary/context sizes a model for this task needs (``ModelConfig`` keywords)."""
         return {"d_vocab": self.d_vocab, "n_ctx": self.n_ctx, "d_vocab_out": self.modulus}
 
@@ -461,6 +469,6 @@ def minimal_pairs(split: MPSPSplit, n: int | None = None, seed: int = 0) -> Mini
     return MinimalPairs(source, target, position, delta, index)
 
 
-__all__ = ["LABELS", "SHORTCUTS", "TASKS", "MPSPConfig", "MPSPSplit", "MinimalPairs", "compute_features",
+__all__ = ["LABELS", "SHORTCUTS", "TASKS", "MPSPConfig", "MPSPSplit", "MinimalPairs", "ModelDims", "compute_features",
            "example_features",
            "make_split", "make_splits", "minimal_pairs", "task_modulus"]

@@ -1,21 +1,14 @@
 """The ``interp-toolkit`` command line: one module per subcommand, one error handler.
 
-Subcommands (module ``interp_toolkit.cli.<module>``; each has ``HELP``, ``DESCRIPTION``,
-``parse(argv) -> config`` and ``run_config(config) -> int``):
-
-  train    train one MPSP model with checkpoints            (:mod:`.train`)
-  info     print a checkpoint's or run's config and metrics  (:mod:`.info`)
-  demo     a small MPSP run with curves and a summary        (:mod:`.demo`)
-  sweep    a resumable seed sweep of MPSP cells              (:mod:`.sweep`)
-  report   generalization-rate table of a study directory    (:mod:`.report`)
-  analyze  a circuit analysis over a run's checkpoints       (:mod:`.analyze`)
-  mechanism the shortcut mechanism of a run over its checkpoints (:mod:`.mechanism`)
-  bif      Bayesian influence functions at an MPSP checkpoint (:mod:`.bif`)
-  bif-lm   token-level BIF of a language model over checkpoints (:mod:`.bif_lm`)
+Subcommands: :data:`COMMANDS` (name -> module ``interp_toolkit.cli.<module>`` and the one-line
+help that ``interp-toolkit --help`` lists, the only copy of it). Each module has
+``DESCRIPTION`` (its ``--help`` text), ``parse(argv) -> config`` and ``run_config(config) -> int``,
+and only parses, calls one library function and prints.
 
 Error contract of :func:`main`: a user error (:class:`interp_toolkit.errors.UserError`, any
 ``ValueError``, a missing file) prints one ``error: ...`` line on stderr and returns 2; an
-interrupt (Ctrl-C) prints one line and returns 130; anything else is a bug: a short message
+interrupt (Ctrl-C) prints one line and returns 130; output piped into a reader that stopped
+reading (``| head``) ends quietly with status 1; anything else is a bug: a short message
 and the path of a log file holding the traceback, status 1. Only the chosen subcommand's
 module is imported, and heavy libraries (torch, TransformerLens) only inside handlers, so
 ``--help`` is fast.
@@ -40,9 +33,11 @@ from interp_toolkit.errors import TrainingInterrupted
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("interp_toolkit.cli.train", "train one MPSP model with checkpoints"),
     "info": ("interp_toolkit.cli.info", "print a checkpoint's config, metadata and accuracies"),
-    "demo": ("interp_toolkit.cli.demo", "train a small MPSP model and write its curves and a summary"),
+    "demo": ("interp_toolkit.cli.demo",
+             "train a small MPSP model that learns the shortcut, then the rule; name its two phases"),
     "sweep": ("interp_toolkit.cli.sweep", "run a seed sweep of MPSP cells (resumable, cached per run)"),
-    "report": ("interp_toolkit.cli.report", "generalization-rate table and plots of a study directory"),
+    "report": ("interp_toolkit.cli.report",
+               "generalization-rate table and plots of study directories and outcomes.csv files"),
     "analyze": ("interp_toolkit.cli.analyze",
                 "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"),
     "mechanism": ("interp_toolkit.cli.mechanism",
@@ -55,6 +50,7 @@ INTERRUPTED = 130
 _USER_OS_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS)
 USER_ERROR = 2
 BUG = 1
+BROKEN_PIPE = 1  # not a bug, but the status a pipeline reader that stopped reading has always got
 
 
 def _chosen_command(argv: Sequence[str]) -> str | None:
@@ -97,6 +93,21 @@ def _log_bug(argv: Sequence[str]) -> Path:
     return path
 
 
+def _broken_pipe() -> int:
+    """Output piped into e.g. ``head``, which stopped reading: end quietly, status 1.
+
+    Standard output is pointed at the null device so that the interpreter's last flush of
+    what is still buffered does not print a second error at exit.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (e.g. captured in tests)
+        pass
+    return BROKEN_PIPE
+
+
 def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command: str | None,
                        epoch_hint: Callable[[], int | None] = lambda: None) -> int:
     """Call ``handler`` under the CLI error contract (see the module docstring)."""
@@ -104,6 +115,9 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
         status = handler()
         if not isinstance(status, int) or isinstance(status, bool):
             raise TypeError(f"handler of {command!r} returned {status!r}, expected an int exit status")
+        sys.stdout.flush()  # a reader that stopped reading shows here, under this contract
+    except BrokenPipeError:  # an OSError: caught before the OSError branch below
+        return _broken_pipe()
     except TrainingInterrupted as err:
         epoch = err.resume_epoch if err.resume_epoch is not None else epoch_hint()
         where = f" from epoch {epoch}" if epoch is not None else ""
@@ -120,7 +134,7 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
         return USER_ERROR
     except SystemExit as exit_:  # a parser's --help (0) or usage error (2, already printed)
-        return exit_.code if isinstance(exit_.code, int) else USER_ERROR
+        return _flushed(exit_.code if isinstance(exit_.code, int) else USER_ERROR)
     except OSError as err:
         # The machine refused a file the user pointed at (full disk, `ulimit -f`, read-only):
         # not a bug, so one line naming the file; atomic writes left no partial file behind.
@@ -132,13 +146,20 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
         where = f" ({err.filename})" if err.filename else ""
         print(f"error: {err.strerror or err}{where}", file=sys.stderr)
         return USER_ERROR
-    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
-        return BUG
     except Exception as err:  # noqa: BLE001 - the one place that turns a bug into a log file
         log = _log_bug(argv)
         print(f"interp-toolkit: internal error ({type(err).__name__}: {err}); traceback in {log}",
               file=sys.stderr)
         return BUG
+    return status
+
+
+def _flushed(status: int) -> int:
+    """``status``, once standard output is flushed (:func:`_broken_pipe` if nobody reads it)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _broken_pipe()
     return status
 
 
@@ -155,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             build_parser().parse_args(argv)
         except SystemExit as exit_:
-            return exit_.code if isinstance(exit_.code, int) else USER_ERROR
+            return _flushed(exit_.code if isinstance(exit_.code, int) else USER_ERROR)
         return USER_ERROR  # unreachable: a valid command would have been chosen
     module = importlib.import_module(COMMANDS[chosen][0])
     rest = argv[argv.index(chosen) + 1:]

@@ -17,7 +17,6 @@ import tyro
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
-HELP = "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"
 DESCRIPTION = ("Run fingerprints, ablation, patching, gradients, weight norms or near misses (wrong examples "
                "grouped by task features) over every checkpoint of a run "
                "(results cached per checkpoint and config; reruns are cache hits). The data is rebuilt "
@@ -106,14 +105,21 @@ class AnalyzeCommandConfig(Config):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
 
+    def run_and_analysis(self) -> tuple[Path, str]:
+        """``(run_dir, analysis)``; a user error names whichever is missing."""
+        if self.run_dir is None:
+            raise UserError("analyze needs a RUN_DIR (a directory written by `interp-toolkit train`)")
+        if self.analysis is None:
+            raise UserError(f"analyze needs --analysis, one of {', '.join(ANALYSIS_NAMES)}")
+        if self.last and self.epochs:
+            raise UserError("--last and --epochs are exclusive")
+        return self.run_dir, self.analysis
+
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit analyze") -> AnalyzeCommandConfig:
     """``argv`` (after ``analyze``) -> a validated :class:`AnalyzeCommandConfig`."""
     config = parse_config(AnalyzeCommandConfig, argv, prog=prog, description=DESCRIPTION)
-    if config.run_dir is None:
-        raise UserError("analyze needs a RUN_DIR (a directory written by `interp-toolkit train`)")
-    if config.analysis is None:
-        raise UserError(f"analyze needs --analysis, one of {', '.join(ANALYSIS_NAMES)}")
+    config.run_and_analysis()
     return config
 
 
@@ -146,29 +152,21 @@ def run_config(args: AnalyzeCommandConfig) -> int:
     from interp_toolkit.analyses.over_checkpoints import over_checkpoints
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.runs.record import read_record, task_dict
-    from interp_toolkit.runs.trainer import list_checkpoints
 
+    run_dir, analysis = args.run_and_analysis()
     config = _config(args)
     device = resolve_device(args.device or "cpu")
-    record = read_record(args.run_dir)  # a missing or foreign directory fails here, before any work
-    epochs = list(args.epochs) if args.epochs else None
-    if args.last:
-        if epochs:
-            raise UserError("--last and --epochs are exclusive")
-        found = list_checkpoints(args.run_dir)
-        if not found:
-            raise UserError(f"{args.run_dir} has no checkpoints")
-        epochs = [found[-1][0]]
+    record = read_record(run_dir)  # a missing or foreign directory fails here, before any work
     print("task (from the run record): " + json.dumps(task_dict(record) or {}, sort_keys=True))
-    result = over_checkpoints(args.analysis, args.run_dir, epochs=epochs, config=config,
-                              out_dir=args.out_dir, plot=args.plot, progress=args.progress,
-                              device=device, figure_format=args.format)
-    print(f"{args.analysis}: {len(result.computed)} checkpoint(s) computed, {len(result.cache_hits)} from cache")
+    result = over_checkpoints(analysis, run_dir, epochs=list(args.epochs) if args.epochs else None,
+                              last=args.last, config=config, out_dir=args.out_dir, plot=args.plot,
+                              progress=args.progress, device=device, figure_format=args.format)
+    print(f"{analysis}: {len(result.computed)} checkpoint(s) computed, {len(result.cache_hits)} from cache")
     print(f"table: {result.csv_path}")
     if result.png_path is not None:
         print(f"plot:  {result.png_path}")
     return 0
 
 
-__all__ = ["ABLATION_METHODS", "ANALYSIS_NAMES", "AnalyzeCommandConfig", "DESCRIPTION", "HELP", "parse",
+__all__ = ["ABLATION_METHODS", "ANALYSIS_NAMES", "AnalyzeCommandConfig", "DESCRIPTION", "parse",
            "run_config"]

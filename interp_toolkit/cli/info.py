@@ -9,11 +9,10 @@ from typing import Optional, Sequence
 
 import tyro
 
-from interp_toolkit.cli.train import format_metrics
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
+from interp_toolkit.runs.mpsp import format_metrics
 
-HELP = "print a checkpoint's config, metadata and accuracies"
 DESCRIPTION = ("Print the model config, metadata and logged accuracies of a checkpoint file (and the task "
                "of the run it belongs to), or the record of a run directory.")
 
@@ -28,12 +27,17 @@ class InfoCommandConfig(Config):
 
     checkpoint: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
 
+    def target(self) -> Path:
+        """The checkpoint or run directory; a user error if none was given."""
+        if self.checkpoint is None:
+            raise UserError("info needs a CHECKPOINT (a .safetensors file or a run directory)")
+        return Path(self.checkpoint)
+
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit info") -> InfoCommandConfig:
     """``argv`` (after ``info``) -> an :class:`InfoCommandConfig`."""
     config = parse_config(InfoCommandConfig, argv, prog=prog, description=DESCRIPTION)
-    if config.checkpoint is None:
-        raise UserError("info needs a CHECKPOINT (a .safetensors file or a run directory)")
+    config.target()
     return config
 
 
@@ -43,7 +47,7 @@ def run_config(args: InfoCommandConfig) -> int:
     from interp_toolkit.runs.record import find_run_dir, read_record, task_dict
     from interp_toolkit.runs.trainer import list_checkpoints
 
-    target = Path(args.checkpoint)
+    target = args.target()
     if not target.exists():
         raise UserError(f"{target} does not exist (expected a .safetensors checkpoint or a run directory)")
     if target.is_dir():
@@ -80,4 +84,4 @@ def run_config(args: InfoCommandConfig) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "HELP", "InfoCommandConfig", "parse", "run_config"]
+__all__ = ["DESCRIPTION", "InfoCommandConfig", "parse", "run_config"]

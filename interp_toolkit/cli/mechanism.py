@@ -19,7 +19,6 @@ from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism import MechanismConfig
 
-HELP = "the shortcut mechanism of a run over its checkpoints: 7-panel figure + tidy CSV"
 DESCRIPTION = ("Accuracies with the two phases marked, gradient cosine, amplification, QK / OV fingerprints, "
                "minimal-pair patching and ablation per head, over every checkpoint of an MPSP run directory, "
                "on one log-scaled epoch axis (one colour per head). Analyses are cached per checkpoint: a rerun "
@@ -62,12 +61,17 @@ class MechanismCommandConfig(Config):
         if self.epochs is not None:
             self.epochs = tuple(self.epochs)
 
+    def target(self) -> Path:
+        """The run directory; a user error if none was given."""
+        if self.run_dir is None:
+            raise UserError("mechanism needs a RUN_DIR (a directory written by `interp-toolkit train` or `sweep`)")
+        return self.run_dir
+
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit mechanism") -> MechanismCommandConfig:
     """``argv`` (after ``mechanism``) -> a validated :class:`MechanismCommandConfig`."""
     config = parse_config(MechanismCommandConfig, argv, prog=prog, description=DESCRIPTION)
-    if config.run_dir is None:
-        raise UserError("mechanism needs a RUN_DIR (a directory written by `interp-toolkit train` or `sweep`)")
+    config.target()
     return config
 
 
@@ -78,7 +82,7 @@ def figure_path(args: MechanismCommandConfig) -> tuple[Path, str]:
         raise UserError(f"--out {args.out} has suffix .{suffix} but --format is {args.format}; drop one or make "
                         "them agree")
     fmt = args.format or (suffix if suffix in FORMATS else "png")
-    path = args.out if args.out is not None else Path(args.run_dir) / "mechanism"
+    path = args.out if args.out is not None else args.target() / "mechanism"
     return path.with_suffix(f".{fmt}"), fmt
 
 
@@ -92,9 +96,10 @@ def run_config(args: MechanismCommandConfig) -> int:
     )
 
     path, fmt = figure_path(args)
-    check_run_dir(args.run_dir)  # a missing or foreign directory fails here, before any work
+    run_dir = args.target()
+    check_run_dir(run_dir)  # a missing or foreign directory fails here, before any work
     device = resolve_device(args.device or "cpu")
-    result = mechanism_over_checkpoints(args.run_dir, args.settings, epochs=args.epochs, device=device,
+    result = mechanism_over_checkpoints(run_dir, args.settings, epochs=args.epochs, device=device,
                                         progress=args.progress, n_threads=args.threads)
     written = write_mechanism(result, path, fmt)
     outcome = result.outcome
@@ -105,18 +110,15 @@ def run_config(args: MechanismCommandConfig) -> int:
           f"(first at epoch {outcome['first_generalized_epoch']})")
     if result.near_miss.get("text"):
         print(f"short of 100%: {result.near_miss['text']}")
-    last = result.checkpoint_epochs[-1]
-    cos, minority = result.series("grad_cos"), result.series("minority_amplification")
-    anti = result.series("amplification")
-    if last in cos[0]:
-        # the paper's amplification of the minority; at r = 0.5 there is none, so anti / consistent
-        amplification = (f"minority amplification {minority[1][minority[0].index(last)]:.2f}" if last in minority[0]
-                         else f"amplification (anti / consistent) {anti[1][anti[0].index(last)]:.2f}")
-        print(f"epoch {last}: gradient cosine {cos[1][cos[0].index(last)]:.3f}, {amplification}")
+    last = result.last_epoch_summary()
+    if last is not None:
+        amplification = (f"minority amplification {last['amplification']:.2f}" if last["amplification_kind"] == "minority"
+                         else f"amplification (anti / consistent) {last['amplification']:.2f}")
+        print(f"epoch {last['epoch']}: gradient cosine {last['grad_cos']:.3f}, {amplification}")
     print(f"figure:  {written['figure']}")
     print(f"table:   {written['table']}")
     print(f"summary: {written['summary']}")
     return 0
 
 
-__all__ = ["DESCRIPTION", "HELP", "MechanismCommandConfig", "figure_path", "parse", "run_config"]
+__all__ = ["DESCRIPTION", "MechanismCommandConfig", "figure_path", "parse", "run_config"]

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-HELP = "train one MPSP model with checkpoints"
+from interp_toolkit.runs.mpsp import default_run_dir, format_metrics, last_logged_epoch, run_mpsp
+
 # The names of interp_toolkit.tasks.mpsp.TASKS, spelled out so that importing this module needs no torch.
 TASK_NAMES = ["first_mod3_sum_mod3", "first_parity_sum_parity", "max_mod3_sum_mod3", "max_parity_sum_parity"]
 # Flag names of earlier versions -> the generated flags (both work).
@@ -138,7 +139,7 @@ def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
     from interp_toolkit.config import load_config_file, parse_config, split_config_flag
 
     cls = command_config_class()
-    cfg = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES, prepare=_prepare,
+    cfg: Any = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES, prepare=_prepare,
                        prefixes=True)
     # d_head follows d_model / n_heads unless it was given (the default instance holds a derived value)
     config_file, rest = split_config_flag(argv)
@@ -148,95 +149,25 @@ def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
     return cfg
 
 
-def default_run_dir(task_cfg: Any, model_cfg: Any, train_cfg: Any) -> Path:
-    """``runs/<task>_<L>L<H>H_r<r>_s<seed>_<key>``: distinct configs, distinct directories.
-
-    Where and with which engine a run trains (``train.device``, ``train.engine``) changes how,
-    not what, it computes: not part of the name.
-    """
-    from interp_toolkit.io import config_hash
-
-    train = {k: v for k, v in train_cfg.to_dict().items() if k not in ("device", "engine")}
-    key = config_hash({"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), "train": train}, 8)
-    return Path(f"runs/{task_cfg.name}_{model_cfg.n_layers}L{model_cfg.n_heads}H_r{task_cfg.r:g}"
-                f"_s{model_cfg.seed}_{key}")
-
-
-def train_mpsp(task_cfg: Any, model_cfg: Any, train_cfg: Any, run_dir: Path, device: str | None = None,
-               overwrite: bool = False, callbacks: Any = None, extend_from: Path | None = None) -> Any:
-    """Build the splits and model for an MPSP run and train it (resuming if possible).
-
-    ``device`` (default ``train_cfg.device``, else the CPU) is where the model is built and
-    trained; it becomes ``train_cfg.device``. ``overwrite``, ``extend_from``: see
-    :func:`~interp_toolkit.runs.trainer.train`.
-    """
-    import dataclasses
-
-    from interp_toolkit.devices import resolve_device
-    from interp_toolkit.model import build_model
-    from interp_toolkit.runs.trainer import train
-    from interp_toolkit.tasks.mpsp import make_splits
-
-    device = device if device is not None else (train_cfg.device or "cpu")
-    resolved = resolve_device(device)  # a bad or unavailable device fails before any work
-    if train_cfg.device != device:
-        train_cfg = dataclasses.replace(train_cfg, device=device)
-    splits = make_splits(task_cfg)
-    model = build_model(model_cfg, device=resolved)
-    return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
-                 overwrite=overwrite, callbacks=callbacks, extend_from=extend_from)
-
-
 def run_config(cfg: Any) -> int:
     """``interp-toolkit train``: returns 0; bad input raises a user error (exit 2 in ``main``)."""
-    run_dir = cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)
     from interp_toolkit.loggers import loggers_from_flags
-    from interp_toolkit.runs.record import read_record
 
-    result = train_mpsp(cfg.task, cfg.model, cfg.train, run_dir, overwrite=cfg.overwrite,
-                        callbacks=loggers_from_flags(cfg), extend_from=cfg.extend_from)
-    curves = write_curves(result, run_dir, cfg.format)
-    origin = (read_record(run_dir).get("extended_from") or {}) if result.resumed_from is not None else {}
+    run = run_mpsp(cfg.task, cfg.model, cfg.train, cfg.run_dir, overwrite=cfg.overwrite,
+                   callbacks=loggers_from_flags(cfg), extend_from=cfg.extend_from, figure_format=cfg.format)
+    result, origin = run.result, run.extended_from
     status = "already finished (nothing retrained)" if result.already_finished else (
         f"extended {origin.get('run_dir')} from epoch {result.resumed_from}" if origin else
         f"resumed from epoch {result.resumed_from}" if result.resumed_from is not None else "trained")
-    print(f"{run_dir}: {status}")
+    print(f"{run.run_dir}: {status}")
     print(format_metrics(result.final))
-    print(f"curves: {curves}")
+    print(f"curves: {run.curves}")
     return 0
 
 
 def interrupted_at(cfg: Any) -> int | None:
     """The epoch an interrupted ``train`` resumes from: its last logged (and saved) evaluation."""
-    from interp_toolkit.io import read_jsonl
-
-    metrics = read_jsonl(Path(cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)) / "metrics.jsonl")
-    return int(metrics[-1]["epoch"]) if metrics else None
+    return last_logged_epoch(cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train))
 
 
-def write_curves(result: Any, run_dir: Path, figure_format: str) -> Path:
-    """The run's training-curves figure in ``figure_format`` (``curves.png`` is written by
-    ``train`` itself; svg/pdf are added beside it). Returns its path."""
-    from interp_toolkit.plotting import check_format, save_figure
-    from interp_toolkit.runs.trainer import plot_training_curves
-
-    figure_format = check_format(figure_format)
-    path = Path(run_dir) / f"curves.{figure_format}"
-    if figure_format != "png" and result.metrics:
-        save_figure(plot_training_curves(result.metrics), path)
-    return path
-
-
-def format_metrics(metrics: dict[str, Any]) -> str:
-    parts = [f"epoch {metrics.get('epoch', '?')}"]
-    for key in sorted(metrics):
-        if key.endswith("_acc"):
-            parts.append(f"{key} {metrics[key]:.4f}")
-    for key in sorted(metrics):
-        if key.endswith("_loss"):
-            parts.append(f"{key} {metrics[key]:.4g}")
-    return "  ".join(parts)
-
-
-__all__ = ["ALIASES", "DESCRIPTION", "HELP", "TASK_NAMES", "command_config_class", "default_run_dir",
-           "format_metrics", "interrupted_at", "write_curves", "parse", "run_config", "train_mpsp"]
+__all__ = ["ALIASES", "DESCRIPTION", "TASK_NAMES", "command_config_class", "interrupted_at", "parse", "run_config"]

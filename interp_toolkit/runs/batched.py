@@ -57,6 +57,7 @@ from interp_toolkit.runs.engine import (
 from interp_toolkit.runs.extend import (
     carried_fields,
     check_extension_source,
+    clear_run_outputs,
     continue_from,
     keep_final_state,
     starts_fresh,
@@ -81,7 +82,6 @@ from interp_toolkit.runs.resume import (
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
-    clear_run_outputs,
     epoch_minibatches,
     plot_curves,
     run_identity,
@@ -287,8 +287,10 @@ def batched_readout_loss(
     """
     if stacked.spec is not None:  # the fast engine
         params, constants = stacked.engine_tensors()
-        grads_by_key, losses = stacked_grads(stacked.spec, params, constants, tokens, labels, position, chunk_size)
-        return {name: grads_by_key[key] for name, key in stacked.state_keys.items() if name in stacked.params}, losses
+        grads_by_key, fast_losses = stacked_grads(stacked.spec, params, constants, tokens, labels, position,
+                                                  chunk_size)
+        return ({name: grads_by_key[key] for name, key in stacked.state_keys.items() if name in stacked.params},
+                fast_losses)
     n = labels.shape[0]
     chunk = chunk_size or default_chunk_size(stacked.size)
 
@@ -302,7 +304,7 @@ def batched_readout_loss(
     for start in range(0, n, chunk):
         part_grads, part_loss = grad_fn(stacked.params, stacked.buffers, tokens[start : start + chunk],
                                         labels[start : start + chunk])
-        if grads is None:
+        if grads is None or losses is None:
             grads, losses = part_grads, part_loss
         else:
             for name, grad in part_grads.items():
@@ -395,10 +397,10 @@ def train_batched(
     validate_splits(splits, cfg, model_cfgs[0])
     device = resolve_device(device if device is not None else (cfg.device or "cpu"))
     callbacks = as_callbacks(callbacks)
-    run_dirs = [Path(d) for d in run_dirs]
-    if len(run_dirs) != len(model_cfgs):
-        raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(run_dirs)} run_dirs")
-    if len({d.resolve() for d in run_dirs}) != len(run_dirs):
+    dirs = [Path(d) for d in run_dirs]
+    if len(dirs) != len(model_cfgs):
+        raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(dirs)} run_dirs")
+    if len({d.resolve() for d in dirs}) != len(dirs):
         raise ValueError("train_batched run_dirs must be distinct (two runs never share a directory)")
     infos = list(run_infos) if run_infos is not None else [None] * len(model_cfgs)
     if len(infos) != len(model_cfgs):
@@ -410,26 +412,26 @@ def train_batched(
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(sources)} extend_from entries")
     locks: list[DirectoryLock] = []
     try:
-        for run_dir in run_dirs:
+        for run_dir in dirs:
             locks.append(DirectoryLock(run_dir, "run directory").acquire())
         if overwrite:
-            for run_dir in run_dirs:
+            for run_dir in dirs:
                 move_aside(run_dir)
         # Every source to be used is checked before any directory is written.
         plans = {i: check_extension_source(source, identities[i], stop_rule, cfg.evaluation_epochs())
                  for i, source in enumerate(sources)
-                 if source is not None and starts_fresh(run_dirs[i], config_hash(identities[i]), cfg.epochs)}
+                 if source is not None and starts_fresh(dirs[i], config_hash(identities[i]), cfg.epochs)}
         for i, plan in plans.items():
-            continue_from(plan, run_dirs[i], config_hash(identities[i]), identities[i], cfg)
-        return _train_members(model_cfgs, splits, cfg, run_dirs, infos, identities, stop_rule, device,
+            continue_from(plan, dirs[i], config_hash(identities[i]), identities[i], cfg)
+        return _train_members(model_cfgs, splits, cfg, dirs, infos, identities, stop_rule, device,
                               chunk_size, callbacks)
     except KeyboardInterrupt as err:
         from interp_toolkit.errors import TrainingInterrupted
 
         if isinstance(err, TrainingInterrupted):
             raise
-        epochs = [e for e in (saved_epoch(d) for d in run_dirs) if e is not None]
-        raise TrainingInterrupted(run_dirs[0].parent if len(run_dirs) > 1 else run_dirs[0],
+        epochs = [e for e in (saved_epoch(d) for d in dirs) if e is not None]
+        raise TrainingInterrupted(dirs[0].parent if len(dirs) > 1 else dirs[0],
                                   min(epochs) if epochs else None) from None
     finally:
         for lock in reversed(locks):
@@ -492,6 +494,7 @@ def _train_group(
     for i, state in enumerate(states):
         if state.status == "resume":
             saved = state.resume_state
+            assert saved is not None  # status "resume" carries the state
             stacked.load_member(i, saved["model"])
             opt_state = saved["optimizer_state"]
             for j, name in enumerate(stacked.param_names):

@@ -71,7 +71,8 @@ class TrainConfig(Config):
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
-        self.betas = tuple(float(b) for b in self.betas)  # JSON gives lists
+        betas = tuple(float(b) for b in self.betas)  # JSON gives lists
+        self.betas = betas  # type: ignore[assignment]  # its length is checked below, by name
         check_engine_name(self.engine)
         check_device_name(self.device)
         for name in ("epochs", "eval_every", "eval_batch_size"):

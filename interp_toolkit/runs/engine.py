@@ -187,6 +187,7 @@ def _norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> 
     """LayerNorm over the last dim with per-member affine parameters ([K, D])."""
     if weight is None:
         return x
+    assert bias is not None  # LayerNorm's weight and bias come together
     d = x.shape[-1]
     if x.shape[0] == 1 and not SAME_OPS_FOR_ANY_K:
         return F.layer_norm(x, (d,), weight[0], bias[0], eps)
@@ -701,12 +702,12 @@ def stacked_grads(
         leaves = {key: p[first : first + group].detach().requires_grad_(True) for key, p in params.items()}
         inputs = {**{key: c[first : first + group] for key, c in constants.items()}, **leaves}
         grads: list[Tensor] | None = None
-        losses = None
+        losses: Tensor | None = None
         for start in range(0, n, chunk):
             logits = readout_logits(spec, inputs, tokens[start : start + chunk], position)
             part = member_losses(logits, labels[start : start + chunk], divisor=None if chunk >= n else n)
             part_grads = torch.autograd.grad(part.sum(), list(leaves.values()))
-            if grads is None:
+            if grads is None or losses is None:
                 grads, losses = list(part_grads), part.detach()
             else:
                 torch._foreach_add_(grads, part_grads)

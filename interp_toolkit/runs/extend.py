@@ -240,6 +240,8 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
     final_state = source_dir / FINAL_STATE_NAME
     state = load_resume_state(final_state, record.get("key")) if final_state.is_file() else None
     if not finished:
+        if state is None:
+            raise ExtensionError(f"{source_dir} has no {FINAL_STATE_NAME} to continue from; it cannot be extended")
         write_record(run_dir, new)  # status running: without the resume state, a fresh start
         save_resume_state(run_dir / RESUME_NAME, state["epoch"], key, state["model"],
                           state["optimizer_state"], state["shuffle_rng"])
@@ -277,6 +279,16 @@ def starts_fresh(run_dir: str | os.PathLike, key: str, epochs: int) -> bool:
     return run_dir_state(run_dir, key, epochs).status == "fresh"
 
 
+def clear_run_outputs(run_dir: str | os.PathLike) -> None:
+    """Fresh-start step shared by every trainer: create ``run_dir`` and remove the metrics and
+    checkpoints a run with the same key left before it could save a resumable state."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    for _, stale in list_checkpoints(run_dir):
+        stale.unlink()
+
+
 #: What a start of this run killed before its first saved state leaves besides the metrics
 #: and checkpoints a trainer's fresh start clears.
 _PARTIAL_START = ("run.json", "curves.png", FINAL_STATE_NAME)
@@ -285,8 +297,6 @@ _PARTIAL_START = ("run.json", "curves.png", FINAL_STATE_NAME)
 def clear_partial_start(run_dir: str | os.PathLike) -> None:
     """Remove the leftovers of a start that never saved a state (of a run :func:`starts_fresh`
     in ``run_dir``, so none of another run): its record, metrics and checkpoints."""
-    from interp_toolkit.runs.trainer import clear_run_outputs  # trainer imports this module
-
     run_dir = Path(run_dir)
     clear_run_outputs(run_dir)
     for name in _PARTIAL_START:
@@ -330,5 +340,5 @@ def continue_from(plan: ExtensionPlan, run_dir: str | os.PathLike, key: str, ide
 
 
 __all__ = ["CARRIED_RECORD_FIELDS", "ExtensionError", "ExtensionPlan", "FINAL_STATE_NAME", "carried_fields",
-           "check_extension_source", "clear_partial_start", "continue_from", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
+           "check_extension_source", "clear_partial_start", "clear_run_outputs", "continue_from", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
            "start_from_shorter_run", "starts_fresh"]

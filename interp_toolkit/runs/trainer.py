@@ -41,7 +41,12 @@ from interp_toolkit.io import (
 from interp_toolkit.model import model_config_of
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.engine import ReadoutForward, train_threads
-from interp_toolkit.runs.extend import carried_fields, keep_final_state, start_from_shorter_run
+from interp_toolkit.runs.extend import (
+    carried_fields,
+    clear_run_outputs,
+    keep_final_state,
+    start_from_shorter_run,
+)
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
@@ -245,16 +250,6 @@ def truncate_metrics(run_dir: str | Path, epoch: int) -> None:
     atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
 
 
-def clear_run_outputs(run_dir: str | Path) -> None:
-    """Fresh-start step shared by every trainer: create ``run_dir`` and remove the metrics and
-    checkpoints a run with the same key left before it could save a resumable state."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-    for _, stale in list_checkpoints(run_dir):
-        stale.unlink()
-
-
 @with_threads(train_threads)  # 1 torch thread for tiny work; the caller's count is restored
 def train(
     model: Any,
@@ -366,6 +361,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     resumed_from = None
     if state.status == "resume":
         saved = state.resume_state
+        assert saved is not None  # status "resume" carries the state
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict({"state": saved["optimizer_state"],
                                    "param_groups": optimizer.state_dict()["param_groups"]})

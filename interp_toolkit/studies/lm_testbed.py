@@ -2,7 +2,7 @@
 on the induction/delimiter corpus, checkpointed on Pythia's log-spaced-then-linear schedule.
 
 Pythia saves step 0, steps 1, 2, 4, ..., 512 and then every 1000 steps;
-:func:`pythia_schedule` generalizes that to any length (powers of two below
+:func:`interp_toolkit.sources.pythia_schedule` (re-exported here) generalizes that to any length (powers of two below
 ``linear_every``, then multiples of ``linear_every``). Checkpoints are local Hugging Face
 directories ``<out>/checkpoints/step<NNNNNN>/`` (``save_pretrained`` plus a
 ``checkpoint.json`` with the step and training loss), loadable with
@@ -24,30 +24,14 @@ from tqdm.auto import tqdm
 
 from interp_toolkit.config import Config
 from interp_toolkit.io import atomic_write_json, config_hash
-from interp_toolkit.sources import CheckpointRef, hf_local_checkpoints
+
+# pythia_schedule lives with the Hub's Pythia revisions in sources (below the studies, which
+# sources must not import); re-exported here
+from interp_toolkit.sources import CheckpointRef, hf_local_checkpoints, pythia_schedule
 from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
 
 __all__ = ["TestbedConfig", "gptneox_config", "induction_phases", "plot_testbed_bif", "pythia_schedule",
            "testbed_model", "testbed_training_steps", "train_testbed"]
-
-
-def pythia_schedule(total_steps: int, linear_every: int) -> list[int]:
-    """Checkpoint steps: 0, powers of two below ``linear_every``, then every ``linear_every``.
-
-    ``pythia_schedule(143000, 1000)`` is Pythia's 154 checkpoints.
-    """
-    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-        raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
-    if isinstance(linear_every, bool) or not isinstance(linear_every, int) or linear_every < 1:
-        raise ValueError(f"linear_every must be an integer >= 1, got {linear_every!r}")
-    steps = {0}
-    power = 1
-    while power < linear_every and power <= total_steps:
-        steps.add(power)
-        power *= 2
-    steps.update(range(linear_every, total_steps + 1, linear_every))
-    steps.add(total_steps)
-    return sorted(steps)
 
 
 @dataclass
@@ -113,7 +97,9 @@ def gptneox_config(config: TestbedConfig) -> Any:
     """The ``transformers.GPTNeoXConfig`` of the testbed model."""
     from transformers import GPTNeoXConfig
 
-    return GPTNeoXConfig(
+    # rotary_pct: transformers 5 maps this older name onto rope_parameters at run time (its
+    # typed signature lacks it), and older versions read it directly
+    return GPTNeoXConfig(  # type: ignore[call-arg]
         vocab_size=config.corpus.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.n_layers,
         num_attention_heads=config.n_heads, intermediate_size=config.d_mlp,
         max_position_embeddings=config.corpus.seq_len, rotary_pct=config.rotary_pct, use_parallel_residual=True,

@@ -157,6 +157,30 @@ class MechanismResult:
                         and isinstance(r["value"], (int, float)) and not math.isnan(r["value"]))
         return [e for e, _ in points], [v for _, v in points]
 
+    def last_epoch_summary(self) -> dict[str, Any] | None:
+        """At the last analysed checkpoint: its epoch, the gradient cosine and an amplification.
+
+        The amplification is the paper's amplification of the minority
+        (``minority_amplification``) where the run has one; at r = 0.5 there is no minority,
+        so it is the anti / consistent ratio (``amplification``). None if the gradient cosine
+        was not measured at the last checkpoint.
+
+        Returns:
+            ``{"epoch", "grad_cos", "amplification", "amplification_kind"}`` (kind:
+            ``"minority"`` or ``"anti / consistent"``), or None.
+        """
+        if not self.checkpoint_epochs:
+            return None
+        last = self.checkpoint_epochs[-1]
+        cos = self.series("grad_cos")
+        if last not in cos[0]:
+            return None
+        minority, anti = self.series("minority_amplification"), self.series("amplification")
+        kind, (epochs, values) = ("minority", minority) if last in minority[0] else ("anti / consistent", anti)
+        return {"epoch": last, "grad_cos": cos[1][cos[0].index(last)],
+                "amplification": values[epochs.index(last)] if last in epochs else float("nan"),
+                "amplification_kind": kind}
+
     def to_csv(self, path: str | Path) -> Path:
         return self.table.to_csv(path)
 
@@ -259,7 +283,7 @@ def mechanism_over_checkpoints(
                         "the gradient panels need both kinds; use a run with 0 < r < 1 or a larger grad_n")
     outcome = compute_outcome(metrics, task.r, task.modulus)
 
-    runs = {
+    runs: dict[str, tuple[str, dict[str, Any]]] = {
         "gradients": ("gradients", {"split": "train", "n": config.grad_n, "chunk_size": config.grad_chunk_size}),
         "fingerprints": ("fingerprints", {"split": "train", "n": config.fingerprint_n}),
         "patching_val_to_adv": ("patching", {"source": "val", "target": "adv", "n": config.patching_n,

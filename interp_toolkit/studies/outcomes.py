@@ -176,7 +176,7 @@ def compute_outcome(
         later = gen_acc[first_gen + 1 :]
         basin_fraction = sum(acc >= threshold for acc in later) / len(later) if later else None
         min_acc_after = min(gen_acc[first_gen:])
-        run_start, run_length = None, 0
+        run_start, run_length = 0, 0  # run_start is read only once run_length >= 1
         for i in range(first_gen + 1, len(rows)):
             if gen_acc[i] < thresholds.transient_tolerance:
                 run_start = i if run_length == 0 else run_start
@@ -325,11 +325,11 @@ def plot_phases(metrics: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
         generalized, last = outcome.get("first_generalized_epoch"), outcome.get("final_epoch")
         if shortcut is not None:
             end = onset if onset is not None else last
-            axis.axvspan(max(shortcut, 1), max(end, 1), color="tab:orange", alpha=0.12, lw=0,
+            axis.axvspan(max(shortcut, 1), max(end or 1, 1), color="tab:orange", alpha=0.12, lw=0,
                          label="phase 1: shortcut")
         if onset is not None:
             end = generalized if generalized is not None else last
-            axis.axvspan(max(onset, 1), max(end, 1), color="tab:green", alpha=0.15, lw=0,
+            axis.axvspan(max(onset, 1), max(end or 1, 1), color="tab:green", alpha=0.15, lw=0,
                          label="phase 2: rule takes over")
         if generalized is not None:
             axis.axvline(generalized, color="tab:green", ls="--", lw=1.0,

@@ -97,6 +97,17 @@ def test_over_checkpoints_bad_input(tiny_run, tmp_path):
         over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": object()})
 
 
+def test_last_analyses_the_last_checkpoint_only(tiny_run, tmp_path):
+    run_dir, splits = tiny_run
+    with pytest.raises(ValueError, match=r"last and epochs \(\[0\]\) are exclusive"):
+        over_checkpoints("fingerprints", run_dir, splits=splits, epochs=[0], last=True, out_dir=tmp_path)
+    assert not any(tmp_path.iterdir())  # refused before any work
+    result = over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": 16}, last=True,
+                              out_dir=tmp_path / "fp", plot=False, progress=False)
+    assert result.computed == [list_checkpoints(run_dir)[-1][0]] == [6]
+    assert sorted(set(result.table.column("epoch"))) == [6]
+
+
 def test_partials_with_different_bound_arguments_do_not_share_a_cache(tiny_run, tmp_path):
     run_dir, splits = tiny_run
     kwargs = dict(splits=splits, epochs=[6], out_dir=tmp_path / "abl", progress=False, plot=False)
