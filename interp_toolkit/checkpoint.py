@@ -86,6 +86,31 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, tor
     return cfg, tensors, metadata
 
 
+def recorded_digests(path: str | os.PathLike) -> dict[str, str] | None:
+    """The per-tensor digests a checkpoint's header records, read from the header alone and
+    checked against the header's own digest; None for a checkpoint of a format without them.
+
+    Raises:
+        CheckpointError: Naming the file if its header is unreadable or fails its digest.
+    """
+    from interp_toolkit.io import verify_header_digest
+
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            header_len = int.from_bytes(handle.read(8), "little")
+            if not 0 < header_len < 100_000_000:
+                raise ValueError(f"header length {header_len}")
+            meta = json.loads(handle.read(header_len)).get("__metadata__") or {}
+        header = json.loads(meta[ARTIFACT_KEY]) if ARTIFACT_KEY in meta else None
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {err}") from err
+    if not isinstance(header, dict) or not isinstance(header.get("digests"), dict):
+        return None
+    verify_header_digest(path, header, required=header.get("format", 1) >= 2)
+    return dict(header["digests"])
+
+
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None = None) -> tuple[Any, dict[str, Any]]:
     """Rebuild the model saved in ``path``: ``(model, metadata)``.
 
@@ -124,4 +149,4 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None =
     return model, metadata
 
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_checkpoint"]
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_checkpoint", "recorded_digests"]

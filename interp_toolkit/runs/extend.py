@@ -215,6 +215,9 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
     if not holds_nothing(run_dir):
         raise ExtensionError(f"cannot extend into {run_dir}: it is not empty")
     finished = plan.action == "finished"
+    # Verified before anything is written: a bad final state leaves run_dir untouched.
+    final_state = source_dir / FINAL_STATE_NAME
+    state = read_final_state(source_dir, record.get("key"), last_epoch) if final_state.is_file() else None
     # The new run's schedules up to the source's end; a run that stops checkpoints its last epoch.
     keep_eval = set(evaluation_epochs) | ({last_epoch} if finished else set())
     keep_ckpt = set(checkpoint_epochs) | ({last_epoch} if finished else set())
@@ -237,8 +240,6 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
                               **({"trainer": record["trainer"]} if "trainer" in record else {}))
     # Written in an order that a kill at any point leaves a directory the trainer reads right:
     # without the state that makes it resumable (or finished) it counts as fresh and is redone.
-    final_state = source_dir / FINAL_STATE_NAME
-    state = load_resume_state(final_state, record.get("key")) if final_state.is_file() else None
     if not finished:
         write_record(run_dir, new)  # status running: without the resume state, a fresh start
         save_resume_state(run_dir / RESUME_NAME, state["epoch"], key, state["model"],
@@ -254,6 +255,28 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
                stopped_early_at=last_epoch)
     write_record(run_dir, new)
     return "finished"
+
+
+def read_final_state(source_dir: str | os.PathLike, key: str | None, last_epoch: int) -> dict[str, Any]:
+    """The final state of the finished run at ``source_dir``, verified: its digests
+    (:func:`~interp_toolkit.runs.resume.load_resume_state`), its epoch against the run's last
+    evaluation, and its weights against the run's own checkpoint of that epoch.
+
+    Raises:
+        ExtensionError: Naming the file when any of these fails.
+    """
+    from interp_toolkit.runs.resume import ResumeStateError, check_state_matches_checkpoint
+
+    path = Path(source_dir) / FINAL_STATE_NAME
+    try:
+        state = load_resume_state(path, key)
+        check_state_matches_checkpoint(path, state, source_dir)
+    except ResumeStateError as err:
+        raise ExtensionError(f"cannot extend from {source_dir}: {err}") from err
+    if int(state["epoch"]) != last_epoch:
+        raise ExtensionError(f"cannot extend from {source_dir}: {path} ends epoch {state['epoch']}, but the run's "
+                             f"metrics.jsonl ends at epoch {last_epoch}; the state is not this run's last")
+    return state
 
 
 def holds_nothing(run_dir: str | os.PathLike) -> bool:
@@ -330,5 +353,6 @@ def continue_from(plan: ExtensionPlan, run_dir: str | os.PathLike, key: str, ide
 
 
 __all__ = ["CARRIED_RECORD_FIELDS", "ExtensionError", "ExtensionPlan", "FINAL_STATE_NAME", "carried_fields",
-           "check_extension_source", "clear_partial_start", "continue_from", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
+           "check_extension_source", "clear_partial_start", "continue_from", "extend_run", "holds_nothing",
+           "identity_differences", "keep_final_state", "read_final_state",
            "start_from_shorter_run", "starts_fresh"]
