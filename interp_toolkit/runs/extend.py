@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
-from interp_toolkit.io import atomic_write_bytes, read_jsonl
+from interp_toolkit.io import atomic_write_bytes
+from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.record import (
     has_record,
     is_finished,
@@ -38,6 +39,7 @@ from interp_toolkit.runs.record import (
 )
 from interp_toolkit.runs.resume import (
     RESUME_NAME,
+    check_finished_record,
     list_checkpoints,
     load_resume_state,
     save_resume_state,
@@ -141,6 +143,7 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     if not is_finished(record):
         raise ExtensionError(f"cannot extend from {source_dir}: the run is not finished "
                              f"(status {record.get('status')!r}); finish it first (rerun it) or extend another")
+    check_finished_record(source_dir, record)  # a record set to "finished" mid-run is not a finished run
     source_identity = record.get("identity")
     if not isinstance(source_identity, Mapping):
         raise ExtensionError(f"cannot extend from {source_dir}: its run.json records no identity")
@@ -153,7 +156,7 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     if have >= want:
         raise ExtensionError(f"cannot extend from {source_dir}: it trains {have} epochs and this run {want}; "
                              f"a run extends only a run of fewer epochs")
-    metrics = read_jsonl(source_dir / "metrics.jsonl")
+    metrics = read_metrics(source_dir / "metrics.jsonl")
     if not metrics:
         raise ExtensionError(f"cannot extend from {source_dir}: its metrics.jsonl is empty")
     last = int(metrics[-1]["epoch"])

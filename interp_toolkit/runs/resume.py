@@ -311,11 +311,11 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
     """The record of a finished run whose ``run.json`` is missing (e.g. a copied directory):
     its checkpoint of the last epoch carries this run's key and its metrics reach that epoch.
     None otherwise (the run is then trained again, rewriting its own files identically)."""
-    from interp_toolkit.io import read_jsonl
+    from interp_toolkit.runs.metrics import read_metrics
 
     run_dir = Path(run_dir)
     last = run_dir / "checkpoints" / f"epoch_{epochs:06d}.safetensors"
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    metrics = read_metrics(run_dir / "metrics.jsonl")
     if not last.is_file() or not metrics or metrics[-1].get("epoch") != epochs:
         return None
     try:
@@ -399,12 +399,45 @@ def run_dir_state(run_dir: str | os.PathLike, key: str, epochs: int | None = Non
             raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
                             f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "
                             f"and train it again")
+        check_finished_record(run_dir, record)
         return RunDirState(run_dir, key, "finished", record=record, recovered=recovered)
     if resume_path.exists():  # also when run.json is missing: the state carries the run key
         state = load_resume_state(resume_path, key)
         check_state_matches_checkpoint(resume_path, state, run_dir)
         return RunDirState(run_dir, key, "resume", int(state["epoch"]), record, resume_state=state)
     return RunDirState(run_dir, key, "fresh", record=record)
+
+
+def check_finished_record(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> None:
+    """Refuse a ``run.json`` recorded finished that the run's own files contradict: a
+    finished run records its last evaluation (``final``), which is the last line of its
+    ``metrics.jsonl``, and has a checkpoint of that epoch. A record set to ``"finished"`` by
+    hand while the run was still training fails here instead of being served as a result.
+
+    Raises:
+        UserError: Naming ``run.json`` and what contradicts it.
+    """
+    from interp_toolkit.runs.metrics import read_metrics
+    from interp_toolkit.runs.record import record_path
+
+    run_dir = Path(run_dir)
+    path = record_path(run_dir)
+    way_out = ("rerun with --overwrite (overwrite=True) to move its files aside and train it again, or restore "
+               "the run's own run.json")
+    final = record.get("final")
+    if not isinstance(final, Mapping) or isinstance(final.get("epoch"), bool) \
+            or not isinstance(final.get("epoch"), int):
+        raise UserError(f"{path} says the run finished but records no final evaluation (final.epoch); it was not "
+                        f"written by a trainer that finished the run; {way_out}")
+    epoch = final["epoch"]
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    if not metrics or metrics[-1] != dict(final):
+        last = metrics[-1].get("epoch") if metrics else None
+        raise UserError(f"{path} says the run finished at epoch {epoch}, but its metrics.jsonl ends "
+                        f"{'empty' if last is None else f'at epoch {last}'} with another evaluation; {way_out}")
+    if not checkpoint_path(run_dir, epoch).is_file():
+        raise UserError(f"{path} says the run finished at epoch {epoch}, but there is no checkpoint of that epoch "
+                        f"({checkpoint_path(run_dir, epoch)}); {way_out}")
 
 
 def move_aside(run_dir: str | os.PathLike, keep: Sequence[str] = ()) -> Path | None:
@@ -442,6 +475,6 @@ def refuse_foreign(contents: RunDirContents, key: str) -> None:
 
 
 __all__ = ["RESUME_NAME", "LEGACY_RESUME_NAME", "ForeignRunDirectoryError", "ResumeStateError",
-           "RunDirContents", "RunDirState", "check_state_matches_checkpoint", "checkpoint_path", "checkpoint_run_key", "inspect_run_dir",
+           "RunDirContents", "RunDirState", "check_finished_record", "check_state_matches_checkpoint", "checkpoint_path", "checkpoint_run_key", "inspect_run_dir",
            "list_checkpoints", "load_resume_state", "move_aside", "recover_finished_record",
            "refuse_foreign", "refuse_legacy_resume", "run_dir_state", "save_resume_state", "saved_epoch"]

@@ -68,9 +68,9 @@ def finished_run(tmp_path_factory) -> Path:
     return run_dir
 
 
-@pytest.fixture(scope="module")
-def interrupted_run(tmp_path_factory) -> Path:
-    """A run stopped (Ctrl-C) after its epoch-3 state was saved: resume.safetensors at epoch 3."""
+def make_interrupted_run(run_dir: Path) -> Path:
+    """Train ``run_dir`` through the CLI and stop it (Ctrl-C) after its epoch-3 state is
+    saved: resume.safetensors at epoch 3, evaluations 0..3 in metrics.jsonl."""
     import interp_toolkit.loggers as loggers
     from interp_toolkit.callbacks import Callback
 
@@ -79,7 +79,6 @@ def interrupted_run(tmp_path_factory) -> Path:
             if metrics["epoch"] == 3:
                 raise KeyboardInterrupt
 
-    run_dir = tmp_path_factory.mktemp("integrity") / "interrupted"
     original = loggers.loggers_from_flags
     loggers.loggers_from_flags = lambda args: [StopAtThree()]
     try:
@@ -88,6 +87,11 @@ def interrupted_run(tmp_path_factory) -> Path:
         loggers.loggers_from_flags = original
     assert (run_dir / "resume.safetensors").is_file()
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(tmp_path_factory) -> Path:
+    return make_interrupted_run(tmp_path_factory.mktemp("integrity") / "interrupted")
 
 
 @pytest.mark.parametrize("flip", sorted(FLIPS))
