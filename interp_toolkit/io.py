@@ -148,7 +148,14 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return records
-    for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        from interp_toolkit.errors import UserError
+
+        raise UserError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); it is not a JSONL file "
+                        f"interp_toolkit wrote") from err
+    for line in text.splitlines():
         if not line.strip():
             continue
         try:

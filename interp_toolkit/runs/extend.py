@@ -335,7 +335,12 @@ def start_from_shorter_run(run_dir: str | os.PathLike, source_dir: str | os.Path
         cfg: The new run's ``TrainConfig``.
         stop_rule: The new run's early stop, or None.
     """
-    if source_dir is None or not starts_fresh(run_dir, key, cfg.epochs):
+    if source_dir is None:
+        return None
+    if Path(source_dir).resolve() == Path(run_dir).resolve():
+        raise ExtensionError(f"cannot extend from {source_dir} into itself: a longer run is a new run with its own "
+                             f"directory; give another --run-dir (or leave it out for the default)")
+    if not starts_fresh(run_dir, key, cfg.epochs):
         return None
     plan = check_extension_source(source_dir, identity, stop_rule, cfg.evaluation_epochs())
     return continue_from(plan, run_dir, key, identity, cfg)
