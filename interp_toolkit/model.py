@@ -116,9 +116,8 @@ def n_parameters(cfg: ModelConfig) -> int:
 
 def available_memory(device: Any) -> int | None:
     """Bytes free on ``device`` (a CUDA device's free memory, else the host's available
-    memory); None when it cannot be read."""
-    import os
-
+    memory: ``MemAvailable`` of ``/proc/meminfo``, which counts reclaimable page cache);
+    None when it cannot be read."""
     import torch
 
     device = torch.device(device if device is not None else "cpu")
@@ -126,9 +125,13 @@ def available_memory(device: Any) -> int | None:
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
     try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def check_model_size(cfg: ModelConfig, device: Any = None) -> None:
