@@ -98,10 +98,13 @@ def _path_fields(cls: type) -> set[str]:
         hints = typing.get_type_hints(cls)
     except Exception:  # noqa: BLE001 - unresolvable annotations: no path fields to check
         return set()
+    import types
+
     out = set()
     for name, hint in hints.items():
-        args = typing.get_args(hint)
-        if hint is Path or (args and Path in args and all(a in (Path, type(None)) for a in args)):
+        optional_path = typing.get_origin(hint) in (typing.Union, types.UnionType) and \
+            set(typing.get_args(hint)) == {Path, type(None)}
+        if hint is Path or optional_path:
             out.add(name)
     return out
 
