@@ -157,10 +157,17 @@ def compute_outcome(
     gen_split = generalization_split(r, modulus)
     if not metrics:
         raise ValueError("compute_outcome needs at least one evaluation, got none")
-    for row in metrics:
+    from interp_toolkit.runs.metrics import MetricsError, row_problem
+
+    for number, row in enumerate(metrics, start=1):
         missing = [k for k in ("epoch", "val_acc", "adv_acc") if k not in row]
         if missing:
             raise ValueError(f"evaluation {dict(row)} lacks {missing}; expected epoch, val_acc and adv_acc")
+        # An accuracy above 1 or a non-finite loss would change the outcome (and a headline rate).
+        problem = row_problem(dict(row), None)  # values only: callers may pass evaluations unsorted
+        if problem is not None:
+            raise MetricsError(f"evaluation {number} of the run's history: {problem}; it is not what a trainer "
+                               f"writes (see the run's metrics.jsonl)")
     rows = sorted(metrics, key=lambda m: m["epoch"])
     threshold = thresholds.threshold
     favored = favored_split(r, modulus)
