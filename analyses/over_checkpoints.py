@@ -6,6 +6,8 @@ runs the analysis on it, stores each result in
 checkpoint file's bytes, the analysis name, version and config and the data, so a rerun
 with the same settings is a cache hit and changing any of them recomputes (an analysis's
 ``version`` is bumped when its numbers change, so entries of older code are not served).
+Each entry carries a digest of its content: an entry that is torn, not JSON, edited or
+written without one is recomputed, with a one-line ``note:`` on stderr naming it.
 It returns one table with an ``epoch`` column, written as ``<name>.csv`` and plotted as
 ``<name>.png`` (the run's accuracy curves on top, then the analysis's values on the same
 epoch axis).
@@ -25,7 +27,16 @@ from tqdm.auto import tqdm
 
 from interp_toolkit import __version__
 from interp_toolkit.checkpoint import load_checkpoint
-from interp_toolkit.io import atomic_write_json, config_hash, file_digest, read_jsonl
+from interp_toolkit.errors import notice
+from interp_toolkit.io import (
+    HEADER_DIGEST_KEY,
+    atomic_write_json,
+    config_hash,
+    file_digest,
+    header_digest,
+    with_header_digest,
+)
+from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
 from ._common import AnalysisResult, Table
@@ -125,26 +136,13 @@ def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
 
 
 def check_checkpoints_belong_to_run(run_dir: str | Path, checkpoints: Sequence[tuple[int, Path]]) -> None:
-    """UserError if a checkpoint's recorded ``run_key`` is not the key in ``run_dir/run.json``
-    (e.g. a mod-3 checkpoint copied beside a parity run's record: its analysis would run on
-    the wrong task's data). Checkpoints or records without a key are not judged."""
-    from interp_toolkit.errors import UserError
-    from interp_toolkit.runs.resume import checkpoint_run_key
+    """UserError if a checkpoint is not the run's (e.g. a mod-3 checkpoint copied beside a
+    parity run's record, in either checkpoint format: its analysis would run on the wrong
+    task's data); :func:`interp_toolkit.checkpoint.check_checkpoint_belongs` per file."""
+    from interp_toolkit.checkpoint import check_checkpoint_belongs
 
-    record_path = Path(run_dir) / "run.json"
-    if not record_path.is_file():
-        return
-    try:
-        record_key = json.loads(record_path.read_text(encoding="utf-8")).get("key")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-        raise UserError(f"run record {record_path} is unreadable: {err}") from err
-    if not record_key:
-        return
     for _, path in checkpoints:
-        key = checkpoint_run_key(path)
-        if key is not None and key != record_key:
-            raise UserError(f"checkpoint {path} belongs to run {key}, but {record_path} records run {record_key}: "
-                            f"it was trained on another task or config, so this run's data does not fit it")
+        check_checkpoint_belongs(path, run_dir)
 
 
 def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) -> tuple[str, AnalysisSpec]:
@@ -277,11 +275,14 @@ def over_checkpoints(
 
     rows: list[dict[str, Any]] = []
     computed, hits = [], []
+    rejected: list[str] = []  # cache entries that failed their digest or did not parse
     for epoch, path in tqdm(checkpoints, desc=f"{label} over checkpoints", disable=not progress):
         key = config_hash({"checkpoint": file_digest(path), "analysis": label, "version": spec.version,
                            "fn": fn_key, "config": config, "data": data_key})
         cache_path = cache_dir / f"epoch_{epoch:06d}_{key}.json"
-        entry = json.loads(cache_path.read_text()) if cache_path.is_file() else None
+        entry, problem = read_cache_entry(cache_path)
+        if problem is not None:
+            rejected.append(f"epoch {epoch} ({problem})")
         cached = entry["rows"] if entry is not None else None
         # an entry written before the analysis gained a value column is stale, not a hit
         if entry is not None and cached is not None and all(
@@ -293,18 +294,41 @@ def over_checkpoints(
             result = spec.fn(model, splits, **config)
             epoch_rows = [{"epoch": epoch, **row} for row in result.rows]
             # JSON objects are written with sorted keys: the column order is kept beside the rows
-            atomic_write_json(cache_path, {"epoch": epoch, "checkpoint": path.name, "analysis": label,
-                                           "version": spec.version, "written_by": f"interp-toolkit {__version__}",
-                                           "config": config, "columns": Table(epoch_rows).columns,
-                                           "rows": epoch_rows})
+            atomic_write_json(cache_path, with_header_digest({
+                "epoch": epoch, "checkpoint": path.name, "analysis": label, "version": spec.version,
+                "written_by": f"interp-toolkit {__version__}", "config": config,
+                "columns": Table(epoch_rows).columns, "rows": epoch_rows}))
             computed.append(epoch)
         rows.extend(epoch_rows)
+    if rejected:
+        notice(f"{label}: recomputed {len(rejected)} cache entr{'y' if len(rejected) == 1 else 'ies'} in {cache_dir} "
+               f"that failed their check: {'; '.join(rejected)}")
     table = Table(rows)
     csv_path = table.to_csv(out_dir / f"{label}.csv")
     png_path = None
     if plot:
         png_path = save_figure(plot_over_checkpoints(table, run_dir, spec), out_dir / f"{label}.{figure_format}")
     return CheckpointsResult(table, csv_path, png_path, computed, hits)
+
+
+def read_cache_entry(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A cache entry and, when it cannot be served, why: ``(entry, None)`` for a verified
+    entry, ``(None, None)`` when there is none, ``(None, reason)`` when the file is torn, not
+    UTF-8 JSON, or fails the digest of its content written with it (an edited number is
+    recomputed, never served)."""
+    if not path.is_file():
+        return None, None
+    try:
+        entry = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return None, f"unreadable: {err}"
+    if not isinstance(entry, dict) or not isinstance(entry.get("rows"), list):
+        return None, "not a cache entry"
+    if HEADER_DIGEST_KEY not in entry:
+        return None, "written without a content digest"
+    if entry[HEADER_DIGEST_KEY] != header_digest(entry):
+        return None, "content does not match its digest"
+    return entry, None
 
 
 def _in_column_order(rows: list[dict[str, Any]], columns: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -358,7 +382,7 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
 
     columns = list(spec.value_columns) or [
         c for c in table.columns if c != "epoch" and all(isinstance(v, (int, float)) for v in table.column(c))][:3]
-    metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    metrics = read_metrics(Path(run_dir) / "metrics.jsonl")
     series = {column: list(_series(table, spec, column).items())[:max_lines] for column in columns}
     colors = component_colors(name for lines in series.values() for name, _ in lines)
     with style():

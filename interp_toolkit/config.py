@@ -74,6 +74,7 @@ class Config:
                 raise UserError(f"{cls.__name__}.{f.name} must be a mapping of {nested.__name__} fields, "
                                 f"got {values[f.name]!r}")
             values[f.name] = nested.from_dict(values[f.name])
+        _check_path_fields(cls, values)
         try:
             return cls(**values)
         except TypeError as err:  # e.g. a missing required field
@@ -87,6 +88,52 @@ class Config:
         """Raise a ``UserError`` naming ``Class.name``, its value and ``expected`` unless ``ok``."""
         if not ok:
             raise UserError(f"{type(self).__name__}.{name} must be {expected}, got {getattr(self, name)!r}")
+
+
+def _path_fields(cls: type) -> set[str]:
+    """Names of ``cls``'s fields annotated ``Path`` or ``Optional[Path]``."""
+    import typing
+
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: no path fields to check
+        return set()
+    import types
+
+    out = set()
+    for name, hint in hints.items():
+        optional_path = typing.get_origin(hint) in (typing.Union, types.UnionType) and \
+            set(typing.get_args(hint)) == {Path, type(None)}
+        if hint is Path or optional_path:
+            out.add(name)
+    return out
+
+
+def _check_path_fields(cls: type, values: Mapping[str, Any]) -> None:
+    """UserError naming a path field given something other than a non-empty path (a number
+    in a config file, an empty string that would mean the current directory)."""
+    for name in sorted(_path_fields(cls) & set(values)):
+        value = values[name]
+        if value is None or isinstance(value, Path):
+            continue
+        if not isinstance(value, str):
+            raise UserError(f"{cls.__name__}.{name} must be a path (a string), got {value!r}")
+        if not value.strip():
+            raise UserError(f"{cls.__name__}.{name} must be a non-empty path, got {value!r}")
+
+
+def refuse_empty_values(argv: Sequence[str]) -> None:
+    """UserError naming a flag given an empty value (``--run-dir ''``, ``--run-dir=``): no flag
+    takes one, and an empty path would silently mean the current directory."""
+    items = list(argv)
+    for i, token in enumerate(items):
+        if not token.startswith("--"):
+            continue
+        flag, eq, value = token.partition("=")
+        if eq and not value.strip():
+            raise UserError(f"{flag} was given an empty value; give a value or leave the flag out")
+        if not eq and i + 1 < len(items) and not items[i + 1].strip():
+            raise UserError(f"{flag} was given an empty value; give a value or leave the flag out")
 
 
 def _nested_config_type(cls: type, f: dataclasses.Field) -> type[Config] | None:
@@ -162,6 +209,7 @@ def parse_config(
     import tyro
 
     config_file, rest = split_config_flag(argv)
+    refuse_empty_values(rest)
     used_aliases = {}  # generated flag -> the old spelling the user typed (named in errors)
     for token in rest:
         flag = token.partition("=")[0]

@@ -18,6 +18,20 @@ class CheckpointError(UserError):
     the tensor, when one is at fault)."""
 
 
+class TrainingDivergedError(UserError, FloatingPointError):
+    """Training produced a non-finite loss or evaluation (e.g. a learning rate far too
+    large): a problem with the settings, so a user error, and still a ``FloatingPointError``.
+    Nothing non-finite is written: the run directory keeps its last saved state."""
+
+
+def notice(message: str) -> None:
+    """Tell the user, in one ``note: ...`` line on stderr, of something done on their behalf
+    (a recomputed cache, dropped lines of a torn file) that changes no result."""
+    import sys
+
+    print(f"note: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGINT) stopped training; the run resumes from ``resume_epoch`` on rerun.
 

@@ -3,10 +3,12 @@
 Nothing half-written is ever left behind: every file goes through a temp file and a rename.
 
 Artifacts (checkpoints, BIF and LM BIF results, DLN states) are single ``.safetensors``
-files whose header holds JSON metadata and the :func:`tensor_digest` of every tensor
-(:func:`save_artifact`); :func:`load_artifact` verifies every digest while reading, in one
-pass, and raises :class:`~interp_toolkit.errors.CheckpointError` naming the file and the
-tensor that does not match.
+files whose header holds JSON metadata, the :func:`tensor_digest` of every tensor and a
+:func:`header_digest` over that JSON (:func:`save_artifact`); :func:`load_artifact` verifies
+every digest while reading, in one pass, and raises
+:class:`~interp_toolkit.errors.CheckpointError` naming the file and the tensor (or the
+header) that does not match. Artifacts of format 1 (before the header digest) are still
+read; their metadata is not covered.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ if TYPE_CHECKING:
     import torch
 
 ARTIFACT_KEY = "interp_toolkit.artifact"
-ARTIFACT_FORMAT = 1
+#: 2: the header carries ``header_digest`` (1: tensor digests only; still read).
+ARTIFACT_FORMAT = 2
+#: The key of the digest over a JSON header's other fields (:func:`header_digest`).
+HEADER_DIGEST_KEY = "header_digest"
 
 
 def _process_umask() -> int:
@@ -108,13 +113,49 @@ def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
         raise
 
 
+def header_digest(header: Mapping[str, Any], length: int = 16) -> str:
+    """SHA-256 (hex, ``length`` chars) of a JSON header's canonical form, leaving out its own
+    :data:`HEADER_DIGEST_KEY`: what a file's metadata (epochs, run keys, recorded metrics)
+    is checked against on read."""
+    body = {k: v for k, v in header.items() if k != HEADER_DIGEST_KEY}
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()[:length]
+
+
+def with_header_digest(header: Mapping[str, Any]) -> dict[str, Any]:
+    """``header`` plus its :func:`header_digest` under :data:`HEADER_DIGEST_KEY`."""
+    body = {k: v for k, v in header.items() if k != HEADER_DIGEST_KEY}
+    # Round-trip first, so tuples and the like digest as the JSON they are stored as.
+    body = json.loads(json.dumps(body, sort_keys=True, default=_json_default))
+    return {**body, HEADER_DIGEST_KEY: header_digest(body)}
+
+
+def verify_header_digest(path: str | os.PathLike, header: Mapping[str, Any], required: bool = True) -> None:
+    """Raise :class:`CheckpointError` naming ``path`` if ``header``'s recorded digest does not
+    match its content (or, with ``required``, is missing)."""
+    recorded = header.get(HEADER_DIGEST_KEY)
+    if recorded is None:
+        if required:
+            raise CheckpointError(f"{path}: its header records no {HEADER_DIGEST_KEY} (corrupted file)")
+        return
+    if recorded != header_digest(header):
+        raise CheckpointError(f"{path}: its header (metadata) does not match its recorded digest (corrupted "
+                              f"file)")
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read a JSONL file, ignoring a trailing partial line left by a crash."""
     records: list[dict[str, Any]] = []
     path = Path(path)
     if not path.exists():
         return records
-    for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        from interp_toolkit.errors import UserError
+
+        raise UserError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); it is not a JSONL file "
+                        f"interp_toolkit wrote") from err
+    for line in text.splitlines():
         if not line.strip():
             continue
         try:
@@ -180,7 +221,7 @@ def save_artifact(path: str | os.PathLike, tensors: Mapping[str, "torch.Tensor"]
     header = {"format": ARTIFACT_FORMAT, "kind": kind, "metadata": dict(metadata),
               "digests": {name: tensor_digest(t) for name, t in cpu.items()}}
     try:
-        text = json.dumps(header, sort_keys=True, default=_json_default)
+        text = json.dumps(with_header_digest(header), sort_keys=True, default=_json_default)
     except TypeError as err:
         raise ValueError(f"{kind} metadata must be JSON-serializable: {err}") from err
     return atomic_write_bytes(path, save(cpu, metadata={ARTIFACT_KEY: text}))
@@ -228,6 +269,13 @@ def load_artifact(path: str | os.PathLike, kind: str | None = None) -> tuple[dic
         raise CheckpointError(f"{path} is not an interp_toolkit artifact (no {ARTIFACT_KEY} header)") from err
     except Exception as err:  # noqa: BLE001 - safetensors raises several types for bad files
         raise CheckpointError(f"{path} is truncated or corrupted: {err}") from err
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path} is truncated or corrupted: its {ARTIFACT_KEY} header is not a JSON object")
+    version = header.get("format", 1)
+    if version not in (1, ARTIFACT_FORMAT):
+        raise CheckpointError(f"{path} has artifact format {version!r}, expected 1 or {ARTIFACT_FORMAT} "
+                              f"(corrupted, or written by a newer interp_toolkit)")
+    verify_header_digest(path, header, required=version >= 2)
     if kind is not None and header.get("kind") != kind:
         raise CheckpointError(f"{path} holds a {header.get('kind')!r} artifact, expected {kind!r}")
     verify_digests(path, tensors, header.get("digests") or {})

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from interp_toolkit.callbacks import Callback
+from interp_toolkit.errors import UserError
 
 _QUANTITY_NAMES = {"loss": "loss", "acc": "accuracy"}
 
@@ -136,6 +137,12 @@ class WandbLogger(Callback):
             import wandb  # noqa: F401
         except ImportError as err:
             raise ImportError("WandbLogger needs wandb: pip install 'interp-toolkit[wandb]'") from err
+        if mode == "online" and not has_wandb_credentials():
+            # Refused here, before any run directory is made: wandb.init would fail at the
+            # first evaluation, leaving a half-started run.
+            raise UserError("W&B online logging needs an API key, and none was found (no WANDB_API_KEY, no "
+                            "api.wandb.ai entry in ~/.netrc); run `wandb login` or set WANDB_API_KEY, or log "
+                            "offline (--wandb offline) and `wandb sync` later")
         self.project, self.entity = project, entity
         self.mode = cast(Literal["offline", "online", "disabled"], mode)  # one of MODES, checked above
         self.log_dir = Path(log_dir) if log_dir is not None else None
@@ -155,11 +162,17 @@ class WandbLogger(Callback):
                 data = json.loads(record.read_text())
                 config = {k: data.get(k) for k in ("train_config", "model_config", "run_info", "key")}
             directory.mkdir(parents=True, exist_ok=True)
-            run = self._runs[directory] = wandb.init(
-                project=self.project, entity=self.entity, mode=self.mode, dir=str(directory),
-                name=name, config=config, reinit="create_new",
-                settings=wandb.Settings(silent=True, console="off"),
-            )
+            try:
+                run = wandb.init(
+                    project=self.project, entity=self.entity, mode=self.mode, dir=str(directory),
+                    name=name, config=config, reinit="create_new",
+                    settings=wandb.Settings(silent=True, console="off"),
+                )
+            except Exception as err:  # noqa: BLE001 - wandb raises its own types for login/network
+                raise UserError(f"W&B could not start a {self.mode} run for {directory}: "
+                                f"{type(err).__name__}: {err}; the run stays resumable (rerun once W&B "
+                                f"works, or without --wandb)") from err
+            self._runs[directory] = run
         return run
 
     def on_evaluation(self, run_dir: Path, metrics: dict[str, Any]) -> None:
@@ -188,6 +201,25 @@ class WandbLogger(Callback):
         self._runs.clear()
 
 
+def has_wandb_credentials() -> bool:
+    """Whether a W&B API key can be found without prompting: ``WANDB_API_KEY``, or an entry
+    for the W&B host (``WANDB_BASE_URL``, default api.wandb.ai) in ``~/.netrc`` (or
+    ``NETRC``), where ``wandb login`` stores it."""
+    import netrc
+    import os
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        entry = netrc.netrc(path).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return bool(entry and entry[2])
+
+
 def loggers_from_flags(args: Any) -> list[Callback]:
     """The loggers asked for by a command config's ``tensorboard`` (bool) and ``wandb``
     (``None``, ``"offline"`` or ``"online"``) fields (an empty list by default)."""
@@ -199,5 +231,5 @@ def loggers_from_flags(args: Any) -> list[Callback]:
     return loggers
 
 
-__all__ = ["TensorBoardLogger", "WandbLogger", "loggers_from_flags", "metric_tag",
+__all__ = ["TensorBoardLogger", "WandbLogger", "has_wandb_credentials", "loggers_from_flags", "metric_tag",
            "scalar_metrics"]

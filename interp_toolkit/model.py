@@ -87,6 +87,10 @@ _ACT_FNS = ("relu", "gelu", "gelu_new", "silu", "solu_ln", "gelu_fast")
 _POSITIONAL = ("standard", "rotary", "shortformer")
 _NORMALIZATION = ("LN", None)
 
+#: Sanity bound on ``n_layers``: the bridge builds its blocks one by one, so a typo such as
+#: ``--model.n-layers 99999`` would otherwise spend minutes building before any output.
+MAX_LAYERS = 512
+
 
 @dataclass
 class ModelConfig(Config):
@@ -128,6 +132,9 @@ class ModelConfig(Config):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+        if self.n_layers > MAX_LAYERS:
+            raise ValueError(f"ModelConfig.n_layers must be at most {MAX_LAYERS} (a sanity bound), got "
+                             f"{self.n_layers}")
         if self.d_vocab_out is None:
             self.d_vocab_out = self.d_vocab
         if isinstance(self.d_vocab_out, bool) or not isinstance(self.d_vocab_out, int) or self.d_vocab_out < 1:
@@ -159,6 +166,58 @@ class ModelConfig(Config):
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def n_parameters(cfg: ModelConfig) -> int:
+    """Parameters of the model ``cfg`` describes (weights and biases of the embeddings,
+    every block and the unembedding), computed from the config alone."""
+    d, hd = cfg.d_model, cfg.n_heads * (cfg.d_head or cfg.d_model // cfg.n_heads)
+    norms = 2 * d if cfg.normalization == "LN" else 0
+    attention = 4 * d * hd + 3 * hd + d
+    mlp = 0 if cfg.attn_only else 2 * d * cfg.d_mlp + cfg.d_mlp + d + norms
+    block = attention + norms + mlp
+    positions = cfg.n_ctx * d if cfg.positional_embedding == "standard" else 0
+    return cfg.d_vocab * d + positions + cfg.n_layers * block + norms + d * int(cfg.d_vocab_out or cfg.d_vocab)
+
+
+def available_memory(device: Any) -> int | None:
+    """Bytes free on ``device`` (a CUDA device's free memory, else the host's available
+    memory: ``MemAvailable`` of ``/proc/meminfo``, which counts reclaimable page cache);
+    None when it cannot be read."""
+    import torch
+
+    device = torch.device(device if device is not None else "cpu")
+    if device.type == "cuda" and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_model_size(cfg: ModelConfig, device: Any = None) -> None:
+    """Refuse, before anything is built, a model whose training state cannot fit: float32
+    weights, gradients and AdamW's two moments (4 copies of the parameters) against the
+    memory available on ``device``.
+
+    Raises:
+        UserError: Naming the sizes in the config, the parameter count and the memory.
+    """
+    from interp_toolkit.errors import UserError
+
+    needed = 4 * 4 * n_parameters(cfg)
+    free = available_memory(device)
+    if free is not None and needed > free:
+        raise UserError(
+            f"the model (n_layers {cfg.n_layers}, d_model {cfg.d_model}, d_mlp {cfg.d_mlp}, n_heads {cfg.n_heads}) "
+            f"has {n_parameters(cfg):,} parameters: training it needs ~{needed / 2**30:.1f} GiB (weights, "
+            f"gradients and AdamW state in float32), more than the {free / 2**30:.1f} GiB available on "
+            f"{device or 'cpu'}; choose a smaller model")
 
 
 def bridge_config(cfg: ModelConfig) -> Any:
@@ -201,6 +260,7 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> A
 
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"build_model expects a ModelConfig, got {type(cfg).__name__}")
+    check_model_size(cfg, device)
     # boot_native is attached to the class when TransformerLens is imported: mypy cannot see it
     model = TransformerBridge.boot_native(bridge_config(cfg), device=device)  # type: ignore[attr-defined]
     model.interp_config = cfg
@@ -218,4 +278,5 @@ def model_config_of(model: Any) -> ModelConfig:
     return cfg
 
 
-__all__ = ["HookedModel", "ModelConfig", "build_model", "bridge_config", "model_config_of"]
+__all__ = ["MAX_LAYERS", "HookedModel", "ModelConfig", "available_memory", "build_model", "bridge_config",
+           "check_model_size", "model_config_of", "n_parameters"]

@@ -42,6 +42,7 @@ import torch
 __all__ = [
     "CheckpointLoadError",
     "CheckpointRef",
+    "check_hf_weight_files",
     "expand_revisions",
     "hf_local_checkpoints",
     "hub_checkpoints",
@@ -134,7 +135,46 @@ class CheckpointRef:
                     f"{self.location} is not a Hugging Face model directory (no config.json); "
                     "save one with model.save_pretrained(path)"
                 )
+            check_hf_weight_files(self.location)
         return _boot_hf(self.location, self.revision, device, offline, hub=self.kind == "hub")
+
+
+#: Weight files of the pickle format: never loaded (unpickling can run code).
+_PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def check_hf_weight_files(directory: str | Path) -> None:
+    """Check a local HF model directory's weight files before anything loads them: every
+    ``*.safetensors`` shard complete (its header parses and the file holds all the bytes it
+    declares), and no pickle weights (``pytorch_model.bin`` ...) without safetensors ones.
+
+    Raises:
+        CheckpointLoadError: Naming the file that is truncated, corrupted or a pickle.
+    """
+    import json
+
+    directory = Path(directory)
+    shards = sorted(directory.glob("*.safetensors"))
+    pickles = sorted(p for pattern in _PICKLE_WEIGHTS for p in directory.glob(pattern))
+    if pickles and not shards:
+        raise CheckpointLoadError(
+            f"{pickles[0]} is a pickle weight file, which interp_toolkit never loads because unpickling can run "
+            f"arbitrary code; convert it to safetensors where you trust it (model.save_pretrained(path, "
+            f"safe_serialization=True)) and pass that directory")
+    for shard in shards:
+        try:
+            with open(shard, "rb") as handle:
+                header_len = int.from_bytes(handle.read(8), "little")
+                if not 0 < header_len < 100_000_000:
+                    raise ValueError(f"header length {header_len}")
+                header = json.loads(handle.read(header_len))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+            size = shard.stat().st_size
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+            raise CheckpointLoadError(f"weight file {shard} is truncated or corrupted ({err})") from err
+        if size < 8 + header_len + end:
+            raise CheckpointLoadError(f"weight file {shard} is truncated: it holds {size} bytes, its header declares "
+                                      f"{8 + header_len + end}; copy or download it again")
 
 
 def _boot_hf(name: str, revision: str | None, device: Any, offline: bool | None, hub: bool) -> Any:

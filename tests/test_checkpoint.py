@@ -6,7 +6,7 @@ import torch
 
 from interp_toolkit import CheckpointError, build_model, load_checkpoint, save_checkpoint
 from interp_toolkit.checkpoint import read_checkpoint
-from interp_toolkit.io import ARTIFACT_KEY
+from interp_toolkit.io import ARTIFACT_KEY, with_header_digest
 
 
 @pytest.fixture
@@ -102,13 +102,14 @@ def test_mismatched_config_raises(saved, tmp_path):
     cfg = header["metadata"]["model_config"]
     header["metadata"]["model_config"] = {**cfg, "d_model": 32, "d_head": 16}
     bad = tmp_path / "mismatch.safetensors"
-    bad.write_bytes(save(tensors, metadata={ARTIFACT_KEY: json.dumps(header)}))
+    # Re-digested, as a writer of a wrong config would: the shape check must catch it.
+    bad.write_bytes(save(tensors, metadata={ARTIFACT_KEY: json.dumps(with_header_digest(header))}))
     with pytest.raises(CheckpointError, match="mismatch.safetensors.*shape"):
         load_checkpoint(bad)
     del tensors["unembed.weight"]
     del header["digests"]["unembed.weight"]
     header["metadata"]["model_config"] = cfg
-    bad.write_bytes(save(tensors, metadata={ARTIFACT_KEY: json.dumps(header)}))
+    bad.write_bytes(save(tensors, metadata={ARTIFACT_KEY: json.dumps(with_header_digest(header))}))
     with pytest.raises(CheckpointError, match="missing keys"):
         load_checkpoint(bad)
 

@@ -48,3 +48,13 @@ def test_file_digest_keys_a_file_by_its_bytes(tmp_path):
     assert len(file_digest(a, length=64)) == 64 and file_digest(a, length=64).startswith(file_digest(a))
     b.write_bytes(b"weights!")  # rewritten: another key
     assert file_digest(b) != file_digest(a)
+
+
+def test_read_jsonl_names_a_file_that_is_not_utf8(tmp_path):
+    from interp_toolkit.errors import UserError
+    from interp_toolkit.io import read_jsonl
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"a": 1}\n\xff\xfe\n')
+    with pytest.raises(UserError, match="rows.jsonl is not UTF-8"):
+        read_jsonl(path)

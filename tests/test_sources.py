@@ -78,3 +78,28 @@ def test_checkpoint_range_expands_to_expected_revisions():
     for ref in resolve_checkpoints(["hub:EleutherAI/no-such-model-xyz@step{1000..3000:1000}"]):
         with pytest.raises(CheckpointLoadError, match="not in the local HF cache"):
             ref.load(offline=True)
+
+
+@pytest.mark.parametrize("fault", ["truncated_shard", "pickle_only"])
+def test_bad_local_weight_files_are_named_before_loading(tmp_path, fault):
+    """A truncated safetensors shard, or a pickle pytorch_model.bin and no safetensors: a
+    CheckpointLoadError (exit 2 in the CLI) naming the file, and nothing is unpickled."""
+    directory = tmp_path / "step0"
+    _save_tiny_neox(directory)
+    shard = directory / "model.safetensors"
+    if fault == "truncated_shard":
+        shard.write_bytes(shard.read_bytes()[:-100])
+        named = "model.safetensors is truncated"
+    else:
+        # A pickle that would run code if it were ever unpickled.
+        import pickle
+
+        class Boom:
+            def __reduce__(self):
+                return (exec, ("raise SystemExit('unpickled')",))
+
+        (directory / "pytorch_model.bin").write_bytes(pickle.dumps(Boom()))
+        shard.unlink()
+        named = "pytorch_model.bin is a pickle weight file"
+    with pytest.raises(CheckpointLoadError, match=named):
+        CheckpointRef("hf_local", str(directory), step=0).load()

@@ -146,7 +146,63 @@ def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
     from_file = config_file is not None and "d_head" in (load_config_file(config_file).get("model") or {})
     if not from_file and not any(t.split("=")[0] == "--model.d-head" for t in rest):
         cfg.model = dataclasses.replace(cfg.model, d_head=None)
+    file_data = load_config_file(config_file) if config_file is not None else {}
+    refuse_conflicts(cfg, _explicit_values(rest, file_data))
     return cfg
+
+
+#: Settings that follow from others: given explicitly, they must agree.
+_DERIVED_MODEL = ("d_vocab", "n_ctx", "d_vocab_out")
+_NAMED_TASK = ("label", "shortcut")
+
+
+def _explicit_values(rest: list[str], file_data: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """``"model.d_vocab" -> (where, value)`` for the derived model sizes and the task's label
+    and shortcut that the user gave explicitly (a flag, or the config file's section)."""
+    found: dict[str, tuple[str, Any]] = {}
+    sections = {"model": _DERIVED_MODEL, "task": _NAMED_TASK}
+    for section, names in sections.items():
+        given = file_data.get(section) if isinstance(file_data.get(section), dict) else {}
+        for name in names:
+            if name in given:
+                found[f"{section}.{name}"] = (f"{section}.{name} in the config file", given[name])
+    for i, token in enumerate(rest):
+        flag, eq, value = token.partition("=")
+        if not flag.startswith("--"):
+            continue
+        dotted = flag[2:].replace("-", "_")
+        section, _, name = dotted.partition(".")
+        if name in sections.get(section, ()):
+            if not eq:
+                value = rest[i + 1] if i + 1 < len(rest) else ""
+            found[f"{section}.{name}"] = (f"--{section}.{name.replace('_', '-')} {value}", value)
+    return found
+
+
+def refuse_conflicts(cfg: Any, explicit: dict[str, tuple[str, Any]]) -> None:
+    """UserError when an explicitly given setting disagrees with what the task fixes: the
+    model's ``d_vocab``, ``n_ctx`` and ``d_vocab_out`` follow the task (a value the task
+    does not need would otherwise be silently replaced), and ``--task-name`` fixes the
+    task's label and shortcut."""
+    from interp_toolkit.errors import UserError
+
+    dims = cfg.task.model_dims()
+    for name in _DERIVED_MODEL:
+        where, value = explicit.get(f"model.{name}", (None, None))
+        if where is not None and str(value) != str(dims[name]):
+            raise UserError(f"{where} conflicts with the task: {cfg.task.name} (seq_len {cfg.task.seq_len}, "
+                            f"n_values {cfg.task.n_values}) needs model.{name} = {dims[name]}; the model's "
+                            f"vocabulary, context and output sizes follow the task, so leave the flag out "
+                            f"(or change the task)")
+    if cfg.task_name is not None:
+        from interp_toolkit.tasks.mpsp import TASKS
+
+        named = dict(zip(_NAMED_TASK, TASKS[cfg.task_name], strict=True))
+        for name in _NAMED_TASK:
+            where, value = explicit.get(f"task.{name}", (None, None))
+            if where is not None and str(value) != named[name]:
+                raise UserError(f"{where} conflicts with --task-name {cfg.task_name}, whose {name} is "
+                                f"{named[name]!r}; give one of them")
 
 
 def run_config(cfg: Any) -> int:

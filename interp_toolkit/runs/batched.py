@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io as _io
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,6 @@ from interp_toolkit.devices import resolve_device
 from interp_toolkit.io import (
     append_jsonl,
     config_hash,
-    read_jsonl,
 )
 from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.runs.engine import (
@@ -63,6 +63,7 @@ from interp_toolkit.runs.extend import (
     starts_fresh,
 )
 from interp_toolkit.runs.lock import DirectoryLock
+from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.record import (
     finish_record,
     new_training_record,
@@ -82,6 +83,8 @@ from interp_toolkit.runs.resume import (
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
+    check_finite_evaluation,
+    diverged,
     epoch_minibatches,
     plot_curves,
     run_identity,
@@ -503,7 +506,7 @@ def _train_group(
                     optimizer.exp_avg_sq[name][i].copy_(opt_state[j]["exp_avg_sq"])
             optimizer.step_count = int(float(opt_state[0]["step"])) if opt_state else 0
             shuffle_gen.set_state(saved["shuffle_rng"])  # identical across members (same cfg.seed)
-            truncate_metrics(state.run_dir, start_epoch)
+            truncate_metrics(state.run_dir, start_epoch, cfg.evaluation_epochs())
         else:
             clear_run_outputs(state.run_dir)
         record = new_training_record(
@@ -540,7 +543,7 @@ def _train_group(
     def finish_member(j: int, seconds: float, stopped_at: int | None) -> None:
         i = active[j]
         run_dir = states[i].run_dir
-        metrics = read_jsonl(run_dir / "metrics.jsonl")
+        metrics = read_metrics(run_dir / "metrics.jsonl")
         plot_curves(metrics, run_dir / "curves.png")
         extra = {"stopped_early_at": stopped_at} if stopped_at is not None else {}
         finish_record(run_dir, records[i], metrics[-1] if metrics else {}, seconds, **extra)
@@ -551,6 +554,8 @@ def _train_group(
     def log_evaluation(epoch: int) -> list[dict[str, Any]]:
         results = evaluate_batched(stacked, splits, cfg.readout_position, cfg.eval_batch_size)
         logged = []
+        for j, metrics in enumerate(results):  # all checked before any line is logged
+            check_finite_evaluation({"epoch": epoch, **metrics}, cfg.lr, states[active[j]].run_dir)
         for j, metrics in enumerate(results):
             metrics = {"epoch": epoch, **metrics}
             append_jsonl(states[active[j]].run_dir / "metrics.jsonl", metrics)
@@ -575,7 +580,9 @@ def _train_group(
             grads, losses = batched_readout_loss(stacked, tokens[idx], labels[idx], cfg.readout_position,
                                                  chunk_size)
             if not bool(torch.isfinite(losses).all()):
-                raise FloatingPointError(f"training loss became {losses.tolist()} at epoch {epoch}; lower lr")
+                first = next(j for j, value in enumerate(losses.tolist()) if not math.isfinite(value))
+                raise diverged(f"training loss became {losses.tolist()} at epoch {epoch}", cfg.lr,
+                               states[active[first]].run_dir)
             optimizer.step(stacked.params, grads)
         if epoch not in eval_epochs:
             continue

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
-from interp_toolkit.io import atomic_write_bytes, read_jsonl
+from interp_toolkit.io import atomic_write_bytes
+from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.record import (
     has_record,
     is_finished,
@@ -38,6 +39,7 @@ from interp_toolkit.runs.record import (
 )
 from interp_toolkit.runs.resume import (
     RESUME_NAME,
+    check_finished_record,
     list_checkpoints,
     load_resume_state,
     save_resume_state,
@@ -141,6 +143,7 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     if not is_finished(record):
         raise ExtensionError(f"cannot extend from {source_dir}: the run is not finished "
                              f"(status {record.get('status')!r}); finish it first (rerun it) or extend another")
+    check_finished_record(source_dir, record)  # a record set to "finished" mid-run is not a finished run
     source_identity = record.get("identity")
     if not isinstance(source_identity, Mapping):
         raise ExtensionError(f"cannot extend from {source_dir}: its run.json records no identity")
@@ -153,7 +156,7 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     if have >= want:
         raise ExtensionError(f"cannot extend from {source_dir}: it trains {have} epochs and this run {want}; "
                              f"a run extends only a run of fewer epochs")
-    metrics = read_jsonl(source_dir / "metrics.jsonl")
+    metrics = read_metrics(source_dir / "metrics.jsonl")
     if not metrics:
         raise ExtensionError(f"cannot extend from {source_dir}: its metrics.jsonl is empty")
     last = int(metrics[-1]["epoch"])
@@ -215,6 +218,9 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
     if not holds_nothing(run_dir):
         raise ExtensionError(f"cannot extend into {run_dir}: it is not empty")
     finished = plan.action == "finished"
+    # Verified before anything is written: a bad final state leaves run_dir untouched.
+    final_state = source_dir / FINAL_STATE_NAME
+    state = read_final_state(source_dir, record.get("key"), last_epoch) if final_state.is_file() else None
     # The new run's schedules up to the source's end; a run that stops checkpoints its last epoch.
     keep_eval = set(evaluation_epochs) | ({last_epoch} if finished else set())
     keep_ckpt = set(checkpoint_epochs) | ({last_epoch} if finished else set())
@@ -237,8 +243,6 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
                               **({"trainer": record["trainer"]} if "trainer" in record else {}))
     # Written in an order that a kill at any point leaves a directory the trainer reads right:
     # without the state that makes it resumable (or finished) it counts as fresh and is redone.
-    final_state = source_dir / FINAL_STATE_NAME
-    state = load_resume_state(final_state, record.get("key")) if final_state.is_file() else None
     if not finished:
         if state is None:
             raise ExtensionError(f"{source_dir} has no {FINAL_STATE_NAME} to continue from; it cannot be extended")
@@ -256,6 +260,28 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
                stopped_early_at=last_epoch)
     write_record(run_dir, new)
     return "finished"
+
+
+def read_final_state(source_dir: str | os.PathLike, key: str | None, last_epoch: int) -> dict[str, Any]:
+    """The final state of the finished run at ``source_dir``, verified: its digests
+    (:func:`~interp_toolkit.runs.resume.load_resume_state`), its epoch against the run's last
+    evaluation, and its weights against the run's own checkpoint of that epoch.
+
+    Raises:
+        ExtensionError: Naming the file when any of these fails.
+    """
+    from interp_toolkit.runs.resume import ResumeStateError, check_state_matches_checkpoint
+
+    path = Path(source_dir) / FINAL_STATE_NAME
+    try:
+        state = load_resume_state(path, key)
+        check_state_matches_checkpoint(path, state, source_dir)
+    except ResumeStateError as err:
+        raise ExtensionError(f"cannot extend from {source_dir}: {err}") from err
+    if int(state["epoch"]) != last_epoch:
+        raise ExtensionError(f"cannot extend from {source_dir}: {path} ends epoch {state['epoch']}, but the run's "
+                             f"metrics.jsonl ends at epoch {last_epoch}; the state is not this run's last")
+    return state
 
 
 def holds_nothing(run_dir: str | os.PathLike) -> bool:
@@ -319,7 +345,12 @@ def start_from_shorter_run(run_dir: str | os.PathLike, source_dir: str | os.Path
         cfg: The new run's ``TrainConfig``.
         stop_rule: The new run's early stop, or None.
     """
-    if source_dir is None or not starts_fresh(run_dir, key, cfg.epochs):
+    if source_dir is None:
+        return None
+    if Path(source_dir).resolve() == Path(run_dir).resolve():
+        raise ExtensionError(f"cannot extend from {source_dir} into itself: a longer run is a new run with its own "
+                             f"directory; give another --run-dir (or leave it out for the default)")
+    if not starts_fresh(run_dir, key, cfg.epochs):
         return None
     plan = check_extension_source(source_dir, identity, stop_rule, cfg.evaluation_epochs())
     return continue_from(plan, run_dir, key, identity, cfg)
@@ -340,5 +371,6 @@ def continue_from(plan: ExtensionPlan, run_dir: str | os.PathLike, key: str, ide
 
 
 __all__ = ["CARRIED_RECORD_FIELDS", "ExtensionError", "ExtensionPlan", "FINAL_STATE_NAME", "carried_fields",
-           "check_extension_source", "clear_partial_start", "clear_run_outputs", "continue_from", "extend_run", "holds_nothing", "identity_differences", "keep_final_state",
+           "check_extension_source", "clear_partial_start", "clear_run_outputs", "continue_from", "extend_run", "holds_nothing",
+           "identity_differences", "keep_final_state", "read_final_state",
            "start_from_shorter_run", "starts_fresh"]

@@ -3,8 +3,9 @@
 :class:`DirectoryLock` takes an OS file lock (``fcntl.flock``) on ``DIR/.lock``. The
 kernel releases it when the holding process exits in any way (normal exit, exception,
 ``kill -9``), so a lock is never stale; a second writer, in this process or another, is
-refused at once with :class:`DirectoryLockedError` naming the holder's PID (which the
-holder writes into the lock file). The holder deletes the lock file when it releases the
+refused at once with :class:`DirectoryLockedError` naming the holder's PID as the kernel
+reports it (``/proc/locks``; the PID the holder writes into the lock file is only a
+fallback where that table cannot be read, and is marked as unconfirmed). The holder deletes the lock file when it releases the
 lock (while still holding it), and a taker checks after locking that the file it locked is
 still the one at the path, retrying otherwise, so two processes never hold two different
 files of the same name; a killed holder leaves its file behind, unlocked and harmless.
@@ -44,11 +45,51 @@ def _holder_fields(lock_path: Path) -> dict[str, str] | None:
     return dict(part.split("=", 1) for part in text.split() if "=" in part)
 
 
+#: Where Linux lists every file lock held now, with the holder's PID.
+PROC_LOCKS = Path("/proc/locks")
+
+
+def kernel_lock_holders(lock_path: Path) -> list[int] | None:
+    """PIDs holding a ``flock`` on ``lock_path`` now, as the kernel reports them
+    (``/proc/locks``, matched by device and inode); None where the kernel's table cannot be
+    read (not Linux), so the caller knows it has no answer rather than an empty one."""
+    try:
+        stat = os.stat(lock_path)
+        table = PROC_LOCKS.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    device = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    by_inode: list[int] = []
+    exact: list[int] = []
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->":  # "->": a waiter, not a holder
+            continue
+        try:
+            pid = int(fields[4])
+            inode = int(fields[5].rsplit(":", 1)[1])
+        except (ValueError, IndexError):
+            continue
+        if inode != stat.st_ino or pid <= 0:
+            continue
+        by_inode.append(pid)
+        if fields[5] == device:
+            exact.append(pid)
+    # Overlay file systems may list the lower device: fall back to the inode alone.
+    return sorted(set(exact or by_inode))
+
+
 def _holder_of(lock_path: Path) -> str:
-    fields = _holder_fields(lock_path)
-    if fields and "pid" in fields:
-        host = f" on {fields['host']}" if fields.get("host") else ""
-        return f"process {fields['pid']}{host}"
+    """Who holds ``lock_path``: the live PID the kernel reports, never only the text a holder
+    wrote (a stale file can name a dead or reused PID that a user would be told to stop)."""
+    fields = _holder_fields(lock_path) or {}
+    host = f" on {fields['host']}" if fields.get("host") else ""
+    pids = kernel_lock_holders(lock_path)
+    if pids:
+        named = fields.get("pid") in {str(p) for p in pids}
+        return "process " + ", ".join(str(p) for p in pids) + (host if named else "")
+    if "pid" in fields:
+        return f"process {fields['pid']}{host} (as its lock file says; the kernel's lock table could not confirm it)"
     return "an unknown process"
 
 
@@ -160,21 +201,27 @@ class DirectoryLock:
 def lock_holder(directory: str | os.PathLike) -> str | None:
     """Who is writing to ``directory`` now, read without touching the lock.
 
-    Reads the holder's ``pid=... host=...`` line from ``DIR/.lock``. A holder on this host
-    counts only while its process is alive (a killed holder leaves its file behind,
-    unlocked); one on another host cannot be checked from here and is reported as is.
+    On this host the kernel's lock table (``/proc/locks``) answers: the PID holding the
+    lock, or None. Elsewhere (or without that table) it reads the holder's ``pid=...
+    host=...`` line from ``DIR/.lock``: a holder on this host counts only while its process
+    is alive; one on another host cannot be checked from here and is reported as is.
     The lock itself is never taken, so a sweep starting at the same moment is not refused.
 
     Returns:
         ``"process PID on HOST"`` (with ``", another host"`` when HOST is not this one), or
         None when no live process holds the directory.
     """
-    fields = _holder_fields(Path(directory) / LOCK_NAME) or {}
+    lock_path = Path(directory) / LOCK_NAME
+    fields = _holder_fields(lock_path) or {}
+    host = fields.get("host", "")
+    if not host or host == socket.gethostname():
+        pids = kernel_lock_holders(lock_path) if lock_path.exists() else []
+        if pids is not None:  # the kernel knows: its holder, or nobody
+            return f"process {pids[0]} on {socket.gethostname()}" if pids else None
     try:
         pid = int(fields.get("pid", ""))
     except ValueError:
         return None
-    host = fields.get("host", "")
     if host and host != socket.gethostname():
         return f"process {pid} on {host}, another host"
     try:
@@ -191,4 +238,5 @@ def lock_directory(directory: str | os.PathLike, what: str = "directory") -> Dir
     return DirectoryLock(directory, what).acquire()
 
 
-__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLockedError", "lock_directory", "lock_holder"]
+__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLockedError", "kernel_lock_holders", "lock_directory",
+           "lock_holder"]

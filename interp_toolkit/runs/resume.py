@@ -1,8 +1,12 @@
 """Pickle-free resume state, and what a run directory already holds.
 
 Resume state (``RUN_DIR/resume.safetensors``) holds the model weights, the AdamW moments
-and step counts, and the shuffling generator's state as tensors, and the epoch and run key
-in the safetensors JSON header. Reading it parses JSON and raw tensor bytes only, so a
+and step counts, and the shuffling generator's state as tensors, and the epoch, run key,
+the :func:`~interp_toolkit.io.tensor_digest` of every tensor and a digest over that header
+in the safetensors JSON header; every read verifies all of them, so a flipped bit is a
+:class:`ResumeStateError` naming the file, never a silently different continuation. Where
+a checkpoint of the same epoch exists, the state's model weights must be that checkpoint's
+(compared by digest, :func:`check_state_matches_checkpoint`). Reading it parses JSON and raw tensor bytes only, so a
 file received from someone else cannot run code (``torch.load`` of a pickle can). A
 ``resume.pt`` of the older pickle format is refused, never unpickled.
 
@@ -26,13 +30,21 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from interp_toolkit.errors import UserError
-from interp_toolkit.io import atomic_write_bytes
+from interp_toolkit.errors import CheckpointError, UserError
+from interp_toolkit.io import (
+    atomic_write_bytes,
+    tensor_digest,
+    verify_digests,
+    verify_header_digest,
+    with_header_digest,
+)
 from interp_toolkit.runs.record import is_finished
 
 RESUME_NAME = "resume.safetensors"
 LEGACY_RESUME_NAME = "resume.pt"
-RESUME_FORMAT = "1"
+#: "2": tensor and header digests (format "1", without them, is still read, unverified).
+RESUME_FORMAT = "2"
+_LEGACY_FORMATS = ("1",)
 _HEADER_KEY = "interp_toolkit.resume"
 
 
@@ -73,7 +85,9 @@ def save_resume_state(
             value = value if isinstance(value, Tensor) else torch.tensor(float(value))
             tensors[f"optimizer/{int(index)}/{name}"] = value.detach().to("cpu").contiguous().clone()
     tensors["shuffle_rng"] = shuffle_rng.detach().to("cpu").contiguous().clone()
-    header = {_HEADER_KEY: json.dumps({"format": RESUME_FORMAT, "epoch": int(epoch), "run_key": run_key})}
+    info = with_header_digest({"format": RESUME_FORMAT, "epoch": int(epoch), "run_key": run_key,
+                               "digests": {name: tensor_digest(t) for name, t in tensors.items()}})
+    header = {_HEADER_KEY: json.dumps(info, sort_keys=True)}
     return atomic_write_bytes(path, save(tensors, metadata=header))
 
 
@@ -106,8 +120,15 @@ def load_resume_state(path: str | os.PathLike, run_key: str | None = None) -> di
         stored_key = str(info["run_key"])
     except Exception as err:  # safetensors and json raise several types for bad bytes
         raise ResumeStateError(f"resume file {path} is truncated or corrupted ({err}); {way_out}") from err
-    if info.get("format") != RESUME_FORMAT:
-        raise ResumeStateError(f"resume file {path} has format {info.get('format')!r}, expected {RESUME_FORMAT}")
+    if info.get("format") not in (RESUME_FORMAT, *_LEGACY_FORMATS):
+        raise ResumeStateError(f"resume file {path} has format {info.get('format')!r}, expected {RESUME_FORMAT}; "
+                               f"{way_out}")
+    if info.get("format") == RESUME_FORMAT:
+        try:
+            verify_header_digest(path, info)
+            verify_digests(path, tensors, info.get("digests") or {})
+        except CheckpointError as err:
+            raise ResumeStateError(f"resume file {err}; {way_out}") from err
     if run_key is not None and stored_key != run_key:
         raise ResumeStateError(
             f"resume file {path} belongs to run {stored_key}, not to this run ({run_key}); {way_out}")
@@ -123,6 +144,43 @@ def load_resume_state(path: str | os.PathLike, run_key: str | None = None) -> di
         raise ResumeStateError(f"resume file {path} has no shuffle_rng tensor; {way_out}")
     return {"epoch": epoch, "run_key": stored_key, "model": model,
             "optimizer_state": dict(sorted(optimizer.items())), "shuffle_rng": tensors["shuffle_rng"]}
+
+
+def check_state_matches_checkpoint(path: str | os.PathLike, state: Mapping[str, Any],
+                                   run_dir: str | os.PathLike) -> None:
+    """Refuse a resume or final state whose model weights are not those of the run's own
+    checkpoint of the same epoch (when there is one that records digests): both files are
+    digest-verified on their own, so a mismatch means one of them was replaced or edited.
+
+    Args:
+        path: The state file (named in the error).
+        state: What :func:`load_resume_state` read from it.
+        run_dir: The run whose ``checkpoints/`` are compared against.
+
+    Raises:
+        ResumeStateError: Naming both files and the first tensor that differs.
+    """
+    from interp_toolkit.checkpoint import recorded_digests
+
+    checkpoint = checkpoint_path(run_dir, int(state["epoch"]))
+    if not checkpoint.is_file():
+        return
+    try:
+        expected = recorded_digests(checkpoint)
+    except CheckpointError as err:
+        raise ResumeStateError(str(err)) from err
+    if expected is None:
+        return
+    model = state["model"]
+    if sorted(expected) != sorted(model):
+        raise ResumeStateError(f"{path} holds other tensors than checkpoint {checkpoint} of the same epoch "
+                               f"{state['epoch']}; the state is not this run's")
+    for name in sorted(model):
+        if tensor_digest(model[name]) != expected[name]:
+            raise ResumeStateError(
+                f"{path}: tensor {name} differs from checkpoint {checkpoint} of the same epoch {state['epoch']}; "
+                f"the state does not continue this run's history (delete {Path(path).name} to restart from "
+                f"epoch 0, or rerun with --overwrite)")
 
 
 def saved_epoch(run_dir: str | os.PathLike) -> int | None:
@@ -253,11 +311,11 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
     """The record of a finished run whose ``run.json`` is missing (e.g. a copied directory):
     its checkpoint of the last epoch carries this run's key and its metrics reach that epoch.
     None otherwise (the run is then trained again, rewriting its own files identically)."""
-    from interp_toolkit.io import read_jsonl
+    from interp_toolkit.runs.metrics import read_metrics
 
     run_dir = Path(run_dir)
     last = run_dir / "checkpoints" / f"epoch_{epochs:06d}.safetensors"
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    metrics = read_metrics(run_dir / "metrics.jsonl")
     if not last.is_file() or not metrics or metrics[-1].get("epoch") != epochs:
         return None
     try:
@@ -341,11 +399,45 @@ def run_dir_state(run_dir: str | os.PathLike, key: str, epochs: int | None = Non
             raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
                             f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "
                             f"and train it again")
+        check_finished_record(run_dir, record)
         return RunDirState(run_dir, key, "finished", record=record, recovered=recovered)
     if resume_path.exists():  # also when run.json is missing: the state carries the run key
         state = load_resume_state(resume_path, key)
+        check_state_matches_checkpoint(resume_path, state, run_dir)
         return RunDirState(run_dir, key, "resume", int(state["epoch"]), record, resume_state=state)
     return RunDirState(run_dir, key, "fresh", record=record)
+
+
+def check_finished_record(run_dir: str | os.PathLike, record: Mapping[str, Any]) -> None:
+    """Refuse a ``run.json`` recorded finished that the run's own files contradict: a
+    finished run records its last evaluation (``final``), which is the last line of its
+    ``metrics.jsonl``, and has a checkpoint of that epoch. A record set to ``"finished"`` by
+    hand while the run was still training fails here instead of being served as a result.
+
+    Raises:
+        UserError: Naming ``run.json`` and what contradicts it.
+    """
+    from interp_toolkit.runs.metrics import read_metrics
+    from interp_toolkit.runs.record import record_path
+
+    run_dir = Path(run_dir)
+    path = record_path(run_dir)
+    way_out = ("rerun with --overwrite (overwrite=True) to move its files aside and train it again, or restore "
+               "the run's own run.json")
+    final = record.get("final")
+    if not isinstance(final, Mapping) or isinstance(final.get("epoch"), bool) \
+            or not isinstance(final.get("epoch"), int):
+        raise UserError(f"{path} says the run finished but records no final evaluation (final.epoch); it was not "
+                        f"written by a trainer that finished the run; {way_out}")
+    epoch = final["epoch"]
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    if not metrics or metrics[-1] != dict(final):
+        last = metrics[-1].get("epoch") if metrics else None
+        raise UserError(f"{path} says the run finished at epoch {epoch}, but its metrics.jsonl ends "
+                        f"{'empty' if last is None else f'at epoch {last}'} with another evaluation; {way_out}")
+    if not checkpoint_path(run_dir, epoch).is_file():
+        raise UserError(f"{path} says the run finished at epoch {epoch}, but there is no checkpoint of that epoch "
+                        f"({checkpoint_path(run_dir, epoch)}); {way_out}")
 
 
 def move_aside(run_dir: str | os.PathLike, keep: Sequence[str] = ()) -> Path | None:
@@ -383,6 +475,6 @@ def refuse_foreign(contents: RunDirContents, key: str) -> None:
 
 
 __all__ = ["RESUME_NAME", "LEGACY_RESUME_NAME", "ForeignRunDirectoryError", "ResumeStateError",
-           "RunDirContents", "RunDirState", "checkpoint_path", "checkpoint_run_key", "inspect_run_dir",
+           "RunDirContents", "RunDirState", "check_finished_record", "check_state_matches_checkpoint", "checkpoint_path", "checkpoint_run_key", "inspect_run_dir",
            "list_checkpoints", "load_resume_state", "move_aside", "recover_finished_record",
            "refuse_foreign", "refuse_legacy_resume", "run_dir_state", "save_resume_state", "saved_epoch"]

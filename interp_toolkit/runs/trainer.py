@@ -35,7 +35,6 @@ from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,
     config_hash,
-    read_jsonl,
     tensor_digest,
 )
 from interp_toolkit.model import model_config_of
@@ -48,6 +47,7 @@ from interp_toolkit.runs.extend import (
     start_from_shorter_run,
 )
 from interp_toolkit.runs.lock import DirectoryLock
+from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.record import (
     finish_record,
     library_versions,
@@ -242,12 +242,44 @@ def epoch_minibatches(n: int, batch_size: int | None, shuffle_gen: torch.Generat
         yield order[start : start + batch_size]
 
 
-def truncate_metrics(run_dir: str | Path, epoch: int) -> None:
-    """Resume step shared by every trainer: drop evaluations logged after ``epoch`` (the saved
-    state); they are recomputed identically."""
+def truncate_metrics(run_dir: str | Path, epoch: int, evaluation_epochs: Sequence[int] = ()) -> None:
+    """Resume step shared by every trainer: keep the evaluation history up to ``epoch`` (the
+    saved state); later lines, a torn line and bad lines are dropped and recomputed
+    identically, scheduled evaluations (``evaluation_epochs``) missing before ``epoch`` are
+    restored from the run's checkpoints, and a one-line notice on stderr says how many
+    lines were dropped or restored (:func:`interp_toolkit.runs.metrics.repair_for_resume`).
+    """
+    from interp_toolkit.errors import notice
+    from interp_toolkit.runs.metrics import repair_for_resume
+
     metrics_path = Path(run_dir) / "metrics.jsonl"
-    kept = [m for m in read_jsonl(metrics_path) if m["epoch"] <= epoch]
-    atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
+    kept, message = repair_for_resume(run_dir, epoch, evaluation_epochs)
+    if message is not None:
+        notice(message)
+        atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
+
+
+def diverged(what: str, lr: float, run_dir: str | Path) -> Exception:
+    """The :class:`~interp_toolkit.errors.TrainingDivergedError` of a run whose training
+    became non-finite (``what``), naming the learning rate and where the run stands."""
+    from interp_toolkit.errors import TrainingDivergedError
+    from interp_toolkit.runs.resume import saved_epoch
+
+    saved = saved_epoch(run_dir)
+    kept = f"{run_dir} keeps its state at epoch {saved}" if saved is not None else f"{run_dir} holds no saved state"
+    return TrainingDivergedError(f"{what}: training diverged with lr {lr:g}; lower --train.lr ({kept}; rerun with "
+                                 f"--overwrite and a lower lr)")
+
+
+def check_finite_evaluation(metrics: Mapping[str, Any], lr: float, run_dir: str | Path) -> None:
+    """Raise :func:`diverged` if an evaluation has a non-finite loss (checked before the line
+    is logged, so ``metrics.jsonl`` never holds one)."""
+    import math
+
+    bad = {k: v for k, v in metrics.items() if k != "epoch" and isinstance(v, float) and not math.isfinite(v)}
+    if bad:
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(bad.items()))
+        raise diverged(f"evaluation at epoch {metrics.get('epoch')} gave {detail}", lr, run_dir)
 
 
 @with_threads(train_threads)  # 1 torch thread for tiny work; the caller's count is restored
@@ -347,7 +379,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
         if state.recovered:  # copied without run.json: write the whole record back
             record = write_recovered_record(run_dir, record, identity=identity, model_config=model_cfg.to_dict(),
                                             train_config=cfg.to_dict(), run_info=run_info)
-        return TrainResult(model, run_dir, read_jsonl(metrics_path), record.get("final", {}),
+        return TrainResult(model, run_dir, read_metrics(metrics_path), record.get("final", {}),
                            already_finished=True)
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -368,7 +400,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
         shuffle_gen.set_state(saved["shuffle_rng"])
         start_epoch = resumed_from = state.start_epoch
         # Drop evaluations logged after the saved state; they are recomputed identically.
-        truncate_metrics(run_dir, start_epoch)
+        truncate_metrics(run_dir, start_epoch, cfg.evaluation_epochs())
     else:
         clear_run_outputs(run_dir)
     record = new_training_record(
@@ -411,10 +443,11 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
             optimizer.zero_grad(set_to_none=True)
             loss = forward.backward(tokens[idx], labels[idx])  # gradients into .grad, in cache-sized passes
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}; lower lr")
+                raise diverged(f"training loss became {loss.item()} at epoch {epoch}", cfg.lr, run_dir)
             optimizer.step()
         if epoch in eval_epochs:
             last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}
+            check_finite_evaluation(last_metrics, cfg.lr, run_dir)  # never a NaN line in metrics.jsonl
             append_jsonl(metrics_path, last_metrics)
             save_state(epoch, last_metrics)
             model.train()
@@ -422,7 +455,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     bar.close()
     model.eval()
 
-    metrics = read_jsonl(metrics_path)
+    metrics = read_metrics(metrics_path)
     final = metrics[-1] if metrics else {}
     plot_curves(metrics, run_dir / "curves.png")
     finish_record(run_dir, record, final, time.perf_counter() - started)

@@ -203,7 +203,7 @@ def check_run_dir(run_dir: str | Path) -> tuple[dict[str, Any], list[tuple[int, 
     Everything the mechanism needs is checked here, before any analysis runs: a run record
     with an MPSP task, at least one checkpoint, and evaluations with val and adv accuracy.
     """
-    from interp_toolkit.io import read_jsonl
+    from interp_toolkit.runs.metrics import read_metrics
     from interp_toolkit.runs.record import read_record, task_config
     from interp_toolkit.runs.trainer import list_checkpoints
 
@@ -217,7 +217,7 @@ def check_run_dir(run_dir: str | Path) -> tuple[dict[str, Any], list[tuple[int, 
     if not checkpoints:
         raise UserError(f"{run_dir} has no checkpoints (expected {run_dir / 'checkpoints'}/epoch_*.safetensors)")
     metrics_path = run_dir / "metrics.jsonl"
-    metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
+    metrics = read_metrics(metrics_path) if metrics_path.is_file() else []
     metrics = [m for m in metrics if "val_acc" in m and "adv_acc" in m]
     if not metrics:
         raise UserError(f"{metrics_path} holds no evaluation with val_acc and adv_acc; the mechanism figure needs "

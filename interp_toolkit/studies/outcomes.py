@@ -39,8 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from interp_toolkit.io import read_jsonl
-
 #: |r - 1/m| below this counts as "at chance".
 CHANCE_TOLERANCE = 1e-9
 
@@ -159,10 +157,17 @@ def compute_outcome(
     gen_split = generalization_split(r, modulus)
     if not metrics:
         raise ValueError("compute_outcome needs at least one evaluation, got none")
-    for row in metrics:
+    from interp_toolkit.runs.metrics import MetricsError, row_problem
+
+    for number, row in enumerate(metrics, start=1):
         missing = [k for k in ("epoch", "val_acc", "adv_acc") if k not in row]
         if missing:
             raise ValueError(f"evaluation {dict(row)} lacks {missing}; expected epoch, val_acc and adv_acc")
+        # An accuracy above 1 or a non-finite loss would change the outcome (and a headline rate).
+        problem = row_problem(dict(row), None)  # values only: callers may pass evaluations unsorted
+        if problem is not None:
+            raise MetricsError(f"evaluation {number} of the run's history: {problem}; it is not what a trainer "
+                               f"writes (see the run's metrics.jsonl)")
     rows = sorted(metrics, key=lambda m: m["epoch"])
     threshold = thresholds.threshold
     favored = favored_split(r, modulus)
@@ -231,7 +236,9 @@ def compute_outcome(
 def outcome_of_run(run_dir: str | Path, r: float, modulus: int = 2,
                    thresholds: OutcomeThresholds | None = None) -> dict[str, Any]:
     """:func:`compute_outcome` of a run directory's ``metrics.jsonl``."""
-    metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    from interp_toolkit.runs.metrics import read_metrics
+
+    metrics = read_metrics(Path(run_dir) / "metrics.jsonl")
     if not metrics:
         raise ValueError(f"run directory {run_dir} has no evaluations in metrics.jsonl")
     return compute_outcome(metrics, r, modulus, thresholds)

@@ -507,3 +507,15 @@ def test_report_against_paper_writes_table_csv_and_prints(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and str(missing) in err and "Traceback" not in err
     assert not missing.parent.exists()  # nothing written
+
+
+@pytest.mark.parametrize("bad", [{"adv_acc": 1.1953}, {"val_acc": -0.2}, {"val_loss": float("nan")}])
+def test_outcome_refuses_an_evaluation_no_trainer_writes(bad):
+    """A hand-edited history (e.g. adv_acc 1.1953) would turn a run 'generalized' and move a
+    cell's headline rate: it is a user error instead."""
+    from interp_toolkit.runs.metrics import MetricsError
+
+    metrics = _curve([(0.5, 0.5), (1.0, 0.0), (1.0, 0.1)])
+    metrics[2] = {**metrics[2], **bad}
+    with pytest.raises(MetricsError, match="evaluation 3 of the run's history"):
+        compute_outcome(metrics, r=0.9)

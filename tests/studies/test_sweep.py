@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -289,9 +290,11 @@ def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
         (run_dir / "run.json").write_text(json.dumps(record))
     shutil.copy(stopped / "final_state.safetensors", stopped / RESUME_NAME)  # the resume format
     live = f"pid={os.getpid()} host={socket.gethostname()}\n"
-    (running / LOCK_NAME).write_text(live)
-    (done_early / LOCK_NAME).write_text(live)
-    (study / LOCK_NAME).write_text(live)
+    held = []  # locked as a live writer holds them: the kernel's lock table names this process
+    for folder in (running, done_early, study):
+        (folder / LOCK_NAME).write_text(live)
+        held.append(open(folder / LOCK_NAME, "a+"))  # noqa: SIM115 - held until the dry runs are read
+        fcntl.flock(held[-1].fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     with open(running / "metrics.jsonl", "a") as f:
         f.write('{"epoch": 41, "train_acc": 0.5')  # a line being appended right now
     cfg = preset("smoke")
@@ -323,6 +326,8 @@ def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
     assert f"{last_logged['val_acc']:.3f}" in lines[stopped.name]
     for name, generalized in outcomes.items():
         assert ("finished, generalized" if generalized else "finished, not generalized") in lines[name]
+    for handle in held:
+        handle.close()
     (running / LOCK_NAME).unlink()
     (done_early / LOCK_NAME).unlink()
     (study / LOCK_NAME).unlink()
