@@ -138,6 +138,25 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> A
     return model
 
 
+def move_model(model: Any, device: str | torch.device) -> Any:
+    """Move ``model`` to ``device`` without TransformerLens's "Moving model to device" line.
+
+    TransformerLens models (``TransformerBridge``, ``HookedTransformer``) print that line on
+    every ``.to(device)`` unless told not to; loading each checkpoint of a run would print it
+    once per checkpoint. Other modules are moved with a plain ``.to``.
+
+    Args:
+        model: A ``torch.nn.Module``.
+        device: Where to put it.
+
+    Returns:
+        The moved model (the same object for TransformerLens models).
+    """
+    if type(model).__module__.startswith("transformer_lens."):
+        return model.to(device, print_details=False)
+    return model.to(device)
+
+
 def model_config_of(model: Any) -> ModelConfig:
     """The ``ModelConfig`` a toolkit model was built from."""
     cfg = getattr(model, "interp_config", None)
@@ -149,4 +168,4 @@ def model_config_of(model: Any) -> ModelConfig:
     return cfg
 
 
-__all__ = ["ModelConfig", "build_model", "bridge_config", "model_config_of"]
+__all__ = ["ModelConfig", "build_model", "bridge_config", "model_config_of", "move_model"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Annotated, Optional, Sequence
 
 import tyro
 
 from interp_toolkit.cli.train import format_metrics
-from interp_toolkit.config import Config, parse_config
+from interp_toolkit.config import Config, parse_config, required_positional
 from interp_toolkit.errors import UserError
 
 HELP = "print a checkpoint's config, metadata and accuracies"
@@ -26,7 +26,7 @@ class InfoCommandConfig(Config):
         checkpoint: A .safetensors checkpoint or a run directory.
     """
 
-    checkpoint: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
+    checkpoint: Annotated[Optional[Path], tyro.conf.Positional, required_positional("CHECKPOINT")] = None  # noqa: UP007
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit info") -> InfoCommandConfig:

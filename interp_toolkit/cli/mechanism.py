@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, Sequence
+from typing import Annotated, Literal, Optional, Sequence
 
 import tyro
 
-from interp_toolkit.config import Config, parse_config
+from interp_toolkit.config import Config, parse_config, required_positional
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism import MechanismConfig
 
@@ -43,7 +43,7 @@ class MechanismCommandConfig(Config):
         settings: Sample sizes of the analyses.
     """
 
-    run_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
+    run_dir: Annotated[Optional[Path], tyro.conf.Positional, required_positional("RUN_DIR")] = None  # noqa: UP007
     out: Optional[Path] = None  # noqa: UP007
     format: Optional[Literal["png", "svg", "pdf"]] = None  # noqa: UP007
     epochs: Optional[tuple[int, ...]] = None  # noqa: UP007
