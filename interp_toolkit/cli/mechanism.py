@@ -82,6 +82,22 @@ def figure_path(args: MechanismCommandConfig) -> tuple[Path, str]:
     return path.with_suffix(f".{fmt}"), fmt
 
 
+def phases_summary(outcome: dict) -> str:
+    """The run's phase epochs in words; a phase the run never reached says so (not "None")."""
+    last = outcome.get("final_epoch")
+    within = f" within {last} epochs" if last is not None else ""
+    shortcut, onset = outcome.get("shortcut_epoch"), outcome.get("phase2_onset_epoch")
+    generalized = outcome.get("first_generalized_epoch")
+    if outcome.get("favored_split") is None:
+        parts = ["no shortcut phase (r at chance)"]
+    else:
+        parts = [f"shortcut learned at epoch {shortcut}" if shortcut is not None
+                 else f"shortcut not learned{within}"]
+        parts.append(f"phase 2 onset at epoch {onset}" if onset is not None else f"no phase 2 onset{within}")
+    parts.append(f"generalized at epoch {generalized}" if generalized is not None else f"not generalized{within}")
+    return ", ".join(parts)
+
+
 def run_config(args: MechanismCommandConfig) -> int:
     """Run the ``mechanism`` subcommand; returns 0 (bad input raises a user error: exit 2 in ``main``)."""
     from interp_toolkit.devices import resolve_device
@@ -100,9 +116,7 @@ def run_config(args: MechanismCommandConfig) -> int:
     outcome = result.outcome
     print(f"{len(result.checkpoint_epochs)} checkpoint(s), heads {', '.join(result.heads)}: "
           f"{result.n_computed} analyses computed, {result.n_cached} from cache")
-    print(f"phases: shortcut learned at epoch {outcome['shortcut_epoch']}, phase 2 onset at epoch "
-          f"{outcome['phase2_onset_epoch']}, generalized: {outcome['generalized']} "
-          f"(first at epoch {outcome['first_generalized_epoch']})")
+    print(f"phases: {phases_summary(outcome)}")
     last = result.checkpoint_epochs[-1]
     cos, minority = result.series("grad_cos"), result.series("minority_amplification")
     anti = result.series("amplification")

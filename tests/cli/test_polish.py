@@ -58,3 +58,31 @@ def test_move_model_moves_without_printing(capsys, small_model_cfg):
     assert moved is model and next(model.parameters()).device.type == "cpu"
     plain = move_model(torch.nn.Linear(2, 2), "cpu")
     assert isinstance(plain, torch.nn.Linear)
+
+
+def test_mechanism_names_phases_not_reached(capsys, tiny_run, tmp_path):
+    """A run that never reached a phase reads "not ... within N epochs", never "epoch None"."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run[0], run_dir)
+    code, out, err = run_cli(capsys, "mechanism", run_dir, "--out", tmp_path / "mechanism.png", "--grad-n", "64",
+                             "--grad-chunk-size", "64", "--fingerprint-n", "32", "--patching-n", "16",
+                             "--ablation-n", "32", "--no-progress")
+    assert code == 0, err
+    (phases,) = [line for line in out.splitlines() if line.startswith("phases: ")]
+    assert "None" not in phases
+    assert "generalized at epoch" in phases or "not generalized within 6 epochs" in phases
+
+
+def test_phases_summary_words():
+    from interp_toolkit.cli.mechanism import phases_summary
+
+    never = {"favored_split": "val", "shortcut_epoch": None, "phase2_onset_epoch": None,
+             "first_generalized_epoch": None, "final_epoch": 60}
+    assert phases_summary(never) == ("shortcut not learned within 60 epochs, no phase 2 onset within 60 epochs, "
+                                     "not generalized within 60 epochs")
+    both = {**never, "shortcut_epoch": 5, "phase2_onset_epoch": 20, "first_generalized_epoch": 40}
+    assert phases_summary(both) == "shortcut learned at epoch 5, phase 2 onset at epoch 20, generalized at epoch 40"
+    chance = {**never, "favored_split": None, "first_generalized_epoch": 12}
+    assert phases_summary(chance) == "no shortcut phase (r at chance), generalized at epoch 12"
