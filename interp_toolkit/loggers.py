@@ -20,8 +20,9 @@ accuracies and losses (:func:`log_hparams`).
 Weights & Biases is optional (``pip install 'interp-toolkit[wandb]'``) and off unless you
 create a :class:`WandbLogger`; its default ``mode="offline"`` writes the run under the run
 directory without any network (``wandb sync`` uploads it later). The W&B run id is the
-toolkit's run key (``run.json``'s ``key``) with ``resume="allow"``, so a resumed or extended
-run continues the same W&B run instead of starting a second one; ``group`` groups runs (a
+toolkit's run key (``run.json``'s ``key``) with ``resume="allow"``, so a run resumed after an
+interruption continues the same W&B run instead of starting a second one (an extended run is
+a run of its own, with its own key); ``group`` groups runs (a
 sweep's study), and :meth:`WandbLogger.log_analysis` adds an analysis's tables and figures to
 the run as an artifact (plus W&B tables and images for the browser).
 """
@@ -210,8 +211,8 @@ class WandbLogger(Callback):
         group: W&B group of the runs (e.g. a sweep's study name); ``None`` for none.
 
     The W&B run id is the run's key (``run.json``'s ``key``) and W&B is told
-    ``resume="allow"``: a run resumed after an interruption, or extended to more epochs,
-    logs into the same W&B run. The run's ``run.json`` configs become the W&B run config,
+    ``resume="allow"``: a run resumed after an interruption logs into the same W&B run
+    (offline, each sitting writes its own directory; ``wandb sync`` joins them by id). The run's ``run.json`` configs become the W&B run config,
     and its name is the run directory's name. Needs ``pip install 'interp-toolkit[wandb]'``.
     """
 
