@@ -78,9 +78,11 @@ ANALYSES: dict[str, AnalysisSpec] = {
                                  ("qk_rho", "ov_rho", "ov_data_rho", "first_share"), ("component",)),
     "ablation": AnalysisSpec("ablation", ablation, ("delta",), ("component", "split"),
                              {"metric": "accuracy"}),
-    "patching": AnalysisSpec("patching", minimal_pair_patching, ("normalized",), ("component", "position")),
+    # version 2: a gap column, and normalized is NaN where |gap| is under the patching tolerance
+    "patching": AnalysisSpec("patching", minimal_pair_patching, ("normalized",), ("component", "position"),
+                             version=2),
     "resample_ablation_damage": AnalysisSpec("resample_ablation_damage", resample_ablation_damage, ("normalized",),
-                                             ("component", "position")),
+                                             ("component", "position"), version=2),
     "gradients": AnalysisSpec("gradients", gradient_conflict,
                               ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
                               ("group",), version=2),  # 2: minority / minority_amplification columns
@@ -345,13 +347,13 @@ def _series(table: Table, spec: AnalysisSpec, column: str) -> dict[str, tuple[li
                for k, v in spec.plot_filter.items()):
             continue
         value = row.get(column)
-        if not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
+        if not isinstance(value, (int, float)):
             continue
         label = " ".join(str(row.get(c)) for c in spec.series_columns) or column
         xs, ys = lines.setdefault(label, ([], []))
         xs.append(row["epoch"])
-        ys.append(float(value))
-    return lines
+        ys.append(float(value))  # NaN stays: the line breaks there instead of bridging a blank value
+    return {label: (xs, ys) for label, (xs, ys) in lines.items() if not all(math.isnan(y) for y in ys)}
 
 
 def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec, ax: Any = None,

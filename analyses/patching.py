@@ -4,8 +4,15 @@ index-paired resample-ablation damage.
 The model runs on a *target* input while activations cached from a *source* input are
 written into one component at one position (or all positions). The table reports how far
 the target metric moves toward the source:
-``normalized = (patched - target) / (source - target)`` (0: target behaviour, 1: source
-behaviour).
+``normalized = (patched - target) / gap`` with ``gap = source - target`` (0: target
+behaviour, 1: source behaviour).
+
+When the source and target metrics nearly agree the ratio divides by noise (a gap of 0.06
+logits turns a 0.06 shift into "full transfer"), so ``normalized`` is left blank (NaN) when
+``|gap| < max(gap_atol, gap_rtol * max(|source|, |target|))``, by default
+:data:`GAP_ATOL` = 1e-3 and :data:`GAP_RTOL` = 0.05 (the gap is under 5% of the larger
+metric). A warning names how many entries were blanked; ``gap``, ``patched`` and the raw
+shift ``patched - target`` stay in the table, and plots draw NaN as a break in the line.
 
 * :func:`minimal_pair_patching` (registered as ``patching``; also ``cross_split_patching``):
   the paper's cross-split patching. Pairs from ``tasks.mpsp.minimal_pairs``: each source
@@ -28,7 +35,7 @@ High level: :func:`minimal_pair_patching`, :func:`resample_ablation_damage` (mod
 splits) and :func:`activation_patching` (model + two token batches). Low level:
 :func:`compute_patching` (target tokens + cached source activations -> patched metric values).
 
-Table columns: ``component, kind, layer, head, position, metric, source, target, patched,
+Table columns: ``component, kind, layer, head, position, metric, source, target, gap, patched,
 normalized`` (``position`` is -1 when every position is patched at once), plus
 ``source_split, target_split`` for the split-level calls. Tensors: ``patched`` and
 ``normalized`` [component, position].
@@ -37,6 +44,8 @@ normalized`` (``position`` is -1 when every position is patched at once), plus
 from __future__ import annotations
 
 import functools
+import math
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -59,6 +68,54 @@ from ._common import (
 from .ablation import KINDS, Component, replace_hook, resolve_components
 
 Metric = Callable[[Float[Tensor, "batch pos vocab"]], Float[Tensor, ""]]
+
+#: ``normalized`` is NaN when ``|gap|`` is under this (absolute, in the metric's units) ...
+GAP_ATOL = 1e-3
+#: ... or under this fraction of ``max(|source|, |target|)``, whichever is larger.
+GAP_RTOL = 0.05
+
+
+def gap_tolerance(source: float, target: float, gap_atol: float = GAP_ATOL,
+                  gap_rtol: float = GAP_RTOL) -> float:
+    """The smallest ``|source - target|`` that ``normalized`` divides by.
+
+    Args:
+        source, target: The unpatched metric on the source and on the target input.
+        gap_atol: Absolute floor, in the metric's units.
+        gap_rtol: Fraction of the larger of ``|source|`` and ``|target|``.
+
+    Returns:
+        ``max(gap_atol, gap_rtol * max(|source|, |target|))``.
+    """
+    return max(gap_atol, gap_rtol * max(abs(source), abs(target)))
+
+
+def normalize_patching(patched: Float[Tensor, "component position"], source: float, target: float,
+                       gap_atol: float = GAP_ATOL, gap_rtol: float = GAP_RTOL,
+                       ) -> Float[Tensor, "component position"]:
+    """``(patched - target) / (source - target)``, NaN everywhere when the gap is under tolerance.
+
+    Warns (``UserWarning``) with the gap, the tolerance and how many entries were blanked.
+
+    Args:
+        patched: Metric of the target run with each component patched.
+        source, target: The unpatched metric on the source and on the target input.
+        gap_atol, gap_rtol: See :func:`gap_tolerance`.
+    """
+    for name, value in (("gap_atol", gap_atol), ("gap_rtol", gap_rtol)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    gap = source - target
+    tolerance = gap_tolerance(source, target, gap_atol, gap_rtol)
+    if math.isfinite(gap) and abs(gap) >= tolerance and gap != 0:
+        return (patched - target) / gap
+    warnings.warn(
+        f"patching: source and target metrics differ by {gap:.3g} ({source:.4g} vs {target:.4g}), under the "
+        f"tolerance {tolerance:.3g} (max(gap_atol={gap_atol:g}, gap_rtol={gap_rtol:g} * max |metric|)); "
+        f"normalized is NaN for all {patched.numel()} entries (see the gap and patched columns)",
+        stacklevel=4,  # the caller of activation_patching / minimal_pair_patching
+    )
+    return torch.full_like(patched, float("nan"))
 
 
 def readout_metric(name: str, labels: Int[Tensor, " batch"], readout_position: int = -1,
@@ -145,7 +202,8 @@ def _check_patching_inputs(source_tokens: Tensor, target_tokens: Tensor, positio
 
 def _patch_and_tabulate(model: HookedModel, source_tokens: Tensor, target_tokens: Tensor, comps: Sequence[Component],
                         pos: list[int] | None, metric_fn: Metric, metric_name: str,
-                        progress: bool) -> tuple[list[dict[str, Any]], Tensor, Tensor]:
+                        progress: bool, gap_atol: float = GAP_ATOL,
+                        gap_rtol: float = GAP_RTOL) -> tuple[list[dict[str, Any]], Tensor, Tensor]:
     was_training = model.training
     model.eval()
     device = model_device(model)
@@ -162,7 +220,7 @@ def _patch_and_tabulate(model: HookedModel, source_tokens: Tensor, target_tokens
     finally:
         model.train(was_training)
     gap = source_value - target_value
-    normalized = (patched - target_value) / gap if gap != 0 else torch.full_like(patched, float("nan"))
+    normalized = normalize_patching(patched, source_value, target_value, gap_atol, gap_rtol)
     columns = [-1] if pos is None else pos
     rows = []
     for i, comp in enumerate(comps):
@@ -170,7 +228,7 @@ def _patch_and_tabulate(model: HookedModel, source_tokens: Tensor, target_tokens
             rows.append({
                 "component": comp.name, "kind": comp.kind, "layer": comp.layer,
                 "head": -1 if comp.head is None else comp.head, "position": p, "metric": metric_name,
-                "source": source_value, "target": target_value, "patched": float(patched[i, j]),
+                "source": source_value, "target": target_value, "gap": gap, "patched": float(patched[i, j]),
                 "normalized": float(normalized[i, j]),
             })
     return rows, patched, normalized
@@ -188,6 +246,8 @@ def activation_patching(
     readout_position: int = -1,
     classes: Sequence[int] | None = None,
     progress: bool = False,
+    gap_atol: float = GAP_ATOL,
+    gap_rtol: float = GAP_RTOL,
 ) -> AnalysisResult:
     """Patch source activations into the target run, component by component.
 
@@ -203,6 +263,8 @@ def activation_patching(
         readout_position: Position whose logits are scored.
         classes: Output indices of the classes (default: all outputs).
         progress: Show a tqdm bar.
+        gap_atol, gap_rtol: ``normalized`` is NaN (with a warning) when
+            ``|source - target|`` is under ``max(gap_atol, gap_rtol * max(|source|, |target|))``.
 
     Returns:
         :class:`AnalysisResult` (see the module docstring).
@@ -214,9 +276,10 @@ def activation_patching(
     comps = resolve_components(model, components, kinds)
     metric_fn = readout_metric(metric, labels, readout_position, classes)
     rows, patched, normalized = _patch_and_tabulate(model, source_tokens, target_tokens, comps, pos, metric_fn,
-                                                    metric, progress)
+                                                    metric, progress, gap_atol, gap_rtol)
     config = {"components": [c.name for c in comps], "positions": pos, "metric": metric,
-              "readout_position": readout_position, "classes": None if classes is None else list(classes)}
+              "readout_position": readout_position, "classes": None if classes is None else list(classes),
+              "gap_atol": gap_atol, "gap_rtol": gap_rtol}
     return AnalysisResult(Table(rows), {"patched": patched, "normalized": normalized}, config)
 
 
@@ -232,6 +295,8 @@ def minimal_pair_patching(
     positions: Sequence[int] | None | str = "each",
     readout_position: int = -1,
     progress: bool = False,
+    gap_atol: float = GAP_ATOL,
+    gap_rtol: float = GAP_RTOL,
 ) -> AnalysisResult:
     """Cross-split patching with minimal pairs (the paper's measurement).
 
@@ -253,7 +318,7 @@ def minimal_pair_patching(
         n: At most this many pairs (``None``: every example of ``source`` that has an edit;
             examples without one, rare, are skipped).
         seed: Tie-breaking seed of the pair generation.
-        components, kinds, positions, readout_position, progress: As in
+        components, kinds, positions, readout_position, progress, gap_atol, gap_rtol: As in
             :func:`activation_patching`.
 
     Returns:
@@ -293,12 +358,12 @@ def minimal_pair_patching(
     source_tokens, target_tokens = pairs.source.tokens, pairs.target.tokens
     metric_fn = pair_logit_diff_metric(pairs.source.labels, pairs.target.labels, readout_position)
     rows, patched, normalized = _patch_and_tabulate(model, source_tokens, target_tokens, comps, pos, metric_fn,
-                                                    "pair_logit_diff", progress)
+                                                    "pair_logit_diff", progress, gap_atol, gap_rtol)
     for row in rows:
         row["source_split"], row["target_split"], row["n_pairs"] = source, target, len(pairs)
     config = {"components": [c.name for c in comps], "positions": pos, "metric": "pair_logit_diff",
               "readout_position": readout_position, "source": source, "target": target, "n": len(pairs),
-              "seed": seed, "pairs": "minimal"}
+              "seed": seed, "pairs": "minimal", "gap_atol": gap_atol, "gap_rtol": gap_rtol}
     return AnalysisResult(Table(rows), {"patched": patched, "normalized": normalized}, config)
 
 
@@ -351,5 +416,6 @@ def resample_ablation_damage(
     return result
 
 
-__all__ = ["KINDS", "activation_patching", "compute_patching", "cross_split_patching", "minimal_pair_patching",
-           "pair_logit_diff_metric", "readout_metric", "resample_ablation_damage"]
+__all__ = ["GAP_ATOL", "GAP_RTOL", "KINDS", "activation_patching", "compute_patching", "cross_split_patching",
+           "gap_tolerance", "minimal_pair_patching", "normalize_patching", "pair_logit_diff_metric",
+           "readout_metric", "resample_ablation_damage"]

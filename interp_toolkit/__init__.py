@@ -2,6 +2,11 @@
 
 Core objects are re-exported here and imported on first use (``import interp_toolkit`` loads
 no torch), tasks live in ``interp_toolkit.tasks`` and analyses in ``interp_toolkit.analyses``.
+
+Worked examples, committed with their outputs (tables and figures show without running them):
+``examples/circuit_study.ipynb`` (fingerprints, ablation, patching and gradients of a saved
+checkpoint) and ``examples/bif_hierarchy.ipynb`` (Bayesian influence functions on a hierarchy
+toy), in the repository beside this package.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import torch
 
 from interp_toolkit.errors import CheckpointError
 from interp_toolkit.io import ARTIFACT_KEY, load_artifact, read_safetensors_header, save_artifact
-from interp_toolkit.model import ModelConfig, build_model, model_config_of
+from interp_toolkit.model import ModelConfig, build_model, model_config_of, move_model
 
 # Format 1 (read only): the config and metadata as separate header keys, no digests.
 _KEY_FORMAT = "interp_toolkit.format"
@@ -229,7 +229,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None =
         if not torch.equal(loaded[key].cpu(), value):
             raise CheckpointError(f"checkpoint {path}: tensor {key} was not loaded into the model")
     if device is not None:
-        model = model.to(device)
+        model = move_model(model, device)
     model.eval()
     return model, metadata
 

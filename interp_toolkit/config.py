@@ -175,6 +175,22 @@ def split_config_flag(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return found, rest
 
 
+def required_positional(metavar: str) -> Any:
+    """tyro marker of a positional argument a command needs: ``--help`` shows ``METAVAR
+    (required)`` instead of ``[{None}|PATH] (default: None)``.
+
+    The field stays ``Optional`` with default ``None`` so that the command, not the parser,
+    reports a missing argument (one ``error:`` line naming what is expected). Use it as
+    ``run_dir: Annotated[Optional[Path], tyro.conf.Positional, required_positional("RUN_DIR")]``.
+
+    Args:
+        metavar: The argument's name in the usage line and help.
+    """
+    import tyro
+
+    return tyro.conf.arg(metavar=metavar, help_behavior_hint="(required)")
+
+
 def parse_config(
     cls: type[C],
     argv: Sequence[str],

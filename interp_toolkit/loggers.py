@@ -12,16 +12,28 @@ of a sweep side by side::
 Scalars are tagged ``loss/<split>`` and ``accuracy/<split>`` with the epoch as the step, so
 TensorBoard groups the splits of a quantity together (see :func:`metric_tag`).
 
+Each run's TensorBoard directory also gets its hyperparameters (the run's task, model and
+training configs, flattened: ``task.r``, ``model.n_layers``, ``train.lr`` ...) when the run
+ends, so the HPARAMS tab of a sweep's ``--logdir`` tabulates every run against its final
+accuracies and losses (:func:`log_hparams`).
+
 Weights & Biases is optional (``pip install 'interp-toolkit[wandb]'``) and off unless you
 create a :class:`WandbLogger`; its default ``mode="offline"`` writes the run under the run
-directory without any network (``wandb sync`` uploads it later).
+directory without any network (``wandb sync`` uploads it later). The W&B run id is the
+toolkit's run key (``run.json``'s ``key``) with ``resume="allow"``, so a run resumed after an
+interruption continues the same W&B run instead of starting a second one (an extended run is
+a run of its own, with its own key); ``group`` groups runs (a
+sweep's study), and :meth:`WandbLogger.log_analysis` adds an analysis's tables and figures to
+the run as an artifact (plus W&B tables and images for the browser).
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, Mapping, Sequence, cast
 
 from interp_toolkit.callbacks import Callback
 from interp_toolkit.errors import UserError
@@ -48,6 +60,74 @@ def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def _read_record(run_dir: Path) -> dict[str, Any]:
+    record = Path(run_dir) / "run.json"
+    if not record.exists():
+        return {}
+    data = json.loads(record.read_text())
+    return data if isinstance(data, dict) else {}
+
+
+def _hparam_value(value: Any) -> bool | int | float | str:
+    # TensorBoard's HParams plugin takes bools, numbers and strings only
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def hparams_of_record(record: Mapping[str, Any]) -> dict[str, bool | int | float | str]:
+    """A run record's configs flattened to TensorBoard hyperparameters.
+
+    ``run_info.task`` becomes ``task.<field>``, ``model_config`` ``model.<field>``,
+    ``train_config`` ``train.<field>`` and other scalar ``run_info`` entries ``info.<name>``;
+    ``None`` and lists become their JSON text (``"null"``, ``"[0.9, 0.98]"``).
+
+    Args:
+        record: The contents of a run's ``run.json``.
+    """
+    out: dict[str, bool | int | float | str] = {}
+    run_info = record.get("run_info") or {}
+    sections = (("task", run_info.get("task")), ("model", record.get("model_config")),
+                ("train", record.get("train_config")))
+    for prefix, section in sections:
+        for name, value in sorted((section or {}).items()):
+            out[f"{prefix}.{name}"] = _hparam_value(value)
+    for name, value in sorted(run_info.items()):
+        if name != "task" and not isinstance(value, (dict, list)):
+            out[f"info.{name}"] = _hparam_value(value)
+    return out
+
+
+def log_hparams(writer: Any, run_dir: str | Path, final: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write the run's hyperparameters (:func:`hparams_of_record`) into its TensorBoard run.
+
+    The HParams plugin then lists the run with its final scalars (``accuracy/<split>``,
+    ``loss/<split>``, already logged as scalars of the same run, so nothing is written twice).
+
+    Args:
+        writer: A ``torch.utils.tensorboard.SummaryWriter`` writing into ``run_dir``.
+        run_dir: The run directory (its ``run.json`` gives the configs).
+        final: The run's final metrics (their tags become the HParams metrics); default:
+            ``run.json``'s ``final``.
+
+    Returns:
+        The hyperparameters written (empty, and nothing written, when the run has no record).
+    """
+    from torch.utils.tensorboard.summary import hparams
+
+    record = _read_record(Path(run_dir))
+    params = hparams_of_record(record)
+    if not params:
+        return {}
+    metrics = scalar_metrics(dict(final if final is not None else record.get("final") or {}))
+    experiment, session_start, session_end = hparams(params, dict.fromkeys(metrics, 0.0))
+    file_writer = writer._get_file_writer()
+    for summary in (experiment, session_start, session_end):
+        file_writer.add_summary(summary)
+    writer.flush()
+    return params
+
+
 class TensorBoardLogger(Callback):
     """Write every evaluation (and SGLD draw) as TensorBoard scalars.
 
@@ -55,15 +135,20 @@ class TensorBoardLogger(Callback):
         log_dir: Where SGLD callbacks write (they have no run directory); training runs
             always write into their own run directory. Default for SGLD: ``runs/sgld``.
         sgld_every: Log one SGLD draw in this many (draws can number thousands).
+        hparams: When a run ends, write its hyperparameters (:func:`log_hparams`), so a
+            sweep's runs can be compared in TensorBoard's HPARAMS tab.
 
     Needs the ``tensorboard`` package (``pip install tensorboard``).
     """
 
-    def __init__(self, log_dir: str | Path | None = None, sgld_every: int = 1) -> None:
+    def __init__(self, log_dir: str | Path | None = None, sgld_every: int = 1, hparams: bool = True) -> None:
         if isinstance(sgld_every, bool) or not isinstance(sgld_every, int) or sgld_every < 1:
             raise ValueError(f"TensorBoardLogger sgld_every must be a positive integer, got {sgld_every!r}")
+        if not isinstance(hparams, bool):
+            raise ValueError(f"TensorBoardLogger hparams must be True or False, got {hparams!r}")
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.sgld_every = sgld_every
+        self.hparams = hparams
         self._writers: dict[Path, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -90,6 +175,8 @@ class TensorBoardLogger(Callback):
     def on_run_end(self, run_dir: Path, final: dict[str, Any]) -> None:
         writer = self._writers.pop(Path(run_dir), None)
         if writer is not None:
+            if self.hparams:
+                log_hparams(writer, run_dir, final)
             writer.close()
 
     def _sgld_dir(self) -> Path:
@@ -122,17 +209,28 @@ class WandbLogger(Callback):
             ``"online"`` or ``"disabled"``.
         entity: W&B entity (team or user); ``None`` for the default.
         log_dir: Directory of the W&B run used by SGLD callbacks (default ``runs/sgld``).
+        group: W&B group of the runs (e.g. a sweep's study name); ``None`` for none.
 
-    The run's ``run.json`` configs become the W&B run config, and its name is the run
-    directory's name. Needs ``pip install 'interp-toolkit[wandb]'``.
+    The W&B run id is the run's key (``run.json``'s ``key``) and W&B is told
+    ``resume="allow"``: a run resumed after an interruption logs into the same W&B run
+    (offline, each sitting writes its own directory under that id; ``wandb sync`` uploads
+    them to the one run). The run's ``run.json`` configs become the W&B run config,
+    and its name is the run directory's name. Needs ``pip install 'interp-toolkit[wandb]'``.
     """
 
     MODES = ("offline", "online", "disabled")
 
     def __init__(self, project: str = "interp-toolkit", mode: str = "offline",
-                 entity: str | None = None, log_dir: str | Path | None = None) -> None:
+                 entity: str | None = None, log_dir: str | Path | None = None,
+                 group: str | None = None) -> None:
         if mode not in self.MODES:
             raise ValueError(f"WandbLogger mode must be one of {self.MODES}, got {mode!r}")
+        for name, value, optional in (("project", project, False), ("entity", entity, True),
+                                      ("group", group, True)):
+            if (value is None and not optional) or (value is not None and (not isinstance(value, str)
+                                                                           or not value.strip())):
+                raise ValueError(f"WandbLogger {name} must be a non-empty string"
+                                 f"{' or None' if optional else ''}, got {value!r}")
         try:
             import wandb  # noqa: F401
         except ImportError as err:
@@ -143,7 +241,7 @@ class WandbLogger(Callback):
             raise UserError("W&B online logging needs an API key, and none was found (no WANDB_API_KEY, no "
                             "api.wandb.ai entry in ~/.netrc); run `wandb login` or set WANDB_API_KEY, or log "
                             "offline (--wandb offline) and `wandb sync` later")
-        self.project, self.entity = project, entity
+        self.project, self.entity, self.group = project, entity, group
         self.mode = cast(Literal["offline", "online", "disabled"], mode)  # one of MODES, checked above
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self._runs: dict[Path, Any] = {}
@@ -156,16 +254,16 @@ class WandbLogger(Callback):
         if run is None:
             import wandb
 
-            config: dict[str, Any] = {}
-            record = directory / "run.json"
-            if record.exists():
-                data = json.loads(record.read_text())
-                config = {k: data.get(k) for k in ("train_config", "model_config", "run_info", "key")}
+            data = _read_record(directory)
+            config = {k: data.get(k) for k in ("train_config", "model_config", "run_info", "key")} if data else {}
+            key = data.get("key")
             directory.mkdir(parents=True, exist_ok=True)
             try:
                 run = wandb.init(
-                    project=self.project, entity=self.entity, mode=self.mode, dir=str(directory),
-                    name=name, config=config, reinit="create_new",
+                    project=self.project, entity=self.entity, group=self.group, mode=self.mode,
+                    dir=str(directory), name=name, config=config, reinit="create_new",
+                    id=key if isinstance(key, str) and key else None,
+                    resume="allow" if isinstance(key, str) and key else None,
                     settings=wandb.Settings(silent=True, console="off"),
                 )
             except Exception as err:  # noqa: BLE001 - wandb raises its own types for login/network
@@ -183,6 +281,54 @@ class WandbLogger(Callback):
         run = self._runs.pop(Path(run_dir), None)
         if run is not None:
             run.finish()
+
+    def log_analysis(self, run_dir: str | Path, name: str, files: Sequence[str | Path]) -> Any:
+        """Add an analysis's output files to the run's W&B run as one artifact.
+
+        The artifact (type ``"analysis"``, named ``<run key>-<name>``) holds the files as
+        they are; besides, each ``.csv`` is logged as a W&B table ``<name>/tables/<file stem>``
+        and each ``.png`` as an image ``<name>/figures/<file stem>``, to browse them in the W&B
+        interface. The W&B
+        run is the training run's (same id, resumed), finished again afterwards unless
+        this logger holds it open.
+
+        Args:
+            run_dir: The analysed run's directory (its ``run.json`` gives the W&B run id).
+            name: The analysis (``fingerprints``, ``mechanism`` ...): artifact name and
+                key prefix.
+            files: The files to log (tables and figures the analysis wrote).
+
+        Returns:
+            The logged ``wandb.Artifact``.
+        """
+        import wandb
+
+        run_dir = Path(run_dir)
+        paths = [Path(f) for f in files]
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"log_analysis name must be a non-empty string, got {name!r}")
+        missing = [str(p) for p in paths if not p.is_file()]
+        if not paths or missing:
+            raise ValueError(f"log_analysis needs existing files, got {[str(p) for p in paths]}"
+                             + (f" (missing: {missing})" if missing else ""))
+        held = run_dir in self._runs
+        run = self._run(run_dir, run_dir.name)
+        key = _read_record(run_dir).get("key") or run_dir.name
+        artifact = wandb.Artifact(f"{key}-{name}", type="analysis", metadata={"run_dir": str(run_dir)})
+        media: dict[str, Any] = {}
+        for path in paths:
+            artifact.add_file(str(path), name=path.name)
+            if path.suffix == ".csv":
+                media[f"{name}/tables/{path.stem}"] = _csv_table(path)
+            elif path.suffix == ".png":
+                media[f"{name}/figures/{path.stem}"] = wandb.Image(str(path))
+        run.log_artifact(artifact)
+        if media:
+            run.log(media)
+        if not held:
+            self._runs.pop(run_dir, None)
+            run.finish()
+        return artifact
 
     def _sgld_run(self) -> Any:
         directory = self.log_dir if self.log_dir is not None else Path("runs/sgld")
@@ -220,16 +366,46 @@ def has_wandb_credentials() -> bool:
     return bool(entry and entry[2])
 
 
-def loggers_from_flags(args: Any) -> list[Callback]:
-    """The loggers asked for by a command config's ``tensorboard`` (bool) and ``wandb``
-    (``None``, ``"offline"`` or ``"online"``) fields (an empty list by default)."""
+def _cell(text: str) -> Any:
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+
+
+def _csv_table(path: Path) -> Any:
+    import wandb
+
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    if not rows:
+        return wandb.Table(columns=["empty"], data=[])
+    header, body = rows[0], rows[1:]
+    data = [[_cell(v) if v != "" else math.nan for v in row] for row in body]
+    return wandb.Table(columns=header, data=data)
+
+
+def loggers_from_flags(args: Any, group: str | None = None) -> list[Callback]:
+    """The loggers asked for by a command config's fields (an empty list by default).
+
+    Fields read: ``tensorboard`` (bool), ``wandb`` (``None``, ``"offline"`` or
+    ``"online"``), and where present ``wandb_project``, ``wandb_entity`` and
+    ``wandb_group``.
+
+    Args:
+        args: The command's config.
+        group: W&B group used when ``args`` sets none (a sweep passes its study's name).
+    """
     loggers: list[Callback] = []
     if getattr(args, "tensorboard", False):
         loggers.append(TensorBoardLogger())
     if getattr(args, "wandb", None):
-        loggers.append(WandbLogger(mode=args.wandb))
+        loggers.append(WandbLogger(project=getattr(args, "wandb_project", None) or "interp-toolkit",
+                                   mode=args.wandb, entity=getattr(args, "wandb_entity", None),
+                                   group=getattr(args, "wandb_group", None) or group))
     return loggers
 
 
-__all__ = ["TensorBoardLogger", "WandbLogger", "has_wandb_credentials", "loggers_from_flags", "metric_tag",
-           "scalar_metrics"]
+__all__ = ["TensorBoardLogger", "WandbLogger", "has_wandb_credentials", "hparams_of_record", "log_hparams",
+           "loggers_from_flags", "metric_tag", "scalar_metrics"]

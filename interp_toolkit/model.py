@@ -267,6 +267,25 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> A
     return model
 
 
+def move_model(model: Any, device: str | torch.device) -> Any:
+    """Move ``model`` to ``device`` without TransformerLens's "Moving model to device" line.
+
+    TransformerLens models (``TransformerBridge``, ``HookedTransformer``) print that line on
+    every ``.to(device)`` unless told not to; loading each checkpoint of a run would print it
+    once per checkpoint. Other modules are moved with a plain ``.to``.
+
+    Args:
+        model: A ``torch.nn.Module``.
+        device: Where to put it.
+
+    Returns:
+        The moved model (the same object for TransformerLens models).
+    """
+    if type(model).__module__.startswith("transformer_lens."):
+        return model.to(device, print_details=False)
+    return model.to(device)
+
+
 def model_config_of(model: Any) -> ModelConfig:
     """The ``ModelConfig`` a toolkit model was built from."""
     cfg = getattr(model, "interp_config", None)
@@ -279,4 +298,4 @@ def model_config_of(model: Any) -> ModelConfig:
 
 
 __all__ = ["MAX_LAYERS", "HookedModel", "ModelConfig", "available_memory", "build_model", "bridge_config",
-           "check_model_size", "model_config_of", "n_parameters"]
+           "check_model_size", "model_config_of", "move_model", "n_parameters"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -10,7 +11,7 @@ import torch
 
 def assert_fields_equal(a: Any, b: Any, path: str = "result") -> None:
     """``a`` and ``b`` are equal field by field: dataclass fields, dict entries, list items,
-    and tensors with the same dtype, shape and values (NaN equal to NaN)."""
+    and tensors with the same dtype, shape and values (NaN equal to NaN, in floats too)."""
     if dataclasses.is_dataclass(a) and not isinstance(a, type):
         assert type(a) is type(b), f"{path}: {type(a).__name__} vs {type(b).__name__}"
         for f in dataclasses.fields(a):
@@ -26,5 +27,7 @@ def assert_fields_equal(a: Any, b: Any, path: str = "result") -> None:
         assert type(a) is type(b) and len(a) == len(b), f"{path}: {a!r} vs {b!r}"
         for i, (x, y) in enumerate(zip(a, b)):
             assert_fields_equal(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        assert math.isnan(b), f"{path}: nan vs {b!r}"
     else:
         assert a == b, f"{path}: {a!r} vs {b!r}"

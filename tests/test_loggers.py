@@ -134,3 +134,154 @@ def test_cli_train_tensorboard_flag_writes_events(tmp_path):
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert [s.step for s in events.Scalars("accuracy/val")] == [m["epoch"] for m in _metrics(run_dir)]
+
+
+def _wandb_run_records(run_dir: Path) -> list[list]:
+    """Records of each offline W&B run under ``run_dir``, oldest first, once each is finished."""
+    from wandb.proto import wandb_internal_pb2
+
+    runs = []
+    for log in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb")):
+        deadline = time.monotonic() + 60
+        while True:
+            records = []
+            for raw in _wandb_records(log):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(raw)
+                records.append(record)
+            if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        runs.append(records)
+    return runs
+
+
+def _of_type(records: list, kind: str) -> list:
+    return [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]
+
+
+def test_wandb_resumed_run_continues_the_same_wandb_run(tmp_path, splits, small_model_cfg, monkeypatch):
+    """The W&B run id is the run key, with resume="allow": a run interrupted and resumed
+    writes two offline logs of one W&B run (``wandb sync`` joins them), in the given group."""
+    pytest.importorskip("wandb")
+    from interp_toolkit.runs import trainer
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    cfg = TrainConfig(epochs=6, eval_every=2, checkpoint_every=2, checkpoint_log_spaced=False, progress=False)
+    real_evaluate, calls = trainer.evaluate, {"n": 0}
+
+    class Crash(Exception):
+        pass
+
+    def crashing_evaluate(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise Crash
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "evaluate", crashing_evaluate)
+    first = WandbLogger(project="toolkit-test", mode="offline", group="study-a", entity="lab")
+    with pytest.raises(Crash):
+        train(build_model(small_model_cfg), splits, cfg, run_dir, callbacks=[first])
+    first.close()
+    monkeypatch.setattr(trainer, "evaluate", real_evaluate)
+    resumed = train(build_model(small_model_cfg), splits, cfg, run_dir,
+                    callbacks=[WandbLogger(project="toolkit-test", mode="offline", group="study-a", entity="lab")])
+    assert resumed.resumed_from is not None
+    key = json.loads((run_dir / "run.json").read_text())["key"]
+    runs = _wandb_run_records(run_dir)
+    assert len(runs) == 2
+    for records in runs:
+        (run,) = _of_type(records, "run")
+        assert (run.run_id, run.project, run.entity, run.run_group) == (key, "toolkit-test", "lab", "study-a")
+    epochs = [[json.loads(i.value_json) for h in _of_type(records, "history") for i in h.item
+               if ("/".join(i.nested_key) or i.key) == "epoch"] for records in runs]
+    assert epochs[0] == [0, 2] and epochs[1][-1] == 6, epochs  # the second log continues the first
+
+
+def test_wandb_log_analysis_adds_tables_and_figures(tmp_path, splits, small_model_cfg, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    train(build_model(small_model_cfg), splits, TrainConfig(**THREE_EVALS), run_dir)
+    key = json.loads((run_dir / "run.json").read_text())["key"]
+    table = run_dir / "fingerprints.csv"
+    table.write_text("epoch,component,qk_rho\n0,L0H0,0.5\n4,L0H0,\n")
+    figure = run_dir / "fingerprints.png"
+    from interp_toolkit.plotting import figure as new_figure
+
+    fig = new_figure(figsize=(2, 2))
+    fig.add_subplot().plot([0, 1], [0, 1])
+    fig.savefig(figure)
+    logger = WandbLogger(project="toolkit-test", mode="offline")
+    artifact = logger.log_analysis(run_dir, "fingerprints", [table, figure])
+    assert artifact.name.startswith(f"{key}-fingerprints") and artifact.type == "analysis"
+    (records,) = _wandb_run_records(run_dir)
+    (run,) = _of_type(records, "run")
+    assert run.run_id == key
+    (logged,) = [a for a in _of_type(records, "artifact") if a.type == "analysis"]
+    assert logged.name == f"{key}-fingerprints"
+    assert sorted(entry.path for entry in logged.manifest.contents) == ["fingerprints.csv", "fingerprints.png"]
+    media = {("/".join(i.nested_key) or i.key): json.loads(i.value_json)
+             for h in _of_type(records, "history") for i in h.item}
+    assert media["fingerprints/tables/fingerprints/_type"] == "table-file"
+    assert media["fingerprints/figures/fingerprints/_type"] == "image-file"
+    with pytest.raises(ValueError, match="missing"):
+        logger.log_analysis(run_dir, "fingerprints", [run_dir / "nope.csv"])
+
+
+def test_tensorboard_hparams_of_each_run(tmp_path, splits, small_model_cfg, small_task):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    run_dir = tmp_path / "run"
+    train(build_model(small_model_cfg), splits, TrainConfig(**THREE_EVALS, lr=3e-3), run_dir,
+          callbacks=[TensorBoardLogger()], run_info={"task": {"name": small_task.name, **small_task.to_dict()}})
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    content = {tag: plugin_data_pb2.HParamsPluginData.FromString(raw)
+               for tag, raw in events.PluginTagToContent("hparams").items()}
+    start = next(c.session_start_info for c in content.values() if c.HasField("session_start_info"))
+    assert start.hparams["train.lr"].number_value == pytest.approx(3e-3)
+    assert start.hparams["task.r"].number_value == pytest.approx(small_task.r)
+    assert start.hparams["model.n_layers"].number_value == small_model_cfg.n_layers
+    assert start.hparams["train.betas"].string_value == "[0.9, 0.98]"
+    experiment = next(c.experiment for c in content.values() if c.HasField("experiment"))
+    metric_tags = {m.name.tag for m in experiment.metric_infos}
+    assert {"accuracy/val", "accuracy/adv", "loss/train"} <= metric_tags
+    assert metric_tags <= set(events.Tags()["scalars"])  # the metrics are the run's own scalars
+
+
+def test_loggers_from_flags_pass_project_entity_group():
+    pytest.importorskip("wandb")
+    from types import SimpleNamespace
+
+    from interp_toolkit.loggers import loggers_from_flags
+
+    args = SimpleNamespace(tensorboard=True, wandb="offline", wandb_project="p", wandb_entity="e",
+                           wandb_group=None)
+    tensorboard, wandb_logger = loggers_from_flags(args, group="study")
+    assert isinstance(tensorboard, TensorBoardLogger) and tensorboard.hparams
+    assert (wandb_logger.project, wandb_logger.entity, wandb_logger.group, wandb_logger.mode) == (
+        "p", "e", "study", "offline")
+    assert loggers_from_flags(SimpleNamespace(wandb="offline"))[0].project == "interp-toolkit"
+    with pytest.raises(ValueError, match="group must be a non-empty string or None, got ''"):
+        WandbLogger(group="")
+
+
+def test_cli_train_wandb_flags(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from interp_toolkit.cli import main
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    assert main(["train", "--epochs", "2", "--eval-every", "1", "--seq-len", "5", "--n-train", "64",
+                 "--n-eval", "32", "--d-model", "16", "--d-mlp", "32", "--no-log-checkpoints", "--quiet",
+                 "--wandb", "offline", "--wandb-project", "cli-project", "--wandb-entity", "lab",
+                 "--wandb-group", "study-b", "--run-dir", str(run_dir)]) == 0
+    (records,) = _wandb_run_records(run_dir)
+    (run,) = _of_type(records, "run")
+    key = json.loads((run_dir / "run.json").read_text())["key"]
+    assert (run.run_id, run.project, run.entity, run.run_group) == (key, "cli-project", "lab", "study-b")

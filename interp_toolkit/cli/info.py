@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Annotated, Optional, Sequence
 
 import tyro
 
-from interp_toolkit.config import Config, parse_config
+from interp_toolkit.config import Config, parse_config, required_positional
 from interp_toolkit.errors import UserError
 from interp_toolkit.runs.mpsp import format_metrics
 
@@ -25,7 +25,7 @@ class InfoCommandConfig(Config):
         checkpoint: A .safetensors checkpoint or a run directory.
     """
 
-    checkpoint: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
+    checkpoint: Annotated[Optional[Path], tyro.conf.Positional, required_positional("CHECKPOINT")] = None  # noqa: UP007
 
     def target(self) -> Path:
         """The checkpoint or run directory; a user error if none was given."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, Sequence
+from typing import Annotated, Literal, Optional, Sequence
 
 import tyro
 
-from interp_toolkit.config import Config, parse_config
+from interp_toolkit.config import Config, parse_config, required_positional
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism import MechanismConfig
 
@@ -42,7 +42,7 @@ class MechanismCommandConfig(Config):
         settings: Sample sizes of the analyses.
     """
 
-    run_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
+    run_dir: Annotated[Optional[Path], tyro.conf.Positional, required_positional("RUN_DIR")] = None  # noqa: UP007
     out: Optional[Path] = None  # noqa: UP007
     format: Optional[Literal["png", "svg", "pdf"]] = None  # noqa: UP007
     epochs: Optional[tuple[int, ...]] = None  # noqa: UP007
@@ -86,6 +86,22 @@ def figure_path(args: MechanismCommandConfig) -> tuple[Path, str]:
     return path.with_suffix(f".{fmt}"), fmt
 
 
+def phases_summary(outcome: dict) -> str:
+    """The run's phase epochs in words; a phase the run never reached says so (not "None")."""
+    last = outcome.get("final_epoch")
+    within = f" within {last} epochs" if last is not None else ""
+    shortcut, onset = outcome.get("shortcut_epoch"), outcome.get("phase2_onset_epoch")
+    generalized = outcome.get("first_generalized_epoch")
+    if outcome.get("favored_split") is None:
+        parts = ["no shortcut phase (r at chance)"]
+    else:
+        parts = [f"shortcut learned at epoch {shortcut}" if shortcut is not None
+                 else f"shortcut not learned{within}"]
+        parts.append(f"phase 2 onset at epoch {onset}" if onset is not None else f"no phase 2 onset{within}")
+    parts.append(f"generalized at epoch {generalized}" if generalized is not None else f"not generalized{within}")
+    return ", ".join(parts)
+
+
 def run_config(args: MechanismCommandConfig) -> int:
     """Run the ``mechanism`` subcommand; returns 0 (bad input raises a user error: exit 2 in ``main``)."""
     from interp_toolkit.devices import resolve_device
@@ -105,9 +121,7 @@ def run_config(args: MechanismCommandConfig) -> int:
     outcome = result.outcome
     print(f"{len(result.checkpoint_epochs)} checkpoint(s), heads {', '.join(result.heads)}: "
           f"{result.n_computed} analyses computed, {result.n_cached} from cache")
-    print(f"phases: shortcut learned at epoch {outcome['shortcut_epoch']}, phase 2 onset at epoch "
-          f"{outcome['phase2_onset_epoch']}, generalized: {outcome['generalized']} "
-          f"(first at epoch {outcome['first_generalized_epoch']})")
+    print(f"phases: {phases_summary(outcome)}")
     if result.near_miss.get("text"):
         print(f"short of 100%: {result.near_miss['text']}")
     last = result.last_epoch_summary()

@@ -89,7 +89,10 @@ def command_config_class() -> type:
          ("extend_from", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
          ("format", Literal["png", "svg", "pdf"], dataclasses.field(default="png")),
          ("tensorboard", bool, dataclasses.field(default=False)),
-         ("wandb", Optional[Literal["offline", "online"]], dataclasses.field(default=None))],  # noqa: UP007
+         ("wandb", Optional[Literal["offline", "online"]], dataclasses.field(default=None)),  # noqa: UP007
+         ("wandb_project", str, dataclasses.field(default="interp-toolkit")),
+         ("wandb_entity", Optional[str], dataclasses.field(default=None)),  # noqa: UP007
+         ("wandb_group", Optional[str], dataclasses.field(default=None))],  # noqa: UP007
         bases=(Config,),
         namespace={"__post_init__": post_init, "__module__": __name__, "__doc__": """Settings of ``interp-toolkit train``.
 
@@ -108,7 +111,11 @@ def command_config_class() -> type:
         format: File format of the training curves (curves.png is always written;
             svg or pdf adds curves.svg / curves.pdf beside it).
         tensorboard: Write TensorBoard event files into the run directory.
-        wandb: Log to Weights & Biases (offline: under the run directory, no network).
+        wandb: Log to Weights & Biases (offline: under the run directory, no network). The
+            W&B run id is the run key, so a resumed run continues its W&B run.
+        wandb_project: W&B project of the run (with --wandb).
+        wandb_entity: W&B entity (team or user); unset: your default entity.
+        wandb_group: W&B group of the run (e.g. the study it belongs to).
     """},
     )
     _COMMAND_CONFIG.append(cls)

@@ -37,7 +37,7 @@ from interp_toolkit.io import (
     config_hash,
     tensor_digest,
 )
-from interp_toolkit.model import model_config_of
+from interp_toolkit.model import model_config_of, move_model
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.engine import ReadoutForward, train_threads
 from interp_toolkit.runs.extend import (
@@ -384,7 +384,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     run_dir.mkdir(parents=True, exist_ok=True)
 
     if target_device is not None:
-        model.to(target_device)
+        move_model(model, target_device)
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
                                   weight_decay=cfg.weight_decay)

@@ -1,13 +1,17 @@
+import math
+
 import pytest
 import torch
 import transformer_lens.patching as tl_patching
 
 from interp_toolkit.analyses.ablation import resolve_components
 from interp_toolkit.analyses.patching import (
+    GAP_RTOL,
     activation_patching,
     compute_patching,
     cross_split_patching,
     minimal_pair_patching,
+    normalize_patching,
     readout_metric,
     resample_ablation_damage,
 )
@@ -45,10 +49,57 @@ def test_minimal_pairs_by_position_find_the_readout_and_the_changed_token(hand_p
 
 
 def test_minimal_pairs_cannot_move_a_pure_shortcut_model(hand_model, splits):
-    # the max-parity model sees the same shortcut in source and target: nothing to move
-    result = minimal_pair_patching(hand_model, splits, components=["L0H0"], positions=None, n=32)
-    row = result.rows[0]
-    assert row["source"] == pytest.approx(row["target"], abs=1e-4)
+    # the max-parity model sees the same shortcut in source and target: nothing to move, so
+    # normalized would divide by ~0; it is left blank with a warning naming the entries
+    with pytest.warns(UserWarning, match=r"normalized is NaN for all 2 entries"):
+        result = minimal_pair_patching(hand_model, splits, components=["L0H0", "L0H1"], positions=None, n=32)
+    for row in result.rows:
+        assert row["source"] == pytest.approx(row["target"], abs=1e-4)
+        assert row["gap"] == pytest.approx(row["source"] - row["target"])
+        assert math.isnan(row["normalized"]) and math.isfinite(row["patched"])
+    assert torch.isnan(result.tensors["normalized"]).all()
+
+
+def test_normalized_is_blank_under_the_gap_tolerance():
+    """The reported case: source 2.326 vs target 2.388 turned a 0.062 shift into 'full transfer'."""
+    patched = torch.tensor([[2.326, 2.40, 2.6]])
+    with pytest.warns(UserWarning, match=r"differ by -0\.062.*all 3 entries"):
+        blank = normalize_patching(patched, source=2.326, target=2.388)
+    assert torch.isnan(blank).all()
+    # a clear gap is normalized as before, without a warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clear = normalize_patching(torch.tensor([[0.0, 1.0, 2.0]]), source=2.0, target=0.0)
+    assert clear.tolist() == [[0.0, 0.5, 1.0]]
+    # the tolerance is relative to the larger metric (GAP_RTOL) and can be set per call
+    just_above = 2.0 * GAP_RTOL * 1.01
+    assert not torch.isnan(normalize_patching(torch.zeros(1, 1), source=2.0, target=2.0 - just_above)).any()
+    with pytest.warns(UserWarning):
+        normalize_patching(torch.zeros(1, 1), source=2.0, target=1.5, gap_rtol=0.5)
+    with pytest.raises(ValueError, match="gap_atol must be a number >= 0, got -1"):
+        normalize_patching(torch.zeros(1, 1), source=2.0, target=0.0, gap_atol=-1)
+
+
+def test_plot_breaks_lines_at_blank_normalized_values(tmp_path):
+    from interp_toolkit.analyses._common import Table
+    from interp_toolkit.analyses.over_checkpoints import ANALYSES, plot_over_checkpoints
+    from interp_toolkit.io import append_jsonl
+
+    for epoch in (1, 2, 4, 8):
+        append_jsonl(tmp_path / "metrics.jsonl", {"epoch": epoch, "val_acc": 0.5, "adv_acc": 0.5})
+    nan = float("nan")
+    rows = [{"epoch": e, "component": c, "position": -1, "normalized": v}
+            for e, values in ((1, (0.1, nan)), (2, (nan, nan)), (4, (0.9, nan)), (8, (1.0, nan)))
+            for c, v in zip(("L0H0", "L0H1"), values)]
+    fig = plot_over_checkpoints(Table(rows), tmp_path, ANALYSES["patching"])
+    panel = fig.axes[1]
+    lines = {line.get_label(): line for line in panel.get_lines() if not line.get_label().startswith("_")}
+    assert set(lines) == {"L0H0 -1"}  # a component blank at every checkpoint draws nothing
+    ys = list(lines["L0H0 -1"].get_ydata())
+    assert len(ys) == 4 and math.isnan(ys[1])  # the blank epoch breaks the line, not bridged
+    fig.savefig(tmp_path / "patching.png")
 
 
 def test_minimal_pair_patching_bad_input(hand_parity_model, splits):

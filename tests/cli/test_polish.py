@@ -1,0 +1,88 @@
+"""Command-line polish, each through ``interp_toolkit.cli.main``: positional arguments read as
+their names in ``--help``, and loading checkpoints prints no TransformerLens device lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from interp_toolkit.cli import main
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(("command", "name"), [("info", "CHECKPOINT"), ("mechanism", "RUN_DIR")])
+def test_required_positional_is_shown_by_name(capsys, command, name):
+    code, out, err = run_cli(capsys, command, "--help")
+    assert code == 0, err
+    usage = out.splitlines()[0]
+    assert usage.endswith(f" {name}"), usage
+    assert "{None}|PATH" not in usage
+    positional = out.split("positional arguments", 1)[1].split("options", 1)[0]
+    assert name in positional and "(required)" in positional
+    assert "(default: None)" not in positional
+
+
+@pytest.mark.parametrize(("command", "name"), [("info", "CHECKPOINT"), ("mechanism", "RUN_DIR")])
+def test_missing_positional_is_one_user_error(capsys, command, name):
+    code, out, err = run_cli(capsys, command)
+    assert code == 2
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [err.strip()]
+    assert name in err
+
+
+def test_loading_checkpoints_prints_no_device_lines(capsys, tiny_run):
+    """``analyze`` loads every checkpoint of the run (six here) onto the CPU; TransformerLens
+    would print "Moving model to device: cpu" for each."""
+    run_dir, _ = tiny_run
+    code, out, err = run_cli(capsys, "analyze", run_dir, "--analysis", "fingerprints", "--device", "cpu",
+                             "--no-progress")
+    assert code == 0, err
+    assert any(path.suffix == ".csv" for path in run_dir.rglob("*fingerprints*"))
+    assert "Moving model" not in out + err
+
+
+def test_move_model_moves_without_printing(capsys, small_model_cfg):
+    import torch
+
+    from interp_toolkit.model import build_model, move_model
+
+    model = build_model(small_model_cfg)
+    capsys.readouterr()
+    moved = move_model(model, torch.device("cpu"))
+    assert capsys.readouterr().out == ""
+    assert moved is model and next(model.parameters()).device.type == "cpu"
+    plain = move_model(torch.nn.Linear(2, 2), "cpu")
+    assert isinstance(plain, torch.nn.Linear)
+
+
+def test_mechanism_names_phases_not_reached(capsys, tiny_run, tmp_path):
+    """A run that never reached a phase reads "not ... within N epochs", never "epoch None"."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run[0], run_dir)
+    code, out, err = run_cli(capsys, "mechanism", run_dir, "--out", tmp_path / "mechanism.png", "--grad-n", "64",
+                             "--grad-chunk-size", "64", "--fingerprint-n", "32", "--patching-n", "16",
+                             "--ablation-n", "32", "--no-progress")
+    assert code == 0, err
+    (phases,) = [line for line in out.splitlines() if line.startswith("phases: ")]
+    assert "None" not in phases
+    assert "generalized at epoch" in phases or "not generalized within 6 epochs" in phases
+
+
+def test_phases_summary_words():
+    from interp_toolkit.cli.mechanism import phases_summary
+
+    never = {"favored_split": "val", "shortcut_epoch": None, "phase2_onset_epoch": None,
+             "first_generalized_epoch": None, "final_epoch": 60}
+    assert phases_summary(never) == ("shortcut not learned within 60 epochs, no phase 2 onset within 60 epochs, "
+                                     "not generalized within 60 epochs")
+    both = {**never, "shortcut_epoch": 5, "phase2_onset_epoch": 20, "first_generalized_epoch": 40}
+    assert phases_summary(both) == "shortcut learned at epoch 5, phase 2 onset at epoch 20, generalized at epoch 40"
+    chance = {**never, "favored_split": None, "first_generalized_epoch": 12}
+    assert phases_summary(chance) == "no shortcut phase (r at chance), generalized at epoch 12"
