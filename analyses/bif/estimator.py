@@ -209,8 +209,9 @@ def _jackknife(total: Tensor, per_chain: Tensor | None, chain_means: list[tuple[
     dB_c^T - sum_{c != k} dA'_c dB'_c^T) / (C - 1)``, with ``d`` the chain means' deviations from
     the mean over all chains (unprimed) or over the other chains (primed). Without
     ``per_chain`` (for ``-Corr`` or unequal draws) the other chains' accumulators are pooled
-    again. Two passes (mean, then squared
-    deviations) keep float32 accurate; scratch is two matrices.
+    again. Deviations from the mean of the leave-one-out estimates are formed before squaring
+    (float32 stays accurate); with ``per_chain`` the work runs in row blocks (scratch:
+    ``chains`` blocks of ~256k entries), else scratch is two matrices.
     """
     chains = len(per_chain_acc)
     if chains < 2:
@@ -218,32 +219,41 @@ def _jackknife(total: Tensor, per_chain: Tensor | None, chain_means: list[tuple[
     dtype = total.dtype
     means_a = torch.stack([m[0] for m in chain_means])
     means_b = torch.stack([m[1] for m in chain_means])
-    low_rank = per_chain is not None
-
-    def leave_out(k: int, out: Tensor) -> Tensor:
-        keep = [c for c in range(chains) if c != k]
-        if low_rank:
-            da_all, db_all = means_a - means_a.mean(0), means_b - means_b.mean(0)
+    squares = torch.zeros_like(total)
+    if per_chain is not None:
+        # -Cov from the pooled estimate and low-rank terms, in row blocks (no full-size scratch)
+        da_all, db_all = means_a - means_a.mean(0), means_b - means_b.mean(0)
+        terms = []
+        for k in range(chains):
+            keep = [c for c in range(chains) if c != k]
             da, db = means_a[keep] - means_a[keep].mean(0), means_b[keep] - means_b[keep].mean(0)
-            left = torch.cat([da_all, da]).T.to(dtype)
-            right = torch.cat([db_all, -db]).to(dtype)
-            torch.mul(total, chains, out=out).sub_(per_chain[k]).addmm_(left, right).div_(chains - 1)
-            return out
-        parts = [p for c in keep for p in (per_chain_acc[c] if isinstance(per_chain_acc[c], list) else [per_chain_acc[c]])]
-        comoment, _, _, m2_a, m2_b, n = _pooled_comoment(parts)
-        out.copy_(_estimate_(comoment, n, m2_a, m2_b, pearson))
-        return out
-
+            terms.append((torch.cat([da_all, da]).T.to(dtype), torch.cat([db_all, -db]).to(dtype)))
+        rows = max(1, (1 << 18) // max(1, total[0].numel()))
+        for start in range(0, total.shape[0], rows):
+            stop = min(start + rows, total.shape[0])
+            block = torch.empty(chains, stop - start, total.shape[1], dtype=dtype)
+            for k, (left, right) in enumerate(terms):
+                torch.mul(total[start:stop], chains, out=block[k]).sub_(per_chain[k, start:stop])
+                block[k].addmm_(left[start:stop], right).div_(chains - 1)
+            block.sub_(block.mean(0))
+            squares[start:stop] = block.pow_(2).sum(0)
+        return squares.mul_((chains - 1) / chains).sqrt_()
+    # pools the other chains' accumulators again (-Corr, or unequal draws per chain)
     scratch = torch.empty_like(total)
     mean = torch.zeros_like(total)
+
+    def leave_out(k: int) -> Tensor:
+        keep = [c for c in range(chains) if c != k]
+        parts = [p for c in keep for p in (per_chain_acc[c] if isinstance(per_chain_acc[c], list) else [per_chain_acc[c]])]
+        comoment, _, _, m2_a, m2_b, n = _pooled_comoment(parts)
+        return scratch.copy_(_estimate_(comoment, n, m2_a, m2_b, pearson))
+
     for k in range(chains):
-        mean.add_(leave_out(k, scratch))
+        mean.add_(leave_out(k))
     mean.div_(chains)
-    squares = torch.zeros_like(total)
     for k in range(chains):
-        leave_out(k, scratch).sub_(mean)
+        leave_out(k).sub_(mean)
         squares.addcmul_(scratch, scratch)
-    del scratch, mean
     return squares.mul_((chains - 1) / chains).sqrt_()
 
 
