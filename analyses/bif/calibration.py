@@ -208,7 +208,7 @@ def plot_calibration(calibration: Calibration, ax: Any = None) -> Any:
     from .diagnostics import RHAT_MAX
 
     rows = calibration.rows
-    labels = [f"eps {r.eps:.0e}\ngamma {r.gamma:g}" + (f"\nnb {r.n_beta:g}" if len({x.n_beta for x in rows}) > 1 else "")
+    labels = [f"eps {r.eps:.2g}\ngamma {r.gamma:g}" + (f"\nnb {r.n_beta:g}" if len({x.n_beta for x in rows}) > 1 else "")
               for r in rows]
     x = np.arange(len(rows))
     with style():
@@ -221,7 +221,7 @@ def plot_calibration(calibration: Calibration, ax: Any = None) -> Any:
         rhat = [r.max_rhat if not r.diverged else np.nan for r in rows]
         axes[1].bar(x, np.asarray(rhat) - 1.0, bottom=1.0, color=colors)
         axes[1].axhline(RHAT_MAX, color="tab:red", ls="--", lw=1, label=f"R-hat {RHAT_MAX}")
-        axes[1].set(title="max split R-hat of the tracked entries", ylabel="R-hat", yscale="log")
+        axes[1].set(title="max split R-hat of the tracked entries", ylabel="R-hat")
         axes[1].legend(fontsize=8)
         for panel in axes:
             panel.set_xticks(x, labels, fontsize=7)
