@@ -10,8 +10,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from interp_toolkit.analyses.bif import Draws, compute_bif
-from interp_toolkit.analyses.bif.diagnostics import ess_bulk, ess_tail, split_rhat
+from interp_toolkit.analyses.bif import CoMoments, Draws, compute_bif, estimate_from_moments
+from interp_toolkit.analyses.bif.diagnostics import (
+    between_chain_share,
+    ess_bulk,
+    ess_tail,
+    split_rhat,
+)
 from interp_toolkit.analyses.bif.validation import causal_window_effects
 from interp_toolkit.io import atomic_write_json, atomic_write_text
 from interp_toolkit.plotting import save_figure
@@ -59,8 +64,14 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
     rows, per_replica = [], {}
     for r, (init, step) in enumerate(labels):
         a = losses[:, :, :, r, :].double()  # [S, C, D, P]
-        pooled = compute_bif(Draws(a.reshape(S * C, D, P), a.reshape(S * C, D, P)))
-        per_seed = torch.stack([compute_bif(Draws(a[s], a[s])).bif for s in range(S)])  # [S, P, P]
+        # the library's estimator (pooled -Cov, jackknife and per-chain errors) without the
+        # 8 x 8 entries' diagnostics: those of the three pairs are computed below
+        chains_draws = a.reshape(S * C, D, P)
+        pooled = estimate_from_moments({(c, 0): CoMoments.from_batch(chains_draws[c], chains_draws[c])
+                                        for c in range(S * C)}, S * C, False, False)
+        share = between_chain_share(pooled.bif, pooled.per_chain)
+        centred = a - a.mean((1, 2), keepdim=True)  # each seed's 4 chains pooled
+        per_seed = -torch.einsum("scdi,scdj->sij", centred, centred) / (C * D)  # [S, P, P]
         per_replica[(init, step)] = {"pooled": pooled, "per_seed": per_seed}
         dist = distance[:, :, :, r].double().reshape(S * C, D).numpy()
         for name, (x, y) in PAIRS.items():
@@ -73,7 +84,7 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
                 "stderr_per_chain": float(pooled.per_chain_stderr[i, j]),
                 "per_seed": [float(v) for v in per_seed[:, i, j]],
                 "rhat": split_rhat(product), "ess_bulk": ess_bulk(product), "ess_tail": ess_tail(product),
-                "between_chain_share": float(pooled.convergence.between_chain_share[i, j]),
+                "between_chain_share": float(share[i, j]),
                 "distance_rhat": split_rhat(dist),
             })
     # per step and pair, over inits and seeds: the mean, and an error from the spread of the
@@ -154,19 +165,24 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
         model = DeepLinearNetwork(DLNConfig(data.n_items, 16, data.n_properties, init_scale=1e-3, seed=init))
         effect = causal_window_effects(model, data.inputs, data.targets, lr, windows, HORIZON,
                                        measure_at="window_end").inclusion_effect.numpy()  # [W, P, P]
-        peak_effect = np.abs(effect).reshape(len(windows), -1).argmax(0)
         for s in [*range(S), None]:
             bifs = np.stack([(per_replica[(init, (a + b) // 2)]["pooled"].bif if s is None else
                               per_replica[(init, (a + b) // 2)]["per_seed"][s]).numpy() for a, b in windows])
-            peak_bif = np.abs(bifs).reshape(len(windows), -1).argmax(0)
-            agreement = float((peak_bif == peak_effect).mean())
-            null = np.array([(peak_bif[gen.permutation(peak_bif.size)] == peak_effect).mean()
-                             for _ in range(NULL_REPEATS)])
-            causal.append({"init": init, "seed": "all" if s is None else seeds[s], "agreement": agreement,
-                           "null_mean": float(null.mean()), "null_p95": float(np.percentile(null, 95)),
-                           "p_value": float((np.sum(null >= agreement) + 1) / (null.size + 1)),
-                           "peak_window_counts_bif": np.bincount(peak_bif, minlength=len(windows)).tolist(),
-                           "peak_window_counts_effect": np.bincount(peak_effect, minlength=len(windows)).tolist()})
+            # the paper-style comparison over all windows, and a variant without the first
+            # window (steps 0-100, where removing an item changes nothing yet)
+            for first in (0, 1):
+                peak_effect = np.abs(effect[first:]).reshape(len(windows) - first, -1).argmax(0)
+                peak_bif = np.abs(bifs[first:]).reshape(len(windows) - first, -1).argmax(0)
+                agreement = float((peak_bif == peak_effect).mean())
+                null = np.array([(peak_bif[gen.permutation(peak_bif.size)] == peak_effect).mean()
+                                 for _ in range(NULL_REPEATS)])
+                causal.append({"init": init, "seed": "all" if s is None else seeds[s],
+                               "windows": "all" if first == 0 else "without 0-100", "agreement": agreement,
+                               "null_mean": float(null.mean()), "null_p95": float(np.percentile(null, 95)),
+                               "p_value": float((np.sum(null >= agreement) + 1) / (null.size + 1)),
+                               "peak_window_counts_bif": np.bincount(peak_bif, minlength=len(windows) - first).tolist(),
+                               "peak_window_counts_effect": np.bincount(peak_effect,
+                                                                        minlength=len(windows) - first).tolist()})
 
     summary = {"sampler": config, "seeds": list(seeds), "inits": list(INITS), "steps": list(STEPS),
                "chains_total": S * C, "draws_per_chain": D, "timelines": timelines, "pairs": table,
@@ -190,8 +206,12 @@ def diag_figure(out: Path, meta: dict, labels: list, docs: Path, init: int = 0, 
     loss_trace = tensors["loss_trace"][:, :, r].numpy()
     distance_trace = tensors["distance_trace"][:, :, r].numpy()
     every = seed_meta["trace_every"]
-    fig = plot_diagnostics(loss_trace, distance_trace, result.convergence, burn_in=meta["sampler"]["burn_in"] // every,
-                           title=f"DLN init {init}, step {step}, sampler seed 0 (4 chains; x axis: SGLD step / {every})")
+    fig = plot_diagnostics(loss_trace, distance_trace, result.convergence, burn_in=meta["sampler"]["burn_in"],
+                           steps_per_point=every,
+                           title=f"DLN init {init}, step {step}, sampler seed 0, 4 chains x "
+                                 f"{meta['sampler']['burn_in'] + meta['sampler']['draws'] * meta['sampler']['steps_between_draws']}"
+                                 f" steps: {'converged' if result.convergence.converged else 'NOT converged'} (max R-hat "
+                                 f"{result.convergence.max_rhat:.3f}, min ESS {result.convergence.min_ess_bulk:.0f})")
     save_figure(fig, docs / f"diagnostics_step{step}.png")
 
 
@@ -252,6 +272,7 @@ def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
     pooled = [c for c in causal if c["seed"] == "all"]
     per_seed = [c for c in causal if c["seed"] != "all"]
     x = np.arange(len(pooled))
+    per_seed = [c for p in pooled for c in per_seed if c["init"] == p["init"] and c["windows"] == p["windows"]]
     ax.bar(x - 0.2, [c["agreement"] for c in pooled], width=0.4, label="agreement, BIF pooled over seeds")
     ax.scatter(np.repeat(x, len(per_seed) // len(pooled)) + 0.2, [c["agreement"] for c in per_seed], color="k",
                s=12, label="agreement, one sampler seed")
@@ -259,7 +280,7 @@ def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
                 yerr=[[0] * len(pooled), [c["null_p95"] - c["null_mean"] for c in pooled]],
                 fmt="_", color="tab:red", capsize=4, label="pair-permuted null: mean, 95th percentile")
     ax.axhline(1 / 12, color="k", ls=":", lw=1, label="chance 1/12 (uniform windows)")
-    ax.set_xticks(x, [f"init {c['init']}" for c in pooled])
+    ax.set_xticks(x, [f"init {c['init']}\n{c['windows']} windows" for c in pooled], fontsize=8)
     ax.set(ylabel="peak window agreement", title="causal windows: window of largest |BIF| = window whose removal matters most")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -277,5 +298,5 @@ def report(table, peaks, level_peaks, causal, timelines) -> None:
                                                   for p in peaks])
     print("peak vs branch by common level:", level_peaks)
     for c in causal:
-        print(f"causal windows init {c['init']} seed {c['seed']}: agreement {c['agreement']:.2f}, null "
+        print(f"causal windows ({c['windows']}) init {c['init']} seed {c['seed']}: agreement {c['agreement']:.2f}, null "
               f"{c['null_mean']:.2f} (95th pct {c['null_p95']:.2f}), p {c['p_value']:.4f}")

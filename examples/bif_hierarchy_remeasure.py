@@ -21,6 +21,10 @@ PNG files to ``--docs`` (committed) and prints every number.
 
     nice -n 19 python examples/bif_hierarchy_remeasure.py sample --out runs/bif_remeasure
     nice -n 19 python examples/bif_hierarchy_remeasure.py calibrate --docs docs/bif
+    # the calibrated step size (80x the doc's; same posterior), 4,500-step chains:
+    nice -n 19 python examples/bif_hierarchy_remeasure.py sample --out runs/bif_remeasure_eps1.6e-3 \
+        --eps 1.6e-3 --burn-in 500 --draws 2000 --steps-between-draws 2
+    python examples/bif_hierarchy_remeasure.py analyze --out runs/bif_remeasure_eps1.6e-3 --docs docs/bif/eps1.6e-3
     python examples/bif_hierarchy_remeasure.py analyze --out runs/bif_remeasure --docs docs/bif
 """
 
@@ -55,11 +59,11 @@ STEPS = tuple(sorted({*(s + WINDOW // 2 for s in range(0, HORIZON, WINDOW)), 214
                       1022, 1500, 2000}))
 
 
-def sampler_config(seed: int, eps: float) -> SamplerConfig:
-    """The doc's posterior (gamma 100, n_beta 400) with chains 11 localization times long
-    (``2 / (eps gamma) = 1,000`` steps at the doc's eps; the doc's chains were 500 steps)."""
-    return SamplerConfig(eps=eps, gamma=100.0, n_beta=400.0, chains=4, draws=2000, burn_in=1000,
-                         steps_between_draws=5, seed=seed, keep_draws=True, progress=False)
+def sampler_config(seed: int, eps: float, burn_in: int = 1000, draws: int = 2000, every: int = 5) -> SamplerConfig:
+    """The doc's posterior (gamma 100, n_beta 400); by default chains 11 localization times
+    long (``2 / (eps gamma) = 1,000`` steps at the doc's eps; the doc's chains were 500 steps)."""
+    return SamplerConfig(eps=eps, gamma=100.0, n_beta=400.0, chains=4, draws=draws, burn_in=burn_in,
+                         steps_between_draws=every, seed=seed, keep_draws=True, progress=False)
 
 
 def closed_form_gradients(W1: Tensor, W2: Tensor, X: Tensor, Y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -138,7 +142,7 @@ def replicas(data, inits=INITS, steps=STEPS) -> tuple[Tensor, Tensor, list[tuple
     return torch.stack(W1s), torch.stack(W2s), labels
 
 
-def sample(out: Path, eps: float, seeds=SEEDS) -> None:
+def sample(out: Path, eps: float, seeds=SEEDS, burn_in: int = 1000, draws: int = 2000, every: int = 5) -> None:
     torch.set_num_threads(1)
     data = animals_and_plants()
     X, Y = data.inputs.float(), data.targets.float()
@@ -150,7 +154,7 @@ def sample(out: Path, eps: float, seeds=SEEDS) -> None:
             print(f"seed {seed}: {path} exists, skipped")
             continue
         started = time.time()
-        config = sampler_config(seed, eps)
+        config = sampler_config(seed, eps, burn_in, draws, every)
         tensors = sgld_chains(W1, W2, X, Y, config)
         save_artifact(path, tensors, {"labels": labels, "sampler": config.to_dict(), "lr": LR, "items": data.items,
                                       "seconds": time.time() - started, "trace_every": 10}, kind="bif_remeasure_draws")
@@ -205,10 +209,13 @@ def main() -> None:
     parser.add_argument("--docs", default="docs/bif")
     parser.add_argument("--eps", type=float, default=2e-5)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    parser.add_argument("--burn-in", type=int, default=1000)
+    parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--steps-between-draws", type=int, default=5)
     args = parser.parse_args()
     out = Path(args.out)
     if args.stage == "sample":
-        sample(out, args.eps, tuple(args.seeds))
+        sample(out, args.eps, tuple(args.seeds), args.burn_in, args.draws, args.steps_between_draws)
     elif args.stage == "calibrate":
         calibrate(Path(args.docs))
     else:

@@ -56,6 +56,7 @@ def plot_diagnostics(
     burn_in: int = 0,
     title: str | None = None,
     ax: Any = None,
+    steps_per_point: int = 1,
 ) -> Any:
     """The SGLD diagnostics in one figure: per-chain loss and distance from ``w*`` over steps,
     R-hat and bulk/tail ESS of every tracked entry against their thresholds, and the
@@ -68,6 +69,7 @@ def plot_diagnostics(
         burn_in: Steps of burn-in (marked).
         title: Figure title (default: the verdict).
         ax: Optional sequence of 4 axes.
+        steps_per_point: SGLD steps between the traces' points (for thinned traces).
 
     Returns:
         The :class:`matplotlib.figure.Figure`.
@@ -79,11 +81,11 @@ def plot_diagnostics(
     with style():
         fig, axes = new_panels(4, ax, ncols=2, figsize=(11, 7.5))
         for chain, trace in enumerate(np.asarray(loss_trace, dtype=float)):
-            axes[0].plot(trace, lw=0.6, label=f"chain {chain}")
+            axes[0].plot(np.arange(trace.size) * steps_per_point, trace, lw=0.6, label=f"chain {chain}")
         axes[0].set(title="SGLD minibatch loss", xlabel="SGLD step", ylabel="loss")
         if distance_trace is not None:
             for trace in np.asarray(distance_trace, dtype=float):
-                axes[1].plot(trace, lw=0.6)
+                axes[1].plot(np.arange(trace.size) * steps_per_point, trace, lw=0.6)
         axes[1].set(title="distance from the localization point w*", xlabel="SGLD step", ylabel="||w - w*||")
         for panel in axes[:2]:
             if burn_in:
@@ -101,10 +103,11 @@ def plot_diagnostics(
                     xlabel="effective sample size (all chains)", ylabel="split R-hat")
         axes[2].legend(fontsize=7)
         share = convergence.between_chain_share.double().numpy().reshape(-1)
-        axes[3].bar(index, share, color=np.where(np.abs(share) > 0.5, "tab:red", "tab:blue"))
+        # entries near 0 have shares of any size: shown clipped to [-3, 3]
+        axes[3].bar(index, np.clip(share, -3, 3), color=np.where(np.abs(share) > 0.5, "tab:red", "tab:blue"))
         axes[3].axhline(0, color="k", lw=0.5)
-        axes[3].set(title="between-chain share of each tracked entry", xlabel="tracked entry (row-major)",
-                    ylabel="(pooled - mean per chain) / pooled")
+        axes[3].set(title="between-chain share of each tracked entry (red: |share| > 0.5; clipped at 3)",
+                    xlabel="tracked entry (row-major)", ylabel="(pooled - mean per chain) / pooled", ylim=(-3.2, 3.2))
         verdict = "converged" if convergence.converged else "NOT converged"
         fig.suptitle(title or f"SGLD diagnostics: {verdict} (max R-hat {convergence.max_rhat:.3f}, "
                      f"min ESS bulk {convergence.min_ess_bulk:.0f} / tail {convergence.min_ess_tail:.0f})")
