@@ -237,9 +237,9 @@ def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
     ax.axhline(0, color="k", lw=0.5)
     ax.set(xscale="log", xlim=(40, 2100), yscale="symlog", xlabel="GD step of the checkpoint",
            ylabel="BIF = -Cov (symlog; negative = helpful)",
-           title=(f"Re-measured: 3 DLN inits x {len(causal) // 3 - 1} sampler seeds x 4 chains, "
-                  f"{config['burn_in'] + config['draws'] * config['steps_between_draws']}-step chains "
-                  "(dotted: init 0's branch steps)"))
+           title=(f"Re-measured, eps {config['eps']:g}: 3 DLN inits x {len({c['seed'] for c in causal}) - 1} "
+                  f"sampler seeds x 4 chains of {config['burn_in'] + config['draws'] * config['steps_between_draws']}"
+                  " steps (dotted: init 0's branch steps)"))
     ax.set_yscale("symlog", linthresh=1e-4)
     ax.legend(fontsize=8, loc="lower right")
 
@@ -285,6 +285,17 @@ def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def replot(docs: Path) -> None:
+    """Redraw ``remeasure.png`` from ``remeasure_summary.json`` (no recomputation)."""
+    import json
+
+    summary = json.loads((docs / "remeasure_summary.json").read_text())
+    timelines = {int(k): {**v, "branch_steps": {int(a): b for a, b in v["branch_steps"].items()}}
+                 for k, v in summary["timelines"].items()}
+    save_figure(plot(summary["pairs"], timelines, summary["causal_windows"], summary["sampler"]),
+                docs / "remeasure.png")
 
 
 def report(table, peaks, level_peaks, causal, timelines) -> None:

@@ -204,7 +204,7 @@ def load_draws(out: Path, seeds=SEEDS) -> tuple[Tensor, Tensor, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=("sample", "calibrate", "analyze"))
+    parser.add_argument("stage", choices=("sample", "calibrate", "analyze", "replot"))
     parser.add_argument("--out", default="runs/bif_remeasure")
     parser.add_argument("--docs", default="docs/bif")
     parser.add_argument("--eps", type=float, default=2e-5)
@@ -218,8 +218,12 @@ def main() -> None:
         sample(out, args.eps, tuple(args.seeds), args.burn_in, args.draws, args.steps_between_draws)
     elif args.stage == "calibrate":
         calibrate(Path(args.docs))
+    elif args.stage == "replot":
+        from bif_hierarchy_analysis import replot  # noqa: PLC0415 (sibling module of the example)
+
+        replot(Path(args.docs))
     else:
-        from bif_hierarchy_analysis import analyze  # noqa: PLC0415 (sibling module of the example)
+        from bif_hierarchy_analysis import analyze  # noqa: PLC0415
 
         analyze(out, Path(args.docs), tuple(args.seeds))
 
