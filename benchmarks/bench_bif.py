@@ -20,7 +20,8 @@ as fast as 128 for this model here at n <= 512 and 4% slower at 2,048, with a lo
 is 1024) and keeps the per-sequence values only. Both
 then estimate the ``n x n`` sequence-level covariance over the 2 x draws draws
 (``devinterp``: ``correlation_method="sequence"``, ``compute_covariance=True``; ours:
-``-Cov`` streamed, plus per-chain estimates and standard errors). Fixed costs stay in both
+``-Cov`` streamed, plus per-chain estimates, the jackknife and per-chain standard errors and
+the convergence diagnostics of 16 x 16 tracked entries). Fixed costs stay in both
 totals (devinterp: an initial loss over 32 batches per chain, a model copy per chain, the
 zarr store; ours: an initial loss over the pool and one probing pass over the recorded
 set).
@@ -236,7 +237,8 @@ Per draw, both: 1 SGLD step (forward + backward, minibatch 32 of 256 pool sequen
 forward over all n recorded sequences (per-sequence mean next-token loss); both estimate the
 n x n covariance over 2 chains. devinterp records in batches of 32 and keeps per-token losses;
 ours runs the library's lean forward (equal to the bridge's up to rounding) in batches of
-{eval_batch} and keeps per-sequence values (+ per-chain estimates and standard errors); devinterp
+{eval_batch} and keeps per-sequence values (+ per-chain estimates, jackknife and per-chain standard
+errors, convergence diagnostics); devinterp
 runs the bridge's forward. Same warm-up for both; best of {repeats} alternating fresh processes;
 memory = peak RSS above the RSS before the call. floor = CPU s/draw of the model work alone
 (lean forward, ours' batches); ceiling = devinterp CPU s/draw / floor (the most any

@@ -32,16 +32,17 @@ def test_threads_for_is_one_for_tiny_work_only():
 
 def test_dln_training_uses_one_thread_and_restores_the_callers(tmp_path, monkeypatch):
     import interp_toolkit.studies.dln as dln
+    import interp_toolkit.tasks.dln as dln_model  # the model and its GD step live here
     from interp_toolkit.tasks.hierarchical import living_things
 
     seen = []
-    real_step = dln.dln_per_example_loss
+    real_step = dln_model.dln_per_example_loss
 
     def spying_loss(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(dln, "dln_per_example_loss", spying_loss)
+    monkeypatch.setattr(dln_model, "dln_per_example_loss", spying_loss)
     data = living_things()
     with torch_threads(2):
         dln.train_dln(data.inputs, data.targets, dln.DLNConfig(8, 16, 30, seed=2),

@@ -27,8 +27,12 @@ Two levels of API:
 
 Every covariance here is the population covariance over draws (divide by the number of
 draws, not minus one), so that the phase decomposition (within-phase + between-phase)
-adds up *exactly* to the total. The standard error of each entry is the standard deviation
-across chains of the per-chain estimates divided by ``sqrt(chains)`` (NaN with one chain).
+adds up *exactly* to the total. The standard error of each entry is the leave-one-chain-out
+jackknife of the pooled estimate (NaN with one chain); the spread of the per-chain estimates
+divided by ``sqrt(chains)`` stays available as ``per_chain_stderr`` (it misses the part of the
+pooled covariance that comes from chains sitting at different places). Every result carries
+convergence diagnostics (:mod:`.diagnostics`: split R-hat, bulk/tail ESS, between-chain share)
+and warns when they fail.
 
 Generic by design (token-level BIF for language models builds on it): the model is any
 ``torch.nn.Module``; the data is a tensor, a tuple/list of tensors or a dict of tensors
@@ -39,7 +43,8 @@ observables are callables ``model -> tensor`` (flattened).
 Package layout (one concern per module): :mod:`.config` (settings), :mod:`.data` (data
 helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`.results`
 (result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
-:mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
+:mod:`.diagnostics` (R-hat, ESS, the convergence verdict), :mod:`.calibration` (sampler
+sweeps), :mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
 :mod:`.lm` (token-level BIF for language models), :mod:`.token_classes` (delimiter, induction
 and user token classes on any tokenized text), :mod:`.validation` (leave-one-out and
 causal-window checks on the deep linear network).
@@ -71,6 +76,15 @@ _EXPORTS = {
     "phase_share_with_null": ".phases",
     "threshold_phases": ".phases",
     "plot_bif": ".plots",
+    "plot_diagnostics": ".plots",
+    "Calibration": ".calibration",
+    "calibrate_sampler": ".calibration",
+    "plot_calibration": ".calibration",
+    "ConvergenceDiagnostics": ".diagnostics",
+    "convergence_diagnostics": ".diagnostics",
+    "split_rhat": ".diagnostics",
+    "ess_bulk": ".diagnostics",
+    "ess_tail": ".diagnostics",
     "BIFResult": ".results",
     "Draws": ".results",
     "PhaseDecomposition": ".results",

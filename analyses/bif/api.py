@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -20,9 +21,10 @@ from .data import (
     model_fingerprint,
     per_example_losses,
 )
+from .diagnostics import convergence_diagnostics, tracked_indices
 from .estimator import estimate_from_moments
 from .moments import CoMoments
-from .plots import plot_bif
+from .plots import plot_bif, plot_diagnostics
 from .results import BIFResult, Draws
 from .sampler import sample_sgld
 
@@ -75,7 +77,12 @@ def bif(
             draw and chain end (see :func:`sample_sgld`); not part of the cache key.
 
     Returns:
-        The :class:`BIFResult` with diagnostics.
+        The :class:`BIFResult` with diagnostics: the sampler's loss and distance traces, and
+        :class:`~interp_toolkit.analyses.bif.diagnostics.ConvergenceDiagnostics` (split R-hat,
+        bulk/tail ESS and between-chain share of up to 16 x 16 evenly spaced entries, from
+        their per-draw values: ``chains x draws x 32`` numbers, not the draws). When R-hat >
+        1.01 or an ESS < 100 a warning names the settings to change and
+        ``result.convergence.converged`` is False.
     """
     if not isinstance(config, SamplerConfig):
         raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
@@ -156,6 +163,12 @@ def bif(
     kept_labels = (
         torch.zeros(config.chains, config.draws, dtype=torch.long) if config.keep_draws and phase_fn else None
     )
+    # per-draw values of a few rows / columns (and scalar summaries) for the diagnostics
+    rows, cols = tracked_indices(n_a), tracked_indices(n_b)
+    tracked_a = torch.zeros(config.chains, config.draws, len(rows), dtype=torch.float64)
+    tracked_b = torch.zeros(config.chains, config.draws, len(cols), dtype=torch.float64)
+    scalar_traces = {name: torch.zeros(config.chains, config.draws, dtype=torch.float64)
+                     for name in ["mean attribution loss", *(f"mean {k}" for k in recorders)]}
     all_recorders = {"__attribution__": attribution, **recorders}
     if query_is_attribution:
         del all_recorders["query_loss"]
@@ -172,6 +185,11 @@ def bif(
         rows_a, rows_b = pending.setdefault(slot, ([], []))
         rows_a.append(a.to("cpu", torch.float64))
         rows_b.append(b.to("cpu", torch.float64))
+        tracked_a[chain, draw] = rows_a[-1][rows]
+        tracked_b[chain, draw] = rows_b[-1][cols]
+        scalar_traces["mean attribution loss"][chain, draw] = rows_a[-1].mean()
+        for name, (start, stop) in slices.items():
+            scalar_traces[f"mean {name}"][chain, draw] = rows_b[-1][start:stop].mean()
         if len(rows_a) >= block:
             flush(slot)
         if kept_a is not None:
@@ -187,10 +205,19 @@ def bif(
     estimate = estimate_from_moments(accumulators, config.chains, config.pearson, with_phases=phase_fn is not None,
                                      per_chain_out=per_chain_storage[0] if per_chain_storage else None)
     accumulators.clear()  # their co-moments became the per-chain estimates
+    if diagnostics.distance_trace is not None:
+        at_draws = torch.arange(config.draws) * config.steps_between_draws + config.burn_in + config.steps_between_draws - 1
+        scalar_traces["distance from w*"] = diagnostics.distance_trace[:, at_draws]
+    convergence = convergence_diagnostics(
+        tracked_a, tracked_b, rows, cols, per_chain=estimate.per_chain[:, rows][:, :, cols], scalars=scalar_traces)
+    for note in convergence.warnings:
+        warnings.warn(f"BIF not converged: {note}", stacklevel=2)
     result = BIFResult(
         bif=estimate.bif,
         stderr=estimate.stderr,
         per_chain=estimate.per_chain,
+        per_chain_stderr=estimate.per_chain_stderr,
+        convergence=convergence,
         pearson=config.pearson,
         chains=config.chains,
         draws_per_chain=config.draws,
@@ -206,6 +233,8 @@ def bif(
     if cache_dir is not None:
         out_dir = Path(cache_dir) / f"bif_{key}"
         save_figure(plot_bif(result), out_dir / "bif.png")
+        save_figure(plot_diagnostics(diagnostics.loss_trace, diagnostics.distance_trace, convergence,
+                                     burn_in=config.burn_in), out_dir / "diagnostics.png")
         result.save(out_dir)
     return result
 

@@ -1,4 +1,5 @@
-"""The BIF estimator: -Cov (or -Corr) with per-chain standard errors, and its phase decomposition."""
+"""The BIF estimator: -Cov (or -Corr) with its leave-one-chain-out jackknife standard error
+(and the per-chain spread under its own name), and its phase decomposition."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from .diagnostics import convergence_diagnostics, tracked_indices
 from .moments import CoMoments
 from .results import BIFResult, Draws, PhaseDecomposition
 
@@ -67,8 +69,11 @@ class BIFEstimate:
 
     Attributes:
         bif: ``-Cov`` (or ``-Corr``) pooled over chains, ``n_a x n_b``.
-        stderr: Standard error per entry across chains (NaN for one chain).
+        stderr: Leave-one-chain-out jackknife standard error of ``bif`` (NaN for one chain):
+            it sees the between-chain part of the pooled covariance.
         per_chain: The estimate of each chain alone.
+        per_chain_stderr: Std of the chains' own estimates / sqrt(chains) (NaN for one
+            chain); blind to chains that sit at different places.
         attribution_mean, observable_mean: Posterior means of the recorded values.
         phases: The within/between decomposition, if phases were accumulated separately.
     """
@@ -79,6 +84,7 @@ class BIFEstimate:
     attribution_mean: Float[Tensor, " n_a"]
     observable_mean: Float[Tensor, " n_b"]
     phases: PhaseDecomposition | None = None
+    per_chain_stderr: Float[Tensor, "n_a n_b"] | None = None
 
 
 def estimate_from_moments(
@@ -101,8 +107,9 @@ def estimate_from_moments(
             accumulators are consumed.
 
         Memory beyond the accumulators: the pooled matrix, the per-chain estimates (none
-        with ``per_chain_out``) and the standard error (each ``n_a x n_b`` in the
-        accumulators' dtype); without ``per_chain_out`` the accumulators are not modified.
+        with ``per_chain_out``), the two standard errors and, while the jackknife runs, two
+        scratch matrices (each ``n_a x n_b`` in the accumulators' dtype); without
+        ``per_chain_out`` the accumulators are not modified.
     """
     per_chain_acc = []
     for chain in range(chains):
@@ -113,6 +120,11 @@ def estimate_from_moments(
     everything = [p for parts in per_chain_acc for p in (parts if isinstance(parts, list) else [parts])]
     comoment, mean_a, mean_b, m2_a, m2_b, n = _pooled_comoment(everything)
     total = _estimate_(comoment, n, m2_a, m2_b, pearson)
+    chain_means = [_chain_means(acc if isinstance(acc, list) else [acc]) for acc in per_chain_acc]
+    # -Corr (or unequal draws per chain) re-pools the accumulators: before they may become
+    # the per-chain estimates in place below
+    stderr = None if not pearson and _equal_counts(per_chain_acc) else _jackknife(
+        total, None, chain_means, per_chain_acc, pearson)
     if per_chain_out is None:
         per_chain = torch.empty(chains, *total.shape, dtype=total.dtype)
     else:
@@ -173,7 +185,76 @@ def estimate_from_moments(
             within_stderr=_stderr(torch.stack(chain_within)),
             between_stderr=_stderr(torch.stack(chain_between)),
         )
-    return BIFEstimate(total, _stderr(per_chain), per_chain, mean_a, mean_b, phases)
+    if stderr is None:
+        stderr = _jackknife(total, per_chain, chain_means, per_chain_acc, pearson)
+    return BIFEstimate(total, stderr, per_chain, mean_a, mean_b, phases, per_chain_stderr=_stderr(per_chain))
+
+
+def _chain_means(parts: list[CoMoments]) -> tuple[Tensor, Tensor]:
+    n = sum(p.count for p in parts)
+    return sum(p.mean_a * p.count for p in parts) / n, sum(p.mean_b * p.count for p in parts) / n
+
+
+def _equal_counts(per_chain_acc: list) -> bool:
+    return len({sum(p.count for p in (acc if isinstance(acc, list) else [acc])) for acc in per_chain_acc}) == 1
+
+
+def _jackknife(total: Tensor, per_chain: Tensor | None, chain_means: list[tuple[Tensor, Tensor]],
+               per_chain_acc: list, pearson: bool) -> Tensor:
+    """Leave-one-chain-out jackknife standard error of the pooled estimate.
+
+    For ``-Cov`` with equal draws per chain, the estimate without chain ``k`` is formed from
+    the pooled one, chain ``k``'s own estimate and the chains' means (two low-rank terms), so
+    no accumulator is revisited: ``theta_-k = (C total - per_chain[k]) / (C - 1) + (sum_c dA_c
+    dB_c^T - sum_{c != k} dA'_c dB'_c^T) / (C - 1)``, with ``d`` the chain means' deviations from
+    the mean over all chains (unprimed) or over the other chains (primed). Without
+    ``per_chain`` (for ``-Corr`` or unequal draws) the other chains' accumulators are pooled
+    again. Deviations from the mean of the leave-one-out estimates are formed before squaring
+    (float32 stays accurate); with ``per_chain`` the work runs in row blocks (scratch:
+    ``chains`` blocks of ~256k entries), else scratch is two matrices.
+    """
+    chains = len(per_chain_acc)
+    if chains < 2:
+        return torch.full_like(total, float("nan"))
+    dtype = total.dtype
+    means_a = torch.stack([m[0] for m in chain_means])
+    means_b = torch.stack([m[1] for m in chain_means])
+    squares = torch.zeros_like(total)
+    if per_chain is not None:
+        # -Cov from the pooled estimate and low-rank terms, in row blocks (no full-size scratch)
+        da_all, db_all = means_a - means_a.mean(0), means_b - means_b.mean(0)
+        terms = []
+        for k in range(chains):
+            keep = [c for c in range(chains) if c != k]
+            da, db = means_a[keep] - means_a[keep].mean(0), means_b[keep] - means_b[keep].mean(0)
+            terms.append((torch.cat([da_all, da]).T.to(dtype), torch.cat([db_all, -db]).to(dtype)))
+        rows = max(1, (1 << 18) // max(1, total[0].numel()))
+        for start in range(0, total.shape[0], rows):
+            stop = min(start + rows, total.shape[0])
+            block = torch.empty(chains, stop - start, total.shape[1], dtype=dtype)
+            for k, (left, right) in enumerate(terms):
+                torch.mul(total[start:stop], chains, out=block[k]).sub_(per_chain[k, start:stop])
+                block[k].addmm_(left[start:stop], right).div_(chains - 1)
+            block.sub_(block.mean(0))
+            squares[start:stop] = block.pow_(2).sum(0)
+        return squares.mul_((chains - 1) / chains).sqrt_()
+    # pools the other chains' accumulators again (-Corr, or unequal draws per chain)
+    scratch = torch.empty_like(total)
+    mean = torch.zeros_like(total)
+
+    def leave_out(k: int) -> Tensor:
+        keep = [c for c in range(chains) if c != k]
+        parts = [p for c in keep for p in (per_chain_acc[c] if isinstance(per_chain_acc[c], list) else [per_chain_acc[c]])]
+        comoment, _, _, m2_a, m2_b, n = _pooled_comoment(parts)
+        return scratch.copy_(_estimate_(comoment, n, m2_a, m2_b, pearson))
+
+    for k in range(chains):
+        mean.add_(leave_out(k))
+    mean.div_(chains)
+    for k in range(chains):
+        leave_out(k).sub_(mean)
+        squares.addcmul_(scratch, scratch)
+    return squares.mul_((chains - 1) / chains).sqrt_()
 
 
 def compute_bif(
@@ -190,7 +271,8 @@ def compute_bif(
             adds a :class:`PhaseDecomposition` (in covariance units).
 
     Returns:
-        The :class:`BIFResult` (no diagnostics, no config).
+        The :class:`BIFResult` (no sampler diagnostics, no config; convergence diagnostics
+        of up to 16 x 16 evenly spaced entries). Does not warn: read ``result.convergence``.
     """
     chains, n_draws = draws.attribution.shape[:2]
     if phases is not None and tuple(phases.shape) != (chains, n_draws):
@@ -204,10 +286,19 @@ def compute_bif(
                 draws.attribution[chain][mask], draws.observables[chain][mask]
             )
     estimate = estimate_from_moments(accumulators, chains, pearson, with_phases=phases is not None)
+    rows, cols = tracked_indices(draws.attribution.shape[2]), tracked_indices(draws.observables.shape[2])
+    convergence = convergence_diagnostics(
+        draws.attribution[..., rows], draws.observables[..., cols], rows, cols,
+        per_chain=estimate.per_chain[:, rows][:, :, cols],
+        scalars={"mean attribution loss": draws.attribution.double().mean(-1),
+                 **{f"mean {k}": draws.observables[..., a:b].double().mean(-1)
+                    for k, (a, b) in draws.observable_slices.items()}})
     return BIFResult(
         bif=estimate.bif,
         stderr=estimate.stderr,
         per_chain=estimate.per_chain,
+        per_chain_stderr=estimate.per_chain_stderr,
+        convergence=convergence,
         pearson=pearson,
         chains=chains,
         draws_per_chain=n_draws,

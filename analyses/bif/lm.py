@@ -46,6 +46,7 @@ estimates every reduction from stored per-token draws (ours or another library's
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -57,6 +58,11 @@ from torch import Tensor, nn
 
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.analyses.bif.data import model_fingerprint
+from interp_toolkit.analyses.bif.diagnostics import (
+    ConvergenceDiagnostics,
+    convergence_diagnostics,
+    tracked_indices,
+)
 from interp_toolkit.analyses.bif.estimator import estimate_from_moments
 from interp_toolkit.analyses.bif.moments import CoMoments
 from interp_toolkit.analyses.bif.results import (
@@ -287,6 +293,10 @@ class LMBIFResult:
         train_draws, query_draws: Per-token draws ``[chains, draws, n_tokens]`` if kept.
         config: The :class:`LMBIFConfig` as a dict.
         cache_key: Config hash of the cached result.
+        convergence: Split R-hat, bulk/tail ESS and between-chain share of the
+            ``class:class`` entries (``-Cov`` of the classes' mean losses), from the classes'
+            mean losses at every draw (``chains x draws x classes`` numbers, never the
+            per-token draws), plus the mean losses and the distance from ``w*``.
     """
 
     reductions: dict[str, ReducedBIF]
@@ -298,6 +308,7 @@ class LMBIFResult:
     query_draws: Float[Tensor, "chains draws n_b"] | None = None
     config: dict[str, Any] | None = None
     cache_key: str | None = None
+    convergence: ConvergenceDiagnostics | None = None
 
     def __getitem__(self, reduction: str) -> ReducedBIF:
         if reduction not in self.reductions:
@@ -320,10 +331,13 @@ class LMBIFResult:
             tensors["query_draws"] = self.query_draws
         if self.diagnostics is not None:
             tensors.update(diagnostics_tensors(self.diagnostics))
+        if self.convergence is not None:
+            tensors.update(self.convergence.tensors())
         meta = {
             "pearson": self.pearson, "labels": labels, "order": list(self.reductions), "config": self.config,
             "cache_key": self.cache_key,
             "diagnostics": None if self.diagnostics is None else diagnostics_metadata(self.diagnostics),
+            "convergence": None if self.convergence is None else self.convergence.metadata(),
         }
         save_artifact(directory / LM_RESULT_FILE, tensors, meta, kind="lm_bif_result")
         return directory
@@ -338,13 +352,18 @@ class LMBIFResult:
             for name, lab in ((n, meta["labels"][n]) for n in meta["order"])
         }
         diagnostics = diagnostics_from(t, meta["diagnostics"]) if meta["diagnostics"] is not None else None
+        convergence = (ConvergenceDiagnostics.from_artifact(t, meta["convergence"])
+                       if meta.get("convergence") is not None else None)
         return cls(reductions, meta["pearson"], t["train_mean_loss"], t["query_mean_loss"], diagnostics,
-                   t.get("train_draws"), t.get("query_draws"), meta["config"], meta["cache_key"])
+                   t.get("train_draws"), t.get("query_draws"), meta["config"], meta["cache_key"], convergence)
 
     @staticmethod
     def is_stored(directory: str | Path) -> bool:
-        """Whether ``directory`` holds a saved result (a cache hit; a file of an earlier format is not)."""
-        return is_artifact(Path(directory) / LM_RESULT_FILE, kind="lm_bif_result")
+        """Whether ``directory`` holds a saved result (a cache hit; a file of an earlier format,
+        e.g. one without convergence diagnostics, is not)."""
+        path = Path(directory) / LM_RESULT_FILE
+        return is_artifact(path, kind="lm_bif_result") and load_artifact(path, kind="lm_bif_result")[1].get(
+            "convergence") is not None
 
 
 def lm_bif(
@@ -452,6 +471,16 @@ def lm_bif(
     sum_b = torch.zeros(query.n_tokens, dtype=torch.float64)
     accumulators: dict[str, dict[tuple[int, int], CoMoments]] = {r: {} for r in streamed}
     streamed_groupings = {(side, g) for r in streamed for side, g in zip("ab", r.split(":"))}
+    # the classes' mean losses at every draw, for the convergence diagnostics
+    diag_ids_a, _ = group_ids(train, "class")
+    diag_ids_b, _ = group_ids(query, "class")
+    diag_counts_a, diag_counts_b = torch.bincount(diag_ids_a).double(), torch.bincount(diag_ids_b).double()
+    diag_rows = tracked_indices(int(diag_counts_a.numel()))
+    diag_cols = tracked_indices(int(diag_counts_b.numel()))
+    class_a = torch.zeros(sampler.chains, sampler.draws, len(diag_rows), dtype=torch.float64)
+    class_b = torch.zeros(sampler.chains, sampler.draws, len(diag_cols), dtype=torch.float64)
+    mean_a_trace = torch.zeros(sampler.chains, sampler.draws, dtype=torch.float64)
+    mean_b_trace = torch.zeros(sampler.chains, sampler.draws, dtype=torch.float64)
 
     def on_draw(chain: int, draw: int, values: dict[str, Tensor]) -> None:
         a = values["train"].to("cpu", torch.float64)
@@ -463,6 +492,10 @@ def lm_bif(
             )
         sum_a.add_(a)
         sum_b.add_(b)
+        class_a[chain, draw] = _group_mean(a, diag_ids_a, diag_counts_a)[diag_rows]
+        class_b[chain, draw] = _group_mean(b, diag_ids_b, diag_counts_b)[diag_cols]
+        mean_a_trace[chain, draw] = a.mean()
+        mean_b_trace[chain, draw] = b.mean()
         if kept_a is not None:
             kept_a[chain, draw] = a
             if not same:
@@ -501,12 +534,21 @@ def lm_bif(
             )
         tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
     tables = {r: tables[r] for r in config.reductions}
+    scalars = {"mean train loss": mean_a_trace, "mean query loss": mean_b_trace}
+    if diagnostics.distance_trace is not None:
+        at_draws = (torch.arange(sampler.draws) * sampler.steps_between_draws + sampler.burn_in
+                    + sampler.steps_between_draws - 1)
+        scalars["distance from w*"] = diagnostics.distance_trace[:, at_draws]
+    convergence = convergence_diagnostics(class_a, class_b, diag_rows, diag_cols, scalars=scalars)
+    for note in convergence.warnings:
+        warnings.warn(f"LM BIF not converged: {note}", stacklevel=2)
     n_draws = sampler.chains * sampler.draws
     if not sampler.keep_draws:
         kept_a = kept_b = None
     result = LMBIFResult(
         reductions=tables, pearson=sampler.pearson, train_mean_loss=sum_a / n_draws, query_mean_loss=sum_b / n_draws,
         diagnostics=diagnostics, train_draws=kept_a, query_draws=kept_b, config=config.to_dict(), cache_key=key,
+        convergence=convergence,
     )
     if cache_dir is not None:
         result.save(Path(cache_dir) / f"lm_bif_{key}")

@@ -47,3 +47,68 @@ def plot_bif(result: BIFResult, ax: Any = None) -> Any:
             axes[2].set(title="SGLD minibatch loss", xlabel="SGLD step", ylabel="loss")
             axes[2].legend()
     return fig
+
+
+def plot_diagnostics(
+    loss_trace: Any,
+    distance_trace: Any,
+    convergence: Any,
+    burn_in: int = 0,
+    title: str | None = None,
+    ax: Any = None,
+    steps_per_point: int = 1,
+) -> Any:
+    """The SGLD diagnostics in one figure: per-chain loss and distance from ``w*`` over steps,
+    R-hat and bulk/tail ESS of every tracked entry against their thresholds, and the
+    between-chain share of every tracked entry.
+
+    Args:
+        loss_trace: ``[chains, steps]`` minibatch loss before every step.
+        distance_trace: ``[chains, steps]`` ``||w - w*||`` (or ``None``).
+        convergence: A :class:`~interp_toolkit.analyses.bif.diagnostics.ConvergenceDiagnostics`.
+        burn_in: Steps of burn-in (marked).
+        title: Figure title (default: the verdict).
+        ax: Optional sequence of 4 axes.
+        steps_per_point: SGLD steps between the traces' points (for thinned traces).
+
+    Returns:
+        The :class:`matplotlib.figure.Figure`.
+    """
+    from interp_toolkit.plotting import new_panels, style
+
+    from .diagnostics import ESS_MIN, RHAT_MAX
+
+    with style():
+        fig, axes = new_panels(4, ax, ncols=2, figsize=(11, 7.5))
+        for chain, trace in enumerate(np.asarray(loss_trace, dtype=float)):
+            axes[0].plot(np.arange(trace.size) * steps_per_point, trace, lw=0.6, label=f"chain {chain}")
+        axes[0].set(title="SGLD minibatch loss", xlabel="SGLD step", ylabel="loss")
+        if distance_trace is not None:
+            for trace in np.asarray(distance_trace, dtype=float):
+                axes[1].plot(np.arange(trace.size) * steps_per_point, trace, lw=0.6)
+        axes[1].set(title="distance from the localization point w*", xlabel="SGLD step", ylabel="||w - w*||")
+        for panel in axes[:2]:
+            if burn_in:
+                panel.axvline(burn_in, color="k", ls="--", lw=0.8, label="end of burn-in")
+        axes[0].legend(fontsize=7)
+        rhat = convergence.rhat.double().numpy().reshape(-1)
+        bulk = convergence.ess_bulk.double().numpy().reshape(-1)
+        tail = convergence.ess_tail.double().numpy().reshape(-1)
+        index = np.arange(rhat.size)
+        axes[2].scatter(bulk, rhat, s=10, label="bulk ESS")
+        axes[2].scatter(tail, rhat, s=10, marker="x", label="tail ESS")
+        axes[2].axhline(RHAT_MAX, color="tab:red", lw=1, ls="--", label=f"R-hat {RHAT_MAX}")
+        axes[2].axvline(ESS_MIN, color="tab:red", lw=1, ls=":", label=f"ESS {ESS_MIN:.0f}")
+        axes[2].set(xscale="log", title=f"tracked entries ({rhat.size}): split R-hat vs ESS",
+                    xlabel="effective sample size (all chains)", ylabel="split R-hat")
+        axes[2].legend(fontsize=7)
+        share = convergence.between_chain_share.double().numpy().reshape(-1)
+        # entries near 0 have shares of any size: shown clipped to [-3, 3]
+        axes[3].bar(index, np.clip(share, -3, 3), color=np.where(np.abs(share) > 0.5, "tab:red", "tab:blue"))
+        axes[3].axhline(0, color="k", lw=0.5)
+        axes[3].set(title="between-chain share of each tracked entry (red: |share| > 0.5; clipped at 3)",
+                    xlabel="tracked entry (row-major)", ylabel="(pooled - mean per chain) / pooled", ylim=(-3.2, 3.2))
+        verdict = "converged" if convergence.converged else "NOT converged"
+        fig.suptitle(title or f"SGLD diagnostics: {verdict} (max R-hat {convergence.max_rhat:.3f}, "
+                     f"min ESS bulk {convergence.min_ess_bulk:.0f} / tail {convergence.min_ess_tail:.0f})")
+    return fig

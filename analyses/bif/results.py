@@ -11,6 +11,7 @@ from torch import Tensor
 
 from interp_toolkit.io import is_artifact, load_artifact, save_artifact
 
+from .diagnostics import ConvergenceDiagnostics
 from .sampler import SamplerDiagnostics
 
 RESULT_FILE = "bif.safetensors"
@@ -90,14 +91,20 @@ class BIFResult:
 
     Attributes:
         bif: ``-Cov(loss_i, phi_j)`` (or ``-Corr`` if ``pearson``), ``n_train x n_query``.
-        stderr: Standard error per entry (std across chains / sqrt(chains); NaN for 1 chain).
+        stderr: Standard error per entry: the leave-one-chain-out jackknife of the pooled
+            estimate (NaN for 1 chain). It includes the between-chain part of the pooled
+            covariance (chains sitting at different places).
         per_chain: The estimate from each chain alone.
+        per_chain_stderr: Std of the per-chain estimates / sqrt(chains) (NaN for 1 chain):
+            the spread of the chains' own estimates, blind to the between-chain part.
         pearson: Whether ``bif`` is correlation-normalized.
         chains, draws_per_chain: Draw counts.
         attribution_mean, observable_mean: Posterior means of the recorded values.
         observable_slices: ``name -> (start, stop)`` columns of each observable.
         phases: Within/between decomposition, if phases were given.
         diagnostics: Sampler health (``None`` for :func:`compute_bif`).
+        convergence: Split R-hat, bulk/tail ESS and between-chain share of the tracked
+            entries, and the ``converged`` flag (:mod:`.diagnostics`).
         draws: The raw draws if kept.
         config: The sampler config as a dict (``None`` for :func:`compute_bif`).
         cache_key: Config hash under which it was cached.
@@ -117,6 +124,8 @@ class BIFResult:
     draws: Draws | None = None
     config: dict[str, Any] | None = None
     cache_key: str | None = None
+    per_chain_stderr: Float[Tensor, "n_train n_query"] | None = None
+    convergence: ConvergenceDiagnostics | None = None
 
     def observable(self, name: str) -> Float[Tensor, "n_train k"]:
         """Columns of ``bif`` belonging to observable ``name``."""
@@ -136,6 +145,10 @@ class BIFResult:
             "attribution_mean": self.attribution_mean,
             "observable_mean": self.observable_mean,
         }
+        if self.per_chain_stderr is not None:
+            tensors["per_chain_stderr"] = self.per_chain_stderr
+        if self.convergence is not None:
+            tensors.update(self.convergence.tensors())
         if self.phases is not None:
             for name in ("weights", "within", "between", "total", "per_phase", "within_stderr", "between_stderr"):
                 tensors[f"phases.{name}"] = getattr(self.phases, name)
@@ -156,6 +169,8 @@ class BIFResult:
             "config": self.config,
             "cache_key": self.cache_key,
             "diagnostics": None if self.diagnostics is None else diagnostics_metadata(self.diagnostics),
+            "convergence": None if self.convergence is None else self.convergence.metadata(),
+            "stderr_method": "jackknife",
         }
         save_artifact(directory / RESULT_FILE, tensors, meta, kind="bif_result")
         return directory
@@ -194,19 +209,28 @@ class BIFResult:
             draws=draws,
             config=meta["config"],
             cache_key=meta["cache_key"],
+            per_chain_stderr=t.get("per_chain_stderr"),
+            convergence=None if meta.get("convergence") is None else ConvergenceDiagnostics.from_artifact(
+                t, meta["convergence"]),
         )
 
     @staticmethod
     def is_stored(directory: str | Path) -> bool:
-        """Whether ``directory`` holds a saved result (a cache hit; a file of an earlier format is not)."""
-        return is_artifact(Path(directory) / RESULT_FILE, kind="bif_result")
+        """Whether ``directory`` holds a saved result (a cache hit; a file of an earlier format,
+        e.g. one whose ``stderr`` was the per-chain spread, is not)."""
+        path = Path(directory) / RESULT_FILE
+        return is_artifact(path, kind="bif_result") and load_artifact(path, kind="bif_result")[1].get(
+            "stderr_method") == "jackknife"
 
 
 def diagnostics_tensors(diagnostics: SamplerDiagnostics) -> dict[str, Tensor]:
     """The tensors of :class:`SamplerDiagnostics`, for an artifact (``diagnostics.*``)."""
-    return {"diagnostics.loss_trace": diagnostics.loss_trace,
-            "diagnostics.burn_in_drift": diagnostics.burn_in_drift,
-            "diagnostics.sampling_drift": diagnostics.sampling_drift}
+    out = {"diagnostics.loss_trace": diagnostics.loss_trace,
+           "diagnostics.burn_in_drift": diagnostics.burn_in_drift,
+           "diagnostics.sampling_drift": diagnostics.sampling_drift}
+    if diagnostics.distance_trace is not None:
+        out["diagnostics.distance_trace"] = diagnostics.distance_trace
+    return out
 
 
 def diagnostics_metadata(diagnostics: SamplerDiagnostics) -> dict[str, Any]:
@@ -225,4 +249,5 @@ def diagnostics_from(tensors: dict[str, Tensor], meta: dict[str, Any]) -> Sample
         sampling_drift=tensors["diagnostics.sampling_drift"],
         sampled_parameters=list(meta["sampled_parameters"]),
         warnings=list(meta["warnings"]),
+        distance_trace=tensors.get("diagnostics.distance_trace"),
     )

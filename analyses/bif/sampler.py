@@ -35,6 +35,9 @@ class SamplerDiagnostics:
             minus the mean over its first half, in units of the sampling-phase loss std.
         sampled_parameters: Names of the sampled parameters.
         warnings: Human-readable health warnings (also issued as ``warnings.warn``).
+        distance_trace: ``||w - w*||`` over the sampled parameters before every SGLD step, per
+            chain (it should level off at the localized posterior's width; still growing: the
+            chain has not reached it).
     """
 
     loss_trace: Float[Tensor, "chains steps"]
@@ -44,6 +47,7 @@ class SamplerDiagnostics:
     sampling_drift: Float[Tensor, " chains"]
     sampled_parameters: list[str]
     warnings: list[str] = field(default_factory=list)
+    distance_trace: Float[Tensor, "chains steps"] | None = None
 
 
 def _select_parameters(model: nn.Module, patterns: tuple[str, ...] | None) -> list[tuple[str, nn.Parameter]]:
@@ -140,6 +144,7 @@ def sample_sgld(
     sqrt_eps = math.sqrt(config.eps)
     steps = config.total_steps
     trace = torch.empty(config.chains, steps, dtype=torch.float64)
+    distance = torch.empty(config.chains, steps, dtype=torch.float64)
     bar = tqdm(total=config.chains * steps, desc="SGLD", disable=not config.progress, leave=False)
     try:
         model.eval()
@@ -196,11 +201,14 @@ def sample_sgld(
                     # one draw of all the noise (one RNG call per step).
                     if flat:
                         torch.sub(flat_weights, flat_centre, out=flat_drift)
+                        distance[chain, step] = flat_drift.norm()
                         flat_drift.mul_(config.gamma).add_(flat_grads, alpha=n_beta)
                         noise_flat = torch.randn(numel, generator=noise_gen, device=device, dtype=noise_dtype)
                         flat_weights.add_(flat_drift, alpha=-config.eps / 2).add_(noise_flat, alpha=sqrt_eps)
                         del noise_flat
                     else:
+                        distance[chain, step] = torch.stack(
+                            [(p - p0).pow(2).sum() for p, p0 in zip(tensors, centre, strict=True)]).sum().sqrt()
                         _foreach_sgld_step(tensors, centre, sizes, numel, config, n_beta, sqrt_eps, noise_gen)
                 bar.update(1)
                 if step >= config.burn_in and (step - config.burn_in + 1) % config.steps_between_draws == 0:
@@ -252,6 +260,7 @@ def sample_sgld(
         sampling_drift=sampling_drift,
         sampled_parameters=[n for n, _ in params],
         warnings=notes,
+        distance_trace=distance,
     )
 
 

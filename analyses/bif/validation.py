@@ -1,5 +1,5 @@
 """Does the BIF mean something? Leave-one-out and causal-window checks on the deep
-linear network (:mod:`interp_toolkit.studies.dln`).
+linear network (:mod:`interp_toolkit.tasks.dln`).
 
 Sign convention (same as :mod:`interp_toolkit.analyses.bif`): ``BIF(z_i, phi)`` is the
 change of ``E[phi]`` per unit *up-weighting* of ``z_i``. The measured counterpart here is
@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp_toolkit.studies.dln import DeepLinearNetwork, weighted_steps
+from interp_toolkit.tasks.dln import DeepLinearNetwork, weighted_steps
 
 __all__ = [
     "CausalWindowResult",
@@ -54,7 +54,7 @@ def batched_gradient_descent(
 ) -> tuple[Float[Tensor, "K hidden n_in"], Float[Tensor, "K n_out hidden"]]:
     """``K`` independent DLNs trained by full-batch GD at once (closed-form gradients).
 
-    Same update as :func:`interp_toolkit.studies.dln.gradient_descent` on
+    Same update as :func:`interp_toolkit.tasks.dln.gradient_descent` on
     ``(1/P) sum_i c_i 1/2 ||y_i - W2 W1 x_i||^2``, for each of the ``K`` weightings.
 
     Args:

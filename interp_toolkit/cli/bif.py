@@ -3,74 +3,41 @@
 ``interp-toolkit bif ...`` (flags from :class:`BIFCommandConfig`), or run standalone::
 
     python -m interp_toolkit.cli.bif CHECKPOINT --task-config task.json --out runs/bif
+    python -m interp_toolkit.cli.bif CHECKPOINT --calibrate --calibrate-eps 1e-5 1e-4 1e-3
 
 The data is the task the checkpoint was trained on, read from its run record
 (:mod:`interp_toolkit.runs.record`; ``RUN/checkpoints/epoch_*.safetensors``). A checkpoint
 outside a run needs ``--task-config`` (an ``MPSPConfig`` as JSON); given beside a run
 record, ``--task-config`` must name the same task (else the command is refused: the model
 never saw that data). Writes a cached :class:`~interp_toolkit.analyses.bif.BIFResult`
-(``bif_<hash>/bif.safetensors``, ``bif.png``) and ``summary.json`` with the
-task config used, where it came from, and the mean BIF of shortcut-consistent vs
-shortcut-inconsistent training examples on the query loss (negative = helpful).
+(``bif_<hash>/bif.safetensors``, ``bif.png``, ``diagnostics.png``) and ``summary.json`` with
+the task config used, where it came from, the mean BIF of shortcut-consistent vs
+shortcut-inconsistent training examples on the query loss (negative = helpful) and the
+convergence verdict. With ``--calibrate``: a sweep of eps x gamma (x n_beta) instead, written to
+``calibration.json`` / ``calibration.png`` with the recommended setting. The work is done by
+:mod:`interp_toolkit.studies.bif_checkpoint`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Sequence
 
-import tyro
-
-from interp_toolkit.analyses.bif.config import SamplerConfig
-from interp_toolkit.config import Config, parse_config
+from interp_toolkit.config import parse_config
 from interp_toolkit.errors import UserError
+from interp_toolkit.studies.bif_checkpoint import (
+    BIFCommandConfig,
+    compute_bif_summary,
+    readout_example_loss,
+    task_for_checkpoint,
+)
 
 __all__ = ["BIFCommandConfig", "DESCRIPTION", "HELP", "compute_bif_summary", "main", "parse",
            "readout_example_loss", "run_config", "task_for_checkpoint"]
 
 HELP = "Bayesian influence functions at an MPSP checkpoint"
 DESCRIPTION = __doc__.split("\n\n")[0]
-
-
-@dataclass
-class BIFCommandConfig(Config):
-    """Settings of ``interp-toolkit bif`` (every field is a flag; ``--config FILE`` sets them too).
-
-    Attributes:
-        checkpoint: A .safetensors checkpoint (interp_toolkit format).
-        task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
-        out: Output / cache directory.
-        n_attribution: Training examples scored (rows).
-        n_query: Query examples (columns).
-        query_split: Split the query examples come from.
-        device: cpu, cuda, cuda:N or auto.
-        format: Figure file format (png, svg or pdf; the cached result always has bif.png).
-        sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
-    """
-
-    checkpoint: tyro.conf.Positional[Path | None] = None
-    task_config: Path | None = None
-    out: Path = Path("runs/bif")
-    n_attribution: int = 256
-    n_query: int = 64
-    query_split: Literal["train", "val", "adv"] = "adv"
-    device: str = "cpu"
-    format: Literal["png", "svg", "pdf"] = "png"
-    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(batch_size=256))
-
-    def __post_init__(self) -> None:
-        for name in ("n_attribution", "n_query"):
-            value = getattr(self, name)
-            self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                       "an integer >= 1")
-        self.check("query_split", self.query_split in ("train", "val", "adv"), "one of train, val, adv")
-        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
-        for name in ("checkpoint", "task_config", "out"):
-            if isinstance(getattr(self, name), str):
-                setattr(self, name, Path(getattr(self, name)))
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit bif") -> BIFCommandConfig:
@@ -81,131 +48,26 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit bif") -> BIFCommandCo
     return config
 
 
-def readout_example_loss(model: Any, batch: tuple[Any, Any]) -> Any:
-    """Per-example cross-entropy at the readout (last) position: a BIF ``loss_fn``."""
-    import torch.nn.functional as F
-
-    tokens, labels = batch
-    return F.cross_entropy(model(tokens)[:, -1, :], labels, reduction="none")
-
-
-def task_for_checkpoint(checkpoint: Path, task_config: Path | None) -> tuple[Any, str]:
-    """The ``MPSPConfig`` to run ``checkpoint`` on and where it came from.
-
-    The run record of the checkpoint's run wins; ``task_config`` is only needed (and only
-    accepted when it agrees with the record) for checkpoints outside a run.
-
-    Raises:
-        UserError: If the file is missing, no task config can be found, or the given one
-            names other data than the run was trained on.
-    """
-    from interp_toolkit.runs.record import check_task_matches, find_run_dir, record_path
-    from interp_toolkit.runs.record import task_config as recorded
-    from interp_toolkit.tasks.mpsp import MPSPConfig
-    from interp_toolkit.userfiles import read_mapping_file
-
-    if not checkpoint.is_file():
-        raise UserError(f"checkpoint {checkpoint} does not exist (expected a .safetensors file)")
-    requested = None
-    if task_config is not None:
-        requested = MPSPConfig.from_dict(read_mapping_file(task_config, "task config"))
-    run_dir = find_run_dir(checkpoint)
-    if run_dir is not None:
-        if requested is not None:
-            check_task_matches(run_dir, requested)
-        return recorded(run_dir), str(record_path(run_dir))
-    if requested is None:
-        raise UserError(f"no task config for {checkpoint}: it is not inside a run directory with a run record; "
-                        "pass --task-config task.json (an MPSPConfig as JSON)")
-    return requested, str(task_config)
-
-
-def _check_model_fits(model_cfg: Any, task: Any, checkpoint: Path) -> None:
-    dims = task.model_dims()
-    wrong = {k: (getattr(model_cfg, k), v) for k, v in dims.items() if getattr(model_cfg, k) != v}
-    if wrong:
-        detail = ", ".join(f"{k} {m} (task needs {t})" for k, (m, t) in wrong.items())
-        raise UserError(f"checkpoint {checkpoint} was built for another task: {detail}")
-
-
-def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
-    """Run ``bif`` and return (and write) its summary."""
-    import torch
-
-    from interp_toolkit.analyses.bif import bif
-    from interp_toolkit.checkpoint import load_checkpoint
-    from interp_toolkit.devices import resolve_device
-    from interp_toolkit.io import atomic_write_json
-    from interp_toolkit.runs.record import find_run_dir, read_record, record_path
-    from interp_toolkit.runs.trainer import check_label_ids, check_token_ids
-    from interp_toolkit.tasks.mpsp import make_splits
-
-    config = args.sampler
-    device = resolve_device(args.device or "cpu")
-    checkpoint = Path(args.checkpoint)
-    task, task_source = task_for_checkpoint(checkpoint, args.task_config)
-    model, metadata = load_checkpoint(checkpoint, device=device)
-    from interp_toolkit.model import model_config_of
-
-    _check_model_fits(model_config_of(model), task, checkpoint)
-    run_dir = find_run_dir(checkpoint)
-    if run_dir is not None and metadata.get("run_key") not in (None, read_record(run_dir).get("key")):
-        raise UserError(f"checkpoint {checkpoint} belongs to run {metadata['run_key']}, but {record_path(run_dir)} "
-                        f"records run {read_record(run_dir).get('key')}")
-    splits = make_splits(task)
-    try:  # a task config of another model: refuse before any file is written
-        for name, split in splits.items():
-            check_token_ids(name, split.tokens, int(model.cfg.d_vocab))
-            check_label_ids(name, split.labels, int(getattr(model.cfg, "d_vocab_out", model.cfg.d_vocab)))
-    except UserError as err:
-        raise UserError(f"the task of {task_source} does not fit checkpoint {checkpoint}: {err}") from err
-    train = splits["train"]
-    if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
-        config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})
-    gen = torch.Generator().manual_seed(config.seed)
-    rows = torch.randperm(train.labels.shape[0], generator=gen)[: args.n_attribution]
-    query = splits[args.query_split]
-    result = bif(
-        model,
-        (train.tokens.to(device), train.labels.to(device)),
-        (query.tokens[: args.n_query].to(device), query.labels[: args.n_query].to(device)),
-        readout_example_loss,
-        config,
-        attribution_data=(train.tokens[rows].to(device), train.labels[rows].to(device)),
-        cache_dir=args.out,
-        cache_tag="mpsp-readout-ce",
-    )
-    per_row = result.bif.mean(1).cpu()
-    agrees = train.agrees[rows]
-    summary = {
-        "checkpoint": str(checkpoint),
-        "checkpoint_metadata": metadata,
-        "command_config": args.to_dict(),
-        "task": {"name": task.name, **task.to_dict()},
-        "task_source": task_source,
-        "query_split": args.query_split,
-        "cache_key": result.cache_key,
-        "result_dir": str(Path(args.out) / f"bif_{result.cache_key}"),
-        "mean_bif_on_query_loss": {
-            "shortcut_consistent_train_examples": float(per_row[agrees].mean()) if agrees.any() else None,
-            "shortcut_inconsistent_train_examples": float(per_row[~agrees].mean()) if (~agrees).any() else None,
-        },
-        "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
-    }
-    atomic_write_json(Path(args.out) / f"bif_{result.cache_key}" / "summary.json", summary)
-    if args.format != "png":  # bif() caches bif.png beside the result; add the asked format
-        from interp_toolkit.analyses.bif import plot_bif
-        from interp_toolkit.plotting import save_figure
-
-        save_figure(plot_bif(result), Path(summary["result_dir"]) / "bif", args.format)
-    return summary
-
-
 def run_config(config: BIFCommandConfig) -> int:
-    """The ``bif`` handler: computes, prints the task used and the mean BIFs; returns 0."""
+    """The ``bif`` handler: computes, prints the task used, the mean BIFs and the convergence
+    verdict (or, with ``--calibrate``, the sweep and its recommendation); returns 0."""
+    if config.calibrate:
+        from interp_toolkit.studies.bif_checkpoint import calibrate_checkpoint
+
+        report = calibrate_checkpoint(config)
+        for row in report["rows"]:
+            state = "diverged" if row["diverged"] else ("converged" if row["converged"] else "not converged")
+            print(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {row['n_beta']}: {state}, "
+                  f"max R-hat {row['max_rhat']}, min ESS {row['min_ess_bulk']} / {row['min_ess_tail']}, "
+                  f"loss drift {row['loss_drift']}")
+        print(f"recommended: {report['reason']}")
+        print(f"wrote {report['path']}")
+        return 0
     summary = compute_bif_summary(config)
     print(f"task ({summary['task_source']}): {json.dumps(summary['task'], sort_keys=True)}")
     print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))
+    convergence = summary["convergence"]
+    print("converged" if convergence["converged"] else "NOT converged: " + "; ".join(convergence["warnings"]))
     print(f"wrote {summary['result_dir']}")
     return 0
 

@@ -52,3 +52,26 @@ def test_bif_subcommand_on_mpsp_checkpoint(tmp_path, capsys):
     capsys.readouterr()
     assert main([str(checkpoint), "--config", str(tmp_path / "bad.yaml")]) == 2
     assert "chainz" in capsys.readouterr().err
+
+
+def test_bif_reports_convergence_and_calibrates(tmp_path, capsys):
+    task = MPSPConfig(seq_len=4, n_values=5, r=0.75, n_train=64, n_eval=16)
+    model = build_model(ModelConfig(n_layers=1, n_heads=1, d_model=16, d_mlp=16, **task.model_dims()))
+    checkpoint = save_checkpoint(model, tmp_path / "epoch_000010.safetensors", {"epoch": 10})
+    (tmp_path / "task.json").write_text(json.dumps(task.to_dict()))
+    common = [str(checkpoint), "--task-config", str(tmp_path / "task.json"), "--n-attribution", "8", "--n-query",
+              "4", "--chains", "2", "--draws", "5", "--burn-in", "2", "--batch-size", "32", "--no-progress"]
+    assert main([*common, "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    (folder,) = (tmp_path / "out").glob("bif_*")
+    summary = json.loads((folder / "summary.json").read_text())
+    # 2 chains x 5 draws cannot be trusted, and the summary and the output say so
+    assert summary["convergence"]["converged"] is False and summary["convergence"]["warnings"]
+    assert "NOT converged" in printed and (folder / "diagnostics.png").exists()
+    assert main([*common, "--out", str(tmp_path / "cal"), "--calibrate", "--calibrate-eps", "1e-5", "1e-3"]) == 0
+    report = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    assert [row["eps"] for row in report["rows"]] == [1e-5, 1e-3]
+    assert report["recommended_setting"]["eps"] in (1e-5, 1e-3) and (tmp_path / "cal" / "calibration.png").exists()
+    assert "recommended:" in capsys.readouterr().out
+    assert main([*common, "--calibrate", "--calibrate-eps", "-1"]) == 2
+    assert "calibrate_eps" in capsys.readouterr().err

@@ -278,7 +278,15 @@ def test_per_chain_estimates_in_place_and_blocked_stderr_match_direct():
     ca, cb = a - a.mean(1, keepdim=True), b - b.mean(1, keepdim=True)
     direct = -torch.einsum("cda,cdb->cab", ca, cb) / draws
     torch.testing.assert_close(in_place.per_chain, direct, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(in_place.stderr, direct.std(0) / math.sqrt(chains), rtol=1e-8, atol=1e-12)
+    torch.testing.assert_close(in_place.per_chain_stderr, direct.std(0) / math.sqrt(chains), rtol=1e-8, atol=1e-12)
+    # the default stderr: the jackknife over the pooled estimates leaving one chain out
+    def pooled(keep):
+        x, y = a[keep].reshape(-1, n_a), b[keep].reshape(-1, n_b)
+        return -(x - x.mean(0)).T @ (y - y.mean(0)) / x.shape[0]
+
+    loo = torch.stack([pooled([c for c in range(chains) if c != k]) for k in range(chains)])
+    jackknife = ((loo - loo.mean(0)).pow(2).sum(0) * (chains - 1) / chains).sqrt()
+    torch.testing.assert_close(in_place.stderr, jackknife, rtol=1e-8, atol=1e-12)
     torch.testing.assert_close(in_place.bif, copied.bif, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(copied.stderr, in_place.stderr, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="per_chain_out"):

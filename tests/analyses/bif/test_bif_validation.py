@@ -17,7 +17,7 @@ from interp_toolkit.analyses.bif.validation import (
     retrain_leave_one_out_effects,
     spearman,
 )
-from interp_toolkit.studies.dln import (
+from interp_toolkit.tasks.dln import (
     DeepLinearNetwork,
     DLNConfig,
     dln_per_example_loss,

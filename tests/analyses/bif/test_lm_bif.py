@@ -66,6 +66,16 @@ def test_token_bif_matches_naive_and_reductions_match_full_matrix(neox_ref, tmp_
     assert result["class:class"].row_labels == ["a", "b", "c"]
     # per-chain estimates and standard errors are there
     assert result["class:class"].per_chain.shape == (2, 3, 2) and torch.isfinite(result["class:class"].stderr).all()
+    # convergence diagnostics of the class:class entries, from the classes' mean losses per draw
+    from interp_toolkit.analyses.bif.diagnostics import split_rhat
+    from interp_toolkit.analyses.bif.lm import _group_means_of_draws
+
+    conv = result.convergence
+    assert conv.rhat.shape == (3, 2) and not conv.converged and conv.warnings  # 2 x 6 draws
+    ga = _group_means_of_draws(result.train_draws, group_ids(train, "class")[0], 3)
+    gb = _group_means_of_draws(result.query_draws, group_ids(query, "class")[0], 2)
+    ga, gb = ga - ga.reshape(-1, 3).mean(0), gb - gb.reshape(-1, 2).mean(0)
+    assert float(conv.rhat[2, 1]) == pytest.approx(split_rhat(ga[..., 2] * gb[..., 1]), abs=1e-9)
     # rerun with the same config is a cache hit returning, field by field, the fresh result
     again = lm_bif(model, posterior, train, query, config, cache_dir=tmp_path)
     assert again.cache_key == result.cache_key and result.diagnostics.sampled_parameters

@@ -1,0 +1,313 @@
+"""Stage 2 of ``examples/bif_hierarchy_remeasure.py``: the claims of docs/bif.md on the stored
+draws (run that script's ``analyze`` stage; this module holds the analysis)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from interp_toolkit.analyses.bif import CoMoments, Draws, compute_bif, estimate_from_moments
+from interp_toolkit.analyses.bif.diagnostics import (
+    between_chain_share,
+    ess_bulk,
+    ess_tail,
+    split_rhat,
+)
+from interp_toolkit.analyses.bif.validation import causal_window_effects
+from interp_toolkit.io import atomic_write_json, atomic_write_text
+from interp_toolkit.plotting import save_figure
+from interp_toolkit.tasks.dln import DeepLinearNetwork, DLNConfig, gradient_descent, mode_strengths
+from interp_toolkit.tasks.hierarchical import animals_and_plants, svd_modes
+
+PAIRS = {"dog->sparrow": ("dog", "sparrow"), "dog->oak": ("dog", "oak"), "dog->cat": ("dog", "cat")}
+#: docs/bif.md before this re-measurement (4 chains x 200 draws, 500-step chains, 1 seed, 1 init)
+PREVIOUS = {214: (-5.2e-3, 1.5e-3), 384: (1.09e-3, 0.08e-3)}
+NULL_REPEATS = 2000
+
+
+def timeline(data, init: int, lr: float, steps: int = 2000) -> dict:
+    """Mode half-strength steps and hidden-representation branch steps of one initialization."""
+    from bif_hierarchical import hidden_branch_steps  # noqa: PLC0415 (sibling example)
+
+    modes = svd_modes(data)
+    model = DeepLinearNetwork(DLNConfig(data.n_items, 16, data.n_properties, init_scale=1e-3, seed=init))
+    curve = [mode_strengths(model, modes)]
+    hidden = [model.W1.weight.detach().T.clone()]
+
+    def record(step: int, m: DeepLinearNetwork) -> None:
+        curve.append(mode_strengths(m, modes))
+        hidden.append(m.W1.weight.detach().T.clone())
+
+    gradient_descent(model, data.inputs, data.targets, lr, steps, on_step=record)
+    curve_np = torch.stack(curve).numpy()
+    half = modes.target_strengths.numpy() / 2
+    half_times = [int(np.nonzero(curve_np[:, k] >= half[k])[0][0]) for k in range(len(half))]
+    branch, _ = hidden_branch_steps(hidden, data)
+    return {"mode_half_steps": half_times, "mode_levels": modes.levels, "branch_steps": branch}
+
+
+def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
+    from bif_hierarchy_remeasure import HORIZON, INITS, STEPS, WINDOW, load_draws  # noqa: PLC0415
+
+    docs.mkdir(parents=True, exist_ok=True)
+    data = animals_and_plants()
+    idx = {name: data.item_index(name) for name in data.items}
+    losses, distance, meta = load_draws(out, seeds)  # [S, C, D, R, P], [S, C, D, R]
+    S, C, D, R, P = losses.shape
+    labels = [tuple(x) for x in meta["labels"]]
+    lr = meta["lr"]
+    config = meta["sampler"]
+    rows, per_replica = [], {}
+    for r, (init, step) in enumerate(labels):
+        a = losses[:, :, :, r, :].double()  # [S, C, D, P]
+        # the library's estimator (pooled -Cov, jackknife and per-chain errors) without the
+        # 8 x 8 entries' diagnostics: those of the three pairs are computed below
+        chains_draws = a.reshape(S * C, D, P)
+        pooled = estimate_from_moments({(c, 0): CoMoments.from_batch(chains_draws[c], chains_draws[c])
+                                        for c in range(S * C)}, S * C, False, False)
+        share = between_chain_share(pooled.bif, pooled.per_chain)
+        centred = a - a.mean((1, 2), keepdim=True)  # each seed's 4 chains pooled
+        per_seed = -torch.einsum("scdi,scdj->sij", centred, centred) / (C * D)  # [S, P, P]
+        per_replica[(init, step)] = {"pooled": pooled, "per_seed": per_seed}
+        dist = distance[:, :, :, r].double().reshape(S * C, D).numpy()
+        for name, (x, y) in PAIRS.items():
+            i, j = idx[x], idx[y]
+            centred = a.reshape(S * C, D, P) - a.reshape(-1, P).mean(0)
+            product = (centred[..., i] * centred[..., j]).numpy()
+            rows.append({
+                "init": init, "step": step, "pair": name, "bif": float(pooled.bif[i, j]),
+                "stderr_jackknife": float(pooled.stderr[i, j]),
+                "stderr_per_chain": float(pooled.per_chain_stderr[i, j]),
+                "per_seed": [float(v) for v in per_seed[:, i, j]],
+                "rhat": split_rhat(product), "ess_bulk": ess_bulk(product), "ess_tail": ess_tail(product),
+                "between_chain_share": float(share[i, j]),
+                "distance_rhat": split_rhat(dist),
+            })
+    # per step and pair, over inits and seeds: the mean, and an error from the spread of the
+    # S x inits per-seed estimates (it holds between-seed and between-init variation)
+    table = []
+    for step in STEPS:
+        for name in PAIRS:
+            sel = [x for x in rows if x["step"] == step and x["pair"] == name]
+            per_seed = np.array([v for x in sel for v in x["per_seed"]])
+            by_init = np.array([x["bif"] for x in sel])
+            mean = float(per_seed.mean())
+            se = float(per_seed.std(ddof=1) / np.sqrt(per_seed.size))
+            signs = {int(np.sign(v)) for v in by_init}
+            table.append({
+                "step": step, "pair": name, "mean_bif": mean, "stderr_seeds_inits": se,
+                "bif_init": [float(v) for v in by_init],
+                "stderr_jackknife_init": [x["stderr_jackknife"] for x in sel],
+                "stderr_per_chain_init": [x["stderr_per_chain"] for x in sel],
+                "max_rhat": max(x["rhat"] for x in sel), "min_ess_bulk": min(x["ess_bulk"] for x in sel),
+                "min_ess_tail": min(x["ess_tail"] for x in sel),
+                "between_chain_share_init": [x["between_chain_share"] for x in sel],
+                "z": mean / se if se > 0 else float("nan"),
+                "sign": ("harmful (+)" if mean > 2 * se and signs == {1} else
+                         "helpful (-)" if mean < -2 * se and signs == {-1} else "not resolved"),
+            })
+    buffer = io.StringIO()
+    fields = ["step", "pair", "mean_bif", "stderr_seeds_inits", "z", "sign", "max_rhat", "min_ess_bulk",
+              "min_ess_tail", "bif_init", "stderr_jackknife_init", "stderr_per_chain_init", "between_chain_share_init"]
+    writer = csv.DictWriter(buffer, fieldnames=fields)
+    writer.writeheader()
+    for row in table:
+        writer.writerow({k: (f"{row[k]:.4g}" if isinstance(row[k], float) else
+                             " ".join(f"{v:.3g}" for v in row[k]) if isinstance(row[k], list) else row[k])
+                         for k in fields})
+    atomic_write_text(docs / "remeasure_pairs.csv", buffer.getvalue())
+
+    # timelines (half-strength and branch steps) per init
+    timelines = {init: timeline(data, init, lr) for init in INITS}
+
+    # branch-point claim: per (init, seed), the grid step where dog->sparrow is most harmful /
+    # most helpful, and the same for every pair, against its init's branch steps
+    i, j = idx["dog"], idx["sparrow"]
+    grid = [s for s in STEPS if s >= 100]
+    peaks = []
+    for init in INITS:
+        for s in range(S):
+            values = np.array([float(per_replica[(init, st)]["per_seed"][s, i, j]) for st in grid])
+            peaks.append({"init": init, "seed": seeds[s], "most_harmful_step": grid[int(values.argmax())],
+                          "most_helpful_step": grid[int(values.argmin())], "max": float(values.max()),
+                          "min": float(values.min())})
+    level_peaks = {}
+    for level in range(data.depth):
+        offsets_help, offsets_harm = [], []
+        for init in INITS:
+            branch = timelines[init]["branch_steps"]
+            for s in range(S):
+                for a_name in data.items:
+                    for b_name in data.items:
+                        ia, ib = idx[a_name], idx[b_name]
+                        if a_name == b_name or data.lowest_common_level(ia, ib) != level:
+                            continue
+                        values = np.array([float(per_replica[(init, st)]["per_seed"][s, ia, ib]) for st in grid])
+                        offsets_help.append(grid[int(values.argmin())] - branch[level])
+                        offsets_harm.append(grid[int(values.argmax())] - branch[level + 1])
+        level_peaks[level] = {
+            "median_helpful_minus_branch": float(np.median(offsets_help)),
+            "iqr_helpful": [float(np.percentile(offsets_help, 25)), float(np.percentile(offsets_help, 75))],
+            "median_harmful_minus_branch_below": float(np.median(offsets_harm)),
+            "iqr_harmful": [float(np.percentile(offsets_harm, 25)), float(np.percentile(offsets_harm, 75))],
+            "n": len(offsets_help),
+        }
+
+    # causal windows vs a pair-permuted null, per init and seed
+    windows = [(s0, s0 + WINDOW) for s0 in range(0, HORIZON, WINDOW)]
+    gen = np.random.default_rng(0)
+    causal = []
+    for init in INITS:
+        model = DeepLinearNetwork(DLNConfig(data.n_items, 16, data.n_properties, init_scale=1e-3, seed=init))
+        effect = causal_window_effects(model, data.inputs, data.targets, lr, windows, HORIZON,
+                                       measure_at="window_end").inclusion_effect.numpy()  # [W, P, P]
+        for s in [*range(S), None]:
+            bifs = np.stack([(per_replica[(init, (a + b) // 2)]["pooled"].bif if s is None else
+                              per_replica[(init, (a + b) // 2)]["per_seed"][s]).numpy() for a, b in windows])
+            # the paper-style comparison over all windows, and a variant without the first
+            # window (steps 0-100, where removing an item changes nothing yet)
+            for first in (0, 1):
+                peak_effect = np.abs(effect[first:]).reshape(len(windows) - first, -1).argmax(0)
+                peak_bif = np.abs(bifs[first:]).reshape(len(windows) - first, -1).argmax(0)
+                agreement = float((peak_bif == peak_effect).mean())
+                null = np.array([(peak_bif[gen.permutation(peak_bif.size)] == peak_effect).mean()
+                                 for _ in range(NULL_REPEATS)])
+                causal.append({"init": init, "seed": "all" if s is None else seeds[s],
+                               "windows": "all" if first == 0 else "without 0-100", "agreement": agreement,
+                               "null_mean": float(null.mean()), "null_p95": float(np.percentile(null, 95)),
+                               "p_value": float((np.sum(null >= agreement) + 1) / (null.size + 1)),
+                               "peak_window_counts_bif": np.bincount(peak_bif, minlength=len(windows) - first).tolist(),
+                               "peak_window_counts_effect": np.bincount(peak_effect,
+                                                                        minlength=len(windows) - first).tolist()})
+
+    summary = {"sampler": config, "seeds": list(seeds), "inits": list(INITS), "steps": list(STEPS),
+               "chains_total": S * C, "draws_per_chain": D, "timelines": timelines, "pairs": table,
+               "dog_sparrow_peaks": peaks, "peak_vs_branch_by_common_level": level_peaks, "causal_windows": causal,
+               "replica_convergence": [{k: v for k, v in x.items() if k != "per_seed"} for x in rows]}
+    atomic_write_json(docs / "remeasure_summary.json", summary)
+    save_figure(plot(table, timelines, causal, config), docs / "remeasure.png")
+    diag_figure(out, meta, labels, docs)
+    report(table, peaks, level_peaks, causal, timelines)
+
+
+def diag_figure(out: Path, meta: dict, labels: list, docs: Path, init: int = 0, step: int = 384) -> None:
+    """The diagnostics figure of one network (seed 0's chains) at the doc's headline step."""
+    from interp_toolkit.analyses.bif import plot_diagnostics
+    from interp_toolkit.io import load_artifact
+
+    r = labels.index((init, step))
+    tensors, seed_meta = load_artifact(out / "draws_seed0.safetensors", kind="bif_remeasure_draws")
+    a = tensors["losses"][:, :, r, :].double()
+    result = compute_bif(Draws(a, a))
+    loss_trace = tensors["loss_trace"][:, :, r].numpy()
+    distance_trace = tensors["distance_trace"][:, :, r].numpy()
+    every = seed_meta["trace_every"]
+    fig = plot_diagnostics(loss_trace, distance_trace, result.convergence, burn_in=meta["sampler"]["burn_in"],
+                           steps_per_point=every,
+                           title=f"DLN init {init}, step {step}, sampler seed 0, 4 chains x "
+                                 f"{meta['sampler']['burn_in'] + meta['sampler']['draws'] * meta['sampler']['steps_between_draws']}"
+                                 f" steps: {'converged' if result.convergence.converged else 'NOT converged'} (max R-hat "
+                                 f"{result.convergence.max_rhat:.3f}, min ESS {result.convergence.min_ess_bulk:.0f})")
+    save_figure(fig, docs / f"diagnostics_step{step}.png")
+
+
+def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
+    from interp_toolkit.plotting import figure as new_figure
+
+    fig = new_figure(figsize=(11, 10))
+    grid = fig.add_gridspec(3, 2, height_ratios=[1.3, 0.8, 0.9])
+    ax = fig.add_subplot(grid[0, :])
+    colors = {"dog->sparrow": "k", "dog->oak": "tab:gray", "dog->cat": "tab:orange"}
+    for name, color in colors.items():
+        sel = [t for t in table if t["pair"] == name]
+        steps = np.array([t["step"] for t in sel])
+        mean = np.array([t["mean_bif"] for t in sel])
+        se = np.array([t["stderr_seeds_inits"] for t in sel])
+        ax.errorbar(steps, mean, yerr=2 * se, color=color, marker="o", ms=3, capsize=2, label=f"{name} (mean, ±2 SE)")
+    for step, (value, se) in PREVIOUS.items():
+        ax.errorbar([step], [value], yerr=[2 * se], color="tab:red", marker="x", capsize=3, ls="none")
+    ax.plot([], [], "x", color="tab:red", label="dog->sparrow, previous page (1 seed, 500-step chains)")
+    for b in timelines[0]["branch_steps"].values():
+        if b > 0:
+            ax.axvline(b, color="tab:blue", ls=":", lw=1)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set(xscale="log", xlim=(40, 2100), yscale="symlog", xlabel="GD step of the checkpoint",
+           ylabel="BIF = -Cov (symlog; negative = helpful)",
+           title=(f"Re-measured, eps {config['eps']:g}: 3 DLN inits x {len({c['seed'] for c in causal}) - 1} "
+                  f"sampler seeds x 4 chains of {config['burn_in'] + config['draws'] * config['steps_between_draws']}"
+                  " steps (dotted: init 0's branch steps)"))
+    ax.set_yscale("symlog", linthresh=1e-4)
+    ax.legend(fontsize=8, loc="lower right")
+
+    ax = fig.add_subplot(grid[1, 0])
+    sel = [t for t in table if t["pair"] == "dog->sparrow"]
+    ax.plot([t["step"] for t in sel], [t["max_rhat"] for t in sel], "o-", ms=3, label="max split R-hat (3 inits)")
+    ax.axhline(1.01, color="tab:red", ls="--", lw=1, label="1.01")
+    ax.set(xscale="log", ylabel="R-hat", title="dog->sparrow: convergence per checkpoint")
+    twin = ax.twinx()
+    twin.plot([t["step"] for t in sel], [min(t["min_ess_bulk"], t["min_ess_tail"]) for t in sel], "s--", ms=3,
+              color="tab:green", label="min ESS (bulk, tail)")
+    twin.axhline(100, color="tab:green", ls=":", lw=1)
+    twin.set_ylabel("ESS (12 chains)")
+    twin.grid(False)
+    lines, names = ax.get_legend_handles_labels()
+    lines2, names2 = twin.get_legend_handles_labels()
+    ax.legend(lines + lines2, names + names2, fontsize=7)
+
+    ax = fig.add_subplot(grid[1, 1])
+    for name, color in colors.items():
+        sel = [t for t in table if t["pair"] == name]
+        ax.plot([t["step"] for t in sel], [np.median(t["between_chain_share_init"]) for t in sel], "o-", ms=3,
+                color=color, label=name)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set(xscale="log", ylim=(-3, 3), ylabel="(pooled - mean per chain) / pooled",
+           title="between-chain share (median over inits)")
+    ax.legend(fontsize=7)
+
+    ax = fig.add_subplot(grid[2, :])
+    pooled = [c for c in causal if c["seed"] == "all"]
+    per_seed = [c for c in causal if c["seed"] != "all"]
+    x = np.arange(len(pooled))
+    per_seed = [c for p in pooled for c in per_seed if c["init"] == p["init"] and c["windows"] == p["windows"]]
+    ax.bar(x - 0.2, [c["agreement"] for c in pooled], width=0.4, label="agreement, BIF pooled over seeds")
+    ax.scatter(np.repeat(x, len(per_seed) // len(pooled)) + 0.2, [c["agreement"] for c in per_seed], color="k",
+               s=12, label="agreement, one sampler seed")
+    ax.errorbar(x, [c["null_mean"] for c in pooled],
+                yerr=[[0] * len(pooled), [c["null_p95"] - c["null_mean"] for c in pooled]],
+                fmt="_", color="tab:red", capsize=4, label="pair-permuted null: mean, 95th percentile")
+    ax.axhline(1 / 12, color="k", ls=":", lw=1, label="chance 1/12 (uniform windows)")
+    ax.set_xticks(x, [f"init {c['init']}\n{c['windows']} windows" for c in pooled], fontsize=8)
+    ax.set(ylabel="peak window agreement", title="causal windows: window of largest |BIF| = window whose removal matters most")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def replot(docs: Path) -> None:
+    """Redraw ``remeasure.png`` from ``remeasure_summary.json`` (no recomputation)."""
+    import json
+
+    summary = json.loads((docs / "remeasure_summary.json").read_text())
+    timelines = {int(k): {**v, "branch_steps": {int(a): b for a, b in v["branch_steps"].items()}}
+                 for k, v in summary["timelines"].items()}
+    save_figure(plot(summary["pairs"], timelines, summary["causal_windows"], summary["sampler"]),
+                docs / "remeasure.png")
+
+
+def report(table, peaks, level_peaks, causal, timelines) -> None:
+    print("timelines:", timelines)
+    for t in table:
+        print(f"step {t['step']:5d} {t['pair']:13s} {t['mean_bif']:+.2e} ± {t['stderr_seeds_inits']:.1e} "
+              f"(z {t['z']:+.1f}) {t['sign']:13s} per init {['%+.1e' % v for v in t['bif_init']]} "
+              f"jackknife {['%.1e' % v for v in t['stderr_jackknife_init']]} "
+              f"R-hat {t['max_rhat']:.3f} ESS {t['min_ess_bulk']:.0f}/{t['min_ess_tail']:.0f}")
+    print("dog->sparrow peaks per (init, seed):", [(p["init"], p["seed"], p["most_helpful_step"], p["most_harmful_step"])
+                                                  for p in peaks])
+    print("peak vs branch by common level:", level_peaks)
+    for c in causal:
+        print(f"causal windows ({c['windows']}) init {c['init']} seed {c['seed']}: agreement {c['agreement']:.2f}, null "
+              f"{c['null_mean']:.2f} (95th pct {c['null_p95']:.2f}), p {c['p_value']:.4f}")

@@ -1,0 +1,247 @@
+"""Bayesian influence of MPSP training examples on query losses at one checkpoint: the
+library behind ``interp-toolkit bif`` (:mod:`interp_toolkit.cli.bif` only parses and prints).
+
+The data is the task the checkpoint was trained on, read from its run record
+(:mod:`interp_toolkit.runs.record`; ``RUN/checkpoints/epoch_*.safetensors``). A checkpoint
+outside a run needs ``task_config`` (an ``MPSPConfig`` as JSON); given beside a run record, it
+must name the same task (else the command is refused: the model never saw that data).
+:func:`compute_bif_summary` writes a cached :class:`~interp_toolkit.analyses.bif.BIFResult`
+(``bif_<hash>/bif.safetensors``, ``bif.png``, ``diagnostics.png``) and ``summary.json`` (the
+schema: :func:`bif_summary`); :func:`calibrate_checkpoint` runs the sampler calibration sweep
+(:mod:`interp_toolkit.analyses.bif.calibration`) on the same data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tyro
+
+from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.config import Config
+from interp_toolkit.errors import UserError
+
+__all__ = ["BIFCommandConfig", "bif_summary", "calibrate_checkpoint", "checkpoint_bif_inputs", "compute_bif_summary",
+           "readout_example_loss", "task_for_checkpoint"]
+
+
+@dataclass
+class BIFCommandConfig(Config):
+    """Settings of ``interp-toolkit bif`` (every field is a flag; ``--config FILE`` sets them too).
+
+    Attributes:
+        checkpoint: A .safetensors checkpoint (interp_toolkit format).
+        task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
+        out: Output / cache directory.
+        n_attribution: Training examples scored (rows).
+        n_query: Query examples (columns).
+        query_split: Split the query examples come from.
+        device: cpu, cuda, cuda:N or auto.
+        format: Figure file format (png, svg or pdf; the cached result always has bif.png).
+        calibrate: Instead of one BIF: sweep eps x gamma (x n_beta) and recommend a setting.
+        calibrate_eps: Step sizes of the sweep (default: eps / 10, eps, eps * 10).
+        calibrate_gamma: Localization strengths of the sweep (default: gamma).
+        calibrate_n_beta: n * beta of the sweep (default: n_beta).
+        sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
+    """
+
+    checkpoint: tyro.conf.Positional[Path | None] = None
+    task_config: Path | None = None
+    out: Path = Path("runs/bif")
+    n_attribution: int = 256
+    n_query: int = 64
+    query_split: Literal["train", "val", "adv"] = "adv"
+    device: str = "cpu"
+    format: Literal["png", "svg", "pdf"] = "png"
+    calibrate: bool = False
+    calibrate_eps: tuple[float, ...] = ()
+    calibrate_gamma: tuple[float, ...] = ()
+    calibrate_n_beta: tuple[float, ...] = ()
+    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(batch_size=256))
+
+    def __post_init__(self) -> None:
+        for name in ("n_attribution", "n_query"):
+            value = getattr(self, name)
+            self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                       "an integer >= 1")
+        self.check("query_split", self.query_split in ("train", "val", "adv"), "one of train, val, adv")
+        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
+        for name in ("calibrate_eps", "calibrate_gamma", "calibrate_n_beta"):
+            values = tuple(getattr(self, name))
+            setattr(self, name, values)
+            self.check(name, all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= 0
+                                 and (v > 0 or name == "calibrate_gamma") for v in values),
+                       "numbers > 0 (gamma: >= 0)")
+        for name in ("checkpoint", "task_config", "out"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
+
+
+def readout_example_loss(model: Any, batch: tuple[Any, Any]) -> Any:
+    """Per-example cross-entropy at the readout (last) position: a BIF ``loss_fn``."""
+    import torch.nn.functional as F
+
+    tokens, labels = batch
+    return F.cross_entropy(model(tokens)[:, -1, :], labels, reduction="none")
+
+
+def task_for_checkpoint(checkpoint: Path, task_config: Path | None) -> tuple[Any, str]:
+    """The ``MPSPConfig`` to run ``checkpoint`` on and where it came from.
+
+    The run record of the checkpoint's run wins; ``task_config`` is only needed (and only
+    accepted when it agrees with the record) for checkpoints outside a run.
+
+    Raises:
+        UserError: If the file is missing, no task config can be found, or the given one
+            names other data than the run was trained on.
+    """
+    from interp_toolkit.runs.record import check_task_matches, find_run_dir, record_path
+    from interp_toolkit.runs.record import task_config as recorded
+    from interp_toolkit.tasks.mpsp import MPSPConfig
+    from interp_toolkit.userfiles import read_mapping_file
+
+    if not checkpoint.is_file():
+        raise UserError(f"checkpoint {checkpoint} does not exist (expected a .safetensors file)")
+    requested = None
+    if task_config is not None:
+        requested = MPSPConfig.from_dict(read_mapping_file(task_config, "task config"))
+    run_dir = find_run_dir(checkpoint)
+    if run_dir is not None:
+        if requested is not None:
+            check_task_matches(run_dir, requested)
+        return recorded(run_dir), str(record_path(run_dir))
+    if requested is None:
+        raise UserError(f"no task config for {checkpoint}: it is not inside a run directory with a run record; "
+                        "pass --task-config task.json (an MPSPConfig as JSON)")
+    return requested, str(task_config)
+
+
+def _check_model_fits(model_cfg: Any, task: Any, checkpoint: Path) -> None:
+    dims = task.model_dims()
+    wrong = {k: (getattr(model_cfg, k), v) for k, v in dims.items() if getattr(model_cfg, k) != v}
+    if wrong:
+        detail = ", ".join(f"{k} {m} (task needs {t})" for k, (m, t) in wrong.items())
+        raise UserError(f"checkpoint {checkpoint} was built for another task: {detail}")
+
+
+def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
+    """Everything a BIF at ``args.checkpoint`` needs, checked before any sampling: the model,
+    its metadata, the task and where it came from, the sampler config, the posterior, query
+    and attribution data and the attribution rows' shortcut agreement.
+
+    Raises:
+        UserError: A missing checkpoint or task, a task of another model, or a checkpoint whose
+            run key differs from its run record's.
+    """
+    import torch
+
+    from interp_toolkit.checkpoint import load_checkpoint
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.model import model_config_of
+    from interp_toolkit.runs.record import find_run_dir, read_record, record_path
+    from interp_toolkit.runs.trainer import check_label_ids, check_token_ids
+    from interp_toolkit.tasks.mpsp import make_splits
+
+    config = args.sampler
+    device = resolve_device(args.device or "cpu")
+    checkpoint = Path(args.checkpoint)
+    task, task_source = task_for_checkpoint(checkpoint, args.task_config)
+    model, metadata = load_checkpoint(checkpoint, device=device)
+    _check_model_fits(model_config_of(model), task, checkpoint)
+    run_dir = find_run_dir(checkpoint)
+    if run_dir is not None and metadata.get("run_key") not in (None, read_record(run_dir).get("key")):
+        raise UserError(f"checkpoint {checkpoint} belongs to run {metadata['run_key']}, but {record_path(run_dir)} "
+                        f"records run {read_record(run_dir).get('key')}")
+    splits = make_splits(task)
+    try:  # a task config of another model: refuse before any file is written
+        for name, split in splits.items():
+            check_token_ids(name, split.tokens, int(model.cfg.d_vocab))
+            check_label_ids(name, split.labels, int(getattr(model.cfg, "d_vocab_out", model.cfg.d_vocab)))
+    except UserError as err:
+        raise UserError(f"the task of {task_source} does not fit checkpoint {checkpoint}: {err}") from err
+    train = splits["train"]
+    if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
+        config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})
+    gen = torch.Generator().manual_seed(config.seed)
+    rows = torch.randperm(train.labels.shape[0], generator=gen)[: args.n_attribution]
+    query = splits[args.query_split]
+    return {
+        "model": model, "metadata": metadata, "checkpoint": checkpoint, "task": task, "task_source": task_source,
+        "sampler": config,
+        "train": (train.tokens.to(device), train.labels.to(device)),
+        "query": (query.tokens[: args.n_query].to(device), query.labels[: args.n_query].to(device)),
+        "attribution": (train.tokens[rows].to(device), train.labels[rows].to(device)),
+        "agrees": train.agrees[rows],
+    }
+
+
+def bif_summary(args: BIFCommandConfig, inputs: dict[str, Any], result: Any) -> dict[str, Any]:
+    """The ``summary.json`` of ``interp-toolkit bif`` (its schema, in one place)."""
+    per_row = result.bif.mean(1).cpu()
+    agrees = inputs["agrees"]
+    task = inputs["task"]
+    return {
+        "checkpoint": str(inputs["checkpoint"]),
+        "checkpoint_metadata": inputs["metadata"],
+        "command_config": args.to_dict(),
+        "task": {"name": task.name, **task.to_dict()},
+        "task_source": inputs["task_source"],
+        "query_split": args.query_split,
+        "cache_key": result.cache_key,
+        "result_dir": str(Path(args.out) / f"bif_{result.cache_key}"),
+        "mean_bif_on_query_loss": {
+            "shortcut_consistent_train_examples": float(per_row[agrees].mean()) if agrees.any() else None,
+            "shortcut_inconsistent_train_examples": float(per_row[~agrees].mean()) if (~agrees).any() else None,
+        },
+        "stderr_method": "jackknife (leave one chain out); per_chain_stderr in the result",
+        "convergence": result.convergence.summary() if result.convergence is not None else None,
+        "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
+    }
+
+
+def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
+    """Run ``bif`` at the checkpoint and return (and write) its summary."""
+    from interp_toolkit.analyses.bif import bif
+    from interp_toolkit.io import atomic_write_json
+
+    inputs = checkpoint_bif_inputs(args)
+    result = bif(
+        inputs["model"], inputs["train"], inputs["query"], readout_example_loss, inputs["sampler"],
+        attribution_data=inputs["attribution"], cache_dir=args.out, cache_tag="mpsp-readout-ce",
+    )
+    summary = bif_summary(args, inputs, result)
+    atomic_write_json(Path(args.out) / f"bif_{result.cache_key}" / "summary.json", summary)
+    if args.format != "png":  # bif() caches bif.png beside the result; add the asked format
+        from interp_toolkit.analyses.bif import plot_bif
+        from interp_toolkit.plotting import save_figure
+
+        save_figure(plot_bif(result), Path(summary["result_dir"]) / "bif", args.format)
+    return summary
+
+
+def calibrate_checkpoint(args: BIFCommandConfig) -> dict[str, Any]:
+    """The sampler calibration sweep at the checkpoint (``interp-toolkit bif --calibrate``).
+
+    Writes ``OUT/calibration.json`` (every setting's diagnostics, the recommendation) and
+    ``OUT/calibration.<format>``; returns the JSON plus ``path``.
+    """
+    from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
+    from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.plotting import save_figure
+
+    inputs = checkpoint_bif_inputs(args)
+    base = inputs["sampler"]
+    eps = args.calibrate_eps or (base.eps / 10, base.eps, base.eps * 10)
+    calibration = calibrate_sampler(
+        inputs["model"], inputs["train"], inputs["query"], readout_example_loss, base, eps=eps,
+        gamma=args.calibrate_gamma or None, n_beta=args.calibrate_n_beta or None,
+        attribution_data=inputs["attribution"],
+    )
+    report = {"checkpoint": str(inputs["checkpoint"]), "task_source": inputs["task_source"],
+              **calibration.to_dict()}
+    out = Path(args.out)
+    atomic_write_json(out / "calibration.json", report)
+    save_figure(plot_calibration(calibration), out / "calibration", args.format)
+    return {**report, "path": str(out / "calibration.json")}
