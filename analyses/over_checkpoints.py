@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from interp_toolkit import __version__
 from interp_toolkit.checkpoint import load_checkpoint
 from interp_toolkit.io import atomic_write_json, config_hash, file_digest, read_jsonl
+from interp_toolkit.runs import layout
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
 from ._common import AnalysisResult, Table
@@ -125,21 +126,18 @@ def check_checkpoints_belong_to_run(run_dir: str | Path, checkpoints: Sequence[t
     (e.g. a mod-3 checkpoint copied beside a parity run's record: its analysis would run on
     the wrong task's data). Checkpoints or records without a key are not judged."""
     from interp_toolkit.errors import UserError
+    from interp_toolkit.runs.record import has_record, read_record, record_path
     from interp_toolkit.runs.resume import checkpoint_run_key
 
-    record_path = Path(run_dir) / "run.json"
-    if not record_path.is_file():
+    if not has_record(run_dir):
         return
-    try:
-        record_key = json.loads(record_path.read_text(encoding="utf-8")).get("key")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
-        raise UserError(f"run record {record_path} is unreadable: {err}") from err
+    record_key = read_record(run_dir).get("key")  # an unreadable record: RunRecordError, naming it
     if not record_key:
         return
     for _, path in checkpoints:
         key = checkpoint_run_key(path)
         if key is not None and key != record_key:
-            raise UserError(f"checkpoint {path} belongs to run {key}, but {record_path} records run {record_key}: "
+            raise UserError(f"checkpoint {path} belongs to run {key}, but {record_path(run_dir)} records run {record_key}: "
                             f"it was trained on another task or config, so this run's data does not fit it")
 
 
@@ -262,7 +260,7 @@ def over_checkpoints(
         splits = splits_from_run(run_dir)
     data_key = {split_name: fingerprint(split) for split_name, split in sorted(splits.items())}
     fn_key = _callable_key(spec.fn)
-    out_dir = Path(out_dir) if out_dir is not None else run_dir / "analyses" / label
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / layout.ANALYSES / label
     cache_dir = out_dir / "cache"
 
     rows: list[dict[str, Any]] = []
@@ -346,7 +344,7 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
 
     columns = list(spec.value_columns) or [
         c for c in table.columns if c != "epoch" and all(isinstance(v, (int, float)) for v in table.column(c))][:3]
-    metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    metrics = read_jsonl(Path(run_dir) / layout.METRICS)
     series = {column: list(_series(table, spec, column).items())[:max_lines] for column in columns}
     colors = component_colors(name for lines in series.values() for name, _ in lines)
     with style():

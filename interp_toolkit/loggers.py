@@ -19,7 +19,6 @@ directory without any network (``wandb sync`` uploads it later).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -148,10 +147,11 @@ class WandbLogger(Callback):
         if run is None:
             import wandb
 
+            from interp_toolkit.runs.record import has_record, read_record
+
             config: dict[str, Any] = {}
-            record = directory / "run.json"
-            if record.exists():
-                data = json.loads(record.read_text())
+            if has_record(directory):
+                data = read_record(directory)
                 config = {k: data.get(k) for k in ("train_config", "model_config", "run_info", "key")}
             directory.mkdir(parents=True, exist_ok=True)
             run = self._runs[directory] = wandb.init(

@@ -8,6 +8,7 @@ from typing import Literal, Sequence
 
 from interp_toolkit.cli.train import format_metrics, train_mpsp, write_curves
 from interp_toolkit.config import Config, parse_config
+from interp_toolkit.runs.layout import CURVES
 
 HELP = "train a small MPSP model that learns the shortcut, then the rule; name its two phases"
 DESCRIPTION = HELP
@@ -88,7 +89,7 @@ def run_config(args: DemoCommandConfig) -> int:
         "max_adv_acc": outcome["max_adv_acc"],
         "phases": phases,
         "seconds": None if result.already_finished else seconds,
-        "curves_png": str(run_dir / "curves.png"),
+        "curves_png": str(run_dir / CURVES),
         "curves": str(write_curves(result, run_dir, args.format)),
         "phases_figure": str(phases_path),
     }

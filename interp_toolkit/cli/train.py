@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from interp_toolkit.runs.layout import METRICS
+
 HELP = "train one MPSP model with checkpoints"
 # The names of interp_toolkit.tasks.mpsp.TASKS, spelled out so that importing this module needs no torch.
 TASK_NAMES = ["first_mod3_sum_mod3", "first_parity_sum_parity", "max_mod3_sum_mod3", "max_parity_sum_parity"]
@@ -210,7 +212,7 @@ def interrupted_at(cfg: Any) -> int | None:
     """The epoch an interrupted ``train`` resumes from: its last logged (and saved) evaluation."""
     from interp_toolkit.io import read_jsonl
 
-    metrics = read_jsonl(Path(cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)) / "metrics.jsonl")
+    metrics = read_jsonl(Path(cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train)) / METRICS)
     return int(metrics[-1]["epoch"]) if metrics else None
 
 

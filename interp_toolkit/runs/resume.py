@@ -28,10 +28,11 @@ from torch import Tensor
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_bytes
+from interp_toolkit.runs.layout import CHECKPOINTS, LEGACY_RESUME_STATE, METRICS, RESUME_STATE
 from interp_toolkit.runs.record import is_finished
 
-RESUME_NAME = "resume.safetensors"
-LEGACY_RESUME_NAME = "resume.pt"
+RESUME_NAME = RESUME_STATE
+LEGACY_RESUME_NAME = LEGACY_RESUME_STATE
 RESUME_FORMAT = "1"
 _HEADER_KEY = "interp_toolkit.resume"
 
@@ -229,7 +230,7 @@ def inspect_run_dir(run_dir: str | os.PathLike) -> RunDirContents:
 
     record = read_record(run_dir) if has_record(run_dir) else None
     checkpoint_keys: dict[Path, str | None] = {}
-    for path in sorted((run_dir / "checkpoints").glob("epoch_*.safetensors")):
+    for path in sorted((run_dir / CHECKPOINTS).glob("epoch_*.safetensors")):
         try:
             checkpoint_keys[path] = checkpoint_run_key(path)
         except UserError:
@@ -245,7 +246,7 @@ def inspect_run_dir(run_dir: str | os.PathLike) -> RunDirContents:
         except Exception:  # noqa: BLE001 - an unreadable resume file is reported when it is loaded
             resume_key = None
     entries = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME)
-    return RunDirContents(run_dir, record, checkpoint_keys, resume_key, (run_dir / "metrics.jsonl").exists(),
+    return RunDirContents(run_dir, record, checkpoint_keys, resume_key, (run_dir / METRICS).exists(),
                           entries)
 
 
@@ -256,8 +257,8 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
     from interp_toolkit.io import read_jsonl
 
     run_dir = Path(run_dir)
-    last = run_dir / "checkpoints" / f"epoch_{epochs:06d}.safetensors"
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    last = run_dir / CHECKPOINTS / f"epoch_{epochs:06d}.safetensors"
+    metrics = read_jsonl(run_dir / METRICS)
     if not last.is_file() or not metrics or metrics[-1].get("epoch") != epochs:
         return None
     try:
@@ -271,13 +272,13 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
 
 def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
     """Where a run saves its checkpoint of ``epoch``."""
-    return Path(run_dir) / "checkpoints" / f"epoch_{epoch:06d}.safetensors"
+    return Path(run_dir) / CHECKPOINTS / f"epoch_{epoch:06d}.safetensors"
 
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     """``(epoch, path)`` of every checkpoint of a run, by epoch."""
     found = []
-    for path in sorted((Path(run_dir) / "checkpoints").glob("epoch_*.safetensors")):
+    for path in sorted((Path(run_dir) / CHECKPOINTS).glob("epoch_*.safetensors")):
         try:
             found.append((int(path.stem.split("_")[1]), path))
         except (IndexError, ValueError):

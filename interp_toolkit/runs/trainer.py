@@ -42,6 +42,7 @@ from interp_toolkit.model import model_config_of
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.engine import ReadoutForward, train_threads
 from interp_toolkit.runs.extend import carried_fields, keep_final_state, start_from_shorter_run
+from interp_toolkit.runs.layout import CURVES, METRICS
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.record import (
     finish_record,
@@ -240,7 +241,7 @@ def epoch_minibatches(n: int, batch_size: int | None, shuffle_gen: torch.Generat
 def truncate_metrics(run_dir: str | Path, epoch: int) -> None:
     """Resume step shared by every trainer: drop evaluations logged after ``epoch`` (the saved
     state); they are recomputed identically."""
-    metrics_path = Path(run_dir) / "metrics.jsonl"
+    metrics_path = Path(run_dir) / METRICS
     kept = [m for m in read_jsonl(metrics_path) if m["epoch"] <= epoch]
     atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
 
@@ -250,7 +251,7 @@ def clear_run_outputs(run_dir: str | Path) -> None:
     checkpoints a run with the same key left before it could save a resumable state."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    (run_dir / METRICS).unlink(missing_ok=True)
     for _, stale in list_checkpoints(run_dir):
         stale.unlink()
 
@@ -338,7 +339,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
     key = config_hash(identity)
     resume_path = run_dir / RESUME_NAME
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = run_dir / METRICS
 
     if overwrite:
         move_aside(run_dir)
@@ -428,7 +429,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
 
     metrics = read_jsonl(metrics_path)
     final = metrics[-1] if metrics else {}
-    plot_curves(metrics, run_dir / "curves.png")
+    plot_curves(metrics, run_dir / CURVES)
     finish_record(run_dir, record, final, time.perf_counter() - started)
     keep_final_state(run_dir)
     dispatch(callbacks, "on_run_end", run_dir, final)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.io import read_jsonl
+from interp_toolkit.runs.layout import METRICS
 
 #: |r - 1/m| below this counts as "at chance".
 CHANCE_TOLERANCE = 1e-9
@@ -231,7 +232,7 @@ def compute_outcome(
 def outcome_of_run(run_dir: str | Path, r: float, modulus: int = 2,
                    thresholds: OutcomeThresholds | None = None) -> dict[str, Any]:
     """:func:`compute_outcome` of a run directory's ``metrics.jsonl``."""
-    metrics = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    metrics = read_jsonl(Path(run_dir) / METRICS)
     if not metrics:
         raise ValueError(f"run directory {run_dir} has no evaluations in metrics.jsonl")
     return compute_outcome(metrics, r, modulus, thresholds)
