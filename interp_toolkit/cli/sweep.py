@@ -23,7 +23,7 @@ from typing import Any, Literal, Optional, Sequence
 
 from interp_toolkit.config import Config, load_config_file, parse_config, split_config_flag
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.sweep import PRESET_NOTES, PRESETS, SweepConfig
+from interp_toolkit.studies.sweep_config import PRESET_NOTES, PRESETS, SweepConfig
 
 HELP = "run a seed sweep of MPSP cells (resumable, cached per run)"
 DESCRIPTION = ("Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones resume. "
@@ -133,9 +133,10 @@ def _flag_value(argv: Sequence[str], flag: str) -> str | None:
 def _study_settings(out: str | None, argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """``(sweep settings, command settings)`` recorded by the study at ``out``, if one is there
     (its paths checked unless ``argv`` gives the flag that replaces them)."""
-    if out is None or not (Path(out) / "study.json").exists():
+    from interp_toolkit.studies.study import study_record_path, study_sweep
+
+    if out is None or not study_record_path(out).exists():
         return None
-    from interp_toolkit.studies.sweep import study_sweep
 
     recorded = study_sweep(out)
     for flag, paths in (("--extend-from", recorded["extend_from"]), ("--recorded", recorded["recorded"])):

@@ -17,12 +17,8 @@ from interp_toolkit.studies.outcomes import (
     generalization_split,
     generalization_stop_rule,
 )
-from interp_toolkit.studies.report import (
-    fisher_exact_p,
-    newcombe_interval,
-    wilson_interval,
-    write_report,
-)
+from interp_toolkit.studies.report import write_report
+from interp_toolkit.studies.statistics import fisher_exact_p, newcombe_interval, wilson_interval
 
 
 def _curve(pairs, every=10):
@@ -157,7 +153,7 @@ def test_wilson_bounds_are_exact_at_zero_and_all():
 
 
 def test_rate_plot_takes_zero_of_seven(tmp_path):
-    from interp_toolkit.studies.report import plot_rate_vs_r
+    from interp_toolkit.studies.report_plots import plot_rate_vs_r
 
     low, high = wilson_interval(0, 7)
     row = {"task": "max_parity_sum_parity", "n_layers": 2, "n_heads": 2, "weight_decay": 0.1, "r": 0.9,
@@ -168,7 +164,7 @@ def test_rate_plot_takes_zero_of_seven(tmp_path):
 
 def test_rate_plot_centres_each_r_on_the_series_measured_there():
     """A series alone at an r sits on its tick; series sharing an r straddle it."""
-    from interp_toolkit.studies.report import plot_rate_vs_r
+    from interp_toolkit.studies.report_plots import plot_rate_vs_r
 
     def row(layers, r):
         low, high = wilson_interval(1, 4)
@@ -369,7 +365,7 @@ def test_report_rejects_non_study(tmp_path):
 
 
 def test_read_thresholds_of_older_studies(tmp_path):
-    from interp_toolkit.studies.report import read_thresholds
+    from interp_toolkit.studies.study import read_thresholds
 
     assert read_thresholds(tmp_path) == OutcomeThresholds()
     atomic_write_json(tmp_path / "study.json", {"key": "k", "config": {"threshold": 0.98, "epochs": 5}})
@@ -439,7 +435,7 @@ def _table_row(layers: int, r: float, k: int, n: int, wd: float = 0.1, task: str
 def test_reference_comparison_matches_the_paper_cells_only():
     """Each cell with a published rate is compared with it (here - paper): Newcombe interval
     and Fisher p as for two measured cells; cells of other weight decays, r or tasks are not."""
-    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES, reference_comparison
+    from interp_toolkit.studies.tables import PAPER_HEADLINE_RATES, reference_comparison
 
     table = [_table_row(2, 0.9, 0, 8), _table_row(1, 0.5, 7, 30), _table_row(1, 0.9, 0, 8, wd=0.4),
              _table_row(2, 0.7, 1, 4), _table_row(2, 0.9, 2, 4, task="first_parity_sum_parity")]
@@ -456,14 +452,14 @@ def test_reference_comparison_matches_the_paper_cells_only():
 
 
 def test_paper_headline_rates_are_the_papers_percentages():
-    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES
+    from interp_toolkit.studies.tables import PAPER_HEADLINE_RATES
 
     rates = {(ref.n_layers, ref.r): round(100 * ref.k / ref.n) for ref in PAPER_HEADLINE_RATES}
     assert rates == {(2, 0.5): 0, (2, 0.9): 77, (1, 0.5): 33, (1, 0.9): 0}
 
 
 def test_reference_rate_validates():
-    from interp_toolkit.studies.report import ReferenceRate
+    from interp_toolkit.studies.tables import ReferenceRate
 
     with pytest.raises(ValueError, match=r"\[0, 30\]"):
         ReferenceRate("max_parity_sum_parity", 2, 0.9, 31, 30, "a typo")
@@ -474,7 +470,8 @@ def test_reference_rate_validates():
 def test_rate_plot_draws_published_rates_beside_their_cells():
     """A published rate whose cell is in the table is one more (hollow) series there; one
     whose cell is not is not drawn."""
-    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES, plot_rate_vs_r
+    from interp_toolkit.studies.report_plots import plot_rate_vs_r
+    from interp_toolkit.studies.tables import PAPER_HEADLINE_RATES
 
     table = [_table_row(2, 0.9, 0, 8), _table_row(2, 0.5, 0, 8), _table_row(1, 0.1, 0, 8)]
     plain = plot_rate_vs_r(table, x_axis="categorical")

@@ -19,14 +19,9 @@ from interp_toolkit.cli import main
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json, read_jsonl
 from interp_toolkit.runs.trainer import list_checkpoints
-from interp_toolkit.studies.sweep import (
-    SweepConfig,
-    default_study_dir,
-    plan_jobs,
-    plan_sweep,
-    preset,
-    run_sweep,
-)
+from interp_toolkit.studies.study import default_study_dir
+from interp_toolkit.studies.sweep import plan_jobs, plan_sweep, run_sweep
+from interp_toolkit.studies.sweep_config import SweepConfig, preset
 from interp_toolkit.tasks.mpsp import TASKS, task_modulus
 
 torch.set_num_threads(1)
@@ -129,7 +124,7 @@ def test_progress_lines_for_background_logs():
     """--log-every: plain lines at most that often, with an upper bound on the time left."""
     import io
 
-    from interp_toolkit.studies.sweep import _SweepProgress
+    from interp_toolkit.studies.execution import SweepProgress
 
     class Bar:
         def update(self, n):
@@ -141,7 +136,7 @@ def test_progress_lines_for_background_logs():
     now = [0.0]
     stream = io.StringIO()
     jobs = [{"evaluations_per_run": 4, "runs": [{"run_dir": "a"}, {"run_dir": "b"}]}]
-    tracker = _SweepProgress(Bar(), jobs, n_runs=3, n_cached=1, log_every=60, name="demo", initial=4,
+    tracker = SweepProgress(Bar(), jobs, n_runs=3, n_cached=1, log_every=60, name="demo", initial=4,
                              stream=stream, clock=lambda: now[0])
     now[0] = 30.0
     tracker.event("evaluation", "a")  # not yet a minute since the start: no line
@@ -427,7 +422,7 @@ def test_study_record_keeps_the_whole_grid_and_every_sitting(smoke_local, tmp_pa
     import socket
 
     from interp_toolkit.cli.sweep import parse
-    from interp_toolkit.studies.sweep import study_sweep
+    from interp_toolkit.studies.study import study_sweep
 
     study = tmp_path / "study"
     shutil.copytree(smoke_local.study_dir, study)
@@ -693,8 +688,7 @@ def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
     taken from it, the others trained, and the study's report holds both."""
     import csv
 
-    from interp_toolkit.studies.report import read_outcomes_csv
-    from interp_toolkit.studies.sweep import RECORDED_OUTCOMES
+    from interp_toolkit.studies.study import RECORDED_OUTCOMES, read_outcomes_csv
 
     with open(smoke_local.study_dir / "outcomes.csv", newline="") as handle:
         reader = csv.DictReader(handle)
@@ -768,7 +762,7 @@ def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_fi
     `--extend-from` finds each one's source."""
     from interp_toolkit.cli.sweep import parse
     from interp_toolkit.runs.extend import identity_differences
-    from interp_toolkit.studies.sweep import cell_configs
+    from interp_toolkit.studies.sweep_config import cell_configs
 
     root = Path(__file__).parents[2] / "examples/reproduction"
     long = parse(["--config", str(root / long_file)]).sweep
