@@ -173,7 +173,7 @@ def toolkit_checkpoints(run_dir: str | Path) -> list[CheckpointRef]:
 
     found = list_checkpoints(run_dir)
     if not found:
-        raise CheckpointLoadError(f"no toolkit checkpoints under {Path(run_dir) / 'checkpoints'}")
+        raise CheckpointLoadError(f"no toolkit checkpoints under {Path(run_dir) / CHECKPOINTS}")
     return [CheckpointRef("toolkit", str(path), step=epoch) for epoch, path in found]
 
 

@@ -339,7 +339,7 @@ def run_dir_state(run_dir: str | os.PathLike, key: str, epochs: int | None = Non
         recovered = record is not None
     if is_finished(record):
         if not list_checkpoints(run_dir):
-            raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
+            raise UserError(f"run {run_dir} is recorded finished, but {run_dir / CHECKPOINTS} holds no "
                             f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "
                             f"and train it again")
         return RunDirState(run_dir, key, "finished", record=record, recovered=recovered)

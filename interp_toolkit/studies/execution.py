@@ -117,6 +117,19 @@ class SweepProgress:
             self.event("run_end", run["run_dir"])
 
 
+def _sweep_class(job: Mapping[str, Any]) -> type[SweepConfig]:
+    """The SweepConfig class (or subclass) a job was planned with."""
+    import importlib
+
+    module, _, name = job.get("sweep_class", "").partition(":")
+    if not module:
+        return SweepConfig
+    found = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found  # type: ignore[no-any-return]
+
+
 @with_threads(_job_threads)  # the caller's torch thread count is restored on return
 def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] | None = None,
             events: Any = None) -> list[dict[str, Any]]:
@@ -147,7 +160,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     from interp_toolkit.studies.outcomes import outcome_of_run
     from interp_toolkit.tasks.mpsp import make_splits, task_modulus
 
-    cfg = SweepConfig.from_dict(job["sweep"])
+    cfg = _sweep_class(job).from_dict(job["sweep"])
     device = resolve_device(cfg.device)
     cell = job["cell"]
     modulus = task_modulus(cell["task"])
@@ -307,4 +320,4 @@ def run_ray(jobs: list[dict[str, Any]], address: str | None, progress: SweepProg
             ray.shutdown()
 
 
-__all__ = ['SweepProgress', 'die_with_parent', 'run_job', 'run_local', 'run_ray']
+__all__ = ["SweepProgress", "die_with_parent", "run_job", "run_local", "run_ray"]

@@ -52,7 +52,7 @@ from typing import Any, Literal, Sequence
 
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
-from interp_toolkit.runs.layout import ANALYSES, METRICS
+from interp_toolkit.runs.layout import ANALYSES, CHECKPOINTS, METRICS
 
 #: Panel title -> the quantities of the tidy table drawn in it (``head`` is ``all`` for the
 #: whole-model ones: accuracies, all-parameter gradient statistics, patching gaps).
@@ -184,7 +184,7 @@ def check_run_dir(run_dir: str | Path) -> tuple[dict[str, Any], list[tuple[int, 
     task_config(run_dir)  # names a missing or non-MPSP task
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
-        raise UserError(f"{run_dir} has no checkpoints (expected {run_dir / 'checkpoints'}/epoch_*.safetensors)")
+        raise UserError(f"{run_dir} has no checkpoints (expected {run_dir / CHECKPOINTS}/epoch_*.safetensors)")
     metrics_path = run_dir / METRICS
     metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
     metrics = [m for m in metrics if "val_acc" in m and "adv_acc" in m]

@@ -39,6 +39,7 @@ from typing import Any, Sequence
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_text
 from interp_toolkit.studies.cells import (
+    complete_settings,
     find_cell,
     parse_cell_spec,
     select_runs,
@@ -56,24 +57,24 @@ from interp_toolkit.studies.report_format import (
 from interp_toolkit.studies.report_plots import RATE_AXES, plot_curves_by_cell, plot_rate_vs_r
 from interp_toolkit.studies.study import (
     RECORDED_OUTCOMES,
-    RUN_FIELDS,
     collect_runs,
     is_study_dir,
     merge_runs,
     read_outcomes_csv,
     report_paths,
+    run_fields,
     source_kind,
 )
 from interp_toolkit.studies.tables import (
-    CONTRAST_FIELDS,
     PAPER_HEADLINE_RATES,
-    REFERENCE_FIELDS,
-    TABLE_FIELDS,
     compare_cells,
+    contrast_fields,
     contrasts_table,
     rate_table,
     reference_comparison,
+    reference_fields,
     row_finished,
+    table_fields,
 )
 
 
@@ -131,6 +132,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     row_lists = [collect_runs(source) if kind == "study" else read_outcomes_csv(source)
                  for source, kind in zip(sources, kinds, strict=True)]
     rows, n_duplicates = merge_runs(row_lists)
+    rows = complete_settings(rows)  # a run without an extra setting others have ran at its default
     if not rows:
         names = ", ".join(str(source) for source in sources)
         raise ValueError(f"no runs with evaluations yet in {names}")
@@ -161,12 +163,12 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         "curves_png": written["curves_png"] if with_metrics else None,
         "paper_csv": written["paper_csv"] if against_paper else None,
     }
-    atomic_write_text(paths["outcomes_csv"], csv_text(rows, RUN_FIELDS))
-    atomic_write_text(paths["table_csv"], csv_text(table, TABLE_FIELDS))
+    atomic_write_text(paths["outcomes_csv"], csv_text(rows, run_fields(rows)))
+    atomic_write_text(paths["table_csv"], csv_text(table, table_fields(table)))
     atomic_write_text(paths["table_md"], format_markdown(table, contrasts, comparisons, references))
-    atomic_write_text(paths["contrasts_csv"], csv_text(contrasts, CONTRAST_FIELDS))
+    atomic_write_text(paths["contrasts_csv"], csv_text(contrasts, contrast_fields(table)))
     if against_paper:
-        atomic_write_text(paths["paper_csv"], csv_text(references, REFERENCE_FIELDS))
+        atomic_write_text(paths["paper_csv"], csv_text(references, reference_fields(table)))
     if table:  # no finished run yet: no rates to plot (the curves show the progress)
         save_figure(plot_rate_vs_r(table, x_axis=rate_axis, references=reference_rates), paths["rate_png"])
     if with_metrics:
@@ -249,4 +251,4 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
                                 rate_axis=rate_axis, against_paper=against_paper, where=where)
 
 
-__all__ = ['write_report', 'write_report_sources']
+__all__ = ["write_report", "write_report_sources"]

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import csv
 import io as _io
+import json
 from typing import Any, Mapping, Sequence
 
 from interp_toolkit.studies.cells import (
-    CELL_FIELDS,
-    REGIME_FIELDS,
     SHORT_NAMES,
+    cell_fields,
     cell_label,
     format_setting,
+    regime_fields,
     varying_fields,
 )
 
@@ -26,19 +27,29 @@ def format_reference_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
     return _align(lines)
 
 
+def _csv_value(value: Any) -> Any:
+    """A cell of a CSV: empty for None, JSON for a list (an extra setting such as betas)."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return json.dumps(list(value))
+    return value
+
+
 def csv_text(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
+    """``rows`` as CSV text with the columns ``fields`` (other keys left out)."""
     buffer = _io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in fields})
+        writer.writerow({k: _csv_value(row.get(k)) for k in fields})
     return buffer.getvalue()
 
 
 def _setting_columns(table: Sequence[Mapping[str, Any]]) -> list[str]:
     """Cell fields shown as columns: task, L, H, wd and r always; regime fields when they vary."""
     shown = set(varying_fields(table))
-    return [k for k in CELL_FIELDS if k in ("task", "n_layers", "n_heads", "weight_decay", "r") or k in shown]
+    return [k for k in cell_fields(table) if k in ("task", "n_layers", "n_heads", "weight_decay", "r") or k in shown]
 
 
 def shared_settings(table: Sequence[Mapping[str, Any]]) -> str:
@@ -47,7 +58,7 @@ def shared_settings(table: Sequence[Mapping[str, Any]]) -> str:
         return ""
     varying = set(varying_fields(table))
     # A None batch_size is full-batch training; any other None is a setting an older record lacks.
-    known = [k for k in REGIME_FIELDS if k not in varying and (table[0].get(k) is not None
+    known = [k for k in regime_fields(table) if k not in varying and (table[0].get(k) is not None
                                                          or (k == "batch_size" and table[0].get("epochs") is not None))]
     return ", ".join(f"{k} {format_setting(k, table[0].get(k))}" for k in known)
 
@@ -143,4 +154,5 @@ def _align(lines: Sequence[Sequence[str]]) -> str:
                      for line in lines)
 
 
-__all__ = ['csv_text', 'format_contrasts', 'format_markdown', 'format_reference_comparison', 'format_table', 'shared_settings']
+__all__ = ["csv_text", "format_contrasts", "format_markdown", "format_reference_comparison",
+           "format_table", "shared_settings"]

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from interp_toolkit.runs.layout import read_metrics
 from interp_toolkit.studies.cells import (
-    CELL_FIELDS,
+    cell_fields,
     cell_key,
     format_setting,
     hashable,
@@ -187,8 +187,9 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
     from interp_toolkit.plotting import component_colors, epoch_axis, new_panels, style
 
     cells: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    fields = cell_fields(rows)
     for row in rows:
-        cells.setdefault(cell_key(row), []).append(row)
+        cells.setdefault(cell_key(row, fields), []).append(row)
     keys = sorted(cells, key=sort_key)
     regime_fields = varying_fields(rows)
     ncols = min(4, len(keys))
@@ -197,7 +198,7 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
         fig, axes = new_panels(len(keys), ax, ncols=ncols,
                                figsize=(3.4 * ncols, 2.7 * math.ceil(len(keys) / ncols)))
         for panel, key in zip(axes, keys, strict=True):
-            cell = dict(zip(CELL_FIELDS, key, strict=True))
+            cell = dict(zip(fields, key, strict=True))
             epochs_seen: list[float] = []
             for row in sorted(cells[key], key=lambda r: sort_key([r.get("seed")])):
                 metrics = read_metrics(row["run_dir"])
@@ -218,4 +219,4 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
     return fig
 
 
-__all__ = ['RATE_AXES', 'plot_curves_by_cell', 'plot_rate_vs_r']
+__all__ = ["RATE_AXES", "plot_curves_by_cell", "plot_rate_vs_r"]

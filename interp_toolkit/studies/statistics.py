@@ -94,4 +94,4 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-__all__ = ['fisher_exact_p', 'holm_adjust', 'newcombe_interval', 'wilson_interval']
+__all__ = ["fisher_exact_p", "holm_adjust", "newcombe_interval", "wilson_interval"]

@@ -35,7 +35,15 @@ from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json, atomic_write_text
 from interp_toolkit.runs.layout import read_metrics
 from interp_toolkit.runs.record import has_record, read_record, task_dict
-from interp_toolkit.studies.cells import CELL_FIELDS, cell_key, run_settings, sort_key
+from interp_toolkit.studies.cells import (
+    CELL_FIELDS,
+    cell_fields,
+    cell_key,
+    is_extra_setting,
+    parse_setting_text,
+    run_settings,
+    sort_key,
+)
 from interp_toolkit.studies.outcomes import OUTCOME_FIELDS, OutcomeThresholds, compute_outcome
 from interp_toolkit.studies.sweep_config import (
     GRID_FIELDS,
@@ -122,6 +130,12 @@ def report_paths(out_dir: str | Path, figure_format: str = "png") -> dict[str, P
 
 #: Columns of ``outcomes.csv``: every run's settings, seed, status, outcome record, directory.
 RUN_FIELDS = CELL_FIELDS + ("seed", "status") + OUTCOME_FIELDS + ("run_dir",)
+
+
+def run_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Columns of ``outcomes.csv`` for these rows: :data:`RUN_FIELDS` with the rows' extra
+    settings (``"SECTION.FIELD"``) among the cell fields, before ``r``."""
+    return cell_fields(rows) + RUN_FIELDS[len(CELL_FIELDS):]
 
 
 #: outcomes.csv columns read back as text and as booleans (every other column is a number).
@@ -222,6 +236,8 @@ def _parse_csv_value(path: Path, line: int, field: str, text: str) -> Any:
         return None
     if field in _TEXT_FIELDS:
         return text
+    if is_extra_setting(field):
+        return parse_setting_text(text)
     if field in _BOOL_FIELDS:
         if text not in ("True", "False"):
             raise UserError(f"{path} line {line}: column {field} holds {text!r}; expected True or False")
@@ -402,12 +418,16 @@ def shared_settings_differing(recorded: Any, cfg: SweepConfig) -> list[str] | No
     if not isinstance(recorded, dict):
         return None
     ignored = set(GRID_FIELDS) | set(OUTCOME_ONLY_FIELDS) | set(NOT_IN_KEY)
-    ours = json.loads(json.dumps(cfg.to_dict()))  # tuples as lists, as the record stores them
+    ours = json.loads(json.dumps(cfg.flat_dict()))  # tuples as lists, as the record stores them
+    try:  # a record of any version (flat names or sections) in the same vocabulary as ours
+        recorded = json.loads(json.dumps(type(cfg).from_dict(recorded).flat_dict()))
+    except (TypeError, ValueError):  # UserError included: compare the record as written
+        pass
     return sorted(k for k in set(ours) | set(recorded) if k not in ignored and ours.get(k) != recorded.get(k))
 
 
 #: GRID_FIELDS that list values: a study's whole grid is their union over its sittings.
-_LISTED_GRID_FIELDS = tuple(name for name in GRID_FIELDS if name != "seeds_per_process")
+_LISTED_GRID_FIELDS = tuple(name for name in GRID_FIELDS if name not in ("seeds_per_process", "grid"))
 
 
 def _grid_of(cfg_dict: Mapping[str, Any]) -> dict[str, list]:
@@ -528,4 +548,11 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
             )
 
 
-__all__ = ['CONTRASTS_CSV', 'CURVES_FIGURE', 'OUTCOME', 'OUTCOMES_CSV', 'PAPER_COMPARISON_CSV', 'RATE_FIGURE', 'RECORDED_OUTCOMES', 'RUNS', 'RUN_FIELDS', 'STUDY_RECORD', 'TABLE_CSV', 'TABLE_MD', 'check_study_dir', 'collect_runs', 'default_study_dir', 'has_outcome', 'is_study_dir', 'merge_runs', 'new_study_record', 'outcome_path', 'read_outcome', 'read_outcomes_csv', 'read_recorded_runs', 'read_study_name', 'read_study_record', 'read_thresholds', 'report_paths', 'runs_dir', 'shared_settings_differing', 'source_kind', 'study_record_path', 'study_sweep', 'write_outcome', 'write_recorded']
+__all__ = ["CONTRASTS_CSV", "CURVES_FIGURE", "OUTCOME", "OUTCOMES_CSV", "PAPER_COMPARISON_CSV",
+           "RATE_FIGURE", "RECORDED_OUTCOMES", "RUNS", "RUN_FIELDS", "STUDY_RECORD", "TABLE_CSV",
+           "TABLE_MD", "check_study_dir", "collect_runs", "default_study_dir", "has_outcome",
+           "is_study_dir", "merge_runs", "new_study_record", "outcome_path", "read_outcome",
+           "read_outcomes_csv", "read_recorded_runs", "read_study_name", "read_study_record",
+           "read_study_record_or_empty", "read_thresholds", "report_paths", "run_fields",
+           "runs_dir", "shared_settings_differing", "source_kind", "study_record_path",
+           "study_sweep", "write_outcome", "write_recorded"]

@@ -276,7 +276,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     failed = [row for row in rows if "error" in row]
     rows = [row for row in rows if "error" not in row]
     rows.sort(key=lambda row: (row["task"], row["n_layers"], row["n_heads"], row["weight_decay"],
-                               row["r"], row["seed"]))
+                               row["r"], row["seed"], row["run_dir"]))
     if report:
         from interp_toolkit.studies.report import write_report
 
@@ -337,7 +337,8 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
                     if source is not None:
                         run["extend_from"] = str(source)
                 runs.append(run)
-            jobs.append({"sweep": cfg.to_dict(), "cell": cell, "runs": runs})
+            jobs.append({"sweep": cfg.to_dict(), "sweep_class": f"{type(cfg).__module__}:{type(cfg).__qualname__}",
+                         "cell": cell, "runs": runs})
     return jobs
 
 
@@ -394,4 +395,5 @@ def extension_source(extend_from: Sequence[str | Path], name: str, model_cfg: An
     return best[1] if best else None
 
 
-__all__ = ['BACKENDS', 'SweepResult', 'check_extend_from', 'extension_source', 'plan_jobs', 'plan_sweep', 'run_job_cached', 'run_progress', 'run_sweep']
+__all__ = ["BACKENDS", "SweepResult", "check_extend_from", "extension_source", "plan_jobs",
+           "plan_sweep", "run_job_cached", "run_progress", "run_sweep"]

@@ -1,48 +1,135 @@
 """The sweep config of an MPSP study (:class:`SweepConfig`), its presets, and the configs of
 every run of its grid (:func:`cell_configs`, keyed into run directory names by
 :func:`run_dir_name`).
+
+A :class:`SweepConfig` nests the settings every run shares by the config they belong to:
+``task`` (:class:`~interp_toolkit.tasks.mpsp.MPSPConfig` fields), ``model``
+(:class:`~interp_toolkit.model.ModelConfig` fields) and ``train``
+(:class:`~interp_toolkit.runs.config.TrainConfig` fields), beside the grid: its cell axes
+(``tasks``, ``ratios``, ``n_layers``, ``n_heads``, ``weight_decays``, ``seeds``) and
+``grid``, more axes over any section field (``{"train.batch_size": [256, None]}``). So a new
+field of one of those configs is a sweep setting, a grid axis and (see
+:mod:`interp_toolkit.studies.cells`) a cell key with no edit here. The flat names of earlier
+versions (``seq_len``, ``lr``, ``batch_size``, ...: :data:`FLAT_NAMES`) stay: as keys of
+config files and study records (:func:`nested_settings` converts them), as flags, and as
+read-only attributes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Union
 
-from interp_toolkit.config import Config
+from interp_toolkit.config import Config, _plain
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import config_hash
 
 #: SweepConfig fields that do not change results (beyond float rounding): not in its key.
 NOT_IN_KEY = ("device",)
-
-
-#: TrainConfig fields that choose how, not what, to compute: not in run directory names.
+#: TrainConfig fields that choose how, not what, to compute: not in run directory names,
+#: nor in a study's key.
 HOW_NOT_WHAT = ("engine", "device")
-
 
 #: A ratio entry meaning "r = 1/m of each task" (0.5 for parity tasks, 1/3 for mod-3 tasks).
 CHANCE = "chance"
-
 
 #: SweepConfig fields that only score runs (they are re-applied by ``report`` to stored
 #: metrics), so they are left out of the study key: changing them never retrains.
 OUTCOME_ONLY_FIELDS = ("transient_tolerance", "transient_min_span")
 
-
 #: SweepConfig fields that only choose which runs exist (or how seeds are batched), not how
 #: any run trains: a study directory accepts a sweep that differs from its own only in these,
 #: so a study grows by more seeds, ratios or architectures in place (runs are keyed by their
 #: own configs and the report pools them by cell).
-GRID_FIELDS = ("tasks", "ratios", "n_layers", "n_heads", "weight_decays", "seeds", "seeds_per_process")
+GRID_FIELDS = ("tasks", "ratios", "n_layers", "n_heads", "weight_decays", "seeds", "seeds_per_process", "grid")
+
+#: The nested configs of a sweep, by section name (see :meth:`SweepConfig.config_classes`).
+SECTIONS = ("task", "model", "train")
+#: Section fields a sweep sets for each run (from its cell, its seed and its task), never
+#: from the section: the task's label, shortcut and r; the model's layers, heads, seed and
+#: vocabulary sizes; the weight decay, and the trainer's progress bar and device.
+PER_RUN = {"task": ("label", "shortcut", "r"),
+           "model": ("n_layers", "n_heads", "seed", "d_vocab", "n_ctx", "d_vocab_out"),
+           "train": ("weight_decay", "progress", "device")}
+#: The flat names of section fields (SweepConfig fields of earlier versions): accepted in
+#: config files, study records and flags, and readable as attributes.
+FLAT_NAMES = {"seq_len": ("task", "seq_len"), "n_values": ("task", "n_values"), "n_train": ("task", "n_train"),
+              "n_eval": ("task", "n_eval"), "data_seed": ("task", "seed"), "d_model": ("model", "d_model"),
+              "d_mlp": ("model", "d_mlp"), "epochs": ("train", "epochs"), "lr": ("train", "lr"),
+              "betas": ("train", "betas"), "batch_size": ("train", "batch_size"),
+              "eval_every": ("train", "eval_every"), "checkpoint_every": ("train", "checkpoint_every"),
+              "checkpoint_log_spaced": ("train", "checkpoint_log_spaced")}
+#: Where a sweep's section values differ from their config's defaults.
+SECTION_DEFAULTS: dict[str, dict[str, Any]] = {"task": {}, "model": {}, "train": {"checkpoint_every": 500}}
+
+
+def _flat(section: str, name: str) -> Any:
+    """A read-only attribute for the flat name of ``section.name`` (lists read as tuples)."""
+
+    def get(self: SweepConfig) -> Any:
+        value = getattr(self, section)[name]
+        return tuple(value) if isinstance(value, list) else value
+
+    return property(get, doc=f"``{section}['{name}']`` (read-only; the flat name of earlier versions)")
+
+
+def _merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``update``, the sections (and ``grid``) merged key by key."""
+    out = dict(base)
+    for key, value in update.items():
+        if key in (*SECTIONS, "grid") and isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def nested_settings(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep's settings with flat names (``lr``, ``seq_len``, ...: :data:`FLAT_NAMES`) and
+    dotted names (``"train.lr"``) moved into their sections, as :class:`SweepConfig` takes them.
+
+    Config files and study records written before the sections existed are flat; this
+    converts them. A setting given twice with different values is refused.
+
+    Raises:
+        UserError: a section that is not a mapping, or one setting given twice with two values.
+    """
+    if not isinstance(data, Mapping):
+        raise UserError(f"SweepConfig must be given as a mapping of its fields, got {type(data).__name__}")
+    out: dict[str, Any] = {}
+    moved: list[tuple[str, str, str, Any]] = []
+    for key, value in data.items():
+        if key in FLAT_NAMES:
+            moved.append((key, *FLAT_NAMES[key], value))
+        elif isinstance(key, str) and key.partition(".")[0] in SECTIONS and "." in key:
+            section, _, name = key.partition(".")
+            moved.append((key, section, name, value))
+        else:
+            out[key] = value
+    for section in SECTIONS:
+        if section in out:
+            if not isinstance(out[section], Mapping):
+                raise UserError(f"SweepConfig.{section} must be a mapping of its config's fields, got {out[section]!r}")
+            out[section] = dict(out[section])
+    for key, section, name, value in moved:
+        fields = out.setdefault(section, {})
+        if name in fields and _plain(fields[name]) != _plain(value):
+            raise UserError(f"SweepConfig: {key}={value!r} and {section}.{name}={fields[name]!r} disagree; "
+                            "give the setting once")
+        fields[name] = value
+    return out
 
 
 @dataclass
 class SweepConfig(Config):
     """Validated grid of an MPSP study.
 
-    Cells are the product ``tasks x ratios x n_layers x n_heads x weight_decays``; every
-    cell is trained with every seed in ``seeds`` (the model-initialization seed; the data
-    of a cell is fixed by ``data_seed``, so seeds measure initialization variance).
+    Cells are the product ``tasks x ratios x n_layers x n_heads x weight_decays`` (x every
+    axis of ``grid``); every cell is trained with every seed in ``seeds`` (the
+    model-initialization seed; the data of a cell is fixed by the task's ``seed``, so seeds
+    measure initialization variance).
 
     Attributes:
         name: Readable study name (used in the default study directory).
@@ -53,10 +140,16 @@ class SweepConfig(Config):
         n_heads: Head counts.
         weight_decays: AdamW weight decays.
         seeds: Model seeds (an int n means ``0 .. n-1``).
-        seq_len, n_values, n_train, n_eval, data_seed: Task settings shared by all cells.
-        d_model, d_mlp: Model widths.
-        epochs, lr, betas, batch_size, eval_every, checkpoint_every, checkpoint_log_spaced:
-            Training settings (see ``TrainConfig``).
+        task: ``MPSPConfig`` fields every cell shares (``seq_len``, ``n_values``, ``n_train``,
+            ``n_eval``, ``seed``: the data seed); label, shortcut and r come from the grid.
+            Completed with the config's defaults.
+        model: ``ModelConfig`` fields every cell shares (``d_model``, ``d_mlp``, ``act_fn``,
+            ...); layers, heads, seed and vocabulary sizes come from the grid and the task.
+        train: ``TrainConfig`` fields every cell shares (``epochs``, ``lr``, ``betas``,
+            ``batch_size``, ``eval_every``, ``checkpoint_every`` (default 500),
+            ``checkpoint_log_spaced``, ...); the weight decay comes from ``weight_decays``.
+        grid: More grid axes: ``"SECTION.FIELD"`` -> the values to sweep (e.g.
+            ``{"train.batch_size": [256, None]}``); each becomes a cell setting of its own.
         early_stop: Stop a run once it has generalized (saves time; hides transience).
         seeds_per_process: At most this many seeds of one cell are trained together in one
             job (``None``: all of them).
@@ -78,26 +171,111 @@ class SweepConfig(Config):
     n_heads: list[int] = field(default_factory=lambda: [2])
     weight_decays: list[float] = field(default_factory=lambda: [0.1])
     seeds: list[int] = field(default_factory=lambda: [0, 1])
-    seq_len: int = 10
-    n_values: int = 10
-    n_train: int = 16_384
-    n_eval: int = 2_048
-    data_seed: int = 0
-    d_model: int = 64
-    d_mlp: int = 128
-    epochs: int = 2_000
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.98)
-    batch_size: int | None = None
-    eval_every: int = 10
-    checkpoint_every: int | None = 500
-    checkpoint_log_spaced: bool = True
+    task: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
     early_stop: bool = False
     seeds_per_process: int | None = None
     threshold: float = 1.0
     transient_tolerance: float = 0.99
     transient_min_span: int = 3
     device: str = "auto"
+
+    seq_len = _flat("task", "seq_len")
+    n_values = _flat("task", "n_values")
+    n_train = _flat("task", "n_train")
+    n_eval = _flat("task", "n_eval")
+    data_seed = _flat("task", "seed")
+    d_model = _flat("model", "d_model")
+    d_mlp = _flat("model", "d_mlp")
+    epochs = _flat("train", "epochs")
+    lr = _flat("train", "lr")
+    betas = _flat("train", "betas")
+    batch_size = _flat("train", "batch_size")
+    eval_every = _flat("train", "eval_every")
+    checkpoint_every = _flat("train", "checkpoint_every")
+    checkpoint_log_spaced = _flat("train", "checkpoint_log_spaced")
+
+    @classmethod
+    def config_classes(cls) -> dict[str, type]:
+        """The config class of each section (a subclass may return subclasses, e.g. a
+        ``TrainConfig`` with a field of its own: it is then a setting of every sweep)."""
+        from interp_toolkit.model import ModelConfig
+        from interp_toolkit.runs.config import TrainConfig
+        from interp_toolkit.tasks.mpsp import MPSPConfig
+
+        return {"task": MPSPConfig, "model": ModelConfig, "train": TrainConfig}
+
+    @classmethod
+    def section_defaults(cls, section: str) -> dict[str, Any]:
+        """Every field a sweep may set in ``section`` with its default (the config's default,
+        or the sweep's own: :data:`SECTION_DEFAULTS`)."""
+        out = {}
+        for f in dataclasses.fields(cls.config_classes()[section]):
+            if f.name in PER_RUN[section]:
+                continue
+            if f.default_factory is not dataclasses.MISSING:
+                out[f.name] = _plain(f.default_factory())
+            elif f.default is not dataclasses.MISSING:
+                out[f.name] = _plain(f.default)
+        return {**out, **SECTION_DEFAULTS[section]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepConfig:
+        """Build from a dict with sections, flat names (earlier versions) or both
+        (:func:`nested_settings`), rejecting unknown keys by name."""
+        data = nested_settings(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(f"unknown SweepConfig keys {unknown}; expected a subset of {sorted(known)}, a flat name "
+                            f"({', '.join(FLAT_NAMES)}) or SECTION.FIELD with SECTION in {', '.join(SECTIONS)}")
+        return super().from_dict(data)
+
+    def replace(self, **changes: Any) -> SweepConfig:
+        """A copy with ``changes`` applied (flat, dotted or section names; validated again)."""
+        return type(self).from_dict(_merge(self.to_dict(), nested_settings(changes)))
+
+    def _completed_section(self, section: str) -> dict[str, Any]:
+        given = getattr(self, section)
+        if not isinstance(given, Mapping):
+            raise UserError(f"SweepConfig.{section} must be a mapping of its config's fields, got {given!r}")
+        config = self.config_classes()[section].__name__
+        for name in given:
+            if name in PER_RUN[section]:
+                axis = {"r": "ratios", "n_layers": "n_layers", "n_heads": "n_heads", "seed": "seeds",
+                        "weight_decay": "weight_decays", "label": "tasks", "shortcut": "tasks"}.get(name)
+                where = f"set {axis} instead" if axis else "the sweep sets it for each run"
+                raise UserError(f"SweepConfig.{section}.{name} is set per run ({where}); got {given[name]!r}")
+        defaults = self.section_defaults(section)
+        unknown = sorted(set(given) - set(defaults))
+        if unknown:
+            raise UserError(f"unknown {config} keys {unknown} in SweepConfig.{section}; expected a subset of "
+                            f"{sorted(defaults)}")
+        out = {**defaults, **{name: _plain(value) for name, value in given.items()}}
+        if section == "train" and isinstance(out.get("betas"), list):
+            out["betas"] = [float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else b
+                            for b in out["betas"]]
+        return out
+
+    def _check_grid(self) -> None:
+        if not isinstance(self.grid, Mapping):
+            raise UserError(f"SweepConfig.grid must map 'SECTION.FIELD' to lists of values, got {self.grid!r}")
+        grid = {}
+        for axis, values in self.grid.items():
+            section, _, name = str(axis).partition(".")
+            if section not in SECTIONS or name not in self.section_defaults(section):
+                raise UserError(f"SweepConfig.grid axis {axis!r} is not SECTION.FIELD with SECTION in {SECTIONS} and "
+                                "FIELD a setting of its config (the cell axes tasks, ratios, n_layers, n_heads, "
+                                "weight_decays, seeds are SweepConfig fields)")
+            if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
+                raise UserError(f"SweepConfig.grid[{axis!r}] must be a non-empty list, got {values!r}")
+            values = [_plain(v) for v in values]
+            if any(values.count(v) > 1 for v in values):
+                raise UserError(f"SweepConfig.grid[{axis!r}] has duplicates: {values!r}")
+            grid[str(axis)] = values
+        self.grid = grid
 
     def __post_init__(self) -> None:
         from interp_toolkit.devices import check_device_name
@@ -142,7 +320,9 @@ class SweepConfig(Config):
         if not (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1):
             raise ValueError(f"SweepConfig.threshold must be in (0, 1], got {self.threshold!r}")
         self.outcome_thresholds()  # validates threshold and the transience settings by name
-        self.betas = tuple(float(b) for b in self.betas)
+        for section in SECTIONS:
+            setattr(self, section, self._completed_section(section))
+        self._check_grid()
         # Build every cell's configs once: their validation names the bad value.
         for cell in self.cells():
             cell_configs(self, cell, self.seeds[0])
@@ -159,12 +339,16 @@ class SweepConfig(Config):
         return out
 
     def cells(self) -> list[dict[str, Any]]:
-        """Every grid cell as ``{task, r, n_layers, n_heads, weight_decay}``."""
+        """Every grid cell as ``{task, r, n_layers, n_heads, weight_decay}`` plus one
+        ``"SECTION.FIELD"`` entry per axis of ``grid``."""
+        axes = list(self.grid)
         return [
-            {"task": task, "r": r, "n_layers": layers, "n_heads": heads, "weight_decay": float(wd)}
+            {"task": task, "r": r, "n_layers": layers, "n_heads": heads, "weight_decay": float(wd),
+             **dict(zip(axes, extra, strict=True))}
             for task in self.tasks
             for r, layers, heads, wd in itertools.product(
                 self.task_ratios(task), self.n_layers, self.n_heads, self.weight_decays)
+            for extra in itertools.product(*(self.grid[axis] for axis in axes))
         ]
 
     def outcome_thresholds(self) -> Any:
@@ -174,10 +358,36 @@ class SweepConfig(Config):
         return OutcomeThresholds(threshold=self.threshold, transient_tolerance=self.transient_tolerance,
                                  transient_min_span=self.transient_min_span)
 
+    def flat_dict(self) -> dict[str, Any]:
+        """Every setting under one name: the flat names of earlier versions for the fields
+        they had (:data:`FLAT_NAMES`), ``"SECTION.FIELD"`` for any other section field that
+        differs from its default (how-not-what fields left out), and ``grid`` when it has axes.
+
+        For a sweep of earlier versions' settings this is that version's ``to_dict()``: the
+        study keys (:meth:`key`, :meth:`study_key`) hash it, so they are unchanged.
+        """
+        plain = self.to_dict()
+        out = {name: plain[name] for name in ("name", "tasks", "ratios", "n_layers", "n_heads", "weight_decays",
+                                              "seeds")}
+        out.update({flat: plain[section][name] for flat, (section, name) in FLAT_NAMES.items()})
+        out.update({name: plain[name] for name in ("early_stop", "seeds_per_process", "threshold",
+                                                   "transient_tolerance", "transient_min_span", "device")})
+        flat_fields = set(FLAT_NAMES.values())
+        for section in SECTIONS:
+            defaults = self.section_defaults(section)
+            for name, value in plain[section].items():
+                if (section, name) in flat_fields or (section == "train" and name in HOW_NOT_WHAT):
+                    continue
+                if value != defaults.get(name):
+                    out[f"{section}.{name}"] = value
+        if plain["grid"]:
+            out["grid"] = plain["grid"]
+        return out
+
     def key(self) -> str:
         """Hash of everything that decides the study's training (not the outcome-only fields,
         nor where it runs)."""
-        data = {k: v for k, v in self.to_dict().items() if k not in OUTCOME_ONLY_FIELDS + NOT_IN_KEY}
+        data = {k: v for k, v in self.flat_dict().items() if k not in OUTCOME_ONLY_FIELDS + NOT_IN_KEY}
         return config_hash(data, 8)
 
     def study_key(self) -> str:
@@ -185,16 +395,16 @@ class SweepConfig(Config):
         ``GRID_FIELDS``. Sweeps that differ only in their grid (more seeds, ratios, ...) have
         the same study key, so they share a default study directory and grow it in place."""
         skip = OUTCOME_ONLY_FIELDS + NOT_IN_KEY + GRID_FIELDS
-        return config_hash({k: v for k, v in self.to_dict().items() if k not in skip}, 8)
+        return config_hash({k: v for k, v in self.flat_dict().items() if k not in skip}, 8)
 
     def n_runs(self) -> int:
         return len(self.cells()) * len(self.seeds)
 
 
-#: Presets. ``smoke``: ~1 minute on 2 CPU cores, for tests. ``quick``: a small but real
-#: study on one laptop in ~15 minutes on 2 CPU cores (see PRESET_NOTES).
-#: ``reproduce``: the regime chosen by the calibration study of docs/reproduction.md.
-#: ``paper``: the source protocol (cluster / GPU scale).
+#: Presets (flat names, as config files of earlier versions). ``smoke``: ~1 minute on 2 CPU
+#: cores, for tests. ``quick``: a small but real study on one laptop in ~15 minutes on 2 CPU
+#: cores (see PRESET_NOTES). ``reproduce``: the regime chosen by the calibration study of
+#: docs/reproduction.md. ``paper``: the source protocol (cluster / GPU scale).
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(
         name="smoke", ratios=[0.5, 0.9], n_layers=[1], n_heads=[2], weight_decays=[0.1],
@@ -244,28 +454,27 @@ PRESET_NOTES = {
              ">= 3 evaluations.",
 }
 
-
 def preset(name: str, **overrides: Any) -> SweepConfig:
-    """The ``SweepConfig`` of a named preset, with fields overridden by keyword."""
+    """The ``SweepConfig`` of a named preset, with settings overridden by keyword (flat names
+    such as ``epochs=10``, dotted ones such as ``**{"train.lr": 3e-3}``, or sections)."""
     if name not in PRESETS:
         raise ValueError(f"unknown sweep preset {name!r}; expected one of {sorted(PRESETS)}")
-    return SweepConfig.from_dict({**PRESETS[name], **overrides})
+    return SweepConfig.from_dict(_merge(nested_settings(PRESETS[name]), nested_settings(overrides)))
 
 
 def cell_configs(cfg: SweepConfig, cell: Mapping[str, Any], seed: int) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """``(task_cfg, model_cfg, train_cfg, run_info)`` of one run of the sweep."""
-    from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.config import TrainConfig
-    from interp_toolkit.tasks.mpsp import MPSPConfig
-
-    task_cfg = MPSPConfig.from_task(cell["task"], seq_len=cfg.seq_len, n_values=cfg.n_values, r=cell["r"],
-                                    n_train=cfg.n_train, n_eval=cfg.n_eval, seed=cfg.data_seed)
-    model_cfg = ModelConfig(n_layers=cell["n_layers"], n_heads=cell["n_heads"], d_model=cfg.d_model,
-                            d_mlp=cfg.d_mlp, seed=seed, **task_cfg.model_dims())
-    train_cfg = TrainConfig(epochs=cfg.epochs, lr=cfg.lr, betas=cfg.betas, weight_decay=cell["weight_decay"],
-                            batch_size=cfg.batch_size, eval_every=cfg.eval_every,
-                            checkpoint_every=cfg.checkpoint_every,
-                            checkpoint_log_spaced=cfg.checkpoint_log_spaced, progress=False)
+    """``(task_cfg, model_cfg, train_cfg, run_info)`` of one run of the sweep: the sections'
+    settings, the cell's (its ``"SECTION.FIELD"`` axes included) and the seed."""
+    classes = cfg.config_classes()
+    sections = {section: dict(getattr(cfg, section)) for section in SECTIONS}
+    for axis, value in cell.items():
+        section, dot, name = axis.partition(".")
+        if dot:
+            sections[section][name] = value
+    task_cfg = classes["task"].from_task(cell["task"], **sections["task"], r=cell["r"])
+    model_cfg = classes["model"](n_layers=cell["n_layers"], n_heads=cell["n_heads"], seed=seed, **sections["model"],
+                                 **task_cfg.model_dims())
+    train_cfg = classes["train"](**sections["train"], weight_decay=cell["weight_decay"], progress=False)
     run_info: dict[str, Any] = {"task": {"name": task_cfg.name, **task_cfg.to_dict()}}
     if cfg.early_stop:
         # The rule's name is part of the run key: runs stopped under the older, stricter rule
@@ -293,4 +502,7 @@ def stop_rule_of(cfg: SweepConfig, cell: Mapping[str, Any]) -> Callable[[dict[st
     return generalization_stop_rule(cell["r"], task_modulus(cell["task"]), cfg.threshold) if cfg.early_stop else None
 
 
-__all__ = ['CHANCE', 'GRID_FIELDS', 'HOW_NOT_WHAT', 'NOT_IN_KEY', 'OUTCOME_ONLY_FIELDS', 'PRESETS', 'PRESET_NOTES', 'SweepConfig', 'cell_configs', 'preset', 'run_dir_name', 'stop_rule_of']
+__all__ = ["CHANCE", "FLAT_NAMES", "GRID_FIELDS", "HOW_NOT_WHAT", "NOT_IN_KEY",
+           "OUTCOME_ONLY_FIELDS", "PER_RUN", "PRESETS", "PRESET_NOTES", "SECTIONS",
+           "SECTION_DEFAULTS", "SweepConfig", "cell_configs", "nested_settings", "preset",
+           "run_dir_name", "stop_rule_of"]

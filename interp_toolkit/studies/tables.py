@@ -13,26 +13,40 @@ from interp_toolkit.runs.record import FINISHED
 from interp_toolkit.studies.cells import (
     ARCH_FIELDS,
     CELL_FIELDS,
-    REGIME_FIELDS,
+    arch_fields,
+    cell_fields,
     cell_key,
     cell_label,
     matches_spec,
+    regime_fields,
     sort_key,
     varying_fields,
 )
 from interp_toolkit.studies.statistics import fisher_exact_p, newcombe_interval, wilson_interval
 
-TABLE_FIELDS = CELL_FIELDS + (
+_TABLE_STATS = (
     "n_seeds", "n_generalized", "rate", "wilson_low", "wilson_high",
     "n_rule_learned", "rule_learned_rate", "rule_learned_wilson_low", "rule_learned_wilson_high",
     "n_transient", "median_first_generalized_epoch", "mean_final_adv_acc", "mean_final_val_acc", "n_running",
 )
-
-
-CONTRAST_FIELDS = ARCH_FIELDS + (
+#: Columns of ``table.csv`` (cells without extra settings; see :func:`table_fields`).
+TABLE_FIELDS = CELL_FIELDS + _TABLE_STATS
+_CONTRAST_STATS = (
     "r_a", "r_b", "k_a", "n_a", "k_b", "n_b", "rate_a", "rate_b", "difference", "newcombe_low",
     "newcombe_high", "fisher_p",
 )
+#: Columns of ``contrasts.csv`` (cells without extra settings; see :func:`contrast_fields`).
+CONTRAST_FIELDS = ARCH_FIELDS + _CONTRAST_STATS
+
+
+def table_fields(table: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Columns of ``table.csv`` for these rows: their cell fields, then the rates."""
+    return cell_fields(table) + _TABLE_STATS
+
+
+def contrast_fields(table: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Columns of ``contrasts.csv`` for the contrasts of this table."""
+    return arch_fields(table) + _CONTRAST_STATS
 
 
 def compare_cells(row_a: Mapping[str, Any], row_b: Mapping[str, Any], column: str = "generalized",
@@ -49,9 +63,9 @@ def compare_cells(row_a: Mapping[str, Any], row_b: Mapping[str, Any], column: st
         raise ValueError(f"compare_cells column must be 'generalized' or 'rule_learned', got {column!r}")
     k_a, n_a, k_b, n_b = row_a[f"n_{column}"], row_a["n_seeds"], row_b[f"n_{column}"], row_b["n_seeds"]
     diff, low, high = newcombe_interval(k_a, n_a, k_b, n_b)
-    shown = [k for k in REGIME_FIELDS if k in label_fields or k in varying_fields([row_a, row_b])]
+    shown = [k for k in regime_fields([row_a, row_b]) if k in label_fields or k in varying_fields([row_a, row_b])]
     return {
-        **{k: row_a.get(k) for k in ARCH_FIELDS}, "r_a": row_a["r"], "r_b": row_b["r"],
+        **{k: row_a.get(k) for k in arch_fields([row_a, row_b])}, "r_a": row_a["r"], "r_b": row_b["r"],
         "cell_a": cell_label(row_a, shown), "cell_b": cell_label(row_b, shown), "column": column,
         "k_a": k_a, "n_a": n_a, "k_b": k_b, "n_b": n_b, "rate_a": k_a / n_a, "rate_b": k_b / n_b,
         "difference": diff, "newcombe_low": low, "newcombe_high": high,
@@ -63,8 +77,9 @@ def contrasts_table(table: Sequence[Mapping[str, Any]], column: str = "generaliz
     """:func:`compare_cells` for every pair of r values within each group of ``ARCH_FIELDS``
     (task, regime, layers, heads, weight decay; higher r first)."""
     by_arch: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    fields = arch_fields(table)
     for row in table:
-        by_arch.setdefault(cell_key(row, ARCH_FIELDS), []).append(row)
+        by_arch.setdefault(cell_key(row, fields), []).append(row)
     label_fields = varying_fields(table)
     out = []
     for arch in sorted(by_arch, key=sort_key):
@@ -125,10 +140,17 @@ PAPER_HEADLINE_RATES: tuple[ReferenceRate, ...] = tuple(
 )
 
 
-REFERENCE_FIELDS = CELL_FIELDS + (
+_REFERENCE_STATS = (
     "k", "n", "rate", "reference_k", "reference_n", "reference_rate", "difference", "newcombe_low",
     "newcombe_high", "fisher_p", "reference_source",
 )
+#: Columns of ``paper_comparison.csv`` (cells without extra settings; see :func:`reference_fields`).
+REFERENCE_FIELDS = CELL_FIELDS + _REFERENCE_STATS
+
+
+def reference_fields(table: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Columns of ``paper_comparison.csv`` for the cells of this table."""
+    return cell_fields(table) + _REFERENCE_STATS
 
 
 def reference_comparison(table: Sequence[Mapping[str, Any]],
@@ -153,7 +175,7 @@ def reference_comparison(table: Sequence[Mapping[str, Any]],
                 continue
             k, n = row["n_generalized"], row["n_seeds"]
             diff, low, high = newcombe_interval(k, n, ref.k, ref.n)
-            out.append({**{f: row.get(f) for f in CELL_FIELDS}, "cell": cell_label(row, shown),
+            out.append({**{f: row.get(f) for f in cell_fields(table)}, "cell": cell_label(row, shown),
                         "k": k, "n": n, "rate": k / n, "reference_k": ref.k, "reference_n": ref.n,
                         "reference_rate": ref.k / ref.n, "difference": diff, "newcombe_low": low,
                         "newcombe_high": high, "fisher_p": fisher_exact_p(k, n, ref.k, ref.n),
@@ -170,15 +192,16 @@ def row_finished(row: Mapping[str, Any]) -> bool:
 def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per-cell rates (paper criterion and rule learned), Wilson intervals and summaries.
 
-    Cells are keyed by every field of :data:`CELL_FIELDS` (a setting a row lacks counts as
-    ``None``), so runs of different regimes never pool. Only finished runs are counted: a
+    Cells are keyed by every field of :data:`CELL_FIELDS` and the rows' extra settings
+    (:func:`~interp_toolkit.studies.cells.cell_fields`; a setting a row lacks counts as ``None``), so runs of different regimes never pool. Only finished runs are counted: a
     run still training has no outcome yet (counting it as failed would bias a rate down, and
     a study's early-stopped successes finish first). ``n_running`` counts the others; a cell
     with no finished run has no row.
     """
     cells: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    fields = cell_fields(rows)
     for row in rows:
-        cells.setdefault(cell_key(row), []).append(row)
+        cells.setdefault(cell_key(row, fields), []).append(row)
     table = []
     for key in sorted(cells, key=sort_key):
         members = [m for m in cells[key] if row_finished(m)]
@@ -192,7 +215,7 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         rule_low, rule_high = wilson_interval(k_rule, n)
         firsts = [m["first_generalized_epoch"] for m in members if m["first_generalized_epoch"] is not None]
         table.append({
-            **dict(zip(CELL_FIELDS, key, strict=True)),
+            **dict(zip(fields, key, strict=True)),
             "n_seeds": n, "n_generalized": k, "rate": k / n, "wilson_low": low, "wilson_high": high,
             "n_rule_learned": k_rule, "rule_learned_rate": k_rule / n, "rule_learned_wilson_low": rule_low,
             "rule_learned_wilson_high": rule_high,
@@ -205,4 +228,6 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
-__all__ = ['CONTRAST_FIELDS', 'PAPER_HEADLINE_RATES', 'REFERENCE_FIELDS', 'ReferenceRate', 'TABLE_FIELDS', 'compare_cells', 'contrasts_table', 'rate_table', 'reference_comparison', 'row_finished']
+__all__ = ["CONTRAST_FIELDS", "PAPER_HEADLINE_RATES", "REFERENCE_FIELDS", "ReferenceRate",
+           "TABLE_FIELDS", "compare_cells", "contrast_fields", "contrasts_table", "rate_table",
+           "reference_comparison", "reference_fields", "row_finished", "table_fields"]

@@ -506,7 +506,7 @@ def test_cli_wires_into_main_parser(capsys):
 ])
 def test_sweep_config_validation(bad, match):
     with pytest.raises(ValueError, match=match):
-        SweepConfig.from_dict({**preset("smoke").to_dict(), **bad})
+        SweepConfig.from_dict({**preset("smoke").flat_dict(), **bad})
 
 
 def test_plan_jobs_chunks_seeds_and_names_are_distinct(tmp_path):
@@ -675,8 +675,8 @@ def test_length_calibrations_change_only_the_length(length):
     from interp_toolkit.cli.sweep import parse
 
     root = Path(__file__).parents[2] / "examples/reproduction"
-    base = parse(["--config", str(root / "calibration.yaml")]).sweep.to_dict()
-    other = parse(["--config", str(root / f"calibration_len{length}.yaml")]).sweep.to_dict()
+    base = parse(["--config", str(root / "calibration.yaml")]).sweep.flat_dict()
+    other = parse(["--config", str(root / f"calibration_len{length}.yaml")]).sweep.flat_dict()
     differing = {k for k in base if base[k] != other[k]}
     assert differing == {"name", "seq_len", "n_layers", "seeds"}
     assert other["seq_len"] == length and other["n_layers"] == [2]
@@ -767,7 +767,7 @@ def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_fi
     root = Path(__file__).parents[2] / "examples/reproduction"
     long = parse(["--config", str(root / long_file)]).sweep
     short = parse(["--config", str(root / short_file)]).sweep
-    differing = {k for k, v in long.to_dict().items() if short.to_dict()[k] != v}
+    differing = {k for k, v in long.flat_dict().items() if short.flat_dict()[k] != v}
     assert differing <= {"epochs", "seeds"} and (long.epochs, short.epochs) == (3000, 1000)
     assert set(long.seeds) <= set(short.seeds)
     for cell in long.cells():
