@@ -1,8 +1,11 @@
 """``interp-toolkit sweep``: a grid of MPSP cells x seeds, resumable and cached per run.
 
-The study itself lives in :mod:`interp_toolkit.studies.sweep`. Flags are generated from
-:class:`SweepCommandConfig`: every field of ``SweepConfig`` (``--ratios 0.5 0.9``,
-``--n-layers 1 2``, ``--epochs``, ``--early-stop`` ...) plus the command's own options.
+The study itself lives in :mod:`interp_toolkit.studies.sweep`. Flags are generated from the
+configs (:func:`_sweep_flags`): the command's own options (:class:`SweepCommandConfig`),
+``SweepConfig``'s grid and study settings (``--ratios 0.5 0.9``, ``--n-layers 1 2``,
+``--early-stop`` ...), every field of its ``task``, ``model`` and ``train`` sections (under the
+flat names of earlier versions where they had one: ``--epochs``, ``--lr``, ``--seq-len``; else
+``--SECTION-FIELD``: ``--train-seed``, ``--model-act-fn``) and ``--grid SECTION.FIELD=V1,V2``.
 Settings come from a preset (``--preset``, default ``smoke`` unless ``--config`` is given),
 then ``--config FILE`` (JSON/YAML of ``SweepConfig`` fields, or of command fields with a
 ``sweep`` section), then flags. With neither ``--preset`` nor ``--config``, ``--out DIR`` of

@@ -74,6 +74,12 @@ RATE_FIGURE = "generalization_rate"
 CURVES_FIGURE = "curves_by_cell"
 
 
+def _parse_study_json(path: Path) -> Any:
+    """The JSON of a study record: the one place that parses ``study.json`` (the callers say
+    what a missing or malformed one means for them)."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def study_record_path(study_dir: str | Path) -> Path:
     """Where a study directory's record lives."""
     return Path(study_dir) / STUDY_RECORD
@@ -158,7 +164,7 @@ _CACHE_EXTRA_KEYS = ("resumed_from", "stopped_early_at")
 def read_study_record_or_empty(study_dir: str | Path) -> dict[str, Any]:
     """``study.json`` of a study directory as a dict (empty when there is none)."""
     study_path = study_record_path(study_dir)
-    return json.loads(study_path.read_text()) if study_path.exists() else {}
+    return _parse_study_json(study_path) if study_path.exists() else {}
 
 
 def read_study_name(study_dir: str | Path) -> str | None:
@@ -401,7 +407,7 @@ def default_study_dir(cfg: SweepConfig, root: str | Path = "runs/sweeps") -> Pat
     matches = []
     for record_path in sorted(root.glob(f"{glob.escape(cfg.name)}_*/{STUDY_RECORD}")):
         try:
-            record = json.loads(record_path.read_text(encoding="utf-8"))
+            record = _parse_study_json(record_path)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue  # not a study this sweep can continue; run_sweep reports unreadable records it is given
         if isinstance(record, dict) and shared_settings_differing(record.get("config"), cfg) == []:
@@ -462,7 +468,7 @@ def read_study_record(study_dir: str | Path) -> dict[str, Any]:
         raise UserError(f"{study_dir} is not a study directory: it has no {STUDY_RECORD} (a sweep writes one when "
                         "it starts)")
     try:
-        record = json.loads(study_path.read_text(encoding="utf-8"))
+        record = _parse_study_json(study_path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"study record {study_path} is unreadable ({err})") from err
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
@@ -512,7 +518,7 @@ def new_study_record(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[Pa
     earlier: dict[str, Any] = {}
     study_path = study_record_path(study_dir)
     if study_path.is_file():  # check_study_dir has read it: the same sweep but for its grid
-        earlier = json.loads(study_path.read_text(encoding="utf-8"))
+        earlier = _parse_study_json(study_path)
     ours = _grid_of(json.loads(json.dumps(cfg.to_dict())))  # tuples as lists, as the record stores them
     sitting = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": socket.gethostname(),
                "grid": ours,
@@ -534,7 +540,7 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
     if not study_path.exists():
         return
     try:
-        existing = json.loads(study_path.read_text(encoding="utf-8"))
+        existing = _parse_study_json(study_path)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"study record {study_path} is unreadable ({err}); choose another directory") from err
     if existing.get("key") != cfg.key():
