@@ -300,12 +300,13 @@ def run_ray(jobs: list[dict[str, Any]], address: str | None, progress: SweepProg
         ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
         started_here = True
     try:
-        from ray.util.queue import Queue as RayQueue
-
         # A task asks for a GPU when the sweep's device is CUDA ("auto": when the cluster has one).
         wants_gpu = device.startswith("cuda") or (device == "auto" and ray.cluster_resources().get("GPU", 0) > 0)
-        events = RayQueue()
         remote_job = ray.remote(num_cpus=1, num_gpus=1 if wants_gpu else 0)(run_job)
+        # Imported after the request, which a test checks with a stand-in ray that has no queue.
+        from ray.util.queue import Queue as RayQueue
+
+        events = RayQueue()
         pending = {remote_job.remote(job, 1, callbacks, events): job for job in jobs}
         rows: list[dict[str, Any]] = []
         while pending:
