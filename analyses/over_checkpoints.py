@@ -36,6 +36,8 @@ from interp_toolkit.io import (
     header_digest,
     with_header_digest,
 )
+from interp_toolkit.runs import layout
+from interp_toolkit.runs.layout import metrics_path
 from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
@@ -272,7 +274,7 @@ def over_checkpoints(
         splits = splits_from_run(run_dir)
     data_key = {split_name: fingerprint(split) for split_name, split in sorted(splits.items())}
     fn_key = _callable_key(spec.fn)
-    out_dir = Path(out_dir) if out_dir is not None else run_dir / "analyses" / label
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / layout.ANALYSES / label
     cache_dir = out_dir / "cache"
 
     rows: list[dict[str, Any]] = []
@@ -384,7 +386,7 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
 
     columns = list(spec.value_columns) or [
         c for c in table.columns if c != "epoch" and all(isinstance(v, (int, float)) for v in table.column(c))][:3]
-    metrics = read_metrics(Path(run_dir) / "metrics.jsonl")
+    metrics = read_metrics(metrics_path(run_dir))
     series = {column: list(_series(table, spec, column).items())[:max_lines] for column in columns}
     colors = component_colors(name for lines in series.values() for name, _ in lines)
     with style():

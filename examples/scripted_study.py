@@ -13,7 +13,8 @@ import argparse
 from pathlib import Path
 
 from interp_toolkit.studies.report import write_report
-from interp_toolkit.studies.sweep import plan_sweep, preset, run_sweep
+from interp_toolkit.studies.sweep import plan_sweep, run_sweep
+from interp_toolkit.studies.sweep_config import preset
 
 
 def describe(plan: dict) -> str:

@@ -61,11 +61,9 @@ def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 def _read_record(run_dir: Path) -> dict[str, Any]:
-    record = Path(run_dir) / "run.json"
-    if not record.exists():
-        return {}
-    data = json.loads(record.read_text())
-    return data if isinstance(data, dict) else {}
+    from interp_toolkit.runs.record import has_record, read_record
+
+    return read_record(run_dir) if has_record(run_dir) else {}
 
 
 def _hparam_value(value: Any) -> bool | int | float | str:

@@ -39,6 +39,8 @@ from typing import Any, Sequence
 
 import torch
 
+from interp_toolkit.runs.layout import CHECKPOINTS
+
 __all__ = [
     "CheckpointLoadError",
     "CheckpointRef",
@@ -212,7 +214,7 @@ def toolkit_checkpoints(run_dir: str | Path) -> list[CheckpointRef]:
 
     found = list_checkpoints(run_dir)
     if not found:
-        raise CheckpointLoadError(f"no toolkit checkpoints under {Path(run_dir) / 'checkpoints'}")
+        raise CheckpointLoadError(f"no toolkit checkpoints under {Path(run_dir) / CHECKPOINTS}")
     return [CheckpointRef("toolkit", str(path), step=epoch) for epoch, path in found]
 
 
@@ -342,7 +344,7 @@ def resolve_checkpoints(specs: Sequence[str | Path]) -> list[CheckpointRef]:
         path = Path(text)
         if path.is_file() and path.suffix == ".safetensors":
             refs.append(CheckpointRef("toolkit", str(path), step=_step_of(path.stem)))
-        elif path.is_dir() and (path / "checkpoints").is_dir() and any((path / "checkpoints").glob("epoch_*.safetensors")):
+        elif path.is_dir() and (path / CHECKPOINTS).is_dir() and any((path / CHECKPOINTS).glob("epoch_*.safetensors")):
             refs.extend(toolkit_checkpoints(path))
         elif path.is_dir():
             refs.extend(hf_local_checkpoints(path))

@@ -30,7 +30,7 @@ from interp_toolkit.studies.mechanism import (
     mechanism_over_checkpoints,
     plot_mechanism,
 )
-from interp_toolkit.studies.report import plot_curves_by_cell, plot_rate_vs_r
+from interp_toolkit.studies.report_plots import plot_curves_by_cell, plot_rate_vs_r
 from interp_toolkit.tasks.induction_corpus import CLASS_NAMES
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 

@@ -33,7 +33,8 @@ class ReportCommandConfig(Config):
             exact p; cells as KEY=VALUE lists, e.g. --compare L=2,r=0.9,seq_len=8
             L=2,r=0.5,seq_len=8 (keys: task, study, L, H, wd, r, seq_len, n_values, n_train, n_eval,
             data_seed, d_model, d_mlp, lr, epochs, batch_size, eval_every, early_stop,
-            threshold; an even number of values, taken two by two).
+            threshold, and SECTION.FIELD for any other task, model or train setting, e.g.
+            train.seed; an even number of values, taken two by two).
         format: Figure file format (png, svg or pdf).
         rate_axis: r axis of the rate figure: full (0 to 1, to scale) or categorical (the
             measured r values evenly spaced).

@@ -1,8 +1,11 @@
 """``interp-toolkit sweep``: a grid of MPSP cells x seeds, resumable and cached per run.
 
-The study itself lives in :mod:`interp_toolkit.studies.sweep`. Flags are generated from
-:class:`SweepCommandConfig`: every field of ``SweepConfig`` (``--ratios 0.5 0.9``,
-``--n-layers 1 2``, ``--epochs``, ``--early-stop`` ...) plus the command's own options.
+The study itself lives in :mod:`interp_toolkit.studies.sweep`. Flags are generated from the
+configs (:func:`_sweep_flags`): the command's own options (:class:`SweepCommandConfig`),
+``SweepConfig``'s grid and study settings (``--ratios 0.5 0.9``, ``--n-layers 1 2``,
+``--early-stop`` ...), every field of its ``task``, ``model`` and ``train`` sections (under the
+flat names of earlier versions where they had one: ``--epochs``, ``--lr``, ``--seq-len``; else
+``--SECTION-FIELD``: ``--train-seed``, ``--model-act-fn``) and ``--grid SECTION.FIELD=V1,V2``.
 Settings come from a preset (``--preset``, default ``smoke`` unless ``--config`` is given),
 then ``--config FILE`` (JSON/YAML of ``SweepConfig`` fields, or of command fields with a
 ``sweep`` section), then flags. With neither ``--preset`` nor ``--config``, ``--out DIR`` of
@@ -23,7 +26,14 @@ from typing import Any, Literal, Optional, Sequence
 
 from interp_toolkit.config import Config, load_config_file, parse_config, split_config_flag
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.sweep import PRESET_NOTES, PRESETS, SweepConfig
+from interp_toolkit.studies.sweep_config import (
+    FLAT_NAMES,
+    PRESET_NOTES,
+    PRESETS,
+    SECTIONS,
+    SweepConfig,
+    nested_settings,
+)
 
 HELP = "run a seed sweep of MPSP cells (resumable, cached per run)"
 DESCRIPTION = ("Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones resume. "
@@ -133,9 +143,10 @@ def _flag_value(argv: Sequence[str], flag: str) -> str | None:
 def _study_settings(out: str | None, argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """``(sweep settings, command settings)`` recorded by the study at ``out``, if one is there
     (its paths checked unless ``argv`` gives the flag that replaces them)."""
-    if out is None or not (Path(out) / "study.json").exists():
+    from interp_toolkit.studies.study import study_record_path, study_sweep
+
+    if out is None or not study_record_path(out).exists():
         return None
-    from interp_toolkit.studies.sweep import study_sweep
 
     recorded = study_sweep(out)
     for flag, paths in (("--extend-from", recorded["extend_from"]), ("--recorded", recorded["recorded"])):
@@ -144,6 +155,104 @@ def _study_settings(out: str | None, argv: Sequence[str]) -> tuple[dict[str, Any
                 raise UserError(f"study {out} was run with {flag} {path}, which is gone; pass {flag} with where it "
                                 "is now, or the study's settings with --config FILE")
     return recorded["config"].to_dict(), {"extend_from": recorded["extend_from"], "recorded": recorded["recorded"]}
+
+
+def _attribute_help(cls: type) -> dict[str, str]:
+    """``{field: its text}`` from the ``Attributes:`` section of a Google-style class docstring
+    (``a, b: text`` documents both)."""
+    import inspect
+
+    out: dict[str, str] = {}
+    lines = inspect.cleandoc(cls.__doc__ or "").splitlines()
+    names: list[str] = []
+    inside = False
+    for line in lines:
+        if line.strip() == "Attributes:":
+            inside = True
+            continue
+        if not inside:
+            continue
+        if line and not line.startswith(" "):
+            break
+        head, sep, text = line.strip().partition(": ")
+        if line.startswith("    ") and not line.startswith("        ") and sep:
+            names = [name.strip() for name in head.split(",")]
+            for name in names:
+                out[name] = text
+        else:
+            for name in names:
+                out[name] = f"{out[name]} {line.strip()}".strip()
+    return out
+
+
+def _sweep_flags() -> tuple[type, dict[str, tuple[str, str]]]:
+    """The flags of ``sweep``: the command's own options, ``SweepConfig``'s grid and study
+    settings, the flat names of section fields (``--lr``, ``--seq-len``, ...), and every other
+    section field as ``--SECTION-FIELD`` (``--train-seed``, ``--model-act-fn``), plus
+    ``--grid SECTION.FIELD=V1,V2``. Built from the configs, so a new field is a new flag.
+
+    Returns:
+        ``(the flags dataclass, {flag field: (section, field)} of the section fields)``.
+    """
+    import typing
+
+    import tyro
+
+    def described(kind: Any, text: str) -> Any:
+        return typing.Annotated[kind, tyro.conf.arg(help=" ".join(text.split()) or None)]
+
+    fields: list[tuple[str, Any, Any]] = []
+    command_help = _attribute_help(SweepCommandConfig)
+    command_types = typing.get_type_hints(SweepCommandConfig, include_extras=True)
+    for f in dataclasses.fields(SweepCommandConfig):
+        if f.name != "sweep":
+            fields.append((f.name, described(command_types[f.name], command_help.get(f.name, "")), f))
+    sweep_help = _attribute_help(SweepConfig)
+    sweep_types = typing.get_type_hints(SweepConfig)
+    for f in dataclasses.fields(SweepConfig):
+        if f.name not in (*SECTIONS, "grid"):
+            fields.append((f.name, described(sweep_types[f.name], sweep_help.get(f.name, "")), None))
+    sections: dict[str, tuple[str, str]] = {}
+    classes = SweepConfig.config_classes()
+    flat_of = {where: flat for flat, where in FLAT_NAMES.items()}
+    for section in SECTIONS:
+        cls = classes[section]
+        hints = typing.get_type_hints(cls)
+        helps = _attribute_help(cls)
+        for name in SweepConfig.section_defaults(section):
+            flag = flat_of.get((section, name), f"{section}_{name}")
+            sections[flag] = (section, name)
+            fields.append((flag, described(hints[name], f"{cls.__name__}.{name}: {helps.get(name, '')}"), None))
+    fields.append(("grid", described(list[str], "More grid axes: SECTION.FIELD=V1,V2 (e.g. train.batch_size=256,none); "
+                                     "each is a cell setting of its own"), None))
+    spec = [(name, kind, dataclasses.field(default=None)) for name, kind, _ in fields]
+    flags = dataclasses.make_dataclass("SweepFlags", spec, bases=(Config,))
+    return flags, sections
+
+
+def _setting_value(text: str) -> Any:
+    """A grid value typed as written: none/null, true/false, an integer, a number, or text."""
+    lowered = text.strip().lower()
+    if lowered in ("none", "null", "full"):
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def _grid_of_flags(entries: Sequence[str]) -> dict[str, list[Any]]:
+    grid: dict[str, list[Any]] = {}
+    for entry in entries:
+        axis, sep, values = entry.partition("=")
+        if not sep or not values.strip():
+            raise UserError(f"--grid {entry!r}: expected SECTION.FIELD=V1,V2 (e.g. train.batch_size=256,none)")
+        grid[axis.strip()] = [_setting_value(v) for v in values.split(",") if v.strip()]
+    return grid
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepCommandConfig:
@@ -164,11 +273,30 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepComma
         data = load_config_file(config_file)
         command_fields = {f.name for f in dataclasses.fields(SweepCommandConfig)} - {"sweep"}
         command_data = {k: v for k, v in data.items() if k in command_fields}
-        sweep_data.update(data.get("sweep") or {k: v for k, v in data.items() if k not in command_fields})
+        sweep_data = nested_settings(sweep_data)
+        given = nested_settings(data.get("sweep") or {k: v for k, v in data.items() if k not in command_fields})
+        for key, value in given.items():  # a file's section settings add to the preset's
+            sweep_data[key] = {**sweep_data.get(key, {}), **value} if key in SECTIONS else value
         if data.get("sweep") and "device" in data:  # earlier files: device beside the sweep section
             sweep_data.setdefault("device", data["device"])
     default = SweepCommandConfig.from_dict({**command_data, "sweep": SweepConfig.from_dict(sweep_data)})
-    return parse_config(SweepCommandConfig, rest, default=default, prog=prog, description=DESCRIPTION)
+    flags, section_flags = _sweep_flags()
+    cfg = default.sweep
+    values = {f.name: getattr(default, f.name) for f in dataclasses.fields(SweepCommandConfig) if f.name != "sweep"}
+    values.update({f.name: getattr(cfg, f.name) for f in dataclasses.fields(SweepConfig)
+                   if f.name not in (*SECTIONS, "grid")})
+    values.update({flag: getattr(cfg, section)[name] for flag, (section, name) in section_flags.items()})
+    values["betas"] = tuple(values["betas"])
+    values["grid"] = [f"{axis}={','.join('none' if v is None else str(v) for v in vals)}"
+                      for axis, vals in cfg.grid.items()]
+    parsed = parse_config(flags, rest, default=flags(**values), prog=prog, description=DESCRIPTION)
+    chosen = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(parsed)}
+    command = {f.name: chosen.pop(f.name) for f in dataclasses.fields(SweepCommandConfig) if f.name != "sweep"}
+    sweep: dict[str, Any] = {"grid": _grid_of_flags(chosen.pop("grid") or [])}
+    for flag, (section, name) in section_flags.items():
+        sweep.setdefault(section, {})[name] = chosen.pop(flag)
+    sweep.update(chosen)
+    return SweepCommandConfig.from_dict({**command, "sweep": type(cfg).from_dict(sweep)})
 
 
 def _state_text(run: dict) -> str:

@@ -62,6 +62,7 @@ from interp_toolkit.runs.extend import (
     keep_final_state,
     starts_fresh,
 )
+from interp_toolkit.runs.layout import METRICS, curves_path, metrics_path
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.record import (
@@ -543,8 +544,8 @@ def _train_group(
     def finish_member(j: int, seconds: float, stopped_at: int | None) -> None:
         i = active[j]
         run_dir = states[i].run_dir
-        metrics = read_metrics(run_dir / "metrics.jsonl")
-        plot_curves(metrics, run_dir / "curves.png")
+        metrics = read_metrics(metrics_path(run_dir))
+        plot_curves(metrics, curves_path(run_dir))
         extra = {"stopped_early_at": stopped_at} if stopped_at is not None else {}
         finish_record(run_dir, records[i], metrics[-1] if metrics else {}, seconds, **extra)
         keep_final_state(run_dir)
@@ -558,7 +559,7 @@ def _train_group(
             check_finite_evaluation({"epoch": epoch, **metrics}, cfg.lr, states[active[j]].run_dir)
         for j, metrics in enumerate(results):
             metrics = {"epoch": epoch, **metrics}
-            append_jsonl(states[active[j]].run_dir / "metrics.jsonl", metrics)
+            append_jsonl(states[active[j]].run_dir / METRICS, metrics)
             save_member(j, epoch, metrics)
             logged.append(metrics)
         # After every member's state is saved: a callback that raises leaves all resumable.

@@ -29,6 +29,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_bytes
+from interp_toolkit.runs.layout import (
+    CHECKPOINTS,
+    CURVES,
+    FINAL_STATE,
+    METRICS,
+    RECORD,
+    metrics_path,
+)
 from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.record import (
     has_record,
@@ -46,7 +54,7 @@ from interp_toolkit.runs.resume import (
 )
 
 #: The last state of a finished run, kept so that a longer run can continue from it.
-FINAL_STATE_NAME = "final_state.safetensors"
+FINAL_STATE_NAME = FINAL_STATE
 
 #: Record fields a trainer carries from the record it finds into the one it writes.
 CARRIED_RECORD_FIELDS = ("extended_from",)
@@ -156,7 +164,7 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     if have >= want:
         raise ExtensionError(f"cannot extend from {source_dir}: it trains {have} epochs and this run {want}; "
                              f"a run extends only a run of fewer epochs")
-    metrics = read_metrics(source_dir / "metrics.jsonl")
+    metrics = read_metrics(metrics_path(source_dir))
     if not metrics:
         raise ExtensionError(f"cannot extend from {source_dir}: its metrics.jsonl is empty")
     last = int(metrics[-1]["epoch"])
@@ -230,10 +238,10 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
         if epoch not in keep_ckpt or epoch > last_epoch:
             continue
         cfg, tensors, metadata = read_checkpoint(path)
-        save_artifact(run_dir / "checkpoints" / path.name, tensors,
+        save_artifact(run_dir / CHECKPOINTS / path.name, tensors,
                       {"model_config": cfg.to_dict(), "metadata": {**metadata, "run_key": key}}, kind=KIND)
     kept = [m for m in plan.metrics if int(m["epoch"]) in keep_eval]
-    atomic_write_bytes(run_dir / "metrics.jsonl",
+    atomic_write_bytes(run_dir / METRICS,
                        "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
     origin = {"run_dir": str(source_dir), "key": record.get("key"),
               "epochs": int(record["identity"]["train"]["epochs"]), "epoch": last_epoch}
@@ -253,8 +261,8 @@ def _write_extension(plan: ExtensionPlan, run_dir: Path, *, key: str, identity: 
     if state is not None:  # so the copy can be continued in turn
         save_resume_state(run_dir / FINAL_STATE_NAME, state["epoch"], key, state["model"],
                           state["optimizer_state"], state["shuffle_rng"])
-    if (source_dir / "curves.png").is_file():
-        atomic_write_bytes(run_dir / "curves.png", (source_dir / "curves.png").read_bytes())
+    if (source_dir / CURVES).is_file():
+        atomic_write_bytes(run_dir / CURVES, (source_dir / CURVES).read_bytes())
     # train_seconds: the training that produced this history (the source's).
     new.update(status="finished", final=kept[-1], train_seconds=record.get("train_seconds", 0.0),
                stopped_early_at=last_epoch)
@@ -310,14 +318,14 @@ def clear_run_outputs(run_dir: str | os.PathLike) -> None:
     checkpoints a run with the same key left before it could save a resumable state."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    metrics_path(run_dir).unlink(missing_ok=True)
     for _, stale in list_checkpoints(run_dir):
         stale.unlink()
 
 
 #: What a start of this run killed before its first saved state leaves besides the metrics
 #: and checkpoints a trainer's fresh start clears.
-_PARTIAL_START = ("run.json", "curves.png", FINAL_STATE_NAME)
+_PARTIAL_START = (RECORD, CURVES, FINAL_STATE_NAME)
 
 
 def clear_partial_start(run_dir: str | os.PathLike) -> None:
@@ -327,7 +335,7 @@ def clear_partial_start(run_dir: str | os.PathLike) -> None:
     clear_run_outputs(run_dir)
     for name in _PARTIAL_START:
         (run_dir / name).unlink(missing_ok=True)
-    folder = run_dir / "checkpoints"
+    folder = run_dir / CHECKPOINTS
     if folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()
 

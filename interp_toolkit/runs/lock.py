@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from interp_toolkit.errors import UserError
+from interp_toolkit.runs.layout import LOCK
 
-LOCK_NAME = ".lock"
+LOCK_NAME = LOCK
 
 # resolved directory -> [open lock file, hold count]; flock is per open file description,
 # so the process keeps one descriptor per directory and counts nested holds on it.

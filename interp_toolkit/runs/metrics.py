@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from interp_toolkit.errors import UserError
+from interp_toolkit.runs.layout import METRICS
 
-METRICS_NAME = "metrics.jsonl"
+METRICS_NAME = METRICS
 
 
 class MetricsError(UserError):

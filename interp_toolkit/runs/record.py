@@ -26,8 +26,9 @@ from typing import Any, Mapping
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json
+from interp_toolkit.runs.layout import RECORD
 
-RECORD_NAME = "run.json"
+RECORD_NAME = RECORD
 FINISHED = ("finished", "done")
 
 

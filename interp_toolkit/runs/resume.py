@@ -38,10 +38,18 @@ from interp_toolkit.io import (
     verify_header_digest,
     with_header_digest,
 )
+from interp_toolkit.runs.layout import (
+    CHECKPOINTS,
+    LEGACY_RESUME_STATE,
+    METRICS,
+    RESUME_STATE,
+    checkpoints_dir,
+    metrics_path,
+)
 from interp_toolkit.runs.record import is_finished
 
-RESUME_NAME = "resume.safetensors"
-LEGACY_RESUME_NAME = "resume.pt"
+RESUME_NAME = RESUME_STATE
+LEGACY_RESUME_NAME = LEGACY_RESUME_STATE
 #: "2": tensor and header digests (format "1", without them, is still read, unverified).
 RESUME_FORMAT = "2"
 _LEGACY_FORMATS = ("1",)
@@ -287,7 +295,7 @@ def inspect_run_dir(run_dir: str | os.PathLike) -> RunDirContents:
 
     record = read_record(run_dir) if has_record(run_dir) else None
     checkpoint_keys: dict[Path, str | None] = {}
-    for path in sorted((run_dir / "checkpoints").glob("epoch_*.safetensors")):
+    for path in sorted((run_dir / CHECKPOINTS).glob("epoch_*.safetensors")):
         try:
             checkpoint_keys[path] = checkpoint_run_key(path)
         except UserError:
@@ -303,7 +311,7 @@ def inspect_run_dir(run_dir: str | os.PathLike) -> RunDirContents:
         except Exception:  # noqa: BLE001 - an unreadable resume file is reported when it is loaded
             resume_key = None
     entries = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME)
-    return RunDirContents(run_dir, record, checkpoint_keys, resume_key, (run_dir / "metrics.jsonl").exists(),
+    return RunDirContents(run_dir, record, checkpoint_keys, resume_key, (run_dir / METRICS).exists(),
                           entries)
 
 
@@ -314,8 +322,8 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
     from interp_toolkit.runs.metrics import read_metrics
 
     run_dir = Path(run_dir)
-    last = run_dir / "checkpoints" / f"epoch_{epochs:06d}.safetensors"
-    metrics = read_metrics(run_dir / "metrics.jsonl")
+    last = checkpoints_dir(run_dir) / f"epoch_{epochs:06d}.safetensors"
+    metrics = read_metrics(metrics_path(run_dir))
     if not last.is_file() or not metrics or metrics[-1].get("epoch") != epochs:
         return None
     try:
@@ -329,13 +337,13 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
 
 def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
     """Where a run saves its checkpoint of ``epoch``."""
-    return Path(run_dir) / "checkpoints" / f"epoch_{epoch:06d}.safetensors"
+    return Path(run_dir) / CHECKPOINTS / f"epoch_{epoch:06d}.safetensors"
 
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     """``(epoch, path)`` of every checkpoint of a run, by epoch."""
     found = []
-    for path in sorted((Path(run_dir) / "checkpoints").glob("epoch_*.safetensors")):
+    for path in sorted((Path(run_dir) / CHECKPOINTS).glob("epoch_*.safetensors")):
         try:
             found.append((int(path.stem.split("_")[1]), path))
         except (IndexError, ValueError):
@@ -396,7 +404,7 @@ def run_dir_state(run_dir: str | os.PathLike, key: str, epochs: int | None = Non
         recovered = record is not None
     if is_finished(record):
         if not list_checkpoints(run_dir):
-            raise UserError(f"run {run_dir} is recorded finished, but {run_dir / 'checkpoints'} holds no "
+            raise UserError(f"run {run_dir} is recorded finished, but {run_dir / CHECKPOINTS} holds no "
                             f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "
                             f"and train it again")
         check_finished_record(run_dir, record)
@@ -430,7 +438,7 @@ def check_finished_record(run_dir: str | os.PathLike, record: Mapping[str, Any])
         raise UserError(f"{path} says the run finished but records no final evaluation (final.epoch); it was not "
                         f"written by a trainer that finished the run; {way_out}")
     epoch = final["epoch"]
-    metrics = read_metrics(run_dir / "metrics.jsonl")
+    metrics = read_metrics(metrics_path(run_dir))
     if not metrics or metrics[-1] != dict(final):
         last = metrics[-1].get("epoch") if metrics else None
         raise UserError(f"{path} says the run finished at epoch {epoch}, but its metrics.jsonl ends "

@@ -46,6 +46,7 @@ from interp_toolkit.runs.extend import (
     keep_final_state,
     start_from_shorter_run,
 )
+from interp_toolkit.runs.layout import CURVES, METRICS
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.record import (
@@ -252,7 +253,7 @@ def truncate_metrics(run_dir: str | Path, epoch: int, evaluation_epochs: Sequenc
     from interp_toolkit.errors import notice
     from interp_toolkit.runs.metrics import repair_for_resume
 
-    metrics_path = Path(run_dir) / "metrics.jsonl"
+    metrics_path = Path(run_dir) / METRICS
     kept, message = repair_for_resume(run_dir, epoch, evaluation_epochs)
     if message is not None:
         notice(message)
@@ -365,7 +366,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
     key = config_hash(identity)
     resume_path = run_dir / RESUME_NAME
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = run_dir / METRICS
 
     if overwrite:
         move_aside(run_dir)
@@ -457,7 +458,7 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
 
     metrics = read_metrics(metrics_path)
     final = metrics[-1] if metrics else {}
-    plot_curves(metrics, run_dir / "curves.png")
+    plot_curves(metrics, run_dir / CURVES)
     finish_record(run_dir, record, final, time.perf_counter() - started)
     keep_final_state(run_dir)
     dispatch(callbacks, "on_run_end", run_dir, final)

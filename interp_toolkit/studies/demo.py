@@ -65,6 +65,7 @@ def run_demo(out: str | Path = DEMO_OUT, epochs: int = 500, n_train: int = 4096,
     from interp_toolkit.model import ModelConfig
     from interp_toolkit.plotting import check_format, save_figure
     from interp_toolkit.runs.config import TrainConfig
+    from interp_toolkit.runs.layout import curves_path
     from interp_toolkit.runs.mpsp import train_mpsp, write_curves
     from interp_toolkit.studies.outcomes import compute_outcome, describe_phases, plot_phases
     from interp_toolkit.tasks.mpsp import MPSPConfig, task_modulus
@@ -102,7 +103,7 @@ def run_demo(out: str | Path = DEMO_OUT, epochs: int = 500, n_train: int = 4096,
         "phases": phases,
         "near_miss": near_miss,
         "seconds": seconds,
-        "curves_png": str(run_dir / "curves.png"),
+        "curves_png": str(curves_path(run_dir)),
         "curves": str(write_curves(result, run_dir, figure_format)),
         "phases_figure": str(phases_path),
     }

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from interp_toolkit.io import config_hash, load_artifact, save_artifact, tensor_digest
+from interp_toolkit.runs.layout import CHECKPOINTS
 from interp_toolkit.runs.record import is_finished, read_run_record, write_record
 from interp_toolkit.tasks.dln import (
     DeepLinearNetwork,
@@ -207,7 +208,7 @@ def train_dln(
         record = read_run_record(run_dir, key)
         if record is not None:
             for step in ckpt_steps:
-                path = run_dir / "checkpoints" / f"step_{step:06d}.safetensors"
+                path = run_dir / CHECKPOINTS / f"step_{step:06d}.safetensors"
                 if path.exists():
                     checkpoints[step] = load_artifact(path, kind="dln_state")[0]
             losses = list(record.get("losses", []))
@@ -224,7 +225,7 @@ def train_dln(
         if step in ckpt_steps and step not in checkpoints:
             checkpoints[step] = {k: v.detach().clone() for k, v in current.state_dict().items()}
             if run_dir is not None:
-                _save_state(run_dir / "checkpoints" / f"step_{step:06d}.safetensors", current, {"step": step})
+                _save_state(run_dir / CHECKPOINTS / f"step_{step:06d}.safetensors", current, {"step": step})
 
     keep(start, model)
     bar = tqdm(total=train_cfg.steps - start, desc="DLN GD", disable=not train_cfg.progress, leave=False)

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from interp_toolkit.config import Config
 from interp_toolkit.io import atomic_write_json, config_hash
+from interp_toolkit.runs.layout import CHECKPOINTS
 
 # pythia_schedule lives with the Hub's Pythia revisions in sources (below the studies, which
 # sources must not import); re-exported here
@@ -187,7 +188,7 @@ def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = T
     if record.exists():
         meta = json.loads(record.read_text())
         if meta.get("config_hash") == key and meta.get("complete"):
-            return hf_local_checkpoints(out / "checkpoints")
+            return hf_local_checkpoints(out / CHECKPOINTS)
     model = testbed_model(config)
     save_at = set(config.checkpoint_steps)
     atomic_write_json(record, {"config": config.to_dict(), "config_hash": key, "complete": False})
@@ -200,13 +201,13 @@ def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = T
             bar.update(1)
         if step in save_at:
             model.eval()
-            directory = out / "checkpoints" / f"step{step:06d}"
+            directory = out / CHECKPOINTS / f"step{step:06d}"
             model.save_pretrained(directory)
             atomic_write_json(directory / "checkpoint.json", {"step": step, "train_loss": last_loss, "config_hash": key})
     bar.close()
     atomic_write_json(out / "train_log.json", log)
     atomic_write_json(record, {"config": config.to_dict(), "config_hash": key, "complete": True})
-    return hf_local_checkpoints(out / "checkpoints")
+    return hf_local_checkpoints(out / CHECKPOINTS)
 
 
 def induction_phases(steps: Sequence[int], scores: Sequence[float], low: float = 0.1, high: float = 0.9) -> dict[str, Any]:

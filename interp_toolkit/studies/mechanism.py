@@ -55,6 +55,7 @@ from typing import Any, Literal, Sequence
 
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
+from interp_toolkit.runs.layout import ANALYSES, CHECKPOINTS, METRICS
 
 #: Panel title -> the quantities of the tidy table drawn in it (``head`` is ``all`` for the
 #: whole-model ones: accuracies, all-parameter gradient statistics, patching gaps).
@@ -215,8 +216,8 @@ def check_run_dir(run_dir: str | Path) -> tuple[dict[str, Any], list[tuple[int, 
     task_config(run_dir)  # names a missing or non-MPSP task
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
-        raise UserError(f"{run_dir} has no checkpoints (expected {run_dir / 'checkpoints'}/epoch_*.safetensors)")
-    metrics_path = run_dir / "metrics.jsonl"
+        raise UserError(f"{run_dir} has no checkpoints (expected {run_dir / CHECKPOINTS}/epoch_*.safetensors)")
+    metrics_path = run_dir / METRICS
     metrics = read_metrics(metrics_path) if metrics_path.is_file() else []
     metrics = [m for m in metrics if "val_acc" in m and "adv_acc" in m]
     if not metrics:
@@ -301,7 +302,7 @@ def mechanism_over_checkpoints(
     with torch_threads(n_threads):
         for name, (analysis, analysis_config) in runs.items():
             result = over_checkpoints(analysis, run_dir, splits=splits, epochs=available, config=analysis_config,
-                                      name=name, out_dir=run_dir / "analyses" / "mechanism" / name, plot=False,
+                                      name=name, out_dir=run_dir / ANALYSES / "mechanism" / name, plot=False,
                                       progress=progress, device=load_on)
             tables[name] = result.table
             computed[name], hits[name] = result.computed, result.cache_hits

@@ -170,7 +170,8 @@ def near_miss_of_run(run_dir: str | Path, split: str = "adv", threshold: float =
     Raises:
         UserError: No run record or task, no evaluation of ``split``, or a bad margin.
     """
-    from interp_toolkit.io import read_jsonl
+    from interp_toolkit.runs.layout import metrics_path as layout_metrics_path
+    from interp_toolkit.runs.metrics import read_metrics
     from interp_toolkit.runs.record import read_record, task_config
     from interp_toolkit.runs.resume import list_checkpoints
 
@@ -180,9 +181,9 @@ def near_miss_of_run(run_dir: str | Path, split: str = "adv", threshold: float =
     run_dir = Path(run_dir)
     record = read_record(run_dir)
     task = task_config(run_dir)
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = layout_metrics_path(run_dir)
     key = f"{split}_acc"
-    metrics = [m for m in (read_jsonl(metrics_path) if metrics_path.is_file() else []) if key in m]
+    metrics = [m for m in (read_metrics(metrics_path) if metrics_path.is_file() else []) if key in m]
     if not metrics:
         raise UserError(f"{metrics_path} holds no evaluation with {key}; the near-miss view needs a run evaluated "
                         f"on the {split!r} split")

@@ -236,9 +236,10 @@ def compute_outcome(
 def outcome_of_run(run_dir: str | Path, r: float, modulus: int = 2,
                    thresholds: OutcomeThresholds | None = None) -> dict[str, Any]:
     """:func:`compute_outcome` of a run directory's ``metrics.jsonl``."""
+    from interp_toolkit.runs.layout import metrics_path
     from interp_toolkit.runs.metrics import read_metrics
 
-    metrics = read_metrics(Path(run_dir) / "metrics.jsonl")
+    metrics = read_metrics(metrics_path(run_dir))
     if not metrics:
         raise ValueError(f"run directory {run_dir} has no evaluations in metrics.jsonl")
     return compute_outcome(metrics, r, modulus, thresholds)

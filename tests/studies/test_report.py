@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,8 @@ from interp_toolkit.studies.outcomes import (
     generalization_split,
     generalization_stop_rule,
 )
-from interp_toolkit.studies.report import (
-    fisher_exact_p,
-    newcombe_interval,
-    wilson_interval,
-    write_report,
-)
+from interp_toolkit.studies.report import write_report
+from interp_toolkit.studies.statistics import newcombe_interval, wilson_interval
 
 
 def _curve(pairs, every=10):
@@ -140,24 +135,8 @@ def test_stop_rule_uses_the_paper_criterion():
     assert generalization_stop_rule(0.5, 3)({"val_acc": 0.2, "adv_acc": 1.0})
 
 
-@pytest.mark.parametrize("k, n", [(0, 5), (2, 5), (5, 5), (7, 30), (1, 1)])
-def test_wilson_matches_scipy(k, n):
-    ref = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    low, high = wilson_interval(k, n)
-    assert low == pytest.approx(ref.low, abs=1e-9) and high == pytest.approx(ref.high, abs=1e-9)
-
-
-def test_wilson_bounds_are_exact_at_zero_and_all():
-    """k = 0 gives a lower bound of exactly 0 and k = n an upper bound of exactly 1 (at n = 7,
-    float rounding once gave 1e-17 > 0, a negative error bar that crashed the rate plot)."""
-    for n in range(1, 300):
-        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
-        low, high = wilson_interval(0, n)
-        assert low <= 0.0 <= high
-
-
 def test_rate_plot_takes_zero_of_seven(tmp_path):
-    from interp_toolkit.studies.report import plot_rate_vs_r
+    from interp_toolkit.studies.report_plots import plot_rate_vs_r
 
     low, high = wilson_interval(0, 7)
     row = {"task": "max_parity_sum_parity", "n_layers": 2, "n_heads": 2, "weight_decay": 0.1, "r": 0.9,
@@ -168,7 +147,7 @@ def test_rate_plot_takes_zero_of_seven(tmp_path):
 
 def test_rate_plot_centres_each_r_on_the_series_measured_there():
     """A series alone at an r sits on its tick; series sharing an r straddle it."""
-    from interp_toolkit.studies.report import plot_rate_vs_r
+    from interp_toolkit.studies.report_plots import plot_rate_vs_r
 
     def row(layers, r):
         low, high = wilson_interval(1, 4)
@@ -184,13 +163,6 @@ def test_rate_plot_centres_each_r_on_the_series_measured_there():
     assert one_layer[0] == pytest.approx(0.0) and two_layer[1] == pytest.approx(2.0)  # alone: on the tick
     assert one_layer[1] < 1.0 < two_layer[0]  # shared r = 0.5: either side of its tick
     assert one_layer[1] + two_layer[0] == pytest.approx(2.0)
-
-
-def test_wilson_validates():
-    with pytest.raises(ValueError, match="n >= 1"):
-        wilson_interval(0, 0)
-    with pytest.raises(ValueError, match=r"\[0, 3\]"):
-        wilson_interval(4, 3)
 
 
 def _make_run(root: Path, name: str, r: float, layers: int, seed: int, curve, status: str = "finished") -> None:
@@ -317,59 +289,13 @@ def test_report_uses_study_outcome_thresholds(tmp_path):
     assert row["transient"] is True and row["left_epoch"] == 20 and row["transient_min_span"] == 2
 
 
-# Newcombe (1998), Statistics in Medicine 17:873-890, Table II, method 10 (score interval
-# without continuity correction), to 4 decimals.
-NEWCOMBE_TABLE_II = [
-    ((56, 70, 48, 80), (0.0524, 0.3339)),
-    ((9, 10, 3, 10), (0.1705, 0.8090)),
-    ((6, 7, 2, 7), (0.0582, 0.8062)),
-    ((5, 56, 0, 29), (-0.0381, 0.1926)),
-    ((0, 10, 0, 20), (-0.1611, 0.2775)),
-    ((0, 10, 0, 10), (-0.2775, 0.2775)),
-    ((10, 10, 0, 20), (0.6791, 1.0000)),
-    ((10, 10, 0, 10), (0.6075, 1.0000)),
-]
-
-
-@pytest.mark.parametrize("counts, interval", NEWCOMBE_TABLE_II)
-def test_newcombe_matches_published_table(counts, interval):
-    diff, low, high = newcombe_interval(*counts)
-    k_a, n_a, k_b, n_b = counts
-    assert diff == pytest.approx(k_a / n_a - k_b / n_b)
-    assert (low, high) == pytest.approx(interval, abs=6e-5)
-
-
-def _fisher_two_sided_by_hand(k_a, n_a, k_b, n_b):
-    # hypergeometric tables with the same margins, at most as likely as the observed one
-    total_k, total = k_a + k_b, n_a + n_b
-
-    def prob(x):
-        return math.comb(n_a, x) * math.comb(n_b, total_k - x) / math.comb(total, total_k)
-
-    observed = prob(k_a)
-    lo, hi = max(0, total_k - n_b), min(n_a, total_k)
-    return sum(prob(x) for x in range(lo, hi + 1) if prob(x) <= observed * (1 + 1e-7))
-
-
-@pytest.mark.parametrize("counts", [(3, 4, 1, 4), (10, 16, 2, 16), (0, 8, 8, 8), (5, 9, 5, 9), (13, 16, 0, 16)])
-def test_fisher_matches_scipy_and_hand_count(counts):
-    p = fisher_exact_p(*counts)
-    k_a, n_a, k_b, n_b = counts
-    assert p == pytest.approx(fisher_exact([[k_a, n_a - k_a], [k_b, n_b - k_b]]).pvalue, rel=1e-12)
-    assert p == pytest.approx(_fisher_two_sided_by_hand(*counts), rel=1e-9)
-
-
-def test_fisher_tea_tasting():
-    assert fisher_exact_p(3, 4, 1, 4) == pytest.approx(17 / 35)  # Fisher's lady tasting tea
-
-
 def test_report_rejects_non_study(tmp_path):
     with pytest.raises(ValueError, match="not a study directory"):
         write_report(tmp_path)
 
 
 def test_read_thresholds_of_older_studies(tmp_path):
-    from interp_toolkit.studies.report import read_thresholds
+    from interp_toolkit.studies.study import read_thresholds
 
     assert read_thresholds(tmp_path) == OutcomeThresholds()
     atomic_write_json(tmp_path / "study.json", {"key": "k", "config": {"threshold": 0.98, "epochs": 5}})
@@ -439,7 +365,7 @@ def _table_row(layers: int, r: float, k: int, n: int, wd: float = 0.1, task: str
 def test_reference_comparison_matches_the_paper_cells_only():
     """Each cell with a published rate is compared with it (here - paper): Newcombe interval
     and Fisher p as for two measured cells; cells of other weight decays, r or tasks are not."""
-    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES, reference_comparison
+    from interp_toolkit.studies.tables import PAPER_HEADLINE_RATES, reference_comparison
 
     table = [_table_row(2, 0.9, 0, 8), _table_row(1, 0.5, 7, 30), _table_row(1, 0.9, 0, 8, wd=0.4),
              _table_row(2, 0.7, 1, 4), _table_row(2, 0.9, 2, 4, task="first_parity_sum_parity")]
@@ -456,14 +382,14 @@ def test_reference_comparison_matches_the_paper_cells_only():
 
 
 def test_paper_headline_rates_are_the_papers_percentages():
-    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES
+    from interp_toolkit.studies.tables import PAPER_HEADLINE_RATES
 
     rates = {(ref.n_layers, ref.r): round(100 * ref.k / ref.n) for ref in PAPER_HEADLINE_RATES}
     assert rates == {(2, 0.5): 0, (2, 0.9): 77, (1, 0.5): 33, (1, 0.9): 0}
 
 
 def test_reference_rate_validates():
-    from interp_toolkit.studies.report import ReferenceRate
+    from interp_toolkit.studies.tables import ReferenceRate
 
     with pytest.raises(ValueError, match=r"\[0, 30\]"):
         ReferenceRate("max_parity_sum_parity", 2, 0.9, 31, 30, "a typo")
@@ -474,7 +400,8 @@ def test_reference_rate_validates():
 def test_rate_plot_draws_published_rates_beside_their_cells():
     """A published rate whose cell is in the table is one more (hollow) series there; one
     whose cell is not is not drawn."""
-    from interp_toolkit.studies.report import PAPER_HEADLINE_RATES, plot_rate_vs_r
+    from interp_toolkit.studies.report_plots import plot_rate_vs_r
+    from interp_toolkit.studies.tables import PAPER_HEADLINE_RATES
 
     table = [_table_row(2, 0.9, 0, 8), _table_row(2, 0.5, 0, 8), _table_row(1, 0.1, 0, 8)]
     plain = plot_rate_vs_r(table, x_axis="categorical")

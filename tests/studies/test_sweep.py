@@ -20,15 +20,9 @@ from interp_toolkit.cli import main
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json, read_jsonl
 from interp_toolkit.runs.trainer import list_checkpoints
-from interp_toolkit.studies.sweep import (
-    SweepConfig,
-    default_study_dir,
-    plan_jobs,
-    plan_sweep,
-    preset,
-    run_sweep,
-)
-from interp_toolkit.tasks.mpsp import TASKS, task_modulus
+from interp_toolkit.studies.study import default_study_dir
+from interp_toolkit.studies.sweep import plan_jobs, plan_sweep, run_sweep
+from interp_toolkit.studies.sweep_config import SweepConfig, preset
 
 torch.set_num_threads(1)
 
@@ -130,7 +124,7 @@ def test_progress_lines_for_background_logs():
     """--log-every: plain lines at most that often, with an upper bound on the time left."""
     import io
 
-    from interp_toolkit.studies.sweep import _SweepProgress
+    from interp_toolkit.studies.execution import SweepProgress
 
     class Bar:
         def update(self, n):
@@ -142,7 +136,7 @@ def test_progress_lines_for_background_logs():
     now = [0.0]
     stream = io.StringIO()
     jobs = [{"evaluations_per_run": 4, "runs": [{"run_dir": "a"}, {"run_dir": "b"}]}]
-    tracker = _SweepProgress(Bar(), jobs, n_runs=3, n_cached=1, log_every=60, name="demo", initial=4,
+    tracker = SweepProgress(Bar(), jobs, n_runs=3, n_cached=1, log_every=60, name="demo", initial=4,
                              stream=stream, clock=lambda: now[0])
     now[0] = 30.0
     tracker.event("evaluation", "a")  # not yet a minute since the start: no line
@@ -432,7 +426,7 @@ def test_study_record_keeps_the_whole_grid_and_every_sitting(smoke_local, tmp_pa
     import socket
 
     from interp_toolkit.cli.sweep import parse
-    from interp_toolkit.studies.sweep import study_sweep
+    from interp_toolkit.studies.study import study_sweep
 
     study = tmp_path / "study"
     shutil.copytree(smoke_local.study_dir, study)
@@ -501,24 +495,6 @@ def test_cli_wires_into_main_parser(capsys):
     assert "runs" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"ratios": [1.5]}, "1.5"),
-    ({"ratios": ["half"]}, "chance"),
-    ({"transient_tolerance": 0}, "transient_tolerance"),
-    ({"transient_min_span": 0}, "transient_min_span"),
-    ({"ratios": []}, "ratios must be a non-empty list"),
-    ({"n_layers": [0]}, "n_layers"),
-    ({"seeds": [0, 0]}, "duplicates"),
-    ({"tasks": ["nope"]}, "nope"),
-    ({"epochs": 0}, "epochs"),
-    ({"weight_decays": [-0.1]}, "weight_decays"),
-    ({"bogus": 1}, "bogus"),
-])
-def test_sweep_config_validation(bad, match):
-    with pytest.raises(ValueError, match=match):
-        SweepConfig.from_dict({**preset("smoke").to_dict(), **bad})
-
-
 def test_plan_jobs_chunks_seeds_and_names_are_distinct(tmp_path):
     cfg = preset("smoke", seeds=5, seeds_per_process=2)
     jobs = plan_jobs(cfg, tmp_path)
@@ -529,30 +505,6 @@ def test_plan_jobs_chunks_seeds_and_names_are_distinct(tmp_path):
     # every cell's first seeds come first: a study stopped part-way has balanced cells
     assert n_cells > 1 and [job["cell"] for job in jobs[:n_cells]] == cfg.cells()
     assert {tuple(run["seed"] for run in job["runs"]) for job in jobs[:n_cells]} == {(0, 1)}
-
-
-def test_outcome_only_fields_leave_the_study_key_alone():
-    base = preset("quick")
-    assert preset("quick", transient_min_span=5, transient_tolerance=0.9).key() == base.key()
-    assert preset("quick", threshold=0.99).key() != base.key()  # it decides early stopping
-
-
-def test_presets_follow_the_protocol():
-    paper = preset("paper")
-    assert paper.n_train == 16_384 and paper.epochs == 15_000 and len(paper.seeds) >= 30
-    assert set(paper.n_layers) == {1, 2} and set(paper.n_heads) == {1, 2}
-    assert set(paper.weight_decays) == {0.1, 0.4} and not paper.early_stop
-    # the four task variants, r in {0.1, 0.3, 1/m, 0.5, 0.7, 0.9} with 1/m per task
-    assert set(paper.tasks) == set(TASKS)
-    for task in paper.tasks:
-        chance = 1 / task_modulus(task)
-        assert sorted(paper.task_ratios(task)) == pytest.approx(sorted({0.1, 0.3, chance, 0.5, 0.7, 0.9}))
-    assert {(c["task"], round(c["r"], 6)) for c in paper.cells()} >= {("max_mod3_sum_mod3", 0.333333),
-                                                                     ("first_parity_sum_parity", 0.5)}
-    thresholds = paper.outcome_thresholds()
-    assert (thresholds.threshold, thresholds.transient_tolerance, thresholds.transient_min_span) == (1.0, 0.99, 3)
-    quick = preset("quick")
-    assert {0.5, 0.9} <= set(quick.ratios) and set(quick.n_layers) == {1, 2}
 
 
 def test_sweep_flags_are_generated_from_sweep_config(tmp_path):
@@ -627,79 +579,12 @@ def test_sweep_tensorboard_events_in_every_run_dir(smoke_local):
         assert steps == [m["epoch"] for m in read_jsonl(Path(row["run_dir"]) / "metrics.jsonl")]
 
 
-def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
-    """The reproduce preset keeps the calibration study's settings (examples/reproduction/
-    calibration.yaml) for its headline cells, with 16 seeds none of which the calibration used."""
-    from pathlib import Path
-
-    from interp_toolkit.cli.sweep import parse
-
-    calibration = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction/calibration.yaml")]).sweep
-    final = preset("reproduce")
-    shared = ("tasks", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "d_model", "d_mlp", "epochs", "lr",
-              "betas", "eval_every", "early_stop", "threshold")
-    assert {k: getattr(final, k) for k in shared} == {k: getattr(calibration, k) for k in shared}
-    assert len(final.seeds) >= 16 and not set(final.seeds) & set(calibration.seeds)
-    assert {0.5, 0.9} <= set(final.task_ratios("max_parity_sum_parity")) and min(final.ratios) < 0.5
-    assert 0.4 in final.weight_decays and set(final.n_layers) == {1, 2}
-    assert final.name != calibration.name  # the report keeps the two studies' cells apart
-
-
-@pytest.mark.parametrize("slice_file, n_runs, extra_seeds", [("final_1L.yaml", 60, range(116, 130)),
-                                                             ("final_2L.yaml", 32, ()),
-                                                             ("final_1L_below_chance.yaml", 16, ()),
-                                                             ("final_1L_r_sweep.yaml", 32, ()),
-                                                             ("final_2L_below_chance.yaml", 16, ())])
-def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, extra_seeds, tmp_path):
-    """The slice configs train a subset of the preset's runs, in the same run directories
-    (so slices, sittings and the full preset pool in one report). The 1-layer slice grew to the
-    paper's 30 seeds per cell: its extra seeds are the preset's runs at more seeds, nothing else."""
-    from interp_toolkit.cli.sweep import parse
-
-    part = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction" / slice_file)]).sweep
-    names = {Path(run["run_dir"]).name for job in plan_jobs(part, tmp_path) for run in job["runs"]}
-    full_preset = preset("reproduce", seeds=[*preset("reproduce").seeds, *extra_seeds])
-    full = {Path(run["run_dir"]).name for job in plan_jobs(full_preset, tmp_path) for run in job["runs"]}
-    assert len(names) == n_runs and names <= full
-    assert set(part.seeds) - set(preset("reproduce").seeds) == set(extra_seeds)
-    assert part.name == preset("reproduce").name
-
-
-@pytest.mark.parametrize("arm_file, n_layers, n_runs", [("final_1L_wd04.yaml", 1, 8), ("final_2L_wd04.yaml", 2, 16)])
-def test_wd04_arms_are_the_reproduce_preset_without_early_stop(arm_file, n_layers, n_runs, tmp_path):
-    """Transience needs full runs: each weight-decay-0.4 arm is the preset's wd 0.4 runs of one
-    architecture with early stopping off, nothing else changed."""
-    from interp_toolkit.cli.sweep import parse
-
-    part = parse(["--config", str(Path(__file__).parents[2] / "examples/reproduction" / arm_file)]).sweep
-    assert part.early_stop is False and part.weight_decays == [0.4] and part.n_layers == [n_layers]
-    names = {Path(run["run_dir"]).name for job in plan_jobs(part, tmp_path) for run in job["runs"]}
-    full = {Path(run["run_dir"]).name
-            for job in plan_jobs(preset("reproduce", early_stop=False), tmp_path) for run in job["runs"]}
-    assert len(names) == n_runs and names <= full
-
-
-@pytest.mark.parametrize("length", [6, 7])
-def test_length_calibrations_change_only_the_length(length):
-    """The length-6 and -7 calibrations are the calibration study at another sequence length."""
-    from interp_toolkit.cli.sweep import parse
-
-    root = Path(__file__).parents[2] / "examples/reproduction"
-    base = parse(["--config", str(root / "calibration.yaml")]).sweep.to_dict()
-    other = parse(["--config", str(root / f"calibration_len{length}.yaml")]).sweep.to_dict()
-    differing = {k for k in base if base[k] != other[k]}
-    assert differing == {"name", "seq_len", "n_layers", "seeds"}
-    assert other["seq_len"] == length and other["n_layers"] == [2]
-    assert other["name"] == f"reproduction_calibration_len{length}"
-
-
 def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
     """A study spread over sittings: runs listed as finished in an earlier outcomes.csv are
     taken from it, the others trained, and the study's report holds both."""
     import csv
 
-    from interp_toolkit.studies.report import read_outcomes_csv
-    from interp_toolkit.studies.sweep import RECORDED_OUTCOMES
+    from interp_toolkit.studies.study import RECORDED_OUTCOMES, read_outcomes_csv
 
     with open(smoke_local.study_dir / "outcomes.csv", newline="") as handle:
         reader = csv.DictReader(handle)
@@ -765,26 +650,3 @@ def test_bad_recorded_outcomes_are_refused_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("long_file, short_file", [("final_2L_3000.yaml", "final_2L.yaml"),
-                                                  ("final_1L_r_sweep_3000.yaml", "final_1L_r_sweep.yaml"),
-                                                  ("final_2L_wd04_3000.yaml", "final_2L_wd04.yaml")])
-def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_file):
-    """Their runs are the 1,000-epoch slice's runs at 3,000 epochs: identical but for epochs, so
-    `--extend-from` finds each one's source."""
-    from interp_toolkit.cli.sweep import parse
-    from interp_toolkit.runs.extend import identity_differences
-    from interp_toolkit.studies.sweep import cell_configs
-
-    root = Path(__file__).parents[2] / "examples/reproduction"
-    long = parse(["--config", str(root / long_file)]).sweep
-    short = parse(["--config", str(root / short_file)]).sweep
-    differing = {k for k, v in long.to_dict().items() if short.to_dict()[k] != v}
-    assert differing <= {"epochs", "seeds"} and (long.epochs, short.epochs) == (3000, 1000)
-    assert set(long.seeds) <= set(short.seeds)
-    for cell in long.cells():
-        _, model_l, train_l, info_l = cell_configs(long, cell, long.seeds[0])
-        _, model_s, train_s, info_s = cell_configs(short, cell, long.seeds[0])
-        ident = [{"model": m.to_dict(), "train": t.to_dict(), "info": i}
-                 for m, t, i in ((model_l, train_l, info_l), (model_s, train_s, info_s))]
-        assert identity_differences(ident[1], ident[0]) == []
-        assert identity_differences(ident[1], ident[0], ignore=()) == ["train.epochs"]

@@ -5,7 +5,8 @@ import types
 
 import pytest
 
-from interp_toolkit.studies.sweep import cell_configs, plan_jobs, preset, run_dir_name, run_sweep
+from interp_toolkit.studies.sweep import plan_jobs, run_sweep
+from interp_toolkit.studies.sweep_config import cell_configs, preset, run_dir_name
 
 
 def test_device_is_validated_and_changes_neither_the_study_key_nor_run_directories(tmp_path):

@@ -1,0 +1,73 @@
+"""The files of a run directory: every name once, with the paths and readers built on them.
+
+A run directory (``interp_toolkit.train``, ``train_batched``, a sweep's ``runs/<name>/``) holds::
+
+    RUN_DIR/
+      run.json                  the run record (interp_toolkit.runs.record reads and writes it)
+      metrics.jsonl             one JSON line per evaluation (epoch, losses, accuracies)
+      checkpoints/epoch_NNNNNN.safetensors   weights at the checkpoint epochs
+      resume.safetensors        the state an interrupted run resumes from (interp_toolkit.runs.resume)
+      resume.pt                 the pickled resume state of versions before 0.9 (refused, named)
+      final_state.safetensors   a finished run's last resume state, kept so it can be extended
+      curves.png                the run's learning curves
+      .lock                     held by the process writing to the directory (interp_toolkit.runs.lock)
+      outcome.json              a study's outcome record of the run (interp_toolkit.studies.study)
+      analyses/                 analysis outputs over the run's checkpoints
+
+The modules that own a file's format (record, resume, lock, extend) keep their readers and
+writers; this module only names the files, so that no other module spells them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+#: The run record (:mod:`interp_toolkit.runs.record`).
+RECORD = "run.json"
+#: One JSON line per evaluation.
+METRICS = "metrics.jsonl"
+#: Folder of the checkpoints (``epoch_NNNNNN.safetensors``).
+CHECKPOINTS = "checkpoints"
+#: Resume state of an interrupted run (:mod:`interp_toolkit.runs.resume`).
+RESUME_STATE = "resume.safetensors"
+#: Pickled resume state of versions before 0.9: refused by name, never loaded.
+LEGACY_RESUME_STATE = "resume.pt"
+#: A finished run's last resume state, kept for extending it (:mod:`interp_toolkit.runs.extend`).
+FINAL_STATE = "final_state.safetensors"
+#: The learning-curve figure of a run.
+CURVES = "curves.png"
+#: Lock file of the process writing to a directory (:mod:`interp_toolkit.runs.lock`).
+LOCK = ".lock"
+#: Folder of analysis outputs over a run's checkpoints.
+ANALYSES = "analyses"
+
+
+def metrics_path(run_dir: str | Path) -> Path:
+    """Where ``run_dir``'s evaluations are logged."""
+    return Path(run_dir) / METRICS
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every evaluation logged in ``run_dir``, checked line by line
+    (:func:`interp_toolkit.runs.metrics.read_metrics`: a line no trainer writes is a
+    ``MetricsError`` naming the file and line). Empty when nothing is logged yet; a line
+    being appended now is left out."""
+    from interp_toolkit.runs.metrics import read_metrics as read_checked
+
+    path = metrics_path(run_dir)
+    return read_checked(path) if path.exists() else []
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    """The folder of ``run_dir``'s checkpoints."""
+    return Path(run_dir) / CHECKPOINTS
+
+
+def curves_path(run_dir: str | Path) -> Path:
+    """Where ``run_dir``'s learning-curve figure is written."""
+    return Path(run_dir) / CURVES
+
+
+__all__ = ["ANALYSES", "CHECKPOINTS", "CURVES", "FINAL_STATE", "LEGACY_RESUME_STATE", "LOCK", "METRICS", "RECORD",
+           "RESUME_STATE", "checkpoints_dir", "curves_path", "metrics_path", "read_metrics"]

@@ -1,0 +1,564 @@
+"""A study directory: its files, the study record, run collection and outcome tables.
+
+A study directory holds::
+
+    STUDY_DIR/
+      study.json        the latest SweepConfig, its key and the outcome_thresholds every
+                        outcome of the study is scored with; a sweep whose shared settings
+                        differ is refused here (one that only grows the grid is welcome);
+                        the study's whole grid (the union of every sitting's) and one entry
+                        per sitting (when, where, its grid, --extend-from, --recorded), so the
+                        directory alone resumes the study (study_sweep, ``sweep --out DIR``)
+      runs/<task>_<L>L<H>H_r<r>_wd<wd>_s<seed>_<hash>/
+          the run's files (interp_toolkit.runs.layout) and outcome.json, its outcome record
+      recorded_outcomes.csv   runs taken from earlier sittings' outcome tables
+      outcomes.csv, table.csv, table.md, contrasts.csv, generalization_rate.png,
+      curves_by_cell.png   (the report: interp_toolkit.studies.report)
+
+This module is the only one that names these files and reads or writes ``study.json``,
+``outcome.json`` and outcome tables. A run of a study directory is any ``runs/*/``
+directory with ``run.json`` and ``metrics.jsonl``; :func:`collect_runs` derives its outcome
+from ``metrics.jsonl`` with the study's ``outcome_thresholds`` every time and rewrites
+``outcome.json`` as a cache, so old study directories are re-scored under the current
+definitions without retraining. Rows of an ``outcomes.csv`` are taken as recorded.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from interp_toolkit.errors import UserError
+from interp_toolkit.io import atomic_write_json, atomic_write_text
+from interp_toolkit.runs.layout import read_metrics
+from interp_toolkit.runs.record import has_record, read_record, task_dict
+from interp_toolkit.studies.cells import (
+    CELL_FIELDS,
+    cell_fields,
+    cell_key,
+    is_extra_setting,
+    parse_setting_text,
+    run_settings,
+    sort_key,
+)
+from interp_toolkit.studies.outcomes import OUTCOME_FIELDS, OutcomeThresholds, compute_outcome
+from interp_toolkit.studies.sweep_config import (
+    GRID_FIELDS,
+    NOT_IN_KEY,
+    OUTCOME_ONLY_FIELDS,
+    SweepConfig,
+)
+
+#: The study record: the latest sweep config, its key, the outcome thresholds, the whole grid
+#: and one entry per sitting (see :func:`new_study_record`).
+STUDY_RECORD = "study.json"
+#: Folder of a study's run directories.
+RUNS = "runs"
+#: A finished run's outcome record, in its run directory (a cache: ``report`` rewrites it).
+OUTCOME = "outcome.json"
+#: One row per run: its settings, seed, status and outcome (``report`` regenerates every table from it).
+OUTCOMES_CSV = "outcomes.csv"
+#: Outcome rows of runs taken from earlier sittings' outcome tables (``run_sweep(recorded=...)``);
+#: the study's report pools it with the runs.
+RECORDED_OUTCOMES = "recorded_outcomes.csv"
+#: Report outputs: the rate table (CSV and markdown), contrasts, the comparison with published
+#: rates, and the figures' stems (their suffix is the figure format).
+TABLE_CSV = "table.csv"
+TABLE_MD = "table.md"
+CONTRASTS_CSV = "contrasts.csv"
+PAPER_COMPARISON_CSV = "paper_comparison.csv"
+RATE_FIGURE = "generalization_rate"
+CURVES_FIGURE = "curves_by_cell"
+
+
+def _parse_study_json(path: Path) -> Any:
+    """The JSON of a study record: the one place that parses ``study.json`` (the callers say
+    what a missing or malformed one means for them)."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def study_record_path(study_dir: str | Path) -> Path:
+    """Where a study directory's record lives."""
+    return Path(study_dir) / STUDY_RECORD
+
+
+def runs_dir(study_dir: str | Path) -> Path:
+    """The folder of a study directory's runs."""
+    return Path(study_dir) / RUNS
+
+
+def is_study_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a study directory (a folder holding ``runs/``)."""
+    return runs_dir(path).is_dir()
+
+
+def outcome_path(run_dir: str | Path) -> Path:
+    """Where a run's outcome record lives."""
+    return Path(run_dir) / OUTCOME
+
+
+def has_outcome(run_dir: str | Path) -> bool:
+    """Whether a run has its outcome record (a sweep reads it as "this run is done")."""
+    return outcome_path(run_dir).exists()
+
+
+def read_outcome(run_dir: str | Path, missing_ok: bool = False) -> dict[str, Any] | None:
+    """A run's outcome record; with ``missing_ok``, None when it is absent or unreadable."""
+    try:
+        outcome = json.loads(outcome_path(run_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        if missing_ok:
+            return None
+        raise
+    if not isinstance(outcome, dict):
+        if missing_ok:
+            return None
+        raise ValueError(f"{outcome_path(run_dir)} must hold a JSON object, got {type(outcome).__name__}")
+    return outcome
+
+
+def write_outcome(run_dir: str | Path, outcome: Mapping[str, Any]) -> None:
+    """Write a run's outcome record (atomically)."""
+    atomic_write_json(outcome_path(run_dir), dict(outcome))
+
+
+def report_paths(out_dir: str | Path, figure_format: str = "png") -> dict[str, Path]:
+    """Every file a report writes into ``out_dir`` (``outcomes_csv``, ``table_csv``, ``table_md``,
+    ``contrasts_csv``, ``paper_csv``, ``rate_png``, ``curves_png``; the figures in ``figure_format``)."""
+    out = Path(out_dir)
+    return {"outcomes_csv": out / OUTCOMES_CSV, "table_csv": out / TABLE_CSV, "table_md": out / TABLE_MD,
+            "contrasts_csv": out / CONTRASTS_CSV, "rate_png": out / f"{RATE_FIGURE}.{figure_format}",
+            "curves_png": out / f"{CURVES_FIGURE}.{figure_format}", "paper_csv": out / PAPER_COMPARISON_CSV}
+
+
+#: Columns of ``outcomes.csv``: every run's settings, seed, status, outcome record, directory.
+RUN_FIELDS = CELL_FIELDS + ("seed", "status") + OUTCOME_FIELDS + ("run_dir",)
+
+
+def run_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Columns of ``outcomes.csv`` for these rows: :data:`RUN_FIELDS` with the rows' extra
+    settings (``"SECTION.FIELD"``) among the cell fields, before ``r``."""
+    return cell_fields(rows) + RUN_FIELDS[len(CELL_FIELDS):]
+
+
+#: outcomes.csv columns read back as text and as booleans (every other column is a number).
+_TEXT_FIELDS = ("task", "study", "status", "run_dir", "favored_split", "generalization_split")
+
+
+_BOOL_FIELDS = ("early_stop", "generalized", "rule_learned", "transient")
+
+
+#: Columns an outcomes.csv needs for the rate table (older files lack the regime columns:
+#: those are read as empty).
+_REQUIRED_CSV_FIELDS = ("task", "n_layers", "n_heads", "weight_decay", "r", "seed", "generalized",
+                        "rule_learned", "transient", "first_generalized_epoch", "final_adv_acc", "final_val_acc")
+
+
+#: Carried over from an existing outcome.json when it is rewritten (training facts, not outcomes).
+_CACHE_EXTRA_KEYS = ("resumed_from", "stopped_early_at")
+
+
+def read_study_record_or_empty(study_dir: str | Path) -> dict[str, Any]:
+    """``study.json`` of a study directory as a dict (empty when there is none)."""
+    study_path = study_record_path(study_dir)
+    return _parse_study_json(study_path) if study_path.exists() else {}
+
+
+def read_study_name(study_dir: str | Path) -> str | None:
+    """The study's name (``SweepConfig.name`` in ``study.json``), ``None`` without one."""
+    return (read_study_record_or_empty(study_dir).get("config") or {}).get("name")
+
+
+def read_thresholds(study_dir: str | Path) -> OutcomeThresholds:
+    """The study's outcome thresholds: ``study.json``'s ``outcome_thresholds`` if recorded,
+    else its config's ``threshold`` (older studies), else the defaults."""
+    study = read_study_record_or_empty(study_dir)
+    if "outcome_thresholds" in study:
+        return OutcomeThresholds.from_dict(study["outcome_thresholds"])
+    return OutcomeThresholds.from_dict(study.get("config", {}))
+
+
+def _task_modulus(task: Mapping[str, Any], run_dir: Path) -> int:
+    from interp_toolkit.tasks.mpsp import LABELS, task_modulus
+
+    if task.get("label") in LABELS:
+        return LABELS[task["label"]]
+    if "name" in task:
+        return task_modulus(task["name"])
+    raise ValueError(f"run {run_dir} records neither a task name nor a label in run.json run_info.task")
+
+
+def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = None,
+                 rewrite_cache: bool = True) -> list[dict[str, Any]]:
+    """One row per run directory under ``study_dir/runs``: settings, seed, outcome.
+
+    The outcome is derived from the run's ``metrics.jsonl`` every time (never read from
+    ``outcome.json``, which is rewritten as a cache when ``rewrite_cache``). Each row holds
+    :data:`RUN_FIELDS` plus ``source`` (the study directory) and ``has_metrics`` (True).
+
+    Args:
+        study_dir: The study directory.
+        thresholds: Outcome settings (default: :func:`read_thresholds` of the study).
+        rewrite_cache: Rewrite each finished run's ``outcome.json`` when its content changed
+            (unfinished runs never get one: a sweep reads it as "this run is done").
+    """
+    study_dir = Path(study_dir)
+    runs_root = runs_dir(study_dir)
+    if not runs_root.is_dir():
+        raise ValueError(f"{study_dir} is not a study directory (no runs/ folder inside)")
+    thresholds = read_thresholds(study_dir) if thresholds is None else thresholds
+    study_name = read_study_name(study_dir)
+    rows = []
+    for run_dir in sorted(p for p in runs_root.iterdir() if p.is_dir()):
+        if not has_record(run_dir):
+            continue
+        record = read_record(run_dir)
+        task = task_dict(record) or {}
+        if "r" not in task:
+            raise ValueError(f"run {run_dir} has no task ratio r in run.json run_info.task")
+        metrics = read_metrics(run_dir)
+        if not metrics:
+            continue
+        outcome = compute_outcome(metrics, float(task["r"]), _task_modulus(task, run_dir), thresholds)
+        # Only finished runs get a cache: a sweep takes outcome.json as "this run is done".
+        if rewrite_cache and record.get("status") == "finished":
+            cached = read_outcome(run_dir) if has_outcome(run_dir) else {}
+            fresh = {**outcome, **{k: cached[k] for k in _CACHE_EXTRA_KEYS if k in cached}}
+            if fresh != cached:
+                write_outcome(run_dir, fresh)
+        rows.append({
+            **run_settings(record, thresholds), "study": study_name, "status": record.get("status"),
+            "run_dir": str(run_dir),
+            **{k: outcome.get(k) for k in OUTCOME_FIELDS}, "source": str(study_dir), "has_metrics": True,
+        })
+    return rows
+
+
+def _parse_csv_value(path: Path, line: int, field: str, text: str) -> Any:
+    if text == "":
+        return None
+    if field in _TEXT_FIELDS:
+        return text
+    if is_extra_setting(field):
+        return parse_setting_text(text)
+    if field in _BOOL_FIELDS:
+        if text not in ("True", "False"):
+            raise UserError(f"{path} line {line}: column {field} holds {text!r}; expected True or False")
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if field not in RUN_FIELDS:
+        return text  # a column of the user's own (a note, say): kept as written
+    raise UserError(f"{path} line {line}: column {field} holds {text!r}; expected a number")
+
+
+def read_outcomes_csv(path: str | Path) -> list[dict[str, Any]]:
+    """The run rows of an ``outcomes.csv`` written by :func:`write_report` (typed as written).
+
+    Columns an older file lacks (the regime settings) are read as ``None``. Each row also
+    gets ``source`` (the file) and ``has_metrics`` (False: a CSV holds no learning curves).
+
+    Raises:
+        UserError: the file lacks a column the rate table needs, or holds a malformed value
+            (naming the file, line and column).
+    """
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        missing = [k for k in _REQUIRED_CSV_FIELDS if k not in header]
+        if missing:
+            raise UserError(f"{path} lacks the columns {missing}; expected an outcomes.csv written by "
+                            "`interp-toolkit report`")
+        rows = []
+        for line, raw in enumerate(reader, start=2):
+            row = {k: None for k in RUN_FIELDS}
+            row.update({k: _parse_csv_value(path, line, k, v or "") for k, v in raw.items() if k is not None})
+            if row["r"] is None:
+                raise UserError(f"{path} line {line}: column r is empty; every run needs its ratio r")
+            row["r"] = float(row["r"])
+            rows.append({**row, "source": str(path), "has_metrics": False})
+    return rows
+
+
+def source_kind(path: str | Path) -> str:
+    """``"study"`` for a study directory, ``"csv"`` for an outcomes CSV file.
+
+    Raises:
+        UserError: the path does not exist or is neither.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"report source {path} does not exist; expected a study directory or an outcomes.csv")
+    if path.is_dir():
+        if is_study_dir(path):
+            return "study"
+        raise UserError(f"report source {path} is not a study directory (no runs/ folder inside); expected a "
+                        "study directory written by `sweep` or an outcomes.csv file (a report folder's "
+                        "outcomes.csv is one)")
+    if path.suffix.lower() == ".csv":
+        return "csv"
+    raise UserError(f"report source {path} is neither a study directory nor a .csv file of run outcomes")
+
+
+def _run_identity(row: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    # A sweep names run directories by a hash of every config, so the same name with the same
+    # settings and seed is the same run (a copy, or a CSV of it), wherever it was found.
+    if not row.get("run_dir"):
+        return None
+    return (Path(str(row["run_dir"])).name, *cell_key(row), row.get("seed"))
+
+
+def _copy_rank(row: Mapping[str, Any]) -> tuple[bool, bool, int]:
+    """Which of two copies of one run to keep: read from its directory, finished, more evaluations."""
+    return bool(row.get("has_metrics")), row.get("status") == "finished", row.get("n_evaluations") or 0
+
+
+def merge_runs(row_lists: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
+    """Rows of several sources as one list, each run once; sorted by cell, seed, directory.
+
+    Two rows are the same run when their run directories have the same name and they agree
+    on every cell setting and the seed (a sweep names a run's directory by a hash of its
+    configs). Of the copies, the one read from a run directory (fresh metrics) is kept over
+    one from a CSV, then a finished one, then the one with more evaluations.
+
+    Returns:
+        ``(rows, n_duplicates_dropped)``.
+    """
+    kept: dict[Any, dict[str, Any]] = {}
+    dropped = 0
+    for rows in row_lists:
+        for row in rows:
+            key = _run_identity(row)
+            if key is None:  # no directory named: nothing to match it with
+                key = ("unnamed", id(row))
+            if key in kept:
+                dropped += 1
+                if _copy_rank(row) <= _copy_rank(kept[key]):
+                    continue
+            kept[key] = dict(row)
+    merged = sorted(kept.values(), key=lambda r: (sort_key(cell_key(r)), sort_key([r.get("seed")]),
+                                                  str(r.get("run_dir") or "")))
+    return merged, dropped
+
+
+def read_recorded_runs(paths: Sequence[str | Path]) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """Finished runs listed in ``outcomes.csv`` files: ``(header, {run directory name: raw row})``.
+
+    A sweep names a run's directory by a hash of every config (:func:`run_dir_name`), so a
+    name in an earlier table is the same run wherever that table was written.
+
+    Raises:
+        UserError: a file is missing or is not an outcomes table (naming the file).
+    """
+    header: list[str] = []
+    runs: dict[str, dict[str, str]] = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise UserError(f"recorded outcomes {path} is not a file; expected an outcomes.csv written by "
+                            "`interp-toolkit report` or `sweep`")
+        read_outcomes_csv(path)  # validates the columns and every value, naming file, line and column
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            header += [k for k in reader.fieldnames or [] if k not in header]
+            for row in reader:
+                if row.get("status") == "finished" and row.get("run_dir"):
+                    runs[Path(row["run_dir"]).name] = row
+    return header, runs
+
+
+def write_recorded(study_dir: Path, header: Sequence[str], rows: Sequence[Mapping[str, str]]) -> None:
+    """Write the rows of runs taken from earlier tables into ``study_dir``'s :data:`RECORDED_OUTCOMES`."""
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(header), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(study_dir / RECORDED_OUTCOMES, buffer.getvalue())
+
+
+def default_study_dir(cfg: SweepConfig, root: str | Path = "runs/sweeps") -> Path:
+    """Where a sweep lives when no directory is given: ``root/<name>_<study key>``.
+
+    The study key leaves out the grid, so a sweep grown by more seeds, ratios or
+    architectures lands in the study it grows and its finished runs are cache hits.
+    Studies started before that kept the whole grid in their name (``root/<name>_<key>``);
+    until the new directory exists, the sweep continues such a study: the one holding
+    this exact sweep, else the only one holding a sweep with the same shared settings.
+
+    Raises:
+        ValueError: If several such older studies match and none holds this exact sweep
+            (pass the directory to use).
+    """
+    root = Path(root)
+    current = root / f"{cfg.name}_{cfg.study_key()}"
+    if current.exists():
+        return current
+    exact = root / f"{cfg.name}_{cfg.key()}"
+    if study_record_path(exact).is_file():
+        return exact
+    matches = []
+    for record_path in sorted(root.glob(f"{glob.escape(cfg.name)}_*/{STUDY_RECORD}")):
+        try:
+            record = _parse_study_json(record_path)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # not a study this sweep can continue; run_sweep reports unreadable records it is given
+        if isinstance(record, dict) and shared_settings_differing(record.get("config"), cfg) == []:
+            matches.append(record_path.parent)
+    if len(matches) > 1:
+        raise ValueError(f"several study directories hold sweeps with these settings: "
+                         f"{', '.join(str(m) for m in matches)}; choose one (--out, or study_dir=)")
+    return matches[0] if matches else current
+
+
+def shared_settings_differing(recorded: Any, cfg: SweepConfig) -> list[str] | None:
+    """Names of the non-grid settings where a study's recorded config and ``cfg`` differ
+    (``None`` when the record holds no readable config)."""
+    if not isinstance(recorded, dict):
+        return None
+    ignored = set(GRID_FIELDS) | set(OUTCOME_ONLY_FIELDS) | set(NOT_IN_KEY)
+    ours = json.loads(json.dumps(cfg.flat_dict()))  # tuples as lists, as the record stores them
+    try:  # a record of any version (flat names or sections) in the same vocabulary as ours
+        recorded = json.loads(json.dumps(type(cfg).from_dict(recorded).flat_dict()))
+    except (TypeError, ValueError):  # UserError included: compare the record as written
+        pass
+    return sorted(k for k in set(ours) | set(recorded) if k not in ignored and ours.get(k) != recorded.get(k))
+
+
+#: GRID_FIELDS that list values: a study's whole grid is their union over its sittings.
+_LISTED_GRID_FIELDS = tuple(name for name in GRID_FIELDS if name not in ("seeds_per_process", "grid"))
+
+
+def _grid_of(cfg_dict: Mapping[str, Any]) -> dict[str, list]:
+    return {name: list(cfg_dict.get(name) or []) for name in _LISTED_GRID_FIELDS}
+
+
+def _recorded_grid(record: Mapping[str, Any]) -> dict[str, list]:
+    """A study record's whole grid (a record older than ``grid`` knows only its config's)."""
+    grid = record.get("grid")
+    return grid if isinstance(grid, dict) else _grid_of(record.get("config") or {})
+
+
+def _merged_grid(earlier: Mapping[str, Any], ours: Mapping[str, list]) -> dict[str, list]:
+    """``earlier``'s grid grown by the values of ``ours`` it lacks, field by field (earlier first)."""
+    merged = {}
+    for name in _LISTED_GRID_FIELDS:
+        values = list(earlier.get(name) or [])
+        values += [value for value in ours[name] if value not in values]
+        merged[name] = sorted(values) if name == "seeds" else values
+    return merged
+
+
+def read_study_record(study_dir: str | Path) -> dict[str, Any]:
+    """A study directory's ``study.json``, checked to hold a sweep config.
+
+    Raises:
+        UserError: There is none, or it is unreadable or holds no readable config (naming
+            the file and what was expected).
+    """
+    study_path = study_record_path(study_dir)
+    if not study_path.is_file():
+        raise UserError(f"{study_dir} is not a study directory: it has no {STUDY_RECORD} (a sweep writes one when "
+                        "it starts)")
+    try:
+        record = _parse_study_json(study_path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"study record {study_path} is unreadable ({err})") from err
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise UserError(f"study record {study_path} holds no sweep config; expected the JSON object a sweep "
+                        "writes, with a 'config' entry")
+    return record
+
+
+def study_sweep(study_dir: str | Path) -> dict[str, Any]:
+    """The sweep a study directory holds, for resuming or growing it with nothing else at hand.
+
+    A study spread over sittings may have run a few seeds or cells at a time; its
+    ``study.json`` keeps the union of their grids and each sitting's ``--extend-from`` and
+    ``--recorded`` paths. (A study last run before these were recorded knows only its last
+    sitting's grid and none of its paths.)
+
+    Returns:
+        ``{"config": SweepConfig, "extend_from": [Path], "recorded": [Path]}``: the latest
+        sitting's settings over the study's whole grid (``seeds_per_process`` as last run),
+        and every path the sittings extended from or took recorded outcomes from, in order.
+
+    Raises:
+        UserError: No readable study record, or a config in it that is not a valid
+            ``SweepConfig`` (naming the file and the setting).
+    """
+    record = read_study_record(study_dir)
+    grid = _recorded_grid(record)
+    data = {**record["config"], **{name: grid[name] for name in _LISTED_GRID_FIELDS if grid.get(name)}}
+    try:
+        cfg = SweepConfig.from_dict(data)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"study record {study_record_path(study_dir)}: {err}") from err
+    paths: dict[str, list[Path]] = {"extend_from": [], "recorded": []}
+    for sitting in record.get("sittings") or []:
+        for key, found in paths.items():
+            found += [Path(p) for p in (sitting.get(key) or []) if Path(p) not in found]
+    return {"config": cfg, **paths}
+
+
+def new_study_record(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[Path],
+                  recorded: Sequence[str | Path]) -> dict[str, Any]:
+    """``study.json`` after this sitting: ``cfg`` as the latest config, the grid grown by its
+    values, and this sitting appended to the earlier ones."""
+    import socket
+    from datetime import datetime, timezone
+
+    earlier: dict[str, Any] = {}
+    study_path = study_record_path(study_dir)
+    if study_path.is_file():  # check_study_dir has read it: the same sweep but for its grid
+        earlier = _parse_study_json(study_path)
+    ours = _grid_of(json.loads(json.dumps(cfg.to_dict())))  # tuples as lists, as the record stores them
+    sitting = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": socket.gethostname(),
+               "grid": ours,
+               "extend_from": [str(Path(p).resolve()) for p in extend_from],
+               "recorded": [str(Path(p).resolve()) for p in recorded]}
+    return {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
+            "outcome_thresholds": cfg.outcome_thresholds().to_dict(),
+            "grid": _merged_grid(_recorded_grid(earlier), ours), "sittings": [*(earlier.get("sittings") or []), sitting]}
+
+
+def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
+    """Refuse a study directory that holds another sweep (any shared setting differs).
+
+    Raises:
+        UserError: Its ``study.json`` is unreadable.
+        ValueError: It holds a sweep whose settings outside ``GRID_FIELDS`` differ (naming them).
+    """
+    study_path = study_record_path(study_dir)
+    if not study_path.exists():
+        return
+    try:
+        existing = _parse_study_json(study_path)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"study record {study_path} is unreadable ({err}); choose another directory") from err
+    if existing.get("key") != cfg.key():
+        differing = shared_settings_differing(existing.get("config"), cfg)
+        if differing is None or differing:
+            detail = (f"settings that differ: {', '.join(differing)}" if differing
+                      else f"key {existing.get('key')}, this sweep's key {cfg.key()}")
+            raise ValueError(
+                f"study directory {study_dir} holds a different sweep ({detail}); choose another "
+                f"directory (a sweep may differ from a study's only in its grid: {', '.join(GRID_FIELDS)})"
+            )
+
+
+__all__ = ["CONTRASTS_CSV", "CURVES_FIGURE", "OUTCOME", "OUTCOMES_CSV", "PAPER_COMPARISON_CSV",
+           "RATE_FIGURE", "RECORDED_OUTCOMES", "RUNS", "RUN_FIELDS", "STUDY_RECORD", "TABLE_CSV",
+           "TABLE_MD", "check_study_dir", "collect_runs", "default_study_dir", "has_outcome",
+           "is_study_dir", "merge_runs", "new_study_record", "outcome_path", "read_outcome",
+           "read_outcomes_csv", "read_recorded_runs", "read_study_name", "read_study_record",
+           "read_study_record_or_empty", "read_thresholds", "report_paths", "run_fields",
+           "runs_dir", "shared_settings_differing", "source_kind", "study_record_path",
+           "study_sweep", "write_outcome", "write_recorded"]

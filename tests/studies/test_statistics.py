@@ -1,0 +1,120 @@
+"""Wilson, Newcombe and Fisher against published tables and scipy; Holm's correction."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from scipy.stats import binomtest, fisher_exact
+
+from interp_toolkit.studies.statistics import (
+    fisher_exact_p,
+    holm_adjust,
+    newcombe_interval,
+    wilson_interval,
+)
+
+
+def _holm_rejects(p_values, alpha):
+    """Holm's step-down procedure as the paper states it: walk the sorted p-values, reject
+    while p_(i) <= alpha / (m - i), stop at the first that is not."""
+    m = len(p_values)
+    rejected = set()
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        if p_values[index] > alpha / (m - rank):
+            break
+        rejected.add(index)
+    return rejected
+
+
+def test_holm_adjusted_p_values_by_hand():
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept at 0.06
+    assert holm_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjust([0.6, 0.9]) == [1.0, 1.0]  # capped at 1
+    assert holm_adjust([]) == []
+
+
+@pytest.mark.parametrize("p_values", [[0.001, 0.02, 0.03, 0.2, 0.04], [0.05, 0.05, 0.01], [0.5, 0.0125, 0.0126, 0.3]])
+def test_holm_adjusted_p_values_reject_what_the_step_down_procedure_rejects(p_values):
+    adjusted = holm_adjust(p_values)
+    for alpha in (0.01, 0.025, 0.05, 0.1):
+        assert {i for i, p in enumerate(adjusted) if p <= alpha} == _holm_rejects(p_values, alpha)
+    for a, b in itertools.combinations(range(len(p_values)), 2):  # order-preserving
+        if p_values[a] <= p_values[b]:
+            assert adjusted[a] <= adjusted[b]
+
+
+@pytest.mark.parametrize("bad", [[0.1, 1.5], [-0.1], [True], ["0.1"]])
+def test_holm_adjust_names_a_bad_p_value(bad):
+    with pytest.raises(ValueError, match="p-value"):
+        holm_adjust(bad)
+
+
+@pytest.mark.parametrize("k, n", [(0, 5), (2, 5), (5, 5), (7, 30), (1, 1)])
+def test_wilson_matches_scipy(k, n):
+    ref = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    low, high = wilson_interval(k, n)
+    assert low == pytest.approx(ref.low, abs=1e-9) and high == pytest.approx(ref.high, abs=1e-9)
+
+
+def test_wilson_bounds_are_exact_at_zero_and_all():
+    """k = 0 gives a lower bound of exactly 0 and k = n an upper bound of exactly 1 (at n = 7,
+    float rounding once gave 1e-17 > 0, a negative error bar that crashed the rate plot)."""
+    for n in range(1, 300):
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
+        low, high = wilson_interval(0, n)
+        assert low <= 0.0 <= high
+
+
+def test_wilson_validates():
+    with pytest.raises(ValueError, match="n >= 1"):
+        wilson_interval(0, 0)
+    with pytest.raises(ValueError, match=r"\[0, 3\]"):
+        wilson_interval(4, 3)
+
+
+# Newcombe (1998), Statistics in Medicine 17:873-890, Table II, method 10 (score interval
+# without continuity correction), to 4 decimals.
+NEWCOMBE_TABLE_II = [
+    ((56, 70, 48, 80), (0.0524, 0.3339)),
+    ((9, 10, 3, 10), (0.1705, 0.8090)),
+    ((6, 7, 2, 7), (0.0582, 0.8062)),
+    ((5, 56, 0, 29), (-0.0381, 0.1926)),
+    ((0, 10, 0, 20), (-0.1611, 0.2775)),
+    ((0, 10, 0, 10), (-0.2775, 0.2775)),
+    ((10, 10, 0, 20), (0.6791, 1.0000)),
+    ((10, 10, 0, 10), (0.6075, 1.0000)),
+]
+
+
+@pytest.mark.parametrize("counts, interval", NEWCOMBE_TABLE_II)
+def test_newcombe_matches_published_table(counts, interval):
+    diff, low, high = newcombe_interval(*counts)
+    k_a, n_a, k_b, n_b = counts
+    assert diff == pytest.approx(k_a / n_a - k_b / n_b)
+    assert (low, high) == pytest.approx(interval, abs=6e-5)
+
+
+def _fisher_two_sided_by_hand(k_a, n_a, k_b, n_b):
+    # hypergeometric tables with the same margins, at most as likely as the observed one
+    total_k, total = k_a + k_b, n_a + n_b
+
+    def prob(x):
+        return math.comb(n_a, x) * math.comb(n_b, total_k - x) / math.comb(total, total_k)
+
+    observed = prob(k_a)
+    lo, hi = max(0, total_k - n_b), min(n_a, total_k)
+    return sum(prob(x) for x in range(lo, hi + 1) if prob(x) <= observed * (1 + 1e-7))
+
+
+@pytest.mark.parametrize("counts", [(3, 4, 1, 4), (10, 16, 2, 16), (0, 8, 8, 8), (5, 9, 5, 9), (13, 16, 0, 16)])
+def test_fisher_matches_scipy_and_hand_count(counts):
+    p = fisher_exact_p(*counts)
+    k_a, n_a, k_b, n_b = counts
+    assert p == pytest.approx(fisher_exact([[k_a, n_a - k_a], [k_b, n_b - k_b]]).pvalue, rel=1e-12)
+    assert p == pytest.approx(_fisher_two_sided_by_hand(*counts), rel=1e-9)
+
+
+def test_fisher_tea_tasting():
+    assert fisher_exact_p(3, 4, 1, 4) == pytest.approx(17 / 35)  # Fisher's lady tasting tea
