@@ -142,8 +142,8 @@ def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
 def check_checkpoints_belong_to_run(run_dir: str | Path, checkpoints: Sequence[tuple[int, Path]]) -> None:
     """UserError if a checkpoint is not the run's (e.g. a mod-3 checkpoint copied beside a
     parity run's record, in either checkpoint format: its analysis would run on the wrong
-    task's data); :func:`interp_toolkit.checkpoint.check_checkpoint_belongs` per file."""
-    from interp_toolkit.checkpoint import check_checkpoint_belongs
+    task's data); :func:`interp_toolkit.runs.record.check_checkpoint_belongs` per file."""
+    from interp_toolkit.runs.record import check_checkpoint_belongs
 
     for _, path in checkpoints:
         check_checkpoint_belongs(path, run_dir)

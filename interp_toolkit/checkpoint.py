@@ -146,56 +146,6 @@ def read_checkpoint_header(path: str | os.PathLike) -> tuple[dict[str, Any], dic
     return config, metadata
 
 
-def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike) -> None:
-    """Refuse a checkpoint that is not the run's at ``run_dir``, whatever its format.
-
-    Three checks, from the header alone: the run key it records (current checkpoints) is the
-    run's; its model config is the one the run record holds; and its vocabulary, context
-    and output sizes are those the run's task needs (a format-1 checkpoint records no run
-    key, so the last two are what tells a mod-3 model in a parity run). Checks whose
-    information a file or record lacks are skipped. Shared by every reader of a run's
-    checkpoints (``analyze``, ``mechanism``, :func:`~interp_toolkit.analyses.over_checkpoints`).
-
-    Raises:
-        CheckpointError: Naming the checkpoint, the run record and what differs.
-    """
-    from interp_toolkit.runs.record import (
-        RunRecordError,
-        has_record,
-        read_record,
-        record_path,
-        task_config,
-    )
-
-    path, run_dir = Path(path), Path(run_dir)
-    if not has_record(run_dir):
-        return
-    record = read_record(run_dir)
-    config, metadata = read_checkpoint_header(path)
-    source = record_path(run_dir)
-    key = metadata.get("run_key")
-    if key is not None and record.get("key") and key != record.get("key"):
-        raise CheckpointError(f"checkpoint {path} belongs to run {key}, but {source} records run "
-                              f"{record.get('key')}: it was trained on another task or config, so this run's "
-                              f"data does not fit it")
-    recorded = record.get("model_config")
-    if isinstance(recorded, dict):
-        differ = sorted(k for k in set(config) & set(recorded) if config[k] != recorded[k])
-        if differ:
-            detail = ", ".join(f"{k} {config[k]!r} (run: {recorded[k]!r})" for k in differ)
-            raise CheckpointError(f"checkpoint {path} is of another model than the run at {run_dir}: {detail}; "
-                                  f"it is not this run's checkpoint")
-    try:
-        dims = task_config(run_dir).model_dims()
-    except RunRecordError:
-        return  # a record without an MPSP task: nothing to check the sizes against
-    wrong = {k: (config.get(k), v) for k, v in dims.items() if k in config and config[k] != v}
-    if wrong:
-        detail = ", ".join(f"{k} {m} (task needs {t})" for k, (m, t) in wrong.items())
-        raise CheckpointError(f"checkpoint {path} was built for another task than the one {source} records: "
-                              f"{detail}")
-
-
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None = None) -> tuple[Any, dict[str, Any]]:
     """Rebuild the model saved in ``path``: ``(model, metadata)``.
 
@@ -234,5 +184,5 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None =
     return model, metadata
 
 
-__all__ = ["CheckpointError", "check_checkpoint_belongs", "load_checkpoint", "read_checkpoint",
+__all__ = ["CheckpointError", "load_checkpoint", "read_checkpoint",
            "read_checkpoint_header", "recorded_digests", "save_checkpoint"]

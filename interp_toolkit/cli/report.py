@@ -83,12 +83,14 @@ def run_config(args: ReportCommandConfig) -> int:
     from interp_toolkit.studies.report import write_report, write_report_sources
 
     pairs = list(zip(args.compare[::2], args.compare[1::2])) if args.compare else []
-    options = dict(print_table=True, compare=pairs, figure_format=args.format, rate_axis=args.rate_axis,
-                   against_paper=args.against_paper, where=args.where or ())
+    where = args.where or ()
     if len(args.sources) == 1:
-        write_report(args.sources[0], out_dir=args.out, **options)
+        write_report(args.sources[0], out_dir=args.out, print_table=True, compare=pairs, figure_format=args.format,
+                     rate_axis=args.rate_axis, against_paper=args.against_paper, where=where)
     else:
-        write_report_sources(args.sources, args.out, **options)
+        assert args.out is not None  # parse() requires --out for several sources
+        write_report_sources(args.sources, args.out, print_table=True, compare=pairs, figure_format=args.format,
+                             rate_axis=args.rate_axis, against_paper=args.against_paper, where=where)
     return 0
 
 

@@ -115,7 +115,7 @@ def _old_spellings(argv: Sequence[str]) -> list[str]:
         i += 1
         if token not in LIST_FLAGS:
             continue
-        values = []
+        values: list[str] = []
         while i < len(items) and not items[i].startswith("--"):
             values.extend(v for v in items[i].split(",") if v.strip())
             i += 1

@@ -20,8 +20,8 @@ writers; this module only names the files, so that no other module spells them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
 
 #: The run record (:mod:`interp_toolkit.runs.record`).
 RECORD = "run.json"
@@ -43,31 +43,25 @@ LOCK = ".lock"
 ANALYSES = "analyses"
 
 
-def metrics_path(run_dir: str | Path) -> Path:
+def metrics_path(run_dir: str | os.PathLike) -> Path:
     """Where ``run_dir``'s evaluations are logged."""
     return Path(run_dir) / METRICS
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every evaluation logged in ``run_dir``, checked line by line
-    (:func:`interp_toolkit.runs.metrics.read_metrics`: a line no trainer writes is a
-    ``MetricsError`` naming the file and line). Empty when nothing is logged yet; a line
-    being appended now is left out."""
-    from interp_toolkit.runs.metrics import read_metrics as read_checked
-
-    path = metrics_path(run_dir)
-    return read_checked(path) if path.exists() else []
-
-
-def checkpoints_dir(run_dir: str | Path) -> Path:
+def checkpoints_dir(run_dir: str | os.PathLike) -> Path:
     """The folder of ``run_dir``'s checkpoints."""
     return Path(run_dir) / CHECKPOINTS
 
 
-def curves_path(run_dir: str | Path) -> Path:
+def checkpoint_path(run_dir: str | os.PathLike, epoch: int) -> Path:
+    """Where a run saves its checkpoint of ``epoch``."""
+    return Path(run_dir) / CHECKPOINTS / f"epoch_{epoch:06d}.safetensors"
+
+
+def curves_path(run_dir: str | os.PathLike) -> Path:
     """Where ``run_dir``'s learning-curve figure is written."""
     return Path(run_dir) / CURVES
 
 
 __all__ = ["ANALYSES", "CHECKPOINTS", "CURVES", "FINAL_STATE", "LEGACY_RESUME_STATE", "LOCK", "METRICS", "RECORD",
-           "RESUME_STATE", "checkpoints_dir", "curves_path", "metrics_path", "read_metrics"]
+           "RESUME_STATE", "checkpoint_path", "checkpoints_dir", "curves_path", "metrics_path"]

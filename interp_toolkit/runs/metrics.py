@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from interp_toolkit.errors import UserError
-from interp_toolkit.runs.layout import METRICS
+from interp_toolkit.runs.layout import METRICS, checkpoint_path, metrics_path
 
 METRICS_NAME = METRICS
 
@@ -138,7 +138,6 @@ def repair_for_resume(run_dir: str | os.PathLike, epoch: int, evaluation_epochs:
             restore it from (the state cannot be resumed exactly).
     """
     from interp_toolkit.checkpoint import CheckpointError, read_checkpoint
-    from interp_toolkit.runs.resume import checkpoint_path
 
     run_dir = Path(run_dir)
     path = run_dir / METRICS_NAME
@@ -180,4 +179,11 @@ def repair_for_resume(run_dir: str | os.PathLike, epoch: int, evaluation_epochs:
     return kept, f"{path}: {', '.join(parts)}; resuming from epoch {epoch}"
 
 
-__all__ = ["METRICS_NAME", "MetricsError", "read_metrics", "repair_for_resume", "row_problem"]
+def read_run_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every evaluation logged in ``run_dir`` (:func:`read_metrics` of its ``metrics.jsonl``);
+    empty when nothing is logged yet, and a line being appended now is left out."""
+    path = metrics_path(run_dir)
+    return read_metrics(path) if path.exists() else []
+
+
+__all__ = ["METRICS_NAME", "MetricsError", "read_metrics", "read_run_metrics", "repair_for_resume", "row_problem"]

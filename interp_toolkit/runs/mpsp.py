@@ -83,9 +83,9 @@ def write_curves(result: TrainResult, run_dir: str | Path, figure_format: str) -
 
 def last_logged_epoch(run_dir: str | Path) -> int | None:
     """The epoch of a run's last logged evaluation (where an interrupted run resumes), if any."""
-    from interp_toolkit.runs.layout import read_metrics
+    from interp_toolkit.runs.metrics import read_run_metrics
 
-    metrics = read_metrics(run_dir)
+    metrics = read_run_metrics(run_dir)
     return int(metrics[-1]["epoch"]) if metrics else None
 
 

@@ -43,6 +43,7 @@ from interp_toolkit.runs.layout import (
     LEGACY_RESUME_STATE,
     METRICS,
     RESUME_STATE,
+    checkpoint_path,
     checkpoints_dir,
     metrics_path,
 )
@@ -333,11 +334,6 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
         return None
     return {"key": key, "status": "finished", "final": metrics[-1],
             "recovered": "run.json was missing; rebuilt from this run's checkpoints and metrics.jsonl"}
-
-
-def checkpoint_path(run_dir: str | Path, epoch: int) -> Path:
-    """Where a run saves its checkpoint of ``epoch``."""
-    return Path(run_dir) / CHECKPOINTS / f"epoch_{epoch:06d}.safetensors"
 
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:

@@ -148,7 +148,7 @@ def _baseline(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
     cls = SweepConfig.config_classes()[section]
     given = {name for known_section, name in _cell_known() if known_section == section}
     try:
-        return cls(**{k: v for k, v in values.items() if k in given}).to_dict()  # type: ignore[no-any-return]
+        return cls(**{k: v for k, v in values.items() if k in given}).to_dict()
     except (TypeError, ValueError):
         return SweepConfig.section_defaults(section)
 

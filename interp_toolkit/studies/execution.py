@@ -15,7 +15,7 @@ import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 from interp_toolkit.studies.study import has_outcome, read_outcome, write_outcome
 from interp_toolkit.studies.sweep_config import SweepConfig, cell_configs, stop_rule_of
@@ -127,7 +127,7 @@ def _sweep_class(job: Mapping[str, Any]) -> type[SweepConfig]:
     found = importlib.import_module(module)
     for part in name.split("."):
         found = getattr(found, part)
-    return found  # type: ignore[no-any-return]
+    return cast("type[SweepConfig]", found)
 
 
 @with_threads(_job_threads)  # the caller's torch thread count is restored on return

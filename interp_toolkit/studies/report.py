@@ -163,16 +163,16 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         "curves_png": written["curves_png"] if with_metrics else None,
         "paper_csv": written["paper_csv"] if against_paper else None,
     }
-    atomic_write_text(paths["outcomes_csv"], csv_text(rows, run_fields(rows)))
-    atomic_write_text(paths["table_csv"], csv_text(table, table_fields(table)))
-    atomic_write_text(paths["table_md"], format_markdown(table, contrasts, comparisons, references))
-    atomic_write_text(paths["contrasts_csv"], csv_text(contrasts, contrast_fields(table)))
+    atomic_write_text(written["outcomes_csv"], csv_text(rows, run_fields(rows)))
+    atomic_write_text(written["table_csv"], csv_text(table, table_fields(table)))
+    atomic_write_text(written["table_md"], format_markdown(table, contrasts, comparisons, references))
+    atomic_write_text(written["contrasts_csv"], csv_text(contrasts, contrast_fields(table)))
     if against_paper:
-        atomic_write_text(paths["paper_csv"], csv_text(references, reference_fields(table)))
+        atomic_write_text(written["paper_csv"], csv_text(references, reference_fields(table)))
     if table:  # no finished run yet: no rates to plot (the curves show the progress)
-        save_figure(plot_rate_vs_r(table, x_axis=rate_axis, references=reference_rates), paths["rate_png"])
+        save_figure(plot_rate_vs_r(table, x_axis=rate_axis, references=reference_rates), written["rate_png"])
     if with_metrics:
-        save_figure(plot_curves_by_cell(with_metrics), paths["curves_png"])
+        save_figure(plot_curves_by_cell(with_metrics), written["curves_png"])
     if print_table:
         if where:
             print(f"(selected {len(rows)} of {n_merged} runs: {' or '.join(where)})")

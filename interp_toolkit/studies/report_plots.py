@@ -7,7 +7,7 @@ import math
 import textwrap
 from typing import Any, Mapping, Sequence
 
-from interp_toolkit.runs.layout import read_metrics
+from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.studies.cells import (
     cell_fields,
     cell_key,
@@ -201,7 +201,7 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
             cell = dict(zip(fields, key, strict=True))
             epochs_seen: list[float] = []
             for row in sorted(cells[key], key=lambda r: sort_key([r.get("seed")])):
-                metrics = read_metrics(row["run_dir"])
+                metrics = read_run_metrics(row["run_dir"])
                 epochs = [m["epoch"] for m in metrics]
                 epochs_seen += epochs
                 color = seed_colors[f"seed {row['seed']}"]

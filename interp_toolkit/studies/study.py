@@ -29,11 +29,11 @@ import csv
 import glob
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence, overload
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json, atomic_write_text
-from interp_toolkit.runs.layout import read_metrics
+from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.runs.record import has_record, read_record, task_dict
 from interp_toolkit.studies.cells import (
     CELL_FIELDS,
@@ -105,6 +105,10 @@ def has_outcome(run_dir: str | Path) -> bool:
     return outcome_path(run_dir).exists()
 
 
+@overload
+def read_outcome(run_dir: str | Path, missing_ok: Literal[False] = False) -> dict[str, Any]: ...
+@overload
+def read_outcome(run_dir: str | Path, missing_ok: bool) -> dict[str, Any] | None: ...
 def read_outcome(run_dir: str | Path, missing_ok: bool = False) -> dict[str, Any] | None:
     """A run's outcome record; with ``missing_ok``, None when it is absent or unreadable."""
     try:
@@ -219,7 +223,7 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
         task = task_dict(record) or {}
         if "r" not in task:
             raise ValueError(f"run {run_dir} has no task ratio r in run.json run_info.task")
-        metrics = read_metrics(run_dir)
+        metrics = read_run_metrics(run_dir)
         if not metrics:
             continue
         outcome = compute_outcome(metrics, float(task["r"]), _task_modulus(task, run_dir), thresholds)
@@ -276,7 +280,7 @@ def read_outcomes_csv(path: str | Path) -> list[dict[str, Any]]:
         if missing:
             raise UserError(f"{path} lacks the columns {missing}; expected an outcomes.csv written by "
                             "`interp-toolkit report`")
-        rows = []
+        rows: list[dict[str, Any]] = []
         for line, raw in enumerate(reader, start=2):
             row = {k: None for k in RUN_FIELDS}
             row.update({k: _parse_csv_value(path, line, k, v or "") for k, v in raw.items() if k is not None})

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from interp_toolkit.callbacks import as_callbacks
 from interp_toolkit.io import atomic_write_json
-from interp_toolkit.runs.layout import read_metrics
+from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.studies.execution import SweepProgress, run_local, run_ray
 from interp_toolkit.studies.study import (
     check_study_dir,
@@ -87,7 +87,7 @@ def run_progress(run_dir: str | Path, epochs: int | None = None) -> dict[str, An
     from interp_toolkit.runs.resume import saved_epoch
 
     run_dir = Path(run_dir)
-    evaluations = read_metrics(run_dir)  # a line being appended now is left out
+    evaluations = read_run_metrics(run_dir)  # a line being appended now is left out
     last = evaluations[-1] if evaluations else {}
     outcome = read_outcome(run_dir, missing_ok=True)
     try:

@@ -198,7 +198,7 @@ class SweepConfig(Config):
     checkpoint_log_spaced = _flat("train", "checkpoint_log_spaced")
 
     @classmethod
-    def config_classes(cls) -> dict[str, type]:
+    def config_classes(cls) -> dict[str, Any]:
         """The config class of each section (a subclass may return subclasses, e.g. a
         ``TrainConfig`` with a field of its own: it is then a setting of every sweep)."""
         from interp_toolkit.model import ModelConfig
