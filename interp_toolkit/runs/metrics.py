@@ -137,7 +137,7 @@ def repair_for_resume(run_dir: str | os.PathLike, epoch: int, evaluation_epochs:
             restore it from (the state cannot be resumed exactly).
     """
     from interp_toolkit.checkpoint import CheckpointError, read_checkpoint
-    from interp_toolkit.runs.resume import checkpoint_path
+    from interp_toolkit.runs.layout import checkpoint_path
 
     run_dir = Path(run_dir)
     path = run_dir / METRICS_NAME

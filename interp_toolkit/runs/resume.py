@@ -38,6 +38,7 @@ from interp_toolkit.io import (
     verify_header_digest,
     with_header_digest,
 )
+from interp_toolkit.runs.layout import checkpoint_path
 from interp_toolkit.runs.record import is_finished
 
 RESUME_NAME = "resume.safetensors"
@@ -325,11 +326,6 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
         return None
     return {"key": key, "status": "finished", "final": metrics[-1],
             "recovered": "run.json was missing; rebuilt from this run's checkpoints and metrics.jsonl"}
-
-
-def checkpoint_path(run_dir: str | os.PathLike, epoch: int) -> Path:
-    """Where a run saves its checkpoint of ``epoch``."""
-    return Path(run_dir) / "checkpoints" / f"epoch_{epoch:06d}.safetensors"
 
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
