@@ -379,8 +379,8 @@ def _csv_table(path: Path) -> Any:
         rows = list(csv.reader(handle))
     if not rows:
         return wandb.Table(columns=["empty"], data=[])
-    header, body = rows[0], rows[1:]
-    data = [[_cell(v) if v != "" else math.nan for v in row] for row in body]
+    header: list[str | int] = list(rows[0])  # wandb.Table wants list[str | int] (list is invariant)
+    data = [[_cell(v) if v != "" else math.nan for v in row] for row in rows[1:]]
     return wandb.Table(columns=header, data=data)
 
 

@@ -162,8 +162,9 @@ def mode_strength_observable(modes: Any, which: list[int] | None = None) -> Call
     U, V = U[:, index], V[:, index]
 
     def observable(model: nn.Module) -> Tensor:
-        W = model.W2.weight @ model.W1.weight
-        return torch.einsum("ok,oi,ik->k", U, W, V)
+        if not isinstance(model, DeepLinearNetwork):
+            raise TypeError(f"mode_strength_observable needs a DeepLinearNetwork, got {type(model).__name__}")
+        return torch.einsum("ok,oi,ik->k", U, model.network_map(), V)
 
     observable.__qualname__ = f"mode_strength_observable({index})"
     return observable
@@ -292,6 +293,7 @@ def gradient_descent(
             raise FloatingPointError(f"DLN training diverged at step {step} (loss {losses[-1]}); lower lr (now {lr})")
         with torch.no_grad():
             for p in params:
+                assert p.grad is not None  # loss.backward() above filled it
                 p.add_(p.grad, alpha=-lr)
                 p.grad = None
         if on_step is not None:

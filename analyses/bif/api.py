@@ -192,7 +192,7 @@ def bif(
             scalar_traces[f"mean {name}"][chain, draw] = rows_b[-1][start:stop].mean()
         if len(rows_a) >= block:
             flush(slot)
-        if kept_a is not None:
+        if kept_a is not None and kept_b is not None:  # both or neither (config.keep_draws)
             kept_a[chain, draw] = a.to("cpu", kept_dtype)
             kept_b[chain, draw] = b.to("cpu", kept_dtype)
         if kept_labels is not None:
@@ -226,7 +226,8 @@ def bif(
         observable_slices=slices,
         phases=estimate.phases,
         diagnostics=diagnostics,
-        draws=Draws(kept_a, kept_b, dict(slices), phase_labels=kept_labels) if kept_a is not None else None,
+        draws=Draws(kept_a, kept_b, dict(slices), phase_labels=kept_labels)
+        if kept_a is not None and kept_b is not None else None,
         config=config.to_dict(),
         cache_key=key,
     )

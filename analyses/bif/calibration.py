@@ -149,6 +149,7 @@ def calibrate_sampler(
                                        nan, nan, nan, time.time() - started, [str(err)]))
             continue
         diag, conv = result.diagnostics, result.convergence
+        assert diag is not None and conv is not None  # bif() sets both when it samples (no cache here)
         sampling = diag.loss_trace[:, config.burn_in:]
         distance = diag.distance_trace[:, config.burn_in:] if diag.distance_trace is not None else None
         min_ess = min(conv.min_ess_bulk, conv.min_ess_tail)

@@ -40,7 +40,9 @@ def index_data(data: DataLike, index: Int[Tensor, " k"] | slice) -> DataLike:
         return data[index]
     if isinstance(data, Mapping):
         return {k: v[index] for k, v in data.items()}
-    return type(data)(v[index] for v in data)
+    if isinstance(data, (tuple, list)):
+        return type(data)(v[index] for v in data)
+    raise TypeError(f"data must be a tensor, a tuple/list or a dict of tensors, got {type(data).__name__}")
 
 
 def data_fingerprint(data: DataLike | None) -> str | None:

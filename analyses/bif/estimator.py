@@ -37,8 +37,7 @@ def _stderr(per_chain: Tensor) -> Tensor:
 def _pooled_comoment(parts: list[CoMoments]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, int]:
     """Pooled co-moment (one new n_a x n_b matrix), means and squared deviations of ``parts``."""
     n = sum(p.count for p in parts)
-    mean_a = sum(p.mean_a * p.count for p in parts) / n
-    mean_b = sum(p.mean_b * p.count for p in parts) / n
+    mean_a, mean_b = _chain_means(parts)
     dtype = parts[0].comoment.dtype
     comoment = parts[0].comoment.clone()
     for part in parts[1:]:
@@ -191,8 +190,13 @@ def estimate_from_moments(
 
 
 def _chain_means(parts: list[CoMoments]) -> tuple[Tensor, Tensor]:
+    """Count-weighted means of ``mean_a`` and ``mean_b`` over ``parts`` (at least one)."""
     n = sum(p.count for p in parts)
-    return sum(p.mean_a * p.count for p in parts) / n, sum(p.mean_b * p.count for p in parts) / n
+    mean_a = sum(p.mean_a * p.count for p in parts) / n
+    mean_b = sum(p.mean_b * p.count for p in parts) / n
+    # sum() starts from the int 0, so its static type is Tensor | float; with a part it is a Tensor.
+    assert isinstance(mean_a, Tensor) and isinstance(mean_b, Tensor)
+    return mean_a, mean_b
 
 
 def _equal_counts(per_chain_acc: list) -> bool:

@@ -166,9 +166,11 @@ class TokenSet:
     @property
     def n_tokens(self) -> int:
         """Recorded losses (``n x (seq_len - 1)``)."""
+        assert self.classes is not None  # __post_init__ fills the default
         return int(self.classes.numel())
 
     def fingerprint(self) -> str:
+        assert self.classes is not None  # __post_init__ fills the default
         return tensor_digest([self.tokens, self.classes], extra=self.class_names)
 
 
@@ -177,6 +179,8 @@ def group_ids(tokens: TokenSet, grouping: str) -> tuple[Int[Tensor, " n_tokens"]
 
     ``"class"`` keeps only classes present in ``tokens`` (labels = class names).
     """
+    # TokenSet.__post_init__ fills both defaults
+    assert tokens.classes is not None and tokens.class_names is not None
     n, m = tokens.classes.shape
     if grouping == "token":
         return torch.arange(n * m), [f"s{s}t{t}" for s in range(n) for t in range(m)]
@@ -405,7 +409,7 @@ def lm_bif(
     if not isinstance(posterior_tokens, Tensor) or posterior_tokens.ndim != 2:
         raise ValueError(f"posterior_tokens must be a [n, seq_len] tensor, got {getattr(posterior_tokens, 'shape', posterior_tokens)!r}")
     same = query is None
-    query = train if same else query
+    query = train if query is None else query
     sampler = config.sampler
     groupings = {}
     shapes = {}
@@ -496,7 +500,7 @@ def lm_bif(
         class_b[chain, draw] = _group_mean(b, diag_ids_b, diag_counts_b)[diag_cols]
         mean_a_trace[chain, draw] = a.mean()
         mean_b_trace[chain, draw] = b.mean()
-        if kept_a is not None:
+        if kept_a is not None and kept_b is not None:  # both or neither (keep)
             kept_a[chain, draw] = a
             if not same:
                 kept_b[chain, draw] = b
@@ -515,6 +519,7 @@ def lm_bif(
     diagnostics = sample_sgld(model, posterior_tokens, loss_fn, sampler, recorders, on_draw)
     tables = {}
     if from_draws:
+        assert kept_a is not None and kept_b is not None  # from_draws implies keep
         tables.update(compute_lm_bif(kept_a, None if same else kept_b, train, None if same else query,
                                      [r for r in config.reductions if r in from_draws], pearson=sampler.pearson,
                                      pearson_convention=config.pearson_convention, stderr_method=config.stderr_method))
@@ -606,12 +611,13 @@ def _jackknife_stderr(leave_one_out: Iterable[Tensor]) -> Tensor:
     for estimate in leave_one_out:
         estimate = estimate.double()
         count += 1
-        if mean is None:
+        if mean is None or m2 is None:  # both None until the first estimate
             mean, m2 = estimate.clone(), torch.zeros_like(estimate)
             continue
         delta = estimate - mean
         mean.add_(delta, alpha=1.0 / count)
         m2.addcmul_(delta, estimate - mean)
+    assert m2 is not None, "no leave-one-out estimates"  # both callers pass one per chain (> 1)
     return m2.mul_((count - 1) / count).sqrt_()
 
 

@@ -240,6 +240,7 @@ def phase_share_with_null(
     columns = slice(*draws.observable_slices[observable]) if observable is not None else slice(None)
     labels = split(draws)
     decomposition = compute_bif(draws, phases=labels).phases
+    assert decomposition is not None  # compute_bif decomposes whenever given phases
     between, total = decomposition.between[:, columns], decomposition.total[:, columns]
     share = between_share(between, total, index)
     generator = torch.Generator().manual_seed(seed)
@@ -247,6 +248,7 @@ def phase_share_with_null(
     for _ in range(null_repeats):
         null = gaussian_null_draws(draws, generator)
         null_decomposition = compute_bif(null, phases=split(null)).phases
+        assert null_decomposition is not None
         null_shares.append(
             between_share(null_decomposition.between[:, columns], null_decomposition.total[:, columns], index)
         )

@@ -157,6 +157,7 @@ class BIFResult:
         if self.draws is not None:
             tensors["draws.attribution"] = self.draws.attribution
             tensors["draws.observables"] = self.draws.observables
+            assert self.draws.statistic is not None  # Draws.__post_init__ fills the default
             tensors["draws.statistic"] = self.draws.statistic
             if self.draws.phase_labels is not None:
                 tensors["draws.phase_labels"] = self.draws.phase_labels

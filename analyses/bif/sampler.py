@@ -113,10 +113,10 @@ def sample_sgld(
     n_beta = config.resolved_n_beta(n_train)
     params = _select_parameters(model, config.param_patterns)
     param_ids = {id(p) for _, p in params}
-    all_params = list(model.parameters())
+    all_params: list[Tensor] = list(model.parameters())
     saved_requires_grad = [p.requires_grad for p in all_params]
     centre = [p.detach().clone() for _, p in params]
-    tensors = [p for _, p in params]
+    tensors: list[Tensor] = [p for _, p in params]
     sizes = [p.numel() for p in tensors]
     numel = sum(sizes)
     noise_dtype = tensors[0].dtype
@@ -151,6 +151,7 @@ def sample_sgld(
         for p in all_params:
             p.requires_grad_(id(p) in param_ids)
         if flat:
+            assert flat_centre is not None  # built above whenever flat
             flat_weights = flat_centre.clone()
             flat_grads = torch.zeros_like(flat_weights)
             flat_drift = torch.empty_like(flat_weights)
@@ -160,6 +161,7 @@ def sample_sgld(
         for chain in range(config.chains):
             with torch.no_grad():
                 if flat:
+                    assert flat_centre is not None
                     flat_weights.copy_(flat_centre)
                 else:
                     for (_, p), p0 in zip(params, centre, strict=True):
@@ -200,6 +202,7 @@ def sample_sgld(
                     # w <- w - eps/2 (n_beta grad + gamma (w - w*)) + sqrt(eps) noise, with
                     # one draw of all the noise (one RNG call per step).
                     if flat:
+                        assert flat_centre is not None
                         torch.sub(flat_weights, flat_centre, out=flat_drift)
                         distance[chain, step] = flat_drift.norm()
                         flat_drift.mul_(config.gamma).add_(flat_grads, alpha=n_beta)

@@ -169,7 +169,8 @@ def _explicit_values(rest: list[str], file_data: dict[str, Any]) -> dict[str, tu
     found: dict[str, tuple[str, Any]] = {}
     sections = {"model": _DERIVED_MODEL, "task": _NAMED_TASK}
     for section, names in sections.items():
-        given = file_data.get(section) if isinstance(file_data.get(section), dict) else {}
+        section_data = file_data.get(section)
+        given = section_data if isinstance(section_data, dict) else {}
         for name in names:
             if name in given:
                 found[f"{section}.{name}"] = (f"{section}.{name} in the config file", given[name])

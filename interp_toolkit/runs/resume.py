@@ -398,7 +398,7 @@ def run_dir_state(run_dir: str | os.PathLike, key: str, epochs: int | None = Non
     if record is None and epochs is not None and not resume_path.exists():
         record = recover_finished_record(run_dir, key, epochs)  # copied without run.json
         recovered = record is not None
-    if is_finished(record):
+    if record is not None and is_finished(record):
         if not list_checkpoints(run_dir):
             raise UserError(f"run {run_dir} is recorded finished, but {run_dir / CHECKPOINTS} holds no "
                             f"checkpoint; rerun with --overwrite (overwrite=True) to move its files aside "

@@ -144,6 +144,8 @@ def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
     from interp_toolkit.runs.trainer import check_label_ids, check_token_ids
     from interp_toolkit.tasks.mpsp import make_splits
 
+    if args.checkpoint is None:
+        raise UserError("a BIF needs a checkpoint (a .safetensors file); got none")
     config = args.sampler
     device = resolve_device(args.device or "cpu")
     checkpoint = Path(args.checkpoint)

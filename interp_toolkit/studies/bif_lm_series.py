@@ -70,7 +70,7 @@ def corpus_sets(
 
 def bif_over_checkpoints(
     refs: Sequence[CheckpointRef],
-    corpus: CorpusConfig,
+    corpus: CorpusConfig | None,
     config: LMBIFConfig,
     out_dir: str | Path,
     *,
@@ -118,10 +118,20 @@ def bif_over_checkpoints(
     if "class:all" not in config.reductions:
         config = LMBIFConfig.from_dict({**config.to_dict(), "reductions": [*config.reductions, "class:all"]})
     out = Path(out_dir)
-    posterior, train, query = sets if sets is not None else corpus_sets(corpus, n_posterior, n_train, n_query)
+    if sets is not None:
+        posterior, train, query = sets
+    elif corpus is not None:
+        posterior, train, query = corpus_sets(corpus, n_posterior, n_train, n_query)
+    else:
+        raise ValueError("bif_over_checkpoints needs a corpus or sets, got neither")
     seq_len = int(posterior.shape[1])
     half = induction_half_len or (seq_len - 1) // 2
-    low, high = probe_vocab or (corpus.first_ordinary, corpus.vocab_size)
+    if probe_vocab is not None:
+        low, high = probe_vocab
+    elif corpus is not None:
+        low, high = corpus.first_ordinary, corpus.vocab_size
+    else:
+        raise ValueError("bif_over_checkpoints needs probe_vocab when corpus is None")
     probe = repeated_random_tokens(32, half, low, high, seed=(corpus.seed if corpus else 0) + 77)
     rows: list[dict[str, Any]] = []
     summary = []
@@ -351,6 +361,7 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
                                     probe_vocab=(0, len(tokenizer)), figure_format=args.format)
         return (f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} checkpoints, "
                 f"{len(rows)} rows, classes {classes.names})")
+    corpus: CorpusConfig | None
     if args.corpus_config is not None:
         from interp_toolkit.userfiles import read_mapping_file
 
