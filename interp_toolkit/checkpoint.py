@@ -88,6 +88,19 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, tor
     return cfg, tensors, metadata
 
 
+def _safetensors_metadata(path: Path) -> dict[str, Any]:
+    """The ``__metadata__`` of a safetensors file's JSON header, read without its tensors.
+
+    Raises:
+        OSError, ValueError, AttributeError: The file is missing, truncated or not safetensors.
+    """
+    with open(path, "rb") as handle:
+        header_len = int.from_bytes(handle.read(8), "little")
+        if not 0 < header_len < 100_000_000:
+            raise ValueError(f"header length {header_len}")
+        return json.loads(handle.read(header_len)).get("__metadata__") or {}
+
+
 def recorded_digests(path: str | os.PathLike) -> dict[str, str] | None:
     """The per-tensor digests a checkpoint's header records, read from the header alone and
     checked against the header's own digest; None for a checkpoint of a format without them.
@@ -99,11 +112,7 @@ def recorded_digests(path: str | os.PathLike) -> dict[str, str] | None:
 
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            header_len = int.from_bytes(handle.read(8), "little")
-            if not 0 < header_len < 100_000_000:
-                raise ValueError(f"header length {header_len}")
-            meta = json.loads(handle.read(header_len)).get("__metadata__") or {}
+        meta = _safetensors_metadata(path)
         header = json.loads(meta[ARTIFACT_KEY]) if ARTIFACT_KEY in meta else None
     except (OSError, ValueError, TypeError, AttributeError) as err:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {err}") from err
@@ -124,11 +133,7 @@ def read_checkpoint_header(path: str | os.PathLike) -> tuple[dict[str, Any], dic
 
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            header_len = int.from_bytes(handle.read(8), "little")
-            if not 0 < header_len < 100_000_000:
-                raise ValueError(f"header length {header_len}")
-            meta = json.loads(handle.read(header_len)).get("__metadata__") or {}
+        meta = _safetensors_metadata(path)
         if ARTIFACT_KEY in meta:
             header = json.loads(meta[ARTIFACT_KEY])
             verify_header_digest(path, header, required=header.get("format", 1) >= 2)

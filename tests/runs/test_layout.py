@@ -49,9 +49,12 @@ def test_run_and_study_file_names_are_spelled_in_their_owner_module_only():
 
 
 def test_layout_paths_and_metrics_reader(tmp_path):
+    from interp_toolkit.runs.metrics import read_run_metrics
+
     run = tmp_path / "run"
-    assert layout.read_metrics(run) == []  # nothing logged yet
+    assert read_run_metrics(run) == []  # nothing logged yet
     run.mkdir()
     layout.metrics_path(run).write_text('{"epoch": 0}\n{"epoch": 10}\n{"epo')  # a line being appended
-    assert layout.read_metrics(run) == [{"epoch": 0}, {"epoch": 10}]
+    assert read_run_metrics(run) == [{"epoch": 0}, {"epoch": 10}]
     assert layout.checkpoints_dir(run) == run / "checkpoints" and layout.curves_path(run).name == "curves.png"
+    assert layout.checkpoint_path(run, 20) == run / "checkpoints" / "epoch_000020.safetensors"
