@@ -99,7 +99,9 @@ def test_rows_without_an_extra_setting_read_as_its_default():
     new = {"task": "t", "r": 0.9, "train.seed": 3}
     completed = complete_settings([old, new])
     assert completed[0]["train.seed"] == TrainConfig().seed and completed[1]["train.seed"] == 3
-    assert cell_fields(completed) == CELL_FIELDS[:-1] + ("train.seed", "r")
+    # betas are named in every report, at their default too (the paper states none)
+    assert completed[0]["train.betas"] == (0.9, 0.98) == completed[1]["train.betas"]
+    assert cell_fields(completed) == CELL_FIELDS[:-1] + ("train.betas", "train.seed", "r")
     assert cell_fields([old]) == CELL_FIELDS  # no extra setting: the cells of earlier versions
     assert select_runs(completed, "train.seed=0") == [completed[0]]
 
