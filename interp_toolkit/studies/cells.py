@@ -92,10 +92,22 @@ def setting_default(name: str) -> Any:
     return _hashable_value(SweepConfig.section_defaults(section).get(field)) if section in SECTIONS else None
 
 
+#: Extra settings every report names, at their default too: the optimizer's betas (never
+#: stated by the paper, so every outcome table says which were used).
+ALWAYS_REPORTED = ("train.betas",)
+
+
 def complete_settings(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` with every extra setting any of them has: a row without one (a run recorded
-    before it existed, or at its default) gets its default."""
-    extras = extra_fields(rows)
+    """``rows`` with every extra setting any of them has and every :data:`ALWAYS_REPORTED`
+    one: a row without one (a run recorded before it existed, or at its default) gets its
+    default.
+
+    An outcomes.csv without a ``train.betas`` column therefore reads as betas (0.9, 0.98),
+    ``TrainConfig``'s default since the first version of this project (no version had
+    another); the committed docs/reproduction/outcomes.csv was checked against git history
+    (every run of it used that default).
+    """
+    extras = tuple(sorted(set(extra_fields(rows)) | set(ALWAYS_REPORTED))) if rows else ()
     return [{**{name: setting_default(name) for name in extras if name not in row}, **row} for row in rows]
 
 
@@ -321,6 +333,42 @@ def find_cell(table: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any
                      f"tells them apart: {', '.join(choices)}")
 
 
+#: The optimization clock of a run or cell (see :func:`optimizer_clock`), next to ``epochs``
+#: in every outcome table.
+CLOCK_FIELDS = ("steps", "lr_x_wd", "decay_clocks")
+
+
+def with_clock(fields: Sequence[str]) -> tuple[str, ...]:
+    """``fields`` with :data:`CLOCK_FIELDS` inserted right after ``epochs``."""
+    fields = tuple(fields)
+    at = fields.index("epochs") + 1
+    return fields[:at] + CLOCK_FIELDS + fields[at:]
+
+
+def steps_per_epoch(n_train: int, batch_size: int | None) -> int:
+    """Optimizer steps in one epoch: 1 at full batch (``batch_size`` None), else
+    ``ceil(n_train / batch_size)`` (the trainers' ``epoch_minibatches`` cut a permutation into
+    pieces of ``batch_size``, the last one smaller when it does not divide)."""
+    if batch_size is None:
+        return 1
+    return -(-int(n_train) // int(batch_size))
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.12g}")  # 0.001 x 0.1 reads 0.0001, not 0.00010000000000000002
+
+
+def optimizer_clock(n_train: Any, batch_size: Any, lr: Any, weight_decay: Any, epochs: Any) -> dict[str, Any]:
+    """``{"steps", "lr_x_wd", "decay_clocks"}`` of ``epochs`` epochs: optimizer steps
+    (``epochs`` x :func:`steps_per_epoch`), ``lr x weight_decay`` (AdamW's decoupled decay
+    shrinks weights by that factor per step) and ``decay_clocks = steps x lr x wd``. A value
+    whose inputs are unknown (None) is None; ``batch_size`` None is full batch."""
+    lr_x_wd = None if lr is None or weight_decay is None else _rounded(float(lr) * float(weight_decay))
+    steps = None if n_train is None or epochs is None else int(epochs) * steps_per_epoch(n_train, batch_size)
+    clocks = None if steps is None or lr_x_wd is None else _rounded(steps * float(lr) * float(weight_decay))
+    return {"steps": steps, "lr_x_wd": lr_x_wd, "decay_clocks": clocks}
+
+
 def run_settings(record: Mapping[str, Any], thresholds: OutcomeThresholds | None = None) -> dict[str, Any]:
     """Every setting of a run that :data:`CELL_FIELDS` keys on, plus its seed, from ``run.json``.
 
@@ -345,9 +393,11 @@ def run_settings(record: Mapping[str, Any], thresholds: OutcomeThresholds | None
     }
 
 
-__all__ = ["ARCH_FIELDS", "CELL_FIELDS", "NOT_CELL_SETTINGS", "REGIME_FIELDS", "SHORT_NAMES",
+__all__ = ["ALWAYS_REPORTED", "ARCH_FIELDS", "CELL_FIELDS", "CLOCK_FIELDS", "NOT_CELL_SETTINGS",
+           "REGIME_FIELDS", "SHORT_NAMES",
            "arch_fields", "cell_fields", "cell_key", "cell_label", "complete_settings",
            "extra_fields", "extra_settings", "find_cell", "format_setting", "hashable",
-           "is_extra_setting", "matches_spec", "parse_cell_spec", "parse_setting_text",
+           "is_extra_setting", "matches_spec", "optimizer_clock", "parse_cell_spec",
+           "parse_setting_text",
            "regime_fields", "run_settings", "select_runs", "setting_default", "sort_key",
-           "spec_list", "varying_fields"]
+           "spec_list", "steps_per_epoch", "varying_fields", "with_clock"]

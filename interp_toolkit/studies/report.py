@@ -5,12 +5,17 @@ Sources are study directories and ``outcomes.csv`` files, in any mix
 
 * ``outcomes.csv``: one row per run: its task and training settings (task, seq_len,
   n_values, n_train, n_eval, data_seed, n_layers, n_heads, d_model, d_mlp, weight_decay, lr,
-  epochs, batch_size, eval_every, early_stop, outcome threshold, r), seed, status, outcome
-  record and run directory. A report regenerates every table and the rate figure from it;
-* ``table.csv``: per cell: seeds; ``rate`` (the paper's criterion, ``generalized``) and
-  ``rule_learned_rate`` (both splits at 100% at one evaluation), each with its 95% Wilson
-  interval; transient count, median first-generalization epoch, mean final adv/val
-  accuracy. A cell is every setting above but the seed
+  epochs, batch_size, eval_every, early_stop, outcome threshold, ``train.betas`` and any other
+  ``SECTION.FIELD`` setting, r), its optimization clock after ``epochs`` (``steps`` it took,
+  ``lr_x_wd``, ``decay_clocks``: :func:`~interp_toolkit.studies.study.run_clock`), seed,
+  status, outcome record, near-miss view (:func:`~interp_toolkit.studies.study.run_near_miss`)
+  and run directory. A report regenerates every table and the rate figure from it;
+* ``table.csv``: per cell: its clock at its epoch budget; seeds; ``rate`` (the paper's
+  criterion, ``generalized``) and ``rule_learned_rate`` (both splits at 100% at one
+  evaluation), each with its 95% Wilson interval; near misses (``n_near_misses`` of
+  ``n_near_miss_known``: runs within 1 point of the criterion); transient count, median
+  first-generalization epoch, mean final adv/val accuracy. A cell is every setting above but
+  the seed
   (:data:`~interp_toolkit.studies.cells.CELL_FIELDS`), so runs of different regimes (a
   calibration and a final study) never pool;
 * ``table.md``: the table, contrasts and requested comparisons as markdown;
@@ -18,7 +23,7 @@ Sources are study directories and ``outcomes.csv`` files, in any mix
   difference in rates with a 95% Newcombe (Wilson score, method 10) interval and a two-sided
   Fisher exact p-value;
 * ``generalization_rate.<fmt>``: rate vs r per architecture with Wilson intervals, markers
-  only (the headline figure; dashed line at chance r = 1/m);
+  only (the headline figure; dashed line at chance r = 1/m; near misses as ``+k near``);
 * ``curves_by_cell.<fmt>``: adversarial (solid) and validation (dashed) accuracy of every
   seed, one panel per cell (runs read from run directories only: a CSV has no curves).
 * ``paper_comparison.csv`` (with ``against_paper``): every cell that has a published headline

@@ -46,6 +46,19 @@ def csv_text(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> str:
     return buffer.getvalue()
 
 
+def near_miss_text(row: Mapping[str, Any]) -> str:
+    """A cell's near misses as ``k/n`` (runs within 1 point of the criterion, of the runs whose
+    near-miss view is known), ``"-"`` when none is known (rows of an older outcomes.csv)."""
+    known = row.get("n_near_miss_known") or 0
+    return f"{row.get('n_near_misses') or 0}/{known}" if known else "-"
+
+
+def clock_text(row: Mapping[str, Any]) -> tuple[str, str]:
+    """A cell's ``steps`` and ``decay_clocks`` at its epoch budget as text (``"?"``: unknown)."""
+    steps, clocks = row.get("steps"), row.get("decay_clocks")
+    return ("?" if steps is None else f"{steps:,}"), ("?" if clocks is None else f"{clocks:.3g}")
+
+
 def _setting_columns(table: Sequence[Mapping[str, Any]]) -> list[str]:
     """Cell fields shown as columns: task, L, H, wd and r always; regime fields when they vary."""
     shown = set(varying_fields(table))
@@ -71,14 +84,14 @@ def format_table(table: Sequence[Mapping[str, Any]]) -> str:
     settings = _setting_columns(table)
     running = any(row.get("n_running") for row in table)
     header = [SHORT_NAMES.get(k, k) for k in settings] + [
-        "seeds", "gen", "rate", "95% Wilson", "rule", "rule rate", "95% Wilson (rule)", "transient", "med. epoch",
-        "adv", "val"] + (["running"] if running else [])
+        "steps", "clocks", "seeds", "gen", "rate", "95% Wilson", "near miss", "rule", "rule rate",
+        "95% Wilson (rule)", "transient", "med. epoch", "adv", "val"] + (["running"] if running else [])
     lines = [header]
     for row in table:
         median = row["median_first_generalized_epoch"]
         lines.append([format_setting(k, row.get(k)) for k in settings] + [
-            str(row["n_seeds"]), str(row["n_generalized"]), f"{row['rate']:.2f}",
-            f"[{row['wilson_low']:.2f}, {row['wilson_high']:.2f}]", str(row["n_rule_learned"]),
+            *clock_text(row), str(row["n_seeds"]), str(row["n_generalized"]), f"{row['rate']:.2f}",
+            f"[{row['wilson_low']:.2f}, {row['wilson_high']:.2f}]", near_miss_text(row), str(row["n_rule_learned"]),
             f"{row['rule_learned_rate']:.2f}",
             f"[{row['rule_learned_wilson_low']:.2f}, {row['rule_learned_wilson_high']:.2f}]",
             str(row["n_transient"]), "-" if median is None else f"{median:g}", f"{row['mean_final_adv_acc']:.3f}",
@@ -105,19 +118,28 @@ def format_markdown(table: Sequence[Mapping[str, Any]], contrasts: Sequence[Mapp
     """The rate table (cell, k/n, rate, 95% Wilson; the same for the rule-learned rate),
     the contrasts (difference, 95% Newcombe, Fisher p) and, when given, the cells against
     published rates (:func:`reference_comparison`) as markdown tables, after a line naming
-    the settings every cell shares (those that vary are in the cell labels)."""
+    the settings every cell shares (those that vary are in the cell labels).
+
+    Each cell has its optimization clock at its epoch budget (optimizer steps; decay clocks =
+    steps x lr x wd) and, beside the paper's rate, its near misses: runs within 1 point of
+    the criterion, of those whose near-miss view is known (``-``: none, e.g. rows of an
+    outcomes.csv written before it existed)."""
     shown = varying_fields(table)
     shared = shared_settings(table)
     lines = [f"Settings of every cell: {shared}.", ""] if shared else []
     running = any(row.get("n_running") for row in table)  # a column only while some run trains
-    lines += ["| cell | generalized k/n | rate | 95% Wilson | rule learned k/n | rule-learned rate | 95% Wilson "
-             "(rule) | transient | median first epoch | final adv | final val |" + (" running |" if running else ""),
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if running else "")]
+    lines += ["| cell | steps | decay clocks | generalized k/n | rate | 95% Wilson | near misses (within 1%) k/n | "
+              "rule learned k/n | rule-learned rate | 95% Wilson (rule) | transient | median first epoch | final adv | "
+              "final val |" + (" running |" if running else ""),
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+              + (" --- |" if running else "")]
     for row in table:
         median = row["median_first_generalized_epoch"]
+        steps, clocks = clock_text(row)
         lines.append(
-            f"| {cell_label(row, shown)} | {row['n_generalized']}/{row['n_seeds']} | {row['rate']:.2f} | "
-            f"[{row['wilson_low']:.2f}, {row['wilson_high']:.2f}] | {row['n_rule_learned']}/{row['n_seeds']} | "
+            f"| {cell_label(row, shown)} | {steps} | {clocks} | {row['n_generalized']}/{row['n_seeds']} | "
+            f"{row['rate']:.2f} | [{row['wilson_low']:.2f}, {row['wilson_high']:.2f}] | {near_miss_text(row)} | "
+            f"{row['n_rule_learned']}/{row['n_seeds']} | "
             f"{row['rule_learned_rate']:.2f} | [{row['rule_learned_wilson_low']:.2f}, "
             f"{row['rule_learned_wilson_high']:.2f}] | {row['n_transient']} | "
             f"{'-' if median is None else f'{median:g}'} | {row['mean_final_adv_acc']:.3f} | "

@@ -62,6 +62,11 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
             is in the table is drawn beside it as a hollow marker with its Wilson interval, in
             the architecture's colour.
 
+    A cell with near misses (``n_near_misses``: runs within 1 point of the criterion, which
+    the rate does not count) gets a larger hollow marker at (generalized + near misses) /
+    seeds labelled ``+k near``, so it reads apart from a cell whose runs never left the
+    shortcut.
+
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
     """
@@ -119,6 +124,7 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
 
         fig, ax = new_figure(ax, figsize=(8.0, 3.8))
         handles = []
+        near_drawn = False
         moduli = sorted({task_modulus(row["task"]) for row in table if row.get("task") in TASKS})
         for modulus in moduli:
             chance = 1.0 / modulus
@@ -141,6 +147,18 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
                 continue
             ax.errorbar(xs, ys, yerr=[lower, upper], marker=markers[regime], ls="none", capsize=4,
                         color=colors[arch], label=f"{arch} ({regime})" if regime else arch)
+            # Near misses (within 1 point of the criterion, not counted in the rate): a hollow
+            # marker at (generalized + near misses) / seeds, labelled with their count, so a
+            # cell of near misses reads apart from one whose runs never left the shortcut.
+            for x, row in zip(xs, rows, strict=True):
+                near = int(row.get("n_near_misses") or 0)
+                if near:
+                    y = (row["n_generalized"] + near) / row["n_seeds"]
+                    ax.plot([x], [y], marker=markers[regime], ls="none", color=colors[arch],
+                            markerfacecolor="none", markersize=9, zorder=3)
+                    ax.annotate(f"+{near} near", (x, y), xytext=(4, 3), textcoords="offset points",
+                                fontsize="x-small", color=colors[arch])
+                    near_drawn = True
         # The legend names each colour (architecture) once and each marker shape (regime)
         # once, so it stays short however many regimes there are.
         for arch in archs:
@@ -152,6 +170,10 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
         if len(regimes) > 1:
             handles += [Line2D([], [], color="black", marker=markers[regime], ls="none",
                                label=textwrap.fill(regime, 36)) for regime in regimes]
+        if near_drawn:
+            handles.append(Line2D([], [], color="black", marker="o", markerfacecolor="none", markersize=9, ls="none",
+                                  label=textwrap.fill("+k near: runs within 1% of the criterion (not in the rate), "
+                                                      "drawn at (generalized + k) / n", 36)))
         drawn = sorted({(ref.k, ref.n) for ref in references if any(ref.matches(row) for row in table)})
         if drawn:
             counts = ", ".join(f"{k}/{n}" for k, n in drawn)

@@ -37,13 +37,17 @@ from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.runs.record import has_record, read_record, task_dict
 from interp_toolkit.studies.cells import (
     CELL_FIELDS,
+    CLOCK_FIELDS,
     cell_fields,
     cell_key,
     is_extra_setting,
+    optimizer_clock,
     parse_setting_text,
     run_settings,
     sort_key,
+    with_clock,
 )
+from interp_toolkit.studies.near_miss import NEAR_MISS_FIELDS
 from interp_toolkit.studies.outcomes import OUTCOME_FIELDS, OutcomeThresholds, compute_outcome
 from interp_toolkit.studies.sweep_config import (
     GRID_FIELDS,
@@ -138,21 +142,33 @@ def report_paths(out_dir: str | Path, figure_format: str = "png") -> dict[str, P
             "curves_png": out / f"{CURVES_FIGURE}.{figure_format}", "paper_csv": out / PAPER_COMPARISON_CSV}
 
 
-#: Columns of ``outcomes.csv``: every run's settings, seed, status, outcome record, directory.
-RUN_FIELDS = CELL_FIELDS + ("seed", "status") + OUTCOME_FIELDS + ("run_dir",)
+#: Columns of ``outcomes.csv``: every run's settings with its optimization clock after
+#: ``epochs`` (:data:`~interp_toolkit.studies.cells.CLOCK_FIELDS`: the steps it took), seed,
+#: status, outcome record, near-miss view
+#: (:data:`~interp_toolkit.studies.near_miss.NEAR_MISS_FIELDS`), directory.
+RUN_FIELDS = with_clock(CELL_FIELDS) + ("seed", "status") + OUTCOME_FIELDS + NEAR_MISS_FIELDS + ("run_dir",)
 
 
 def run_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     """Columns of ``outcomes.csv`` for these rows: :data:`RUN_FIELDS` with the rows' extra
     settings (``"SECTION.FIELD"``) among the cell fields, before ``r``."""
-    return cell_fields(rows) + RUN_FIELDS[len(CELL_FIELDS):]
+    return with_clock(cell_fields(rows)) + RUN_FIELDS[len(CELL_FIELDS) + len(CLOCK_FIELDS):]
+
+
+def run_clock(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's optimization clock (:func:`~interp_toolkit.studies.cells.optimizer_clock`) over
+    the epochs it actually trained: its ``final_epoch`` (an early-stopped run took fewer steps
+    than its ``epochs`` budget; a run still training, the steps so far), from its ``n_train``,
+    ``batch_size`` (None: full batch), ``lr`` and ``weight_decay``. Unknown inputs give None."""
+    return optimizer_clock(row.get("n_train"), row.get("batch_size"), row.get("lr"), row.get("weight_decay"),
+                           row.get("final_epoch"))
 
 
 #: outcomes.csv columns read back as text and as booleans (every other column is a number).
-_TEXT_FIELDS = ("task", "study", "status", "run_dir", "favored_split", "generalization_split")
+_TEXT_FIELDS = ("task", "study", "status", "run_dir", "favored_split", "generalization_split", "near_miss_groups")
 
 
-_BOOL_FIELDS = ("early_stop", "generalized", "rule_learned", "transient")
+_BOOL_FIELDS = ("early_stop", "generalized", "rule_learned", "transient", "within_1pct")
 
 
 #: Columns an outcomes.csv needs for the rate table (older files lack the regime columns:
@@ -195,13 +211,42 @@ def _task_modulus(task: Mapping[str, Any], run_dir: Path) -> int:
     raise ValueError(f"run {run_dir} records neither a task name nor a label in run.json run_info.task")
 
 
+def run_near_miss(run_dir: Path, outcome: Mapping[str, Any], status: Any,
+                  thresholds: OutcomeThresholds) -> dict[str, Any]:
+    """A run's :data:`~interp_toolkit.studies.near_miss.NEAR_MISS_FIELDS`, beside the paper's
+    criterion (which they leave unchanged).
+
+    Only for finished runs judged on the adversarial split (r > 1/m: the paper's criterion);
+    others get None everywhere (a run still training has no best yet; below or at chance the
+    criterion is not the adversarial split's). A generalized run's values come from its
+    outcome (nothing wrong at its best); a run that is not generalized is read by
+    :func:`~interp_toolkit.studies.near_miss.near_miss_of_run`, which evaluates one
+    checkpoint when the run is within 5 points of the criterion, cached in
+    ``RUN/analyses/near_miss_at_best/``.
+    """
+    from interp_toolkit.runs.record import FINISHED
+
+    empty: dict[str, Any] = dict.fromkeys(NEAR_MISS_FIELDS)
+    if status not in FINISHED or outcome.get("generalization_split") != "adv":
+        return empty
+    if outcome.get("generalized"):
+        return {**empty, "best_adv_acc": outcome.get("max_adv_acc"), "n_adv_wrong_at_best": 0,
+                "within_1pct": False}
+    from interp_toolkit.studies.near_miss import near_miss_of_run
+
+    values = near_miss_of_run(run_dir, split="adv", threshold=thresholds.threshold).fields()
+    return {**values, "near_miss_groups": values["near_miss_groups"] or None}
+
+
 def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = None,
                  rewrite_cache: bool = True) -> list[dict[str, Any]]:
     """One row per run directory under ``study_dir/runs``: settings, seed, outcome.
 
     The outcome is derived from the run's ``metrics.jsonl`` every time (never read from
     ``outcome.json``, which is rewritten as a cache when ``rewrite_cache``). Each row holds
-    :data:`RUN_FIELDS` plus ``source`` (the study directory) and ``has_metrics`` (True).
+    :data:`RUN_FIELDS` plus ``source`` (the study directory) and ``has_metrics`` (True):
+    its clock over the epochs it trained (:func:`run_clock`) and its near-miss view
+    (:func:`run_near_miss`; in ``outcome.json`` too).
 
     Args:
         study_dir: The study directory.
@@ -227,17 +272,20 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
         if not metrics:
             continue
         outcome = compute_outcome(metrics, float(task["r"]), _task_modulus(task, run_dir), thresholds)
+        outcome = {**outcome, **run_near_miss(run_dir, outcome, record.get("status"), thresholds)}
         # Only finished runs get a cache: a sweep takes outcome.json as "this run is done".
         if rewrite_cache and record.get("status") == "finished":
             cached = read_outcome(run_dir) if has_outcome(run_dir) else {}
             fresh = {**outcome, **{k: cached[k] for k in _CACHE_EXTRA_KEYS if k in cached}}
             if fresh != cached:
                 write_outcome(run_dir, fresh)
-        rows.append({
+        row = {
             **run_settings(record, thresholds), "study": study_name, "status": record.get("status"),
             "run_dir": str(run_dir),
-            **{k: outcome.get(k) for k in OUTCOME_FIELDS}, "source": str(study_dir), "has_metrics": True,
-        })
+            **{k: outcome.get(k) for k in OUTCOME_FIELDS + NEAR_MISS_FIELDS}, "source": str(study_dir),
+            "has_metrics": True,
+        }
+        rows.append({**row, **run_clock(row)})
     return rows
 
 
@@ -265,8 +313,11 @@ def _parse_csv_value(path: Path, line: int, field: str, text: str) -> Any:
 def read_outcomes_csv(path: str | Path) -> list[dict[str, Any]]:
     """The run rows of an ``outcomes.csv`` written by :func:`write_report` (typed as written).
 
-    Columns an older file lacks (the regime settings) are read as ``None``. Each row also
-    gets ``source`` (the file) and ``has_metrics`` (False: a CSV holds no learning curves).
+    Columns an older file lacks (the regime settings, the near-miss view) are read as
+    ``None``; its optimization clock (``steps``, ``lr_x_wd``, ``decay_clocks``), where not
+    written, is derived from its columns as :func:`run_clock` does (steps over the run's
+    ``final_epoch``: the steps it took). Each row also gets ``source`` (the file) and
+    ``has_metrics`` (False: a CSV holds no learning curves).
 
     Raises:
         UserError: the file lacks a column the rate table needs, or holds a malformed value
@@ -287,6 +338,8 @@ def read_outcomes_csv(path: str | Path) -> list[dict[str, Any]]:
             if row["r"] is None:
                 raise UserError(f"{path} line {line}: column r is empty; every run needs its ratio r")
             row["r"] = float(row["r"])
+            derived = run_clock(row)
+            row.update({k: derived[k] for k in CLOCK_FIELDS if row.get(k) is None})
             rows.append({**row, "source": str(path), "has_metrics": False})
     return rows
 
@@ -563,6 +616,7 @@ __all__ = ["CONTRASTS_CSV", "CURVES_FIGURE", "OUTCOME", "OUTCOMES_CSV", "PAPER_C
            "TABLE_MD", "check_study_dir", "collect_runs", "default_study_dir", "has_outcome",
            "is_study_dir", "merge_runs", "new_study_record", "outcome_path", "read_outcome",
            "read_outcomes_csv", "read_recorded_runs", "read_study_name", "read_study_record",
-           "read_study_record_or_empty", "read_thresholds", "report_paths", "run_fields",
+           "read_study_record_or_empty", "read_thresholds", "report_paths", "run_clock", "run_fields",
+           "run_near_miss",
            "runs_dir", "shared_settings_differing", "source_kind", "study_record_path",
            "study_sweep", "write_outcome", "write_recorded"]

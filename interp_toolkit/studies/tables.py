@@ -18,35 +18,40 @@ from interp_toolkit.studies.cells import (
     cell_key,
     cell_label,
     matches_spec,
+    optimizer_clock,
     regime_fields,
     sort_key,
     varying_fields,
+    with_clock,
 )
 from interp_toolkit.studies.statistics import fisher_exact_p, newcombe_interval, wilson_interval
 
 _TABLE_STATS = (
     "n_seeds", "n_generalized", "rate", "wilson_low", "wilson_high",
     "n_rule_learned", "rule_learned_rate", "rule_learned_wilson_low", "rule_learned_wilson_high",
-    "n_transient", "median_first_generalized_epoch", "mean_final_adv_acc", "mean_final_val_acc", "n_running",
+    "n_transient", "median_first_generalized_epoch", "mean_final_adv_acc", "mean_final_val_acc",
+    "n_near_misses", "n_near_miss_known", "n_running",
 )
-#: Columns of ``table.csv`` (cells without extra settings; see :func:`table_fields`).
-TABLE_FIELDS = CELL_FIELDS + _TABLE_STATS
+#: Columns of ``table.csv`` (cells without extra settings; see :func:`table_fields`): the cell's
+#: settings with its clock after ``epochs``, then the rates.
+TABLE_FIELDS = with_clock(CELL_FIELDS) + _TABLE_STATS
 _CONTRAST_STATS = (
     "r_a", "r_b", "k_a", "n_a", "k_b", "n_b", "rate_a", "rate_b", "difference", "newcombe_low",
     "newcombe_high", "fisher_p",
 )
 #: Columns of ``contrasts.csv`` (cells without extra settings; see :func:`contrast_fields`).
-CONTRAST_FIELDS = ARCH_FIELDS + _CONTRAST_STATS
+CONTRAST_FIELDS = with_clock(ARCH_FIELDS) + _CONTRAST_STATS
 
 
 def table_fields(table: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """Columns of ``table.csv`` for these rows: their cell fields, then the rates."""
-    return cell_fields(table) + _TABLE_STATS
+    """Columns of ``table.csv`` for these rows: their cell fields (the clock after ``epochs``),
+    then the rates."""
+    return with_clock(cell_fields(table)) + _TABLE_STATS
 
 
 def contrast_fields(table: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """Columns of ``contrasts.csv`` for the contrasts of this table."""
-    return arch_fields(table) + _CONTRAST_STATS
+    """Columns of ``contrasts.csv`` for the contrasts of this table (the clock after ``epochs``)."""
+    return with_clock(arch_fields(table)) + _CONTRAST_STATS
 
 
 def compare_cells(row_a: Mapping[str, Any], row_b: Mapping[str, Any], column: str = "generalized",
@@ -65,7 +70,7 @@ def compare_cells(row_a: Mapping[str, Any], row_b: Mapping[str, Any], column: st
     diff, low, high = newcombe_interval(k_a, n_a, k_b, n_b)
     shown = [k for k in regime_fields([row_a, row_b]) if k in label_fields or k in varying_fields([row_a, row_b])]
     return {
-        **{k: row_a.get(k) for k in arch_fields([row_a, row_b])}, "r_a": row_a["r"], "r_b": row_b["r"],
+        **{k: row_a.get(k) for k in with_clock(arch_fields([row_a, row_b]))}, "r_a": row_a["r"], "r_b": row_b["r"],
         "cell_a": cell_label(row_a, shown), "cell_b": cell_label(row_b, shown), "column": column,
         "k_a": k_a, "n_a": n_a, "k_b": k_b, "n_b": n_b, "rate_a": k_a / n_a, "rate_b": k_b / n_b,
         "difference": diff, "newcombe_low": low, "newcombe_high": high,
@@ -145,12 +150,12 @@ _REFERENCE_STATS = (
     "newcombe_high", "fisher_p", "reference_source",
 )
 #: Columns of ``paper_comparison.csv`` (cells without extra settings; see :func:`reference_fields`).
-REFERENCE_FIELDS = CELL_FIELDS + _REFERENCE_STATS
+REFERENCE_FIELDS = with_clock(CELL_FIELDS) + _REFERENCE_STATS
 
 
 def reference_fields(table: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """Columns of ``paper_comparison.csv`` for the cells of this table."""
-    return cell_fields(table) + _REFERENCE_STATS
+    """Columns of ``paper_comparison.csv`` for the cells of this table (the clock after ``epochs``)."""
+    return with_clock(cell_fields(table)) + _REFERENCE_STATS
 
 
 def reference_comparison(table: Sequence[Mapping[str, Any]],
@@ -175,7 +180,7 @@ def reference_comparison(table: Sequence[Mapping[str, Any]],
                 continue
             k, n = row["n_generalized"], row["n_seeds"]
             diff, low, high = newcombe_interval(k, n, ref.k, ref.n)
-            out.append({**{f: row.get(f) for f in cell_fields(table)}, "cell": cell_label(row, shown),
+            out.append({**{f: row.get(f) for f in with_clock(cell_fields(table))}, "cell": cell_label(row, shown),
                         "k": k, "n": n, "rate": k / n, "reference_k": ref.k, "reference_n": ref.n,
                         "reference_rate": ref.k / ref.n, "difference": diff, "newcombe_low": low,
                         "newcombe_high": high, "fisher_p": fisher_exact_p(k, n, ref.k, ref.n),
@@ -197,6 +202,14 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     run still training has no outcome yet (counting it as failed would bias a rate down, and
     a study's early-stopped successes finish first). ``n_running`` counts the others; a cell
     with no finished run has no row.
+
+    Beside the settings, each cell's optimization clock at its ``epochs`` budget
+    (``steps``, ``lr_x_wd``, ``decay_clocks``:
+    :func:`~interp_toolkit.studies.cells.optimizer_clock`; an early-stopped run took fewer
+    steps, its own are in ``outcomes.csv``). Beside the paper's rate, the near misses:
+    ``n_near_misses`` runs short of the criterion by at most 1 point (``within_1pct``) of the
+    ``n_near_miss_known`` runs whose near-miss view is known (rows of an outcomes.csv
+    without it are not).
     """
     cells: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     fields = cell_fields(rows)
@@ -214,8 +227,12 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         low, high = wilson_interval(k, n)
         rule_low, rule_high = wilson_interval(k_rule, n)
         firsts = [m["first_generalized_epoch"] for m in members if m["first_generalized_epoch"] is not None]
+        cell = dict(zip(fields, key, strict=True))
+        known = [m for m in members if m.get("within_1pct") is not None]
         table.append({
-            **dict(zip(fields, key, strict=True)),
+            **cell,
+            **optimizer_clock(cell.get("n_train"), cell.get("batch_size"), cell.get("lr"), cell.get("weight_decay"),
+                              cell.get("epochs")),
             "n_seeds": n, "n_generalized": k, "rate": k / n, "wilson_low": low, "wilson_high": high,
             "n_rule_learned": k_rule, "rule_learned_rate": k_rule / n, "rule_learned_wilson_low": rule_low,
             "rule_learned_wilson_high": rule_high,
@@ -223,6 +240,7 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "median_first_generalized_epoch": statistics.median(firsts) if firsts else None,
             "mean_final_adv_acc": statistics.fmean(m["final_adv_acc"] for m in members),
             "mean_final_val_acc": statistics.fmean(m["final_val_acc"] for m in members),
+            "n_near_misses": sum(bool(m["within_1pct"]) for m in known), "n_near_miss_known": len(known),
             "n_running": n_running,
         })
     return table

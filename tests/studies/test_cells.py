@@ -99,7 +99,9 @@ def test_rows_without_an_extra_setting_read_as_its_default():
     new = {"task": "t", "r": 0.9, "train.seed": 3}
     completed = complete_settings([old, new])
     assert completed[0]["train.seed"] == TrainConfig().seed and completed[1]["train.seed"] == 3
-    assert cell_fields(completed) == CELL_FIELDS[:-1] + ("train.seed", "r")
+    # betas are named in every report, at their default too (the paper states none)
+    assert completed[0]["train.betas"] == (0.9, 0.98) == completed[1]["train.betas"]
+    assert cell_fields(completed) == CELL_FIELDS[:-1] + ("train.betas", "train.seed", "r")
     assert cell_fields([old]) == CELL_FIELDS  # no extra setting: the cells of earlier versions
     assert select_runs(completed, "train.seed=0") == [completed[0]]
 
@@ -110,3 +112,18 @@ def test_cell_specs_accept_section_fields_typed():
                                                                           "train.batch_size": None}
     with pytest.raises(ValueError, match="SECTION.FIELD"):
         parse_cell_spec("optimizer.lr=0.1")
+
+
+def test_steps_per_epoch_counts_the_trainers_minibatches_last_partial_included():
+    import torch
+
+    from interp_toolkit.runs.trainer import epoch_minibatches
+    from interp_toolkit.studies.cells import optimizer_clock, steps_per_epoch
+
+    for n, batch_size in ((10, 3), (10, 5), (10, 10), (10, 64), (16_384, 512), (2_000, 128), (7, None)):
+        batches = list(epoch_minibatches(n, batch_size, torch.Generator().manual_seed(0), "cpu"))
+        assert steps_per_epoch(n, batch_size) == len(batches), (n, batch_size)
+    # 1,000 full-batch epochs at lr 1e-3, wd 0.1: 0.1 decay clocks; batch 512 of 16,384: 32x the steps
+    assert optimizer_clock(16_384, None, 1e-3, 0.1, 1_000) == {"steps": 1_000, "lr_x_wd": 0.0001, "decay_clocks": 0.1}
+    assert optimizer_clock(16_384, 512, 1e-3, 0.1, 1_000) == {"steps": 32_000, "lr_x_wd": 0.0001, "decay_clocks": 3.2}
+    assert optimizer_clock(None, 512, 1e-3, None, 1_000) == {"steps": None, "lr_x_wd": None, "decay_clocks": None}

@@ -44,10 +44,16 @@ def test_rows_and_outcomes_csv_carry_every_run_setting(tmp_path):
     other = next(r for r in result["rows"] if r["r"] == 0.5)
     assert other["early_stop"] is False and other["batch_size"] is None and other["seq_len"] == 5
     written = _read_csv(result["paths"]["outcomes_csv"])
-    assert list(written[0]) == list(RUN_FIELDS)
+    at_r = RUN_FIELDS.index("r")  # the betas every table names sit among the cell settings, before r
+    assert list(written[0]) == [*RUN_FIELDS[:at_r], "train.betas", *RUN_FIELDS[at_r:]]
+    assert list(written[0]).index("steps") == list(written[0]).index("epochs") + 1
+    # 16,384 examples in batches of 512: 32 steps per epoch; the run stopped at epoch 20 of 15,000
+    assert (row["steps"], row["lr_x_wd"], row["decay_clocks"]) == (640, 0.0012, 0.768)
+    assert (other["steps"], other["lr_x_wd"], other["decay_clocks"]) == (20, 0.0001, 0.002)  # full batch: 1 a step
     by_r = {float(r["r"]): r for r in written}
     assert by_r[0.9]["seq_len"] == "8" and by_r[0.9]["early_stop"] == "True" and by_r[0.9]["lr"] == "0.003"
     assert by_r[0.9]["epochs"] == "15000" and by_r[0.9]["data_seed"] == "7" and by_r[0.5]["batch_size"] == ""
+    assert by_r[0.9]["train.betas"] == "[0.9, 0.98]" and by_r[0.9]["decay_clocks"] == "0.768"
     # read back typed as written
     back = {r["r"]: r for r in read_outcomes_csv(result["paths"]["outcomes_csv"])}
     assert {k: back[0.9][k] for k in expected} == expected
@@ -74,14 +80,20 @@ def test_cells_are_keyed_by_regime_settings(tmp_path):
     assert pairs == {(5, 2, 3, 0, 2), (8, 0, 2, 1, 2)}
     assert all("seq_len=" in c["cell_a"] and "seq_len=" in c["cell_b"] for c in result["contrasts"])
     # table.csv has every cell field; the printed table only the regime columns that vary
-    assert list(_read_csv(result["paths"]["table_csv"])[0])[: len(CELL_FIELDS)] == list(CELL_FIELDS)
+    columns = list(_read_csv(result["paths"]["table_csv"])[0])
+    assert [k for k in columns if k in CELL_FIELDS] == list(CELL_FIELDS)
+    at = columns.index("epochs") + 1  # each cell's clock at its budget, next to epochs
+    assert columns[at: at + 3] == ["steps", "lr_x_wd", "decay_clocks"]
+    steps = {(row["seq_len"], row["epochs"]): row["steps"] for row in table}
+    assert all(steps[key] == key[1] for key in steps)  # full batch: one step per epoch
     header = format_table(table).splitlines()[0].split()
     for varying in ("seq_len", "n_train", "d_model", "d_mlp", "lr", "epochs"):
         assert varying in header
     for constant in ("n_values", "n_eval", "data_seed", "batch_size", "eval_every", "early_stop", "threshold"):
         assert constant not in header
     one_regime = [row for row in table if row["epochs"] == 300 and row["seq_len"] == 5]
-    assert format_table(one_regime).splitlines()[0].split()[:6] == ["task", "L", "H", "wd", "r", "seeds"]
+    assert format_table(one_regime).splitlines()[0].split()[:8] == ["task", "L", "H", "wd", "r", "steps", "clocks",
+                                                                     "seeds"]
 
 
 def test_find_cell_regime_keys_and_ambiguity(tmp_path):
@@ -288,7 +300,7 @@ def test_known_two_by_two_through_report(tmp_path, capsys):
     assert "| 0/8 |" in markdown and "| 6/8 |" in markdown and "[-0.93, -0.28]" in markdown
     assert markdown.startswith("Settings of every cell: seq_len 5, n_values 10, n_train 4096, n_eval 512, "
                                "data_seed 0, d_model 64, d_mlp 128, lr 0.001, epochs 300, batch_size full, "
-                               "eval_every 20, early_stop no, threshold 1.")
+                               "eval_every 20, early_stop no, threshold 1, train.betas 0.9/0.98.")
     assert "every cell: seq_len 5" in printed
 
 
@@ -306,7 +318,9 @@ def test_older_outcomes_csv_without_regime_columns_still_reports(tmp_path):
     assert [(row["r"], row["n_generalized"], row["n_seeds"]) for row in result["table"]] == [
         (row["r"], row["n_generalized"], row["n_seeds"]) for row in new["table"]]
     assert all(row["seq_len"] is None for row in result["table"])
-    assert "Settings of every cell" not in result["paths"]["table_md"].read_text()  # none are known
+    assert all(row["steps"] is None for row in result["table"])  # no n_train, no epochs: no clock
+    # none of the regime is known; the betas read as TrainConfig's default, the only one any version had
+    assert result["paths"]["table_md"].read_text().startswith("Settings of every cell: train.betas 0.9/0.98.\n")
 
 
 def test_calibration_and_final_studies_stay_apart_at_equal_settings(tmp_path):
