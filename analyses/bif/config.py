@@ -36,25 +36,28 @@ DEVINTERP_NAMES: dict[str, str] = {
 class SamplerConfig(Config):
     """Validated SGLD settings for sampling a localized tempered posterior.
 
+    (The attributes are written without markup: the ``bif`` and ``bif-lm`` commands show them
+    as their flags' help.)
+
     Attributes:
-        eps: Step size (> 0). The injected noise has variance ``eps``.
-        gamma: Localization strength (>= 0) pulling draws back to the checkpoint ``w*``.
-        n_beta: ``n * beta``, the inverse temperature times the number of examples (> 0).
-            ``None``: ``n / log(n)`` with ``n`` the number of training examples (beta =
+        eps: Step size (> 0). The injected noise has variance eps.
+        gamma: Localization strength (>= 0) pulling draws back to the checkpoint w*.
+        n_beta: n * beta, the inverse temperature times the number of examples (> 0).
+            None: n / log(n) with n the number of training examples (beta =
             1/log n, the WBIC temperature).
-        chains: Independent chains, all started at ``w*`` (>= 1; >= 2 for standard errors).
+        chains: Independent chains, all started at w* (>= 1; >= 2 for standard errors).
         draws: Recorded draws per chain (>= 1).
         burn_in: SGLD steps per chain before the first draw (>= 0).
         steps_between_draws: SGLD steps between consecutive draws (>= 1).
-        batch_size: Minibatch size of the SGLD gradient; ``None`` for full batch.
+        batch_size: Minibatch size of the SGLD gradient; None for full batch.
         seed: Seed of the noise and minibatch order (same seed, same draws).
-        param_patterns: Restrict sampling to parameters whose ``named_parameters`` name
-            matches one of these ``fnmatch`` patterns (others stay at ``w*``); ``None``: all.
+        param_patterns: Restrict sampling to parameters whose named_parameters name
+            matches one of these fnmatch patterns (others stay at w*); None: all.
         eval_batch_size: Batch size used to record per-example losses (>= 1).
-        divergence_factor: Raise :class:`SamplerDivergenceError` if the minibatch loss
-            exceeds ``divergence_factor * (|initial loss| + 1)`` (> 1).
+        divergence_factor: Raise SamplerDivergenceError if the minibatch loss
+            exceeds divergence_factor * (|initial loss| + 1) (> 1).
         keep_draws: Also keep every recorded draw (memory grows with draws).
-        pearson: Normalize to ``-Corr`` instead of ``-Cov``.
+        pearson: Normalize to -Corr instead of -Cov.
         progress: Show a tqdm bar.
     """
 
