@@ -52,7 +52,7 @@ def test_readme_run_records_task_like_train_mpsp(tmp_path):
     assert again.already_finished
 
 
-def test_readme_run_works_with_analyze_and_mechanism(tmp_path, capsys):
+def test_readme_run_works_with_analyze_mechanism_and_bif(tmp_path, capsys):
     run_dir = tmp_path / "my_run"
     readme_run(run_dir)
     code = main(["analyze", str(run_dir), "--analysis", "fingerprints", "--no-progress", "--device", "cpu"])
@@ -62,6 +62,11 @@ def test_readme_run_works_with_analyze_and_mechanism(tmp_path, capsys):
     code = main(["mechanism", str(run_dir), "--device", "cpu"])
     err = capsys.readouterr().err
     assert code == 0, err
+    code = main(["bif", str(run_dir), "--out", str(tmp_path / "bif"), "--n-attribution", "8", "--n-query", "4",
+                 "--chains", "2", "--draws", "4", "--burn-in", "0", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert '"r": 0.9' in captured.out and 'checkpoint: ' in captured.out
 
 
 def test_finished_run_without_task_gets_it_and_keeps_its_key(tmp_path):
