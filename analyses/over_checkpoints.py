@@ -10,7 +10,9 @@ Each entry carries a digest of its content: an entry that is torn, not JSON, edi
 written without one is recomputed, with a one-line ``note:`` on stderr naming it.
 It returns one table with an ``epoch`` column, written as ``<name>.csv`` and plotted as
 ``<name>.png`` (the run's accuracy curves on top, then the analysis's values on the same
-epoch axis).
+epoch axis). Those names are the full result, over every checkpoint; a subset of the
+checkpoints (``epochs=``, ``last=True``) is written as ``<name>_epochs_....csv`` / ``.png``
+(:func:`selection_stem`) so it never overwrites the full result.
 """
 
 from __future__ import annotations
@@ -228,7 +230,10 @@ def over_checkpoints(
         epochs: Checkpoint epochs to analyse (default: all).
         config: Keyword arguments of the analysis (JSON-able; part of the cache key).
         name: Name of the outputs (default: the analysis name).
-        out_dir: Where the cache, CSV and PNG go (default ``run_dir/analyses/<name>``).
+        out_dir: Where the cache, CSV and PNG go (default ``run_dir/analyses/<name>``). Every
+            checkpoint of the run gives ``<name>.csv`` and ``<name>.png``; a subset (``epochs``,
+            ``last``) gives ``<name>_epochs_...`` beside them (:func:`selection_stem`), never
+            overwriting the full result. Per-checkpoint cache entries are shared by both.
         plot: Also write the PNG.
         progress: Show a tqdm bar over checkpoints.
         device: Where to load each checkpoint (default CPU); not part of the cache key.
@@ -267,8 +272,10 @@ def over_checkpoints(
         if missing:
             raise ValueError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {sorted(available)}")
         checkpoints = [(e, available[e]) for e in sorted(set(epochs))]
+    all_epochs = [epoch for epoch, _ in list_checkpoints(run_dir)]
     if last:
         checkpoints = checkpoints[-1:]
+    stem = selection_stem(label, [epoch for epoch, _ in checkpoints], all_epochs)
     check_checkpoints_belong_to_run(run_dir, checkpoints)
     if splits is None:
         splits = splits_from_run(run_dir)
@@ -308,11 +315,24 @@ def over_checkpoints(
         notice(f"{label}: recomputed {len(rejected)} cache entr{'y' if len(rejected) == 1 else 'ies'} in {cache_dir} "
                f"that failed their check: {'; '.join(rejected)}")
     table = Table(rows)
-    csv_path = table.to_csv(out_dir / f"{label}.csv")
+    csv_path = table.to_csv(out_dir / f"{stem}.csv")
     png_path = None
     if plot:
-        png_path = save_figure(plot_over_checkpoints(table, run_dir, spec), out_dir / f"{label}.{figure_format}")
+        png_path = save_figure(plot_over_checkpoints(table, run_dir, spec), out_dir / f"{stem}.{figure_format}")
     return CheckpointsResult(table, csv_path, png_path, computed, hits)
+
+
+def selection_stem(label: str, selected: Sequence[int], all_epochs: Sequence[int]) -> str:
+    """The file name (without suffix) of an analysis over the ``selected`` checkpoint epochs:
+    ``<label>`` for every checkpoint of the run, else ``<label>_epochs_<e1>_<e2>...`` (up to
+    four epochs) or ``<label>_epochs_<first>-<last>_<n>_<hash>`` (more), so that an analysis
+    of a subset never overwrites the full one (nor one of another subset)."""
+    selected = sorted(set(selected))
+    if selected == sorted(set(all_epochs)):
+        return label
+    if len(selected) <= 4:
+        return f"{label}_epochs_{'_'.join(str(epoch) for epoch in selected)}"
+    return f"{label}_epochs_{selected[0]}-{selected[-1]}_{len(selected)}_{config_hash(selected)[:8]}"
 
 
 def read_cache_entry(path: Path) -> tuple[dict[str, Any] | None, str | None]:

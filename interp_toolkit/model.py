@@ -287,15 +287,52 @@ def move_model(model: Any, device: str | torch.device) -> Any:
 
 
 def model_config_of(model: Any) -> ModelConfig:
-    """The ``ModelConfig`` a toolkit model was built from."""
+    """The ``ModelConfig`` of a toolkit model: the one it was built from
+    (``model.interp_config``), else the one derived from a ``TransformerBridge``'s own config.
+
+    A derived config is accepted only when :func:`build_model` of it makes the same parameters
+    (names and shapes) as ``model``, so that its checkpoints load back into the same model.
+
+    Raises:
+        ValueError: ``model`` carries no ``ModelConfig`` and none can be derived that rebuilds it.
+    """
     cfg = getattr(model, "interp_config", None)
-    if not isinstance(cfg, ModelConfig):
+    if isinstance(cfg, ModelConfig):
+        return cfg
+    derived = derived_model_config(model)
+    if derived is None:
         raise ValueError(
-            "model has no interp_toolkit ModelConfig (build it with interp_toolkit.build_model "
-            "or load it with load_checkpoint)"
+            f"model ({type(model).__name__}) has no interp_toolkit ModelConfig and none can be derived "
+            "from it: build it with interp_toolkit.build_model, load it with load_checkpoint, or pass "
+            "model_config=ModelConfig(...) that rebuilds it"
         )
-    return cfg
+    return derived
+
+
+_BRIDGE_FIELDS = {"n_layers": "n_layers", "n_heads": "n_heads", "d_vocab": "d_vocab", "n_ctx": "n_ctx",
+                  "d_vocab_out": "d_vocab_out", "d_model": "d_model", "d_head": "d_head", "d_mlp": "d_mlp",
+                  "act_fn": "act_fn", "normalization": "normalization_type", "attn_only": "attn_only",
+                  "positional_embedding": "positional_embedding_type", "seed": "seed"}
+
+
+def derived_model_config(model: Any) -> ModelConfig | None:
+    """The ``ModelConfig`` read from a ``TransformerBridge``'s ``cfg``, or ``None`` when the
+    model has no such config or :func:`build_model` of it would not make the same parameters
+    (names and shapes; e.g. a bridge around a Hugging Face model with its own architecture)."""
+    bridge_cfg = getattr(model, "cfg", None)
+    if bridge_cfg is None or not hasattr(model, "state_dict"):
+        return None
+    try:
+        values = {name: getattr(bridge_cfg, attr) for name, attr in _BRIDGE_FIELDS.items()}
+        if values["seed"] is None:
+            values["seed"] = 0
+        cfg = ModelConfig(**values)
+        rebuilt = build_model(cfg, device="meta")
+    except Exception:  # any config the toolkit cannot express: not derivable
+        return None
+    own = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    return cfg if own == {name: tuple(t.shape) for name, t in rebuilt.state_dict().items()} else None
 
 
 __all__ = ["MAX_LAYERS", "HookedModel", "ModelConfig", "available_memory", "build_model", "bridge_config",
-           "check_model_size", "model_config_of", "move_model", "n_parameters"]
+           "check_model_size", "derived_model_config", "model_config_of", "move_model", "n_parameters"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
 
 from interp_toolkit.config import Config
 
@@ -14,30 +15,49 @@ class SamplerDivergenceError(ValueError):
 
 # --------------------------------------------------------------------------- config
 
+# devinterp's name (``sample``, ``SamplerConfig``, the ``SGLD`` optimizer's keywords) -> this
+# toolkit's SamplerConfig field, for the same SGLD update (README: "Coming from TransformerLens 3
+# / devinterp").
+DEVINTERP_NAMES: dict[str, str] = {
+    "lr": "eps",
+    "localization": "gamma",
+    "nbeta": "n_beta",
+    "n_beta": "n_beta",
+    "num_chains": "chains",
+    "num_draws": "draws",
+    "num_burnin_steps": "burn_in",
+    "num_steps_bw_draws": "steps_between_draws",
+    "batch_size": "batch_size",
+    "init_seed": "seed",
+}
+
 
 @dataclass
 class SamplerConfig(Config):
     """Validated SGLD settings for sampling a localized tempered posterior.
 
+    (The attributes are written without markup: the ``bif`` and ``bif-lm`` commands show them
+    as their flags' help.)
+
     Attributes:
-        eps: Step size (> 0). The injected noise has variance ``eps``.
-        gamma: Localization strength (>= 0) pulling draws back to the checkpoint ``w*``.
-        n_beta: ``n * beta``, the inverse temperature times the number of examples (> 0).
-            ``None``: ``n / log(n)`` with ``n`` the number of training examples (beta =
+        eps: Step size (> 0). The injected noise has variance eps.
+        gamma: Localization strength (>= 0) pulling draws back to the checkpoint w*.
+        n_beta: n * beta, the inverse temperature times the number of examples (> 0).
+            None: n / log(n) with n the number of training examples (beta =
             1/log n, the WBIC temperature).
-        chains: Independent chains, all started at ``w*`` (>= 1; >= 2 for standard errors).
+        chains: Independent chains, all started at w* (>= 1; >= 2 for standard errors).
         draws: Recorded draws per chain (>= 1).
         burn_in: SGLD steps per chain before the first draw (>= 0).
         steps_between_draws: SGLD steps between consecutive draws (>= 1).
-        batch_size: Minibatch size of the SGLD gradient; ``None`` for full batch.
+        batch_size: Minibatch size of the SGLD gradient; None for full batch.
         seed: Seed of the noise and minibatch order (same seed, same draws).
-        param_patterns: Restrict sampling to parameters whose ``named_parameters`` name
-            matches one of these ``fnmatch`` patterns (others stay at ``w*``); ``None``: all.
+        param_patterns: Restrict sampling to parameters whose named_parameters name
+            matches one of these fnmatch patterns (others stay at w*); None: all.
         eval_batch_size: Batch size used to record per-example losses (>= 1).
-        divergence_factor: Raise :class:`SamplerDivergenceError` if the minibatch loss
-            exceeds ``divergence_factor * (|initial loss| + 1)`` (> 1).
+        divergence_factor: Raise SamplerDivergenceError if the minibatch loss
+            exceeds divergence_factor * (|initial loss| + 1) (> 1).
         keep_draws: Also keep every recorded draw (memory grows with draws).
-        pearson: Normalize to ``-Corr`` instead of ``-Cov``.
+        pearson: Normalize to -Corr instead of -Cov.
         progress: Show a tqdm bar.
     """
 
@@ -99,6 +119,46 @@ class SamplerConfig(Config):
         for name in ("keep_draws", "pearson", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"SamplerConfig.{name} must be a bool, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_devinterp(cls, optimizer_kwargs: Mapping[str, Any] | None = None, **settings: Any) -> "SamplerConfig":
+        """A config from devinterp's setting names (``lr``, ``localization``, ``nbeta`` or
+        ``n_beta``, ``num_chains``, ``num_draws``, ``num_burnin_steps``,
+        ``num_steps_bw_draws``, ``batch_size``, ``init_seed``: :data:`DEVINTERP_NAMES`), for
+        the same SGLD update. This toolkit's own field names are accepted beside them.
+        Settings not given keep this toolkit's defaults, not devinterp's (devinterp:
+        ``localization=0``, ``batch_size=32``).
+
+        Args:
+            optimizer_kwargs: devinterp's ``optimizer_kwargs`` dict (``lr``,
+                ``localization``, ``nbeta``), merged with ``settings``.
+            **settings: The settings by devinterp's or this toolkit's names.
+
+        Returns:
+            The equivalent :class:`SamplerConfig`.
+
+        Raises:
+            ValueError: A name neither devinterp's nor a field here (named with the accepted
+                ones), or one setting given twice with different values (e.g. ``lr`` and
+                ``eps``, or ``nbeta`` and ``n_beta``).
+        """
+        own = {f.name for f in fields(cls)}
+        given: list[tuple[str, Any]] = list((optimizer_kwargs or {}).items()) + list(settings.items())
+        unknown = sorted(name for name, _ in given if name not in DEVINTERP_NAMES and name not in own)
+        if unknown:
+            raise ValueError(
+                f"SamplerConfig.from_devinterp got unknown setting(s) {unknown}; expected devinterp's "
+                f"{sorted(DEVINTERP_NAMES)} or SamplerConfig's {sorted(own)}")
+        values: dict[str, Any] = {}
+        source: dict[str, str] = {}
+        for name, value in given:
+            field_name = DEVINTERP_NAMES.get(name, name)
+            if field_name in values and values[field_name] != value:
+                raise ValueError(
+                    f"SamplerConfig.from_devinterp got {field_name} twice with different values: "
+                    f"{source[field_name]}={values[field_name]!r} and {name}={value!r}")
+            values[field_name], source[field_name] = value, name
+        return cls(**values)
 
     @property
     def total_steps(self) -> int:

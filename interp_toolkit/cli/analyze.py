@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence
+from typing import Annotated, Any, Literal, Optional, Sequence
 
 import tyro
 
-from interp_toolkit.config import Config, parse_config
+from interp_toolkit.config import Config, parse_config, required_positional
 from interp_toolkit.errors import UserError
 
 DESCRIPTION = ("Run fingerprints, ablation, patching, gradients, weight norms or near misses (wrong examples "
@@ -71,7 +71,7 @@ class AnalyzeCommandConfig(Config):
         device: cpu, cuda, cuda:N or auto.
     """
 
-    run_dir: tyro.conf.Positional[Optional[Path]] = None  # noqa: UP007 - tyro reads the annotation
+    run_dir: Annotated[Optional[Path], tyro.conf.Positional, required_positional("RUN_DIR")] = None  # noqa: UP007
     analysis: Optional[Literal["ablation", "fingerprints", "gradients", "near_misses", "patching",  # noqa: UP007
                                "resample_ablation_damage", "weight_norms"]] = None
     epochs: Optional[tuple[int, ...]] = None  # noqa: UP007

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from interp_toolkit.config import parse_config
@@ -37,15 +38,33 @@ __all__ = ["BIFCommandConfig", "DESCRIPTION", "HELP", "compute_bif_summary", "ma
            "readout_example_loss", "run_config", "task_for_checkpoint"]
 
 HELP = "Bayesian influence functions at an MPSP checkpoint"
-DESCRIPTION = __doc__.split("\n\n")[0]
+DESCRIPTION = ("Bayesian influence of MPSP training examples on query losses at a checkpoint (a "
+               ".safetensors file, or a run directory: its last checkpoint).")
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit bif") -> BIFCommandConfig:
     """``argv`` (after ``bif``) -> a validated :class:`BIFCommandConfig`."""
     config = parse_config(BIFCommandConfig, argv, prog=prog, description=DESCRIPTION)
     if config.checkpoint is None:
-        raise UserError("bif needs a CHECKPOINT (a .safetensors file) as its first argument")
+        raise UserError("bif needs a CHECKPOINT (a .safetensors file or a run directory) as its first argument")
+    if config.checkpoint.is_dir():
+        config.checkpoint = last_checkpoint(config.checkpoint)
     return config
+
+
+def last_checkpoint(directory: Path) -> Path:
+    """The last checkpoint of a run directory (``RUN/checkpoints/epoch_*.safetensors``).
+
+    Raises:
+        UserError: ``directory`` holds no checkpoint (names it and what was expected).
+    """
+    from interp_toolkit.runs.resume import list_checkpoints
+
+    checkpoints = list_checkpoints(directory)
+    if not checkpoints:
+        raise UserError(f"{directory} is a directory without checkpoints; expected a .safetensors checkpoint "
+                        f"or a run directory with {directory}/checkpoints/epoch_*.safetensors")
+    return checkpoints[-1][1]
 
 
 def run_config(config: BIFCommandConfig) -> int:
@@ -63,6 +82,7 @@ def run_config(config: BIFCommandConfig) -> int:
         print(f"recommended: {report['reason']}")
         print(f"wrote {report['path']}")
         return 0
+    print(f"checkpoint: {config.checkpoint}")
     summary = compute_bif_summary(config)
     print(f"task ({summary['task_source']}): {json.dumps(summary['task'], sort_keys=True)}")
     print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))

@@ -46,7 +46,8 @@ __all__ = ["CSV_FIELDS", "DESCRIPTION", "HELP", "LMBIFCommandConfig", "bif_over_
            "parse", "plot_per_class", "run_config", "text_classes_config"]
 
 HELP = "token-level BIF of a language model across checkpoints"
-DESCRIPTION = __doc__.split("\n\n")[0]
+DESCRIPTION = ("Token-level BIF (Bayesian influence functions) of a language model over a series of "
+               "checkpoints: per token-class tables, plots and a summary under --out.")
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit bif-lm") -> LMBIFCommandConfig:

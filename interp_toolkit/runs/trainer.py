@@ -177,6 +177,53 @@ def validate_splits(splits: Mapping[str, Split], cfg: TrainConfig, model_cfg: An
             check_label_ids(name, split.labels, model_cfg.d_vocab_out or model_cfg.d_vocab)
 
 
+def given_model_config(model: Any, model_config: Any) -> Any:
+    """``model_config`` checked against ``model``: a :class:`~interp_toolkit.model.ModelConfig`
+    whose :func:`~interp_toolkit.model.build_model` makes the model's parameters.
+
+    Raises:
+        TypeError: ``model_config`` is not a ``ModelConfig``.
+        ValueError: It does not describe ``model`` (names the first differing parameter).
+    """
+    from interp_toolkit.model import ModelConfig, build_model
+
+    if not isinstance(model_config, ModelConfig):
+        raise TypeError(f"train's model_config must be a ModelConfig, got {type(model_config).__name__}")
+    own = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    rebuilt = {name: tuple(t.shape) for name, t in build_model(model_config, device="meta").state_dict().items()}
+    if own != rebuilt:
+        differing = sorted(set(own) ^ set(rebuilt)) or sorted(n for n in own if own[n] != rebuilt[n])
+        name = differing[0]
+        raise ValueError(
+            f"model_config does not describe the model: parameter {name!r} is "
+            f"{own.get(name, 'absent')} in the model but {rebuilt.get(name, 'absent')} in "
+            f"build_model(model_config)")
+    return model_config
+
+
+def split_task(splits: Mapping[str, Split]) -> dict[str, Any] | None:
+    """The task config the splits carry (``split.task`` of
+    :func:`~interp_toolkit.tasks.mpsp.make_splits`' splits) as ``train_mpsp`` records it
+    (``{"name": ..., **task.to_dict()}``), or ``None`` when a split carries none or they differ."""
+    from interp_toolkit.tasks.mpsp import MPSPConfig
+
+    tasks = [getattr(split, "task", None) for split in splits.values()]
+    first = tasks[0] if tasks else None
+    if not isinstance(first, MPSPConfig) or any(task != first for task in tasks):
+        return None
+    return {"name": first.name, **first.to_dict()}
+
+
+def with_split_task(run_info: Mapping[str, Any] | None, splits: Mapping[str, Split]) -> dict[str, Any] | None:
+    """``run_info`` with ``task`` filled from the splits when it names none (see :func:`split_task`)."""
+    if run_info is not None and "task" in run_info:
+        return dict(run_info)
+    task = split_task(splits)
+    if task is None:
+        return None if run_info is None else dict(run_info)
+    return {**(run_info or {}), "task": task}
+
+
 def run_identity(model_cfg: dict[str, Any], train_cfg: TrainConfig, splits: Mapping[str, Split],
                  run_info: Mapping[str, Any] | None) -> dict[str, Any]:
     """The part of a run record that decides whether two runs are the same computation."""
@@ -293,6 +340,7 @@ def train(
     overwrite: bool = False,
     callbacks: Sequence[Any] | None = None,
     extend_from: str | Path | None = None,
+    model_config: Any = None,
 ) -> TrainResult:
     """Train ``model`` on ``splits[cfg.train_split]`` with AdamW, logging every split.
 
@@ -310,8 +358,14 @@ def train(
     :class:`~interp_toolkit.errors.TrainingInterrupted` carrying the epoch a rerun resumes from.
 
     Args:
-        model: A model from :func:`interp_toolkit.build_model` (modified in place).
-        splits: Named splits with ``.tokens`` [n, pos] and ``.labels`` [n].
+        model: A model from :func:`interp_toolkit.build_model`, or any ``TransformerBridge``
+            whose ``ModelConfig`` can be derived from its own config or is given as
+            ``model_config`` (modified in place; it gets ``interp_config``).
+        splits: Named splits with ``.tokens`` [n, pos] and ``.labels`` [n]. Splits from
+            :func:`interp_toolkit.tasks.mpsp.make_splits` carry their task: it is recorded
+            as ``run_info["task"]`` (as :func:`~interp_toolkit.runs.mpsp.train_mpsp` records
+            it) unless ``run_info`` names one, so ``analyze``, ``mechanism`` and ``bif`` work
+            on the run. The run key is computed from ``run_info`` as given.
         cfg: Optimization and bookkeeping settings.
         run_dir: Where the run record, metrics and checkpoints go.
         run_info: Extra JSON-able description stored in ``run.json`` (e.g. the task config).
@@ -325,6 +379,9 @@ def train(
             run's final state instead of epoch 0, and ends as training from scratch would
             (:mod:`interp_toolkit.runs.extend`; ``run.json`` records ``extended_from``).
             Anything else raises :class:`~interp_toolkit.runs.extend.ExtensionError`.
+        model_config: The model's :class:`~interp_toolkit.model.ModelConfig`, for a model that
+            does not carry one; :func:`~interp_toolkit.model.build_model` of it must make the
+            model's parameters (names and shapes).
 
     Returns:
         A :class:`TrainResult` with the trained model and the metrics history.
@@ -332,7 +389,8 @@ def train(
     callbacks = as_callbacks(callbacks)
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train expects a TrainConfig, got {type(cfg).__name__}")
-    model_cfg = model_config_of(model)
+    model_cfg = given_model_config(model, model_config) if model_config is not None else model_config_of(model)
+    model.interp_config = model_cfg  # checkpoints describe themselves with it
     validate_splits(splits, cfg, model_cfg)
     # A bad or absent device fails here, before the directory is locked or created.
     target_device = resolve_device(cfg.device) if cfg.device is not None else None
@@ -363,8 +421,11 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
                   extend_from: str | Path | None = None) -> TrainResult:
     """:func:`train` once ``run_dir`` is locked by this process (``target_device``: where to
     move the model first; ``None``: train where it is)."""
+    # The key stays that of the caller's run_info: runs made before the task was recorded
+    # automatically keep theirs (the data fingerprints already identify the task).
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
     key = config_hash(identity)
+    run_info = with_split_task(run_info, splits)
     resume_path = run_dir / RESUME_NAME
     metrics_path = run_dir / METRICS
 
@@ -380,6 +441,10 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
         if state.recovered:  # copied without run.json: write the whole record back
             record = write_recovered_record(run_dir, record, identity=identity, model_config=model_cfg.to_dict(),
                                             train_config=cfg.to_dict(), run_info=run_info)
+        elif run_info and "task" in run_info and "task" not in (record.get("run_info") or {}):
+            # finished before train() recorded the splits' task: add it (the key is unchanged)
+            record = {**record, "run_info": {**(record.get("run_info") or {}), "task": run_info["task"]}}
+            write_record(run_dir, record)
         return TrainResult(model, run_dir, read_metrics(metrics_path), record.get("final", {}),
                            already_finished=True)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tyro
 
 from interp_toolkit.analyses.bif.config import SamplerConfig
-from interp_toolkit.config import Config
+from interp_toolkit.config import Config, required_positional
 from interp_toolkit.errors import UserError
 
 __all__ = ["BIFCommandConfig", "bif_summary", "calibrate_checkpoint", "checkpoint_bif_inputs", "compute_bif_summary",
@@ -32,7 +32,7 @@ class BIFCommandConfig(Config):
     """Settings of ``interp-toolkit bif`` (every field is a flag; ``--config FILE`` sets them too).
 
     Attributes:
-        checkpoint: A .safetensors checkpoint (interp_toolkit format).
+        checkpoint: A .safetensors checkpoint (interp_toolkit format), or a run directory (its last).
         task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
         out: Output / cache directory.
         n_attribution: Training examples scored (rows).
@@ -47,7 +47,7 @@ class BIFCommandConfig(Config):
         sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
     """
 
-    checkpoint: tyro.conf.Positional[Path | None] = None
+    checkpoint: Annotated[Path | None, tyro.conf.Positional, required_positional("CHECKPOINT")] = None
     task_config: Path | None = None
     out: Path = Path("runs/bif")
     n_attribution: int = 256

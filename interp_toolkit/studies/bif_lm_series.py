@@ -17,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
 
 import tyro
 
@@ -261,7 +261,7 @@ class LMBIFCommandConfig(Config):
         token_class_regex: A user token class by a regex on the token text, NAME=REGEX.
     """
 
-    checkpoints: tyro.conf.Positional[tuple[str, ...]] = ()
+    checkpoints: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINTS", help_behavior_hint="(one or more; required)")] = ()
     corpus_config: Path | None = None
     out: Path = Path("runs/bif_lm")
     n_posterior: int = 512

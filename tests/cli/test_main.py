@@ -107,7 +107,7 @@ def test_analyze_rebuilds_the_run_records_data(cli_run, tmp_path, capsys):
     assert code == 0, err
     task = json.loads(out.splitlines()[0].split(":", 1)[1])
     assert {k: task[k] for k in TASK} == TASK
-    assert (tmp_path / "a" / "gradients.csv").is_file()
+    assert (tmp_path / "a" / "gradients_epochs_4.csv").is_file()  # --last: named by its epoch
 
 
 def test_demo_sweep_report_through_main(tmp_path, capsys):
@@ -279,7 +279,7 @@ def test_analyze_weight_norms(cli_run, tmp_path, capsys):
                              "--out-dir", tmp_path / "w", "--no-plot", "--no-progress")
     assert code == 0, err
     assert "weight_norms: 1 checkpoint(s) computed" in out
-    header = (tmp_path / "w" / "weight_norms.csv").read_text().splitlines()[0]
+    header = (tmp_path / "w" / "weight_norms_epochs_4.csv").read_text().splitlines()[0]
     assert header == "epoch,group,norm,n_params"
     code, _, err = run_cli(capsys, "analyze", cli_run, "--analysis", "weight_norms", "--n", "16")
     assert_user_error(code, err, "weight_norms", "'n'")

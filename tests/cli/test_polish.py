@@ -15,7 +15,8 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-@pytest.mark.parametrize(("command", "name"), [("info", "CHECKPOINT"), ("mechanism", "RUN_DIR")])
+@pytest.mark.parametrize(("command", "name"), [("info", "CHECKPOINT"), ("mechanism", "RUN_DIR"),
+                                                ("analyze", "RUN_DIR"), ("bif", "CHECKPOINT")])
 def test_required_positional_is_shown_by_name(capsys, command, name):
     code, out, err = run_cli(capsys, command, "--help")
     assert code == 0, err
@@ -27,7 +28,8 @@ def test_required_positional_is_shown_by_name(capsys, command, name):
     assert "(default: None)" not in positional
 
 
-@pytest.mark.parametrize(("command", "name"), [("info", "CHECKPOINT"), ("mechanism", "RUN_DIR")])
+@pytest.mark.parametrize(("command", "name"), [("info", "CHECKPOINT"), ("mechanism", "RUN_DIR"),
+                                                ("analyze", "RUN_DIR"), ("bif", "CHECKPOINT")])
 def test_missing_positional_is_one_user_error(capsys, command, name):
     code, out, err = run_cli(capsys, command)
     assert code == 2
@@ -86,3 +88,35 @@ def test_phases_summary_words():
     assert phases_summary(both) == "shortcut learned at epoch 5, phase 2 onset at epoch 20, generalized at epoch 40"
     chance = {**never, "favored_split": None, "first_generalized_epoch": 12}
     assert phases_summary(chance) == "no shortcut phase (r at chance), generalized at epoch 12"
+
+
+@pytest.mark.parametrize("command", ["bif", "bif-lm"])
+def test_bif_help_opens_with_what_the_command_does_in_plain_text(capsys, command):
+    code, out, err = run_cli(capsys, command, "--help")
+    assert code == 0, err
+    description = out.split("\n\n")[1]
+    assert not description.startswith("Command line"), description
+    assert "Bayesian influence" in description or "BIF" in description
+    assert "``" not in out and ":class:" not in out
+
+
+def test_bif_lm_positional_is_named(capsys):
+    code, out, err = run_cli(capsys, "bif-lm", "--help")
+    assert code == 0, err
+    assert "CHECKPOINTS" in out.splitlines()[0] and "[STR" not in out.splitlines()[0]
+
+
+def test_bif_takes_a_run_directory_as_its_last_checkpoint(capsys, tiny_run, tmp_path):
+    run_dir, _ = tiny_run
+    code, out, err = run_cli(capsys, "bif", run_dir, "--out", tmp_path / "bif", "--n-attribution", "8",
+                             "--n-query", "4", "--chains", "2", "--draws", "4", "--burn-in", "0",
+                             "--no-progress")
+    assert code == 0, err
+    assert "does not exist" not in err
+    assert f"checkpoint: {run_dir / 'checkpoints' / 'epoch_000006.safetensors'}" in out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = run_cli(capsys, "bif", empty)
+    assert code == 2 and err.strip() == (f"error: {empty} is a directory without checkpoints; expected a "
+                                         f".safetensors checkpoint or a run directory with "
+                                         f"{empty}/checkpoints/epoch_*.safetensors")

@@ -63,7 +63,7 @@ def test_near_miss_counts_the_one_wrong_group_at_the_best_evaluation(tmp_path, m
     assert fields["n_adv_wrong_at_best"] == missed and fields["best_adv_epoch"] == 20
     assert fields["within_1pct"] is False
     assert f"{missed} of 128 still wrong, all in n_odd={MISSED_COUNT}" in near.describe()
-    assert (run_dir / "analyses" / "near_miss_at_best" / "near_miss_at_best.csv").is_file()
+    assert (run_dir / "analyses" / "near_miss_at_best" / "near_miss_at_best_epochs_20.csv").is_file()
     # a margin wide enough for these misses makes it a near miss
     assert near_miss_of_run(run_dir, margin=0.25).within_1pct
 
@@ -72,7 +72,7 @@ def test_a_checkpoint_off_the_best_evaluation_is_named(tmp_path, missed):
     best = 1 - missed / 128
     run_dir = _run(tmp_path, [0.5, best, best - 0.01, 0.7], checkpoint_epochs=[0, 20, 30])
     near = near_miss_of_run(run_dir, group_margin=0.25, out_dir=tmp_path / "elsewhere")
-    assert (tmp_path / "elsewhere" / "near_miss_at_best.csv").is_file()
+    assert (tmp_path / "elsewhere" / "near_miss_at_best_epochs_20.csv").is_file()
     assert near.best_epoch == 10 and near.checkpoint_epoch == 20  # the best logged accuracy among checkpoints
     assert near.n_wrong_at_checkpoint == missed  # what the checkpoint got wrong (the metrics are made up)
     assert "nearest checkpoint, epoch 20" in near.describe()
