@@ -666,9 +666,13 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
     """Refuse a study directory that holds another sweep (any shared setting differs).
 
     Raises:
-        UserError: Its ``study.json`` is unreadable.
+        UserError: It is a train run directory (it holds ``run.json``), or its ``study.json``
+            is unreadable or not a JSON object.
         ValueError: It holds a sweep whose settings outside ``GRID_FIELDS`` differ (naming them).
     """
+    if has_record(study_dir):  # a sweep would write its study among the run's own files
+        raise UserError(f"{study_dir} is a train run directory (it holds run.json); expected a study directory "
+                        "(a new one, or one written by `sweep`)")
     study_path = study_record_path(study_dir)
     if not study_path.exists():
         return
@@ -676,6 +680,9 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
         existing = _parse_study_json(study_path)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"study record {study_path} is unreadable ({err}); choose another directory") from err
+    if not isinstance(existing, dict):
+        raise UserError(f"study record {study_path} holds {type(existing).__name__}, not the JSON object a "
+                        "sweep writes; choose another directory")
     if existing.get("key") != cfg.key():
         differing = shared_settings_differing(existing.get("config"), cfg)
         if differing is None or differing:
