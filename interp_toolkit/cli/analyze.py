@@ -54,9 +54,10 @@ class AnalyzeCommandConfig(Config):
         n: Examples per split used by the analysis.
         split: fingerprints/gradients: split to measure on (default train).
         method: ablation: zero, mean or resample (default mean).
-        reference: ablation: split giving mean/resampled activations (default train).
+        reference: ablation: split giving mean/resampled activations (default train; a
+            split the run's task lacks is refused, and so is --reference with --method zero).
         split_names: ablation: splits measured (default: all but reference); near_misses:
-            splits grouped (default: all).
+            splits grouped (default: all). A split (or component, or epoch) listed twice is refused.
         components: ablation/patching: e.g. L0H1 attn0 mlp1 resid_pre0.
         source: patching: source split (default val).
         target: patching: target split (default adv).
@@ -101,6 +102,11 @@ class AnalyzeCommandConfig(Config):
         for name in ("epochs", "split_names", "components"):
             if getattr(self, name) is not None:
                 setattr(self, name, tuple(getattr(self, name)))
+                # A value listed twice would be measured (and written) twice: never what was meant.
+                repeated = sorted({str(v) for v in getattr(self, name) if getattr(self, name).count(v) > 1})
+                if repeated:
+                    raise UserError(f"--{name.replace('_', '-')} lists {', '.join(repeated)} more than once; "
+                                    "expected each value once")
         for name in ("run_dir", "out_dir"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
@@ -133,6 +139,9 @@ def _config(args: AnalyzeCommandConfig) -> dict[str, Any]:
             flag = "--" + option.replace("_", "-")
             raise UserError(f"{flag} applies to {', '.join(scope)} only, not to {args.analysis}")
         config[option] = value
+    if "reference" in config and args.method == "zero":
+        raise UserError(f"--reference {config['reference']} applies to --method mean or resample; zero "
+                        "ablation uses no reference split")
     if "positions" in config:
         if args.analysis == "ablation" and config["positions"] != "all":
             raise UserError("--positions each is for patching; ablation ablates all positions at once")

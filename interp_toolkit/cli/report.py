@@ -13,7 +13,8 @@ from interp_toolkit.errors import UserError
 
 HELP = "generalization-rate table and plots of study directories and outcomes.csv files"
 DESCRIPTION = ("Merge the runs of every SOURCE (study directories written by `sweep`, re-scored from each run's "
-               "metrics.jsonl, and outcomes.csv files of earlier reports; a run found twice counts once), then "
+               "metrics.jsonl, and outcomes.csv files of earlier reports; a run found twice counts once, and copies "
+               "of one run with different outcomes are refused unless --prefer SOURCE picks the winner), then "
                "write outcomes.csv (every run's task and training settings and outcome), table.csv and table.md "
                "(paper rate and rule-learned rate per cell with 95% Wilson intervals; cells keyed by every "
                "setting, so regimes never pool), contrasts.csv (r pairs per architecture: difference, 95% "
@@ -44,7 +45,11 @@ class ReportCommandConfig(Config):
             published rate drawn beside its cell (hollow) in the rate figure.
         where: Report only the runs matching a cell spec (the keys of --compare; every key of one
             spec must match), e.g. --where study=reproduce,seq_len=8,epochs=1000; several specs
-            keep runs matching any. Everything written, outcomes.csv included, holds those runs only.
+            keep runs matching any (a key given twice in one spec is refused: pass two specs for
+            either value). Everything written, outcomes.csv included, holds those runs only.
+        prefer: The source whose copy of a run wins when sources hold copies of one run with
+            different outcomes (without it such conflicting copies are refused, naming the run
+            and its sources; identical copies merge silently).
     """
 
     sources: tyro.conf.Positional[tuple[Path, ...]] = ()
@@ -54,6 +59,7 @@ class ReportCommandConfig(Config):
     rate_axis: Literal["full", "categorical"] = "full"
     against_paper: bool = False
     where: Optional[tuple[str, ...]] = None  # noqa: UP007
+    prefer: Optional[Path] = None  # noqa: UP007
 
     def __post_init__(self) -> None:
         self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
@@ -86,11 +92,13 @@ def run_config(args: ReportCommandConfig) -> int:
     where = args.where or ()
     if len(args.sources) == 1:
         write_report(args.sources[0], out_dir=args.out, print_table=True, compare=pairs, figure_format=args.format,
-                     rate_axis=args.rate_axis, against_paper=args.against_paper, where=where)
+                     rate_axis=args.rate_axis, against_paper=args.against_paper, where=where,
+                     prefer=args.prefer)
     else:
         assert args.out is not None  # parse() requires --out for several sources
         write_report_sources(args.sources, args.out, print_table=True, compare=pairs, figure_format=args.format,
-                             rate_axis=args.rate_axis, against_paper=args.against_paper, where=where)
+                             rate_axis=args.rate_axis, against_paper=args.against_paper, where=where,
+                     prefer=args.prefer)
     return 0
 
 

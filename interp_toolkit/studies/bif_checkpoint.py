@@ -21,7 +21,7 @@ import tyro
 
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.config import Config, required_positional
-from interp_toolkit.errors import UserError
+from interp_toolkit.errors import UserError, notice
 
 __all__ = ["BIFCommandConfig", "bif_summary", "calibrate_checkpoint", "checkpoint_bif_inputs", "compute_bif_summary",
            "readout_example_loss", "task_for_checkpoint"]
@@ -35,8 +35,10 @@ class BIFCommandConfig(Config):
         checkpoint: A .safetensors checkpoint (interp_toolkit format), or a run directory (its last).
         task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
         out: Output / cache directory.
-        n_attribution: Training examples scored (rows).
-        n_query: Query examples (columns).
+        n_attribution: Training examples scored (rows). More than the task's training set
+            holds uses the whole set, says so in a ``note:`` line, and ``summary.json``
+            records the number used (``command_config``) and the one asked (``clipped_from``).
+        n_query: Query examples (columns); likewise at most the query split's size.
         query_split: Split the query examples come from.
         device: cpu, cuda, cuda:N or auto.
         format: Figure file format (png, svg or pdf; the cached result always has bif.png).
@@ -44,7 +46,9 @@ class BIFCommandConfig(Config):
         calibrate_eps: Step sizes of the sweep (default: eps / 10, eps, eps * 10).
         calibrate_gamma: Localization strengths of the sweep (default: gamma).
         calibrate_n_beta: n * beta of the sweep (default: n_beta).
-        sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
+        sampler: SGLD settings (flags without prefix: --eps, --chains, ...). ``--chains`` is at
+            least 2: the BIF's standard error is a leave-one-chain-out jackknife, which one chain
+            cannot give (it would be NaN everywhere).
     """
 
     checkpoint: Annotated[Path | None, tyro.conf.Positional, required_positional("CHECKPOINT")] = None
@@ -67,6 +71,9 @@ class BIFCommandConfig(Config):
             self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                        "an integer >= 1")
         self.check("query_split", self.query_split in ("train", "val", "adv"), "one of train, val, adv")
+        if isinstance(self.sampler.chains, int) and self.sampler.chains < 2:
+            raise UserError(f"--chains {self.sampler.chains}: a BIF needs at least 2 chains (its standard error is "
+                            "a leave-one-chain-out jackknife, NaN with one chain)")
         self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
         for name in ("calibrate_eps", "calibrate_gamma", "calibrate_n_beta"):
             values = tuple(getattr(self, name))
@@ -164,11 +171,18 @@ def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
     except UserError as err:
         raise UserError(f"the task of {task_source} does not fit checkpoint {checkpoint}: {err}") from err
     train = splits["train"]
+    query = splits[args.query_split]
+    used = {"n_attribution": min(args.n_attribution, int(train.labels.shape[0])),
+            "n_query": min(args.n_query, int(query.labels.shape[0]))}
+    clipped_from = {name: getattr(args, name) for name in used if used[name] < getattr(args, name)}
+    for name, asked in clipped_from.items():  # rows are taken from a split: never more than it holds
+        split_name = "train" if name == "n_attribution" else args.query_split
+        notice(f"--{name.replace('_', '-')} {asked} exceeds the {used[name]} examples of the task's {split_name} "
+               f"split; using {used[name]} (summary.json records both)")
     if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
         config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})
     gen = torch.Generator().manual_seed(config.seed)
     rows = torch.randperm(train.labels.shape[0], generator=gen)[: args.n_attribution]
-    query = splits[args.query_split]
     return {
         "model": model, "metadata": metadata, "checkpoint": checkpoint, "task": task, "task_source": task_source,
         "sampler": config,
@@ -176,6 +190,7 @@ def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
         "query": (query.tokens[: args.n_query].to(device), query.labels[: args.n_query].to(device)),
         "attribution": (train.tokens[rows].to(device), train.labels[rows].to(device)),
         "agrees": train.agrees[rows],
+        "used": used, "clipped_from": clipped_from,
     }
 
 
@@ -187,7 +202,8 @@ def bif_summary(args: BIFCommandConfig, inputs: dict[str, Any], result: Any) -> 
     return {
         "checkpoint": str(inputs["checkpoint"]),
         "checkpoint_metadata": inputs["metadata"],
-        "command_config": args.to_dict(),
+        "command_config": {**args.to_dict(), **inputs.get("used", {})},  # the numbers of rows used
+        "clipped_from": inputs.get("clipped_from", {}),
         "task": {"name": task.name, **task.to_dict()},
         "task_source": inputs["task_source"],
         "query_split": args.query_split,

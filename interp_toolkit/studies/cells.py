@@ -16,6 +16,7 @@ only how or how often to record (:data:`NOT_CELL_SETTINGS`) and are never cell k
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping, Sequence
 
 from interp_toolkit.config import _plain
@@ -225,10 +226,13 @@ def _parse_spec_value(spec: str, key: str, field: str, value: str) -> Any:
     if field == "batch_size" and value.lower() in ("full", "none"):
         return None
     try:
-        return int(value) if field in _INT_FIELDS else float(value)
+        number = int(value) if field in _INT_FIELDS else float(value)
     except ValueError as err:
         kind = "an integer" if field in _INT_FIELDS else "a number"
         raise ValueError(f"cell spec {spec!r}: {key}={value!r} is not {kind}") from err
+    if not math.isfinite(number):  # nan would match every run (no comparison with it is false)
+        raise ValueError(f"cell spec {spec!r}: {key}={value!r} is not a finite number")
+    return number
 
 
 def matches_spec(row: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
@@ -242,6 +246,15 @@ def matches_spec(row: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     return True
 
 
+def _refuse_repeated(spec: str, key: str, field: str, wanted: Mapping[str, Any]) -> None:
+    # Every key of one spec must match, so a key given twice could only mean "either" or a
+    # typo; "either" is written as two specs (--where r=0.5 r=0.9), so a repeat is refused.
+    if field in wanted:
+        raise ValueError(f"cell spec {spec!r} sets {key} twice; every key of one spec must match, so give "
+                         f"each key once (for runs matching either value, pass two specs, e.g. "
+                         f"--where {key}=A {key}=B)")
+
+
 def parse_cell_spec(spec: str) -> dict[str, Any]:
     """A cell spec like ``"L=2,r=0.9,seq_len=8"`` as ``{cell field: typed value}``.
 
@@ -251,12 +264,14 @@ def parse_cell_spec(spec: str) -> dict[str, Any]:
     value as :func:`parse_setting_text` reads it).
 
     Raises:
-        ValueError: an empty spec, an unknown key or a value of the wrong type, named.
+        ValueError: an empty spec, an unknown key, a key given twice (its runs matching
+            either value are two specs), a value of the wrong type or not finite (``nan``), named.
     """
     wanted: dict[str, Any] = {}
     for part in (p.strip() for p in str(spec).split(",") if p.strip()):
         key, sep, value = part.partition("=")
         if sep and is_extra_setting(key.strip()):
+            _refuse_repeated(spec, key.strip(), key.strip(), wanted)
             wanted[key.strip()] = parse_setting_text(value)
             continue
         if not sep or key.strip() not in _SPEC_KEYS:
@@ -264,6 +279,7 @@ def parse_cell_spec(spec: str) -> dict[str, Any]:
                              f"task, L, H, wd, r or a setting ({', '.join(REGIME_FIELDS)}, or SECTION.FIELD with "
                              f"SECTION in {', '.join(SECTIONS)}); got {part!r}")
         field = _SPEC_KEYS[key.strip()]
+        _refuse_repeated(spec, key.strip(), field, wanted)
         wanted[field] = _parse_spec_value(spec, key.strip(), field, value)
     if not wanted:
         raise ValueError(f"cell spec {spec!r} is empty; expected e.g. 'L=2,r=0.9'")

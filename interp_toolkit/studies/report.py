@@ -63,7 +63,6 @@ from interp_toolkit.studies.report_plots import RATE_AXES, plot_curves_by_cell, 
 from interp_toolkit.studies.study import (
     RECORDED_OUTCOMES,
     collect_runs,
-    is_study_dir,
     merge_runs,
     read_outcomes_csv,
     report_paths,
@@ -86,13 +85,15 @@ from interp_toolkit.studies.tables import (
 def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, print_table: bool = True,
                          compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
                          figure_format: str = "png", rate_axis: str = "full",
-                         against_paper: bool = False, where: str | Sequence[str] = ()) -> dict[str, Any]:
+                         against_paper: bool = False, where: str | Sequence[str] = (),
+                         prefer: str | Path | None = None) -> dict[str, Any]:
     """The report of the runs of several sources merged: study directories and outcome CSVs.
 
     Every source is checked before anything is read or written. Study directories are
     re-scored from their runs' ``metrics.jsonl``; ``outcomes.csv`` files (as this function
     writes them) give their rows as recorded. A run found in several sources is counted once
-    (:func:`merge_runs`). Writes into ``out_dir``: ``outcomes.csv`` (every run's settings and
+    (:func:`merge_runs`); finished copies of it whose outcomes differ are refused unless
+    ``prefer`` names the source that wins. Writes into ``out_dir``: ``outcomes.csv`` (every run's settings and
     outcome), ``table.csv``, ``table.md`` (the table, contrasts and comparisons as markdown),
     ``contrasts.csv``, ``generalization_rate.<fmt>`` and, for the runs read from run
     directories, ``curves_by_cell.<fmt>`` (learning curves need ``metrics.jsonl``, which a CSV
@@ -116,6 +117,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         where: Cell specs (see :func:`select_runs`; one may be a string): report only the runs
             matching any of them, e.g. ``["study=reproduce,seq_len=8,epochs=1000"]``; everything written,
             ``outcomes.csv`` included, holds those runs only. Validated before anything is read.
+        prefer: One of ``sources``: its copy of a run wins when copies conflict.
 
     Returns:
         ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates"}``;
@@ -131,12 +133,17 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     if not sources:
         raise UserError("report needs at least one source: a study directory or an outcomes.csv")
     kinds = [source_kind(source) for source in sources]  # every path checked before any work
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise UserError(f"report --out {out_dir} is an existing file; expected a directory (existing or new)")
+    if prefer is not None and Path(prefer).resolve() not in [source.resolve() for source in sources]:
+        raise UserError(f"--prefer {prefer} is not one of the report's sources "
+                        f"({', '.join(str(source) for source in sources)})")
     where = spec_list(where)
     for spec in where:
         parse_cell_spec(spec)  # a bad selection fails before any run is read
     row_lists = [collect_runs(source) if kind == "study" else read_outcomes_csv(source)
                  for source, kind in zip(sources, kinds, strict=True)]
-    rows, n_duplicates = merge_runs(row_lists)
+    rows, n_duplicates = merge_runs(row_lists, prefer=prefer)
     rows = complete_settings(rows)  # a run without an extra setting others have ran at its default
     if not rows:
         names = ", ".join(str(source) for source in sources)
@@ -228,7 +235,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
 def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print_table: bool = True,
                  compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
                  figure_format: str = "png", rate_axis: str = "full", against_paper: bool = False,
-                 where: str | Sequence[str] = ()) -> dict[str, Any]:
+                 where: str | Sequence[str] = (), prefer: str | Path | None = None) -> dict[str, Any]:
     """The report of one study directory (or one outcomes CSV): :func:`write_report_sources`.
 
     Args:
@@ -236,7 +243,7 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
             ``recorded_outcomes.csv`` of runs taken from earlier tables, if any) or an
             ``outcomes.csv``.
         out_dir: Where to write (default: the study directory; for a CSV, its folder).
-        print_table, compare, max_printed_contrasts, figure_format, rate_axis, against_paper, where:
+        print_table, compare, max_printed_contrasts, figure_format, rate_axis, against_paper, where, prefer:
             See :func:`write_report_sources`.
 
     Returns:
@@ -245,15 +252,14 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
     study_dir = Path(study_dir)
     if out_dir is None:
         out_dir = study_dir.parent if study_dir.is_file() else study_dir
-    if study_dir.is_dir() and not is_study_dir(study_dir):
-        raise UserError(f"{study_dir} is not a study directory (no runs/ folder inside)")
+    source_kind(study_dir)  # a missing, foreign or special path is named before any work
     sources = [study_dir]
     recorded = study_dir / RECORDED_OUTCOMES
     if study_dir.is_dir() and recorded.is_file():
         sources.append(recorded)  # runs of this grid taken from earlier sittings' tables
     return write_report_sources(sources, out_dir, print_table=print_table, compare=compare,
                                 max_printed_contrasts=max_printed_contrasts, figure_format=figure_format,
-                                rate_axis=rate_axis, against_paper=against_paper, where=where)
+                                rate_axis=rate_axis, against_paper=against_paper, where=where, prefer=prefer)
 
 
 __all__ = ["write_report", "write_report_sources"]

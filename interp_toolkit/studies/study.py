@@ -28,13 +28,17 @@ from __future__ import annotations
 import csv
 import glob
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence, overload
 
-from interp_toolkit.errors import UserError
+from interp_toolkit.errors import UserError, notice
 from interp_toolkit.io import atomic_write_json, atomic_write_text
 from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.runs.record import has_record, read_record, task_dict
+from interp_toolkit.studies.cells import (
+    _INT_FIELDS as _INT_SETTING_FIELDS,
+)
 from interp_toolkit.studies.cells import (
     CELL_FIELDS,
     CLOCK_FIELDS,
@@ -114,17 +118,30 @@ def read_outcome(run_dir: str | Path, missing_ok: Literal[False] = False) -> dic
 @overload
 def read_outcome(run_dir: str | Path, missing_ok: bool) -> dict[str, Any] | None: ...
 def read_outcome(run_dir: str | Path, missing_ok: bool = False) -> dict[str, Any] | None:
-    """A run's outcome record; with ``missing_ok``, None when it is absent or unreadable."""
+    """A run's outcome record; with ``missing_ok``, None when it is absent or unreadable.
+
+    Raises:
+        FileNotFoundError: It is absent (without ``missing_ok``).
+        UserError: It is not UTF-8 JSON holding an object (naming the file; without
+            ``missing_ok``). ``report`` recomputes such a record from ``metrics.jsonl``.
+    """
+    path = outcome_path(run_dir)
     try:
-        outcome = json.loads(outcome_path(run_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        outcome = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         if missing_ok:
             return None
         raise
+    except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        if missing_ok:
+            return None
+        raise UserError(f"outcome record {path} is unreadable ({err}); `interp-toolkit report` on its study "
+                        "recomputes it from metrics.jsonl") from err
     if not isinstance(outcome, dict):
         if missing_ok:
             return None
-        raise ValueError(f"{outcome_path(run_dir)} must hold a JSON object, got {type(outcome).__name__}")
+        raise UserError(f"outcome record {path} must hold a JSON object, got {type(outcome).__name__}; "
+                        "`interp-toolkit report` on its study recomputes it from metrics.jsonl")
     return outcome
 
 
@@ -182,9 +199,23 @@ _CACHE_EXTRA_KEYS = ("resumed_from", "stopped_early_at")
 
 
 def read_study_record_or_empty(study_dir: str | Path) -> dict[str, Any]:
-    """``study.json`` of a study directory as a dict (empty when there is none)."""
+    """``study.json`` of a study directory as a dict (empty when there is none).
+
+    Raises:
+        UserError: It is not UTF-8 JSON holding an object (naming the file).
+    """
     study_path = study_record_path(study_dir)
-    return _parse_study_json(study_path) if study_path.exists() else {}
+    if not study_path.exists():
+        return {}
+    try:
+        record = _parse_study_json(study_path)
+    except (OSError, ValueError) as err:
+        raise UserError(f"study record {study_path} is unreadable ({err}); expected the JSON object a sweep "
+                        "writes") from err
+    if not isinstance(record, dict):
+        raise UserError(f"study record {study_path} holds {type(record).__name__}, not the JSON object a sweep "
+                        "writes")
+    return record
 
 
 def read_study_name(study_dir: str | Path) -> str | None:
@@ -275,7 +306,10 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
         outcome = {**outcome, **run_near_miss(run_dir, outcome, record.get("status"), thresholds)}
         # Only finished runs get a cache: a sweep takes outcome.json as "this run is done".
         if rewrite_cache and record.get("status") == "finished":
-            cached = read_outcome(run_dir) if has_outcome(run_dir) else {}
+            cached = read_outcome(run_dir, missing_ok=True) or {}
+            if not cached and has_outcome(run_dir):  # a cache: rewritten from the metrics below
+                notice(f"{outcome_path(run_dir)} was unreadable (not a JSON object); recomputed it from "
+                       "metrics.jsonl")
             fresh = {**outcome, **{k: cached[k] for k in _CACHE_EXTRA_KEYS if k in cached}}
             if fresh != cached:
                 write_outcome(run_dir, fresh)
@@ -289,6 +323,17 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
     return rows
 
 
+#: outcomes.csv columns that hold a share or an accuracy: read back only within [0, 1].
+_UNIT_FIELDS = ("r", "threshold", "basin_fraction", "min_acc_after", "max_adv_acc", "max_val_acc",
+                "final_adv_acc", "final_val_acc")
+#: outcomes.csv columns that hold counts, sizes, seeds or epochs: read back only as integers >= 0.
+_COUNT_FIELDS = _INT_SETTING_FIELDS + (
+    "seed", "first_generalized_epoch", "first_rule_learned_epoch", "left_epoch", "shortcut_epoch",
+    "phase2_onset_epoch", "modulus", "final_epoch", "n_evaluations", "transient_min_span")
+#: outcomes.csv columns of non-negative settings (any finite number >= 0).
+_NON_NEGATIVE_FIELDS = ("weight_decay", "lr", "transient_tolerance")
+
+
 def _parse_csv_value(path: Path, line: int, field: str, text: str) -> Any:
     if text == "":
         return None
@@ -296,18 +341,34 @@ def _parse_csv_value(path: Path, line: int, field: str, text: str) -> Any:
         return text
     if is_extra_setting(field):
         return parse_setting_text(text)
+    where = f"{path} line {line}: column {field} holds {text!r}"
     if field in _BOOL_FIELDS:
         if text not in ("True", "False"):
-            raise UserError(f"{path} line {line}: column {field} holds {text!r}; expected True or False")
+            raise UserError(f"{where}; expected True or False")
         return text == "True"
+    if field in _COUNT_FIELDS:
+        try:
+            count = int(text)
+        except ValueError:
+            count = -1
+        if count < 0:
+            raise UserError(f"{where}; expected a whole number >= 0")
+        return count
     for kind in (int, float):
         try:
-            return kind(text)
+            number = kind(text)
+            break
         except ValueError:
             pass
-    if field not in RUN_FIELDS:
-        return text  # a column of the user's own (a note, say): kept as written
-    raise UserError(f"{path} line {line}: column {field} holds {text!r}; expected a number")
+    else:
+        if field not in RUN_FIELDS:
+            return text  # a column of the user's own (a note, say): kept as written
+        raise UserError(f"{where}; expected a number")
+    if field in _UNIT_FIELDS and not 0 <= number <= 1:  # nan included
+        raise UserError(f"{where}; expected a number in [0, 1]")
+    if field in _NON_NEGATIVE_FIELDS and not (math.isfinite(number) and number >= 0):
+        raise UserError(f"{where}; expected a finite number >= 0")
+    return number
 
 
 def read_outcomes_csv(path: str | Path) -> list[dict[str, Any]]:
@@ -324,6 +385,17 @@ def read_outcomes_csv(path: str | Path) -> list[dict[str, Any]]:
             (naming the file, line and column).
     """
     path = Path(path)
+    try:
+        return _read_outcomes_csv(path)
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason}); expected an outcomes.csv "
+                        "written by `interp-toolkit report`") from err
+    except csv.Error as err:
+        raise UserError(f"{path} is not a readable CSV ({err}); expected an outcomes.csv written by "
+                        "`interp-toolkit report`") from err
+
+
+def _read_outcomes_csv(path: Path) -> list[dict[str, Any]]:
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
@@ -351,17 +423,22 @@ def source_kind(path: str | Path) -> str:
         UserError: the path does not exist or is neither.
     """
     path = Path(path)
+    expected = "expected a study directory written by `sweep` or an outcomes.csv file"
     if not path.exists():
-        raise UserError(f"report source {path} does not exist; expected a study directory or an outcomes.csv")
+        raise UserError(f"report source {path} does not exist; {expected}")
     if path.is_dir():
         if is_study_dir(path):
             return "study"
-        raise UserError(f"report source {path} is not a study directory (no runs/ folder inside); expected a "
-                        "study directory written by `sweep` or an outcomes.csv file (a report folder's "
-                        "outcomes.csv is one)")
+        what = ("a train run directory (it holds run.json)" if has_record(path)
+                else "a directory with no runs/ folder inside")
+        raise UserError(f"report source {path} is {what}, not a study directory; {expected} (a report "
+                        "folder's outcomes.csv is one)")
+    if not path.is_file():
+        raise UserError(f"report source {path} is not a regular file (a device, pipe or socket); {expected}")
     if path.suffix.lower() == ".csv":
         return "csv"
-    raise UserError(f"report source {path} is neither a study directory nor a .csv file of run outcomes")
+    raise UserError(f"report source {path} is neither a study directory nor a .csv file of run outcomes; "
+                    f"{expected}")
 
 
 def _run_identity(row: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -377,31 +454,83 @@ def _copy_rank(row: Mapping[str, Any]) -> tuple[bool, bool, int]:
     return bool(row.get("has_metrics")), row.get("status") == "finished", row.get("n_evaluations") or 0
 
 
-def merge_runs(row_lists: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
+#: Outcome columns two finished copies of one run must agree on: booleans and epochs, so a
+#: CSV's rounding of the accuracies never reads as a conflict.
+_CONFLICT_FIELDS = ("generalized", "rule_learned", "transient", "first_generalized_epoch",
+                    "first_rule_learned_epoch", "final_epoch")
+
+
+def _same_source(row: Mapping[str, Any], source: Path) -> bool:
+    return Path(str(row.get("source"))).resolve() == source
+
+
+def _conflicts(copies: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The :data:`_CONFLICT_FIELDS` on which finished copies of one run disagree."""
+    finished = [row for row in copies if row.get("status") == "finished"]
+    return [field for field in _CONFLICT_FIELDS
+            if len({row.get(field) for row in finished if row.get(field) is not None}) > 1]
+
+
+def _conflict_error(copies: Sequence[Mapping[str, Any]], fields: Sequence[str], prefer: Path | None) -> UserError:
+    name = Path(str(copies[0]["run_dir"])).name
+    described = "; ".join(
+        f"{row.get('source')}: " + ", ".join(f"{field}={row.get(field)}" for field in fields)
+        for row in copies if row.get("status") == "finished")
+    if prefer is None:
+        advice = "choose the source that wins with --prefer SOURCE"
+    elif not any(_same_source(row, prefer) for row in copies):
+        advice = f"--prefer {prefer} holds no copy of it; prefer a source that does"
+    else:
+        advice = f"--prefer {prefer} itself holds conflicting copies; fix or drop that source"
+    return UserError(f"run {name} has conflicting copies (outcomes differ) in: {described}; {advice}")
+
+
+def merge_runs(row_lists: Sequence[Sequence[Mapping[str, Any]]],
+               prefer: str | Path | None = None) -> tuple[list[dict[str, Any]], int]:
     """Rows of several sources as one list, each run once; sorted by cell, seed, directory.
 
     Two rows are the same run when their run directories have the same name and they agree
     on every cell setting and the seed (a sweep names a run's directory by a hash of its
     configs). Of the copies, the one read from a run directory (fresh metrics) is kept over
-    one from a CSV, then a finished one, then the one with more evaluations.
+    one from a CSV, then a finished one, then the one with more evaluations. Finished copies
+    whose outcomes differ (:data:`_CONFLICT_FIELDS`) are conflicting: the merge refuses
+    them unless ``prefer`` names the source whose copy wins (identical copies merge silently).
+
+    Args:
+        row_lists: Each source's rows (every row names its ``source``).
+        prefer: The source (a path among the rows' ``source``) whose copy wins a conflict.
 
     Returns:
         ``(rows, n_duplicates_dropped)``.
+
+    Raises:
+        UserError: Conflicting copies of a run that ``prefer`` does not settle (naming the
+            run, its sources and the differing outcomes).
     """
-    kept: dict[Any, dict[str, Any]] = {}
-    dropped = 0
+    preferred = None if prefer is None else Path(prefer).resolve()
+    copies: dict[Any, list[dict[str, Any]]] = {}
     for rows in row_lists:
         for row in rows:
             key = _run_identity(row)
             if key is None:  # no directory named: nothing to match it with
                 key = ("unnamed", id(row))
-            if key in kept:
-                dropped += 1
-                if _copy_rank(row) <= _copy_rank(kept[key]):
-                    continue
-            kept[key] = dict(row)
-    merged = sorted(kept.values(), key=lambda r: (sort_key(cell_key(r)), sort_key([r.get("seed")]),
-                                                  str(r.get("run_dir") or "")))
+            copies.setdefault(key, []).append(dict(row))
+    kept = []
+    for group in copies.values():
+        candidates = group
+        fields = _conflicts(group)
+        if fields:
+            candidates = [row for row in group if preferred is not None and _same_source(row, preferred)]
+            if not candidates or _conflicts(candidates):
+                raise _conflict_error(group, fields, preferred)
+        best = candidates[0]
+        for row in candidates[1:]:
+            if _copy_rank(row) > _copy_rank(best):
+                best = row
+        kept.append(best)
+    dropped = sum(len(group) - 1 for group in copies.values())
+    merged = sorted(kept, key=lambda r: (sort_key(cell_key(r)), sort_key([r.get("seed")]),
+                                         str(r.get("run_dir") or "")))
     return merged, dropped
 
 
@@ -590,9 +719,13 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
     """Refuse a study directory that holds another sweep (any shared setting differs).
 
     Raises:
-        UserError: Its ``study.json`` is unreadable.
+        UserError: It is a train run directory (it holds ``run.json``), or its ``study.json``
+            is unreadable or not a JSON object.
         ValueError: It holds a sweep whose settings outside ``GRID_FIELDS`` differ (naming them).
     """
+    if has_record(study_dir):  # a sweep would write its study among the run's own files
+        raise UserError(f"{study_dir} is a train run directory (it holds run.json); expected a study directory "
+                        "(a new one, or one written by `sweep`)")
     study_path = study_record_path(study_dir)
     if not study_path.exists():
         return
@@ -600,6 +733,9 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
         existing = _parse_study_json(study_path)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"study record {study_path} is unreadable ({err}); choose another directory") from err
+    if not isinstance(existing, dict):
+        raise UserError(f"study record {study_path} holds {type(existing).__name__}, not the JSON object a "
+                        "sweep writes; choose another directory")
     if existing.get("key") != cfg.key():
         differing = shared_settings_differing(existing.get("config"), cfg)
         if differing is None or differing:

@@ -205,6 +205,7 @@ def run_sweep(
     study_dir = study_dir.resolve()
     recorded_table = read_recorded_runs(recorded) if recorded else ([], {})
     extend_from = check_extend_from(extend_from)
+    check_study_dir(cfg, study_dir)  # before the lock: a foreign directory gets no .lock file either
     from interp_toolkit.runs.lock import DirectoryLock
 
     with DirectoryLock(study_dir, "study directory"):
@@ -350,16 +351,23 @@ def check_extend_from(paths: Sequence[str | Path]) -> list[Path]:
     """``paths`` as study directories (or folders of run directories) to extend runs from.
 
     Raises:
-        UserError: Naming a path that is not a directory.
+        UserError: Naming a path that is not a directory, is a train run directory, or is a
+            folder holding no run directory (the sweep would find nothing to extend there).
     """
     from interp_toolkit.errors import UserError
+    from interp_toolkit.runs.record import has_record
 
+    expected = "expected a study directory (holding runs/) of a sweep with fewer epochs"
     out = []
     for path in paths:
         path = Path(path)
         if not path.is_dir():
-            raise UserError(f"--extend-from {path}: not a directory; expected a study directory (holding runs/) "
-                            f"of a sweep with fewer epochs")
+            raise UserError(f"--extend-from {path}: not a directory; {expected}")
+        if has_record(path):
+            raise UserError(f"--extend-from {path} is a train run directory (it holds run.json); {expected} "
+                            "(to extend one run, use `train --extend-from`)")
+        if not is_study_dir(path) and not any(has_record(p) for p in path.iterdir() if p.is_dir()):
+            raise UserError(f"--extend-from {path} holds neither runs/ nor any run directory; {expected}")
         out.append(path)
     return out
 

@@ -76,7 +76,7 @@ def _analyze(analysis, *extra):
 
 def _bif(*extra, checkpoint="{checkpoint}"):
     return lambda p: ["bif", checkpoint, "--out", str(p["work"] / "bif"), "--no-progress", "--draws", "2",
-                      "--burn-in", "1", "--chains", "1", *extra]
+                      "--burn-in", "1", "--chains", "2", *extra]
 
 
 # (id, argv builder, fragments the single error line must contain). "{inputs}" etc. are filled in.
