@@ -135,7 +135,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     kinds = [source_kind(source) for source in sources]  # every path checked before any work
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise UserError(f"report --out {out_dir} is an existing file; expected a directory (existing or new)")
-    if prefer is not None and Path(prefer).resolve() not in [source.resolve() for source in sources]:
+    if prefer is not None and Path(prefer).resolve() not in [Path(source).resolve() for source in sources]:
         raise UserError(f"--prefer {prefer} is not one of the report's sources "
                         f"({', '.join(str(source) for source in sources)})")
     where = spec_list(where)
