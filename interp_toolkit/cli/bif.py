@@ -34,10 +34,9 @@ from interp_toolkit.studies.bif_checkpoint import (
     task_for_checkpoint,
 )
 
-__all__ = ["BIFCommandConfig", "DESCRIPTION", "HELP", "compute_bif_summary", "main", "parse",
+__all__ = ["BIFCommandConfig", "DESCRIPTION", "compute_bif_summary", "main", "parse",
            "readout_example_loss", "run_config", "task_for_checkpoint"]
 
-HELP = "Bayesian influence functions at an MPSP checkpoint"
 DESCRIPTION = ("Bayesian influence of MPSP training examples on query losses at a checkpoint (a "
                ".safetensors file, or a run directory: its last checkpoint).")
 

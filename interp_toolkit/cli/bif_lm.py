@@ -42,10 +42,9 @@ from interp_toolkit.studies.bif_lm_series import (
     text_classes_config,
 )
 
-__all__ = ["CSV_FIELDS", "DESCRIPTION", "HELP", "LMBIFCommandConfig", "bif_over_checkpoints", "corpus_sets", "main",
+__all__ = ["CSV_FIELDS", "DESCRIPTION", "LMBIFCommandConfig", "bif_over_checkpoints", "corpus_sets", "main",
            "parse", "plot_per_class", "run_config", "text_classes_config"]
 
-HELP = "token-level BIF of a language model across checkpoints"
 DESCRIPTION = ("Token-level BIF (Bayesian influence functions) of a language model over a series of "
                "checkpoints: per token-class tables, plots and a summary under --out.")
 

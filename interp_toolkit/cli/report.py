@@ -11,7 +11,6 @@ import tyro
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
 
-HELP = "generalization-rate table and plots of study directories and outcomes.csv files"
 DESCRIPTION = ("Merge the runs of every SOURCE (study directories written by `sweep`, re-scored from each run's "
                "metrics.jsonl, and outcomes.csv files of earlier reports; a run found twice counts once, and copies "
                "of one run with different outcomes are refused unless --prefer SOURCE picks the winner), then "
@@ -102,4 +101,4 @@ def run_config(args: ReportCommandConfig) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "HELP", "ReportCommandConfig", "parse", "run_config"]
+__all__ = ["DESCRIPTION", "ReportCommandConfig", "parse", "run_config"]

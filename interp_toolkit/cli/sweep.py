@@ -35,7 +35,6 @@ from interp_toolkit.studies.sweep_config import (
     nested_settings,
 )
 
-HELP = "run a seed sweep of MPSP cells (resumable, cached per run)"
 DESCRIPTION = ("Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones resume. "
                "Lists take space- or comma-separated values; --seeds N alone is a count (seeds 0..N-1). "
                "Presets: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in PRESET_NOTES.items()))
@@ -384,4 +383,4 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["ALIASES", "DESCRIPTION", "HELP", "SweepCommandConfig", "main", "parse", "run_config"]
+__all__ = ["ALIASES", "DESCRIPTION", "SweepCommandConfig", "main", "parse", "run_config"]

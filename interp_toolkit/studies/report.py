@@ -7,7 +7,7 @@ Sources are study directories and ``outcomes.csv`` files, in any mix
   n_values, n_train, n_eval, data_seed, n_layers, n_heads, d_model, d_mlp, weight_decay, lr,
   epochs, batch_size, eval_every, early_stop, outcome threshold, ``train.betas`` and any other
   ``SECTION.FIELD`` setting, r), its optimization clock after ``epochs`` (``steps`` it took,
-  ``lr_x_wd``, ``decay_clocks``: :func:`~interp_toolkit.studies.study.run_clock`), seed,
+  ``lr_x_wd``, ``decay_clocks``: :func:`~interp_toolkit.studies.outcome_table.run_clock`), seed,
   status, outcome record, near-miss view (:func:`~interp_toolkit.studies.study.run_near_miss`)
   and run directory. A report regenerates every table and the rate figure from it;
 * ``table.csv``: per cell: its clock at its epoch budget; seeds; ``rate`` (the paper's
@@ -51,6 +51,11 @@ from interp_toolkit.studies.cells import (
     spec_list,
     varying_fields,
 )
+from interp_toolkit.studies.outcome_table import (
+    merge_runs,
+    read_outcomes_csv,
+    run_fields,
+)
 from interp_toolkit.studies.report_format import (
     csv_text,
     format_contrasts,
@@ -63,10 +68,7 @@ from interp_toolkit.studies.report_plots import RATE_AXES, plot_curves_by_cell, 
 from interp_toolkit.studies.study import (
     RECORDED_OUTCOMES,
     collect_runs,
-    merge_runs,
-    read_outcomes_csv,
     report_paths,
-    run_fields,
     source_kind,
 )
 from interp_toolkit.studies.tables import (

@@ -15,7 +15,7 @@ import torch
 from interp_toolkit.cli import COMMANDS, main
 from interp_toolkit.runs.record import read_record
 from interp_toolkit.runs.trainer import list_checkpoints
-from interp_toolkit.studies.study import read_outcomes_csv
+from interp_toolkit.studies.outcome_table import read_outcomes_csv
 
 torch.set_num_threads(1)
 

@@ -18,7 +18,8 @@ from interp_toolkit.studies.cells import (
     parse_cell_spec,
     select_runs,
 )
-from interp_toolkit.studies.study import OUTCOMES_CSV, read_outcomes_csv
+from interp_toolkit.studies.outcome_table import read_outcomes_csv
+from interp_toolkit.studies.study import OUTCOMES_CSV
 from interp_toolkit.studies.sweep import run_sweep
 from interp_toolkit.studies.sweep_config import PRESETS, SweepConfig
 

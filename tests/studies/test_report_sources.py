@@ -15,10 +15,10 @@ from scipy.stats import fisher_exact
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json
 from interp_toolkit.studies.cells import CELL_FIELDS, REGIME_FIELDS, find_cell
+from interp_toolkit.studies.outcome_table import RUN_FIELDS, merge_runs, read_outcomes_csv
 from interp_toolkit.studies.report import write_report, write_report_sources
 from interp_toolkit.studies.report_format import format_table
 from interp_toolkit.studies.report_plots import plot_rate_vs_r
-from interp_toolkit.studies.study import RUN_FIELDS, merge_runs, read_outcomes_csv
 from interp_toolkit.studies.tables import rate_table
 from tests.studies.fakes import GEN, STUCK, make_run, make_study
 
@@ -327,8 +327,9 @@ def test_calibration_and_final_studies_stay_apart_at_equal_settings(tmp_path):
     """Two studies with the same settings but different names (a calibration and the final
     study) give two cells, and their names come back from the merged outcomes.csv."""
     from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.studies.outcome_table import read_outcomes_csv
     from interp_toolkit.studies.report import write_report_sources
-    from interp_toolkit.studies.study import read_outcomes_csv, read_study_name
+    from interp_toolkit.studies.study import read_study_name
 
     from .fakes import GEN, STUCK, make_study
 

@@ -584,7 +584,8 @@ def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
     taken from it, the others trained, and the study's report holds both."""
     import csv
 
-    from interp_toolkit.studies.study import RECORDED_OUTCOMES, read_outcomes_csv
+    from interp_toolkit.studies.outcome_table import read_outcomes_csv
+    from interp_toolkit.studies.study import RECORDED_OUTCOMES
 
     with open(smoke_local.study_dir / "outcomes.csv", newline="") as handle:
         reader = csv.DictReader(handle)
