@@ -91,6 +91,7 @@ from interp_toolkit.runs.trainer import (
     run_identity,
     truncate_metrics,
     validate_splits,
+    with_split_task,
 )
 from interp_toolkit.threads import with_threads
 
@@ -411,6 +412,8 @@ def train_batched(
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(infos)} run_infos")
 
     identities = [run_identity(m.to_dict(), cfg, splits, info) for m, info in zip(model_cfgs, infos, strict=True)]
+    # Keys stay those of the callers' run_infos; the records get the splits' task as train() records it.
+    infos = [with_split_task(info, splits) for info in infos]
     sources = list(extend_from) if extend_from is not None else [None] * len(model_cfgs)
     if len(sources) != len(model_cfgs):
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(sources)} extend_from entries")

@@ -36,8 +36,8 @@ class BIFCommandConfig(Config):
         task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
         out: Output / cache directory.
         n_attribution: Training examples scored (rows). More than the task's training set
-            holds uses the whole set, says so in a ``note:`` line, and ``summary.json``
-            records the number used (``command_config``) and the one asked (``clipped_from``).
+            holds uses the whole set, says so in a note: line, and summary.json
+            records the number used (command_config) and the one asked (clipped_from).
         n_query: Query examples (columns); likewise at most the query split's size.
         query_split: Split the query examples come from.
         device: cpu, cuda, cuda:N or auto.
@@ -46,7 +46,7 @@ class BIFCommandConfig(Config):
         calibrate_eps: Step sizes of the sweep (default: eps / 10, eps, eps * 10).
         calibrate_gamma: Localization strengths of the sweep (default: gamma).
         calibrate_n_beta: n * beta of the sweep (default: n_beta).
-        sampler: SGLD settings (flags without prefix: --eps, --chains, ...). ``--chains`` is at
+        sampler: SGLD settings (flags without prefix: --eps, --chains, ...). --chains is at
             least 2: the BIF's standard error is a leave-one-chain-out jackknife, which one chain
             cannot give (it would be NaN everywhere).
     """
