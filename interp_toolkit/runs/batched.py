@@ -407,7 +407,7 @@ def train_batched(
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(dirs)} run_dirs")
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise ValueError("train_batched run_dirs must be distinct (two runs never share a directory)")
-    infos = list(run_infos) if run_infos is not None else [None] * len(model_cfgs)
+    infos: list[Mapping[str, Any] | None] = list(run_infos) if run_infos is not None else [None] * len(model_cfgs)
     if len(infos) != len(model_cfgs):
         raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(infos)} run_infos")
 
