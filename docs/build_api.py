@@ -30,6 +30,8 @@ def public_modules() -> list[str]:
     for package in pyproject["tool"]["setuptools"]["packages"]:
         names.add(package)
         module = importlib.import_module(package)
+        for export in getattr(module, "__all__", ()):
+            getattr(module, export)  # resolve lazy exports: pdoc reads a module's __dict__
         for info in pkgutil.iter_modules(module.__path__, prefix=f"{package}."):
             if not any(part.startswith("_") for part in info.name.split(".")):
                 names.add(info.name)

@@ -20,7 +20,7 @@ from typing import Any
 _EXPORTS = {
     "SweepConfig": "sweep_config", "PRESETS": "sweep_config", "preset": "sweep_config",
     "run_sweep": "sweep", "plan_sweep": "sweep", "SweepResult": "sweep",
-    "study_sweep": "study", "collect_runs": "study", "read_outcomes_csv": "study",
+    "study_sweep": "study", "collect_runs": "study", "read_outcomes_csv": "outcome_table",
     "select_runs": "cells", "parse_cell_spec": "cells", "find_cell": "cells",
     "rate_table": "tables", "write_report": "report", "write_report_sources": "report",
 }
@@ -28,7 +28,9 @@ _EXPORTS = {
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value  # later lookups (and pdoc, which reads __dict__) skip __getattr__
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
