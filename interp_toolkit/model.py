@@ -9,6 +9,7 @@ hub access is needed.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 
@@ -86,6 +87,12 @@ if TYPE_CHECKING:
 _ACT_FNS = ("relu", "gelu", "gelu_new", "silu", "solu_ln", "gelu_fast")
 _POSITIONAL = ("standard", "rotary", "shortformer")
 _NORMALIZATION = ("LN", None)
+#: Initialization schemes: TransformerLens 4's ``boot_native`` init, or every layer reset to
+#: PyTorch's own ``nn.Embedding`` / ``nn.Linear`` / ``nn.LayerNorm`` defaults.
+_INITS = ("transformer_lens", "torch")
+#: Fields added after run keys were first issued, with the default under which they are left
+#: out of ``to_dict`` (and so of every run key): runs made before they existed keep their keys.
+_KEYED_ONLY_WHEN_SET = {"init": "transformer_lens", "init_scale": 1.0}
 
 #: Sanity bound on ``n_layers``: the bridge builds its blocks one by one, so a typo such as
 #: ``--model.n-layers 99999`` would otherwise spend minutes building before any output.
@@ -111,6 +118,15 @@ class ModelConfig(Config):
         positional_embedding: ``"standard"`` (learned absolute), ``"rotary"`` or
             ``"shortformer"``.
         seed: Seed of the weight initialization; same seed, same weights.
+        init: ``"transformer_lens"`` (TransformerLens 4's ``boot_native`` init: embeddings
+            and input projections with std ~0.1 at d_model 64, zero biases) or ``"torch"``
+            (every layer as PyTorch's defaults build it: embeddings N(0, 1), linear weights
+            and biases uniform in +-1/sqrt(fan_in)). A paper that states no initialization
+            leaves this a choice; it changes how large the weights start relative to what
+            weight decay pulls them to.
+        init_scale: Multiplies every weight matrix and embedding after ``init`` (LayerNorm
+            weights and biases are left alone): the initialization scale alpha of the
+            grokking literature.
     """
 
     n_layers: int
@@ -126,6 +142,8 @@ class ModelConfig(Config):
     attn_only: bool = False
     positional_embedding: str = "standard"
     seed: int = 0
+    init: str = "transformer_lens"
+    init_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "n_heads", "d_vocab", "n_ctx", "d_model", "d_mlp"):
@@ -163,6 +181,20 @@ class ModelConfig(Config):
             raise ValueError(f"ModelConfig.attn_only must be a bool, got {self.attn_only!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"ModelConfig.seed must be an integer, got {self.seed!r}")
+        if self.init not in _INITS:
+            raise ValueError(f"ModelConfig.init must be one of {_INITS}, got {self.init!r}")
+        if (isinstance(self.init_scale, bool) or not isinstance(self.init_scale, (int, float))
+                or not math.isfinite(self.init_scale) or self.init_scale <= 0):
+            raise ValueError(f"ModelConfig.init_scale must be a positive finite number, got {self.init_scale!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, except ``init`` / ``init_scale`` at their defaults (see
+        :data:`_KEYED_ONLY_WHEN_SET`: run keys issued before they existed stay valid)."""
+        data = super().to_dict()
+        for name, default in _KEYED_ONLY_WHEN_SET.items():
+            if data[name] == default:
+                del data[name]
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -263,8 +295,33 @@ def build_model(cfg: ModelConfig, device: str | torch.device | None = None) -> A
     check_model_size(cfg, device)
     # boot_native is attached to the class when TransformerLens is imported: mypy cannot see it
     model = TransformerBridge.boot_native(bridge_config(cfg), device=device)  # type: ignore[attr-defined]
+    reinitialize(model, cfg)
     model.interp_config = cfg
     return model
+
+
+def reinitialize(model: Any, cfg: ModelConfig) -> None:
+    """Apply ``cfg.init`` and ``cfg.init_scale`` to a freshly booted bridge, in place.
+
+    ``"torch"`` resets every ``nn.Embedding``, ``nn.Linear`` and ``nn.LayerNorm`` inside the
+    bridge with its own ``reset_parameters`` under ``torch.manual_seed(cfg.seed)`` (the global
+    random state is restored after), so the same seed gives the same weights. Then every
+    parameter with two or more dimensions is multiplied by ``init_scale``.
+    """
+    import torch
+    from torch import nn
+
+    if cfg.init == "torch":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            for module in model.modules():
+                if isinstance(module, (nn.Embedding, nn.Linear, nn.LayerNorm)):
+                    module.reset_parameters()
+    if cfg.init_scale != 1.0:
+        with torch.no_grad():
+            for param in model.parameters():
+                if param.dim() >= 2:
+                    param.mul_(cfg.init_scale)
 
 
 def move_model(model: Any, device: str | torch.device) -> Any:
