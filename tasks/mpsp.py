@@ -59,7 +59,7 @@ def task_modulus(task: str) -> int:
 
 
 # Fixed offsets so that train/val/adv never share a generator stream.
-_SPLIT_SEED_OFFSETS = {"train": 0, "val": 1_000_003, "adv": 2_000_003}
+_SPLIT_SEED_OFFSETS = {"train": 0, "val": 1_000_003, "adv": 2_000_003, "extreme": 3_000_017}
 
 
 @dataclass
@@ -80,6 +80,14 @@ class MPSPConfig(Config):
         n_train: Training examples.
         n_eval: Examples in each of ``val`` and ``adv``.
         seed: Data seed; every split derives its own fixed seed from it.
+        extreme_train: A departure from the paper for testing extrapolation (``None``: the
+            split as sampled). When set, the training split holds exactly this many "extreme-count" sequences,
+            those whose values all have residue m - 1 (all odd for the parity tasks; at an
+            even length these are always anti-shortcut under the max shortcut), in place of
+            as many sampled examples of the same agreement and label, so ``n_train``, r and the
+            label balance stay exact. At length 8, values 0..9, a sampled split of 16,384
+            holds ~9 such sequences, and models that learn the rule elsewhere can still miss
+            exactly this group on the adversarial split.
     """
 
     label: str = "sum_parity"
@@ -90,6 +98,7 @@ class MPSPConfig(Config):
     n_train: int = 16_384
     n_eval: int = 2_048
     seed: int = 0
+    extreme_train: int | None = None
 
     def __post_init__(self) -> None:
         if self.label not in LABELS:
@@ -103,6 +112,22 @@ class MPSPConfig(Config):
         _check_ratio(self.r)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"MPSPConfig.seed must be an integer, got {self.seed!r}")
+        if self.extreme_train is not None and (
+                isinstance(self.extreme_train, bool) or not isinstance(self.extreme_train, int)
+                or not 0 <= self.extreme_train <= self.n_train):
+            raise ValueError(f"MPSPConfig.extreme_train must be an integer in [0, n_train={self.n_train}], "
+                             f"got {self.extreme_train!r}")
+        if self.extreme_train is not None and self.n_values < self.modulus:
+            raise ValueError(f"MPSPConfig.extreme_train needs a value with residue {self.modulus - 1} mod "
+                             f"{self.modulus}; n_values={self.n_values} has none")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, except ``extreme_train`` when None: it was added after run keys (which hash
+        this dict) were first issued, and runs made before it keep their keys."""
+        data = super().to_dict()
+        if data["extreme_train"] is None:
+            del data["extreme_train"]
+        return data
 
     @property
     def modulus(self) -> int:
@@ -337,11 +362,72 @@ def make_splits(cfg: MPSPConfig) -> dict[str, MPSPSplit]:
 
     Each split has its own fixed seed derived from ``cfg.seed``.
     """
+    train = make_split(cfg, cfg.r, cfg.n_train, cfg.seed + _SPLIT_SEED_OFFSETS["train"])
+    if cfg.extreme_train is not None:
+        train = with_extreme_count(train, cfg, cfg.extreme_train, cfg.seed + _SPLIT_SEED_OFFSETS["extreme"])
     return {
-        "train": make_split(cfg, cfg.r, cfg.n_train, cfg.seed + _SPLIT_SEED_OFFSETS["train"]),
+        "train": train,
         "val": make_split(cfg, 1.0, cfg.n_eval, cfg.seed + _SPLIT_SEED_OFFSETS["val"]),
         "adv": make_split(cfg, 0.0, cfg.n_eval, cfg.seed + _SPLIT_SEED_OFFSETS["adv"]),
     }
+
+
+def is_extreme_count(values: Int[Tensor, "n seq"], m: int) -> Bool[Tensor, " n"]:
+    """Whether every value of a sequence has residue m - 1 (all odd, for m = 2)."""
+    return ((values % m) == m - 1).all(dim=-1)
+
+
+def with_extreme_count(split: MPSPSplit, cfg: MPSPConfig, k: int, seed: int) -> MPSPSplit:
+    """``split`` holding exactly ``k`` extreme-count sequences (:func:`is_extreme_count`).
+
+    Extreme-count sequences all share one label and one shortcut value, so they are swapped in
+    for (or out against) examples of that same label and agreement: the split's size, its
+    ratio r and its label balance are unchanged. New sequences draw each value uniformly from
+    the values with residue m - 1; removed ones are replaced by fresh non-extreme sequences of
+    the same label and agreement. Positions of the swapped examples are chosen at random
+    (``seed``); every other example keeps its place.
+
+    Raises:
+        ValueError: ``k`` outside [0, len(split)], or the split has too few examples of the
+            extreme group's label and agreement to swap.
+    """
+    import torch
+
+    n = len(split)
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
+        raise ValueError(f"number of extreme-count sequences must be an integer in [0, {n}], got {k!r}")
+    m = cfg.modulus
+    gen = torch.Generator().manual_seed(int(seed))
+    extreme_values = torch.arange(m - 1, cfg.n_values, m)
+    probe = extreme_values[torch.randint(0, len(extreme_values), (1, cfg.seq_len), generator=gen)]
+    label, feature = compute_features(probe, cfg.label, cfg.shortcut)
+    same_cell = (split.labels == label) & (split.agrees == (feature == label))
+    extreme = is_extreme_count(split.values, m)
+    values = split.values.clone()
+    have = int(extreme.sum())
+    if k > have:
+        candidates = (same_cell & ~extreme).nonzero().flatten()
+        if len(candidates) < k - have:
+            raise ValueError(f"the split has {len(candidates)} examples of label {int(label)} and agreement "
+                             f"{bool(feature == label)} to swap for extreme-count sequences; {k - have} needed")
+        picked = candidates[torch.randperm(len(candidates), generator=gen)[: k - have]]
+        values[picked] = extreme_values[torch.randint(0, len(extreme_values), (len(picked), cfg.seq_len),
+                                                      generator=gen)]
+    elif k < have:
+        extra = extreme.nonzero().flatten()
+        picked = extra[torch.randperm(len(extra), generator=gen)[: have - k]]
+        fresh: list[Tensor] = []
+        while sum(len(f) for f in fresh) < len(picked):
+            batch = torch.randint(0, cfg.n_values, (4 * len(picked) + 64, cfg.seq_len), generator=gen)
+            b_labels, b_feature = compute_features(batch, cfg.label, cfg.shortcut)
+            keep = (b_labels == label) & ((b_feature == b_labels) == (feature == label)) & ~is_extreme_count(batch, m)
+            fresh.append(batch[keep])
+        values[picked] = torch.cat(fresh)[: len(picked)]
+    labels, shortcut = compute_features(values, cfg.label, cfg.shortcut)
+    readout = torch.full((n, 1), cfg.readout_token, dtype=torch.long)
+    agrees = shortcut == labels
+    return MPSPSplit(values, torch.cat([values, readout], dim=1), labels, shortcut, agrees,
+                     float(agrees.float().mean()), cfg)
 
 
 @dataclass
@@ -470,5 +556,5 @@ def minimal_pairs(split: MPSPSplit, n: int | None = None, seed: int = 0) -> Mini
 
 
 __all__ = ["LABELS", "SHORTCUTS", "TASKS", "MPSPConfig", "MPSPSplit", "MinimalPairs", "ModelDims", "compute_features",
-           "example_features",
-           "make_split", "make_splits", "minimal_pairs", "task_modulus"]
+           "example_features", "is_extreme_count",
+           "make_split", "make_splits", "minimal_pairs", "task_modulus", "with_extreme_count"]

@@ -190,3 +190,41 @@ def test_example_features_refuse_values_of_another_length():
 
     with pytest.raises(ValueError, match=r"integer tensor \[n, 5\].*\(2, 4\)"):
         example_features(torch.zeros(2, 4, dtype=torch.long), MPSPConfig(seq_len=5))
+
+
+# --- extreme-count enrichment (a labelled departure for extrapolation tests) -------------
+
+def _extreme_cfg(**kwargs):
+    return MPSPConfig(seq_len=8, n_train=4096, n_eval=256, r=0.9, **kwargs)
+
+
+@pytest.mark.parametrize("k", [0, 3, 40])
+def test_extreme_train_holds_exactly_k_and_keeps_size_ratio_and_labels(k):
+    from interp_toolkit.tasks.mpsp import is_extreme_count
+
+    plain = make_splits(_extreme_cfg())["train"]
+    split = make_splits(_extreme_cfg(extreme_train=k))["train"]
+    all_odd = (split.values % 2 == 1).all(-1)  # independent of is_extreme_count
+    assert int(all_odd.sum()) == k == int(is_extreme_count(split.values, 2).sum())
+    assert len(split) == len(plain) and split.r == plain.r
+    assert torch.equal(torch.bincount(split.labels, minlength=2), torch.bincount(plain.labels, minlength=2))
+    assert torch.equal(split.labels, split.values.sum(-1) % 2)
+    # only swapped examples move, and every all-odd sequence is anti-shortcut at an even length
+    moved = (split.values != plain.values).any(-1)
+    natural = int((plain.values % 2 == 1).all(-1).sum())
+    assert int(moved.sum()) == abs(k - natural)
+    assert not split.agrees[all_odd].any()
+
+
+def test_extreme_train_leaves_eval_splits_and_default_key_alone():
+    plain, enriched = make_splits(_extreme_cfg()), make_splits(_extreme_cfg(extreme_train=40))
+    for name in ("val", "adv"):
+        assert torch.equal(plain[name].values, enriched[name].values)
+    assert "extreme_train" not in _extreme_cfg().to_dict()
+    assert MPSPConfig.from_dict(_extreme_cfg(extreme_train=40).to_dict()).extreme_train == 40
+
+
+@pytest.mark.parametrize("value", [-1, 5000, True, 1.5])
+def test_extreme_train_out_of_range_is_refused_by_name(value):
+    with pytest.raises(ValueError, match="MPSPConfig.extreme_train"):
+        _extreme_cfg(extreme_train=value)
