@@ -142,19 +142,27 @@ def verify_header_digest(path: str | os.PathLike, header: Mapping[str, Any], req
                               f"file)")
 
 
+def read_utf8(path: Path, expected: str, error: type[Exception]) -> str:
+    """The text of ``path``; a file that is not UTF-8 raises ``error`` naming the file, the
+    first bad byte and what it was expected to be (``expected``, e.g. "a metrics.jsonl a
+    trainer wrote"); an unreadable one raises ``error`` with the system's reason."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); it is not {expected}") from err
+    except OSError as err:
+        raise error(f"cannot read {path}: {err.strerror or err}") from err
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read a JSONL file, ignoring a trailing partial line left by a crash."""
+    from interp_toolkit.errors import UserError
+
     records: list[dict[str, Any]] = []
     path = Path(path)
     if not path.exists():
         return records
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        from interp_toolkit.errors import UserError
-
-        raise UserError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); it is not a JSONL file "
-                        f"interp_toolkit wrote") from err
+    text = read_utf8(path, "a JSONL file interp_toolkit wrote", UserError)
     for line in text.splitlines():
         if not line.strip():
             continue

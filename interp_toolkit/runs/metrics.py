@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from interp_toolkit.errors import UserError
+from interp_toolkit.io import read_utf8
 from interp_toolkit.runs.layout import METRICS, checkpoint_path, metrics_path
 
 METRICS_NAME = METRICS
@@ -69,13 +70,7 @@ def _scan(path: Path) -> _Scan:
     scan = _Scan()
     if not path.exists():
         return scan
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise MetricsError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); it is not a "
-                           f"metrics.jsonl a trainer wrote") from err
-    except OSError as err:
-        raise MetricsError(f"cannot read {path}: {err.strerror or err}") from err
+    text = read_utf8(path, "a metrics.jsonl a trainer wrote", MetricsError)
     lines = text.split("\n")
     complete = text.endswith("\n") or text == ""
     if lines and lines[-1] == "":
