@@ -76,12 +76,14 @@ def induction_scores_by_step(refs: list, corpus: CorpusConfig, cache: Path) -> d
 
 
 def prioritized(refs: list, scores: dict[int, float], coarse: int) -> list:
-    """Transition window (10%-90% of the rise, widened by 50 steps each side) at every
-    checkpoint first, then every ``coarse`` steps and the last one."""
+    """Every checkpoint of the transition window (10%-90% of the rise, widened by 50 steps
+    each side) first, from the formation step outward (nearest first, earlier on ties), then
+    every ``coarse`` steps and the last one, in step order."""
     steps = sorted(scores)
     phases = induction_phases(steps, [scores[s] for s in steps])
     start, end = (phases["start"] or 0) - 50, (phases["end"] or 0) + 50
-    dense = [r for r in refs if start <= r.step <= end]
+    formation = phases["formation_step"]
+    dense = sorted((r for r in refs if start <= r.step <= end), key=lambda r: (abs(r.step - formation), r.step))
     rest = [r for r in refs if r not in dense and (r.step % coarse == 0 or r.step == refs[-1].step)]
     return dense + rest
 

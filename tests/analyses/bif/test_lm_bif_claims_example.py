@@ -22,8 +22,9 @@ def test_transition_checkpoints_come_first_then_the_coarse_grid():
     scores = {s: 0.03 if s < 400 else (0.5 if s == 400 else 0.8) for s in steps}
     refs = [SimpleNamespace(step=s) for s in steps]
     order = [r.step for r in example.prioritized(refs, scores, coarse=100)]
-    # 10%..90% of the rise (0.03 -> 0.8) is steps 400..425, widened by 50 steps each side
-    assert order[:6] == [350, 375, 400, 425, 450, 475]
+    # 10%..90% of the rise (0.03 -> 0.8) is steps 400..425, widened by 50 steps each side,
+    # from the formation step (400, the end of the steepest interval) outward
+    assert order[:6] == [400, 375, 425, 350, 450, 475]
     assert order[6:] == [0, 100, 200, 300, 500, 600, 700, 800, 900, 1000]
     assert len(order) == len(set(order))
 
