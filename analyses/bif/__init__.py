@@ -45,7 +45,8 @@ helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`
 (result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
 :mod:`.diagnostics` (R-hat, ESS, the convergence verdict), :mod:`.calibration` (sampler
 sweeps), :mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
-:mod:`.lm` (token-level BIF for language models), :mod:`.token_classes` (delimiter, induction
+:mod:`.lm` (token-level BIF for language models), :mod:`.claims` (class-to-class influences: the
+language-model claims, with errors and diagnostics), :mod:`.token_classes` (delimiter, induction
 and user token classes on any tokenized text), :mod:`.validation` (leave-one-out and
 causal-window checks on the deep linear network).
 """
@@ -77,6 +78,9 @@ _EXPORTS = {
     "threshold_phases": ".phases",
     "plot_bif": ".plots",
     "plot_diagnostics": ".plots",
+    "ClassInfluence": ".claims",
+    "class_influence": ".claims",
+    "claim_influences": ".claims",
     "Calibration": ".calibration",
     "calibrate_sampler": ".calibration",
     "plot_calibration": ".calibration",

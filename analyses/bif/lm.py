@@ -301,6 +301,11 @@ class LMBIFResult:
             ``class:class`` entries (``-Cov`` of the classes' mean losses), from the classes'
             mean losses at every draw (``chains x draws x classes`` numbers, never the
             per-token draws), plus the mean losses and the distance from ``w*``.
+        train_class_means, query_class_means: Every class's mean loss at every draw,
+            ``[chains, draws, classes]`` (the ``class:class`` reduction is ``-Cov`` of these;
+            :mod:`.claims` computes class-to-class influences, their jackknife errors and
+            R-hat / ESS from them). ``None`` in results of an older format.
+        train_class_labels, query_class_labels: Class names of their last axis.
     """
 
     reductions: dict[str, ReducedBIF]
@@ -313,6 +318,10 @@ class LMBIFResult:
     config: dict[str, Any] | None = None
     cache_key: str | None = None
     convergence: ConvergenceDiagnostics | None = None
+    train_class_means: Float[Tensor, "chains draws k_a"] | None = None
+    query_class_means: Float[Tensor, "chains draws k_b"] | None = None
+    train_class_labels: list[str] | None = None
+    query_class_labels: list[str] | None = None
 
     def __getitem__(self, reduction: str) -> ReducedBIF:
         if reduction not in self.reductions:
@@ -337,11 +346,17 @@ class LMBIFResult:
             tensors.update(diagnostics_tensors(self.diagnostics))
         if self.convergence is not None:
             tensors.update(self.convergence.tensors())
+        class_means = None
+        if self.train_class_means is not None and self.query_class_means is not None:
+            tensors["class_means.train"] = self.train_class_means
+            tensors["class_means.query"] = self.query_class_means
+            class_means = {"train": self.train_class_labels, "query": self.query_class_labels}
         meta = {
             "pearson": self.pearson, "labels": labels, "order": list(self.reductions), "config": self.config,
             "cache_key": self.cache_key,
             "diagnostics": None if self.diagnostics is None else diagnostics_metadata(self.diagnostics),
             "convergence": None if self.convergence is None else self.convergence.metadata(),
+            "class_means": class_means,
         }
         save_artifact(directory / LM_RESULT_FILE, tensors, meta, kind="lm_bif_result")
         return directory
@@ -358,16 +373,22 @@ class LMBIFResult:
         diagnostics = diagnostics_from(t, meta["diagnostics"]) if meta["diagnostics"] is not None else None
         convergence = (ConvergenceDiagnostics.from_artifact(t, meta["convergence"])
                        if meta.get("convergence") is not None else None)
+        class_means = meta.get("class_means")
         return cls(reductions, meta["pearson"], t["train_mean_loss"], t["query_mean_loss"], diagnostics,
-                   t.get("train_draws"), t.get("query_draws"), meta["config"], meta["cache_key"], convergence)
+                   t.get("train_draws"), t.get("query_draws"), meta["config"], meta["cache_key"], convergence,
+                   t.get("class_means.train"), t.get("class_means.query"),
+                   None if class_means is None else list(class_means["train"]),
+                   None if class_means is None else list(class_means["query"]))
 
     @staticmethod
     def is_stored(directory: str | Path) -> bool:
         """Whether ``directory`` holds a saved result (a cache hit; a file of an earlier format,
-        e.g. one without convergence diagnostics, is not)."""
+        one without convergence diagnostics or without the classes' mean losses, is not)."""
         path = Path(directory) / LM_RESULT_FILE
-        return is_artifact(path, kind="lm_bif_result") and load_artifact(path, kind="lm_bif_result")[1].get(
-            "convergence") is not None
+        if not is_artifact(path, kind="lm_bif_result"):
+            return False
+        meta = load_artifact(path, kind="lm_bif_result")[1]
+        return meta.get("convergence") is not None and meta.get("class_means") is not None
 
 
 def lm_bif(
@@ -476,13 +497,14 @@ def lm_bif(
     accumulators: dict[str, dict[tuple[int, int], CoMoments]] = {r: {} for r in streamed}
     streamed_groupings = {(side, g) for r in streamed for side, g in zip("ab", r.split(":"))}
     # the classes' mean losses at every draw, for the convergence diagnostics
-    diag_ids_a, _ = group_ids(train, "class")
-    diag_ids_b, _ = group_ids(query, "class")
+    diag_ids_a, class_labels_a = group_ids(train, "class")
+    diag_ids_b, class_labels_b = group_ids(query, "class")
     diag_counts_a, diag_counts_b = torch.bincount(diag_ids_a).double(), torch.bincount(diag_ids_b).double()
     diag_rows = tracked_indices(int(diag_counts_a.numel()))
     diag_cols = tracked_indices(int(diag_counts_b.numel()))
-    class_a = torch.zeros(sampler.chains, sampler.draws, len(diag_rows), dtype=torch.float64)
-    class_b = torch.zeros(sampler.chains, sampler.draws, len(diag_cols), dtype=torch.float64)
+    # every class's mean loss at every draw (the diagnostics track up to 16 of them)
+    class_a = torch.zeros(sampler.chains, sampler.draws, len(class_labels_a), dtype=torch.float64)
+    class_b = torch.zeros(sampler.chains, sampler.draws, len(class_labels_b), dtype=torch.float64)
     mean_a_trace = torch.zeros(sampler.chains, sampler.draws, dtype=torch.float64)
     mean_b_trace = torch.zeros(sampler.chains, sampler.draws, dtype=torch.float64)
 
@@ -496,8 +518,8 @@ def lm_bif(
             )
         sum_a.add_(a)
         sum_b.add_(b)
-        class_a[chain, draw] = _group_mean(a, diag_ids_a, diag_counts_a)[diag_rows]
-        class_b[chain, draw] = _group_mean(b, diag_ids_b, diag_counts_b)[diag_cols]
+        class_a[chain, draw] = _group_mean(a, diag_ids_a, diag_counts_a)
+        class_b[chain, draw] = _group_mean(b, diag_ids_b, diag_counts_b)
         mean_a_trace[chain, draw] = a.mean()
         mean_b_trace[chain, draw] = b.mean()
         if kept_a is not None and kept_b is not None:  # both or neither (keep)
@@ -544,7 +566,8 @@ def lm_bif(
         at_draws = (torch.arange(sampler.draws) * sampler.steps_between_draws + sampler.burn_in
                     + sampler.steps_between_draws - 1)
         scalars["distance from w*"] = diagnostics.distance_trace[:, at_draws]
-    convergence = convergence_diagnostics(class_a, class_b, diag_rows, diag_cols, scalars=scalars)
+    convergence = convergence_diagnostics(class_a[..., diag_rows], class_b[..., diag_cols], diag_rows, diag_cols,
+                                          scalars=scalars)
     for note in convergence.warnings:
         warnings.warn(f"LM BIF not converged: {note}", stacklevel=2)
     n_draws = sampler.chains * sampler.draws
@@ -553,7 +576,8 @@ def lm_bif(
     result = LMBIFResult(
         reductions=tables, pearson=sampler.pearson, train_mean_loss=sum_a / n_draws, query_mean_loss=sum_b / n_draws,
         diagnostics=diagnostics, train_draws=kept_a, query_draws=kept_b, config=config.to_dict(), cache_key=key,
-        convergence=convergence,
+        convergence=convergence, train_class_means=class_a, query_class_means=class_b,
+        train_class_labels=class_labels_a, query_class_labels=class_labels_b,
     )
     if cache_dir is not None:
         result.save(Path(cache_dir) / f"lm_bif_{key}")

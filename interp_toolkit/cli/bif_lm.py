@@ -52,7 +52,7 @@ DESCRIPTION = ("Token-level BIF (Bayesian influence functions) of a language mod
 def parse(argv: Sequence[str], prog: str = "interp-toolkit bif-lm") -> LMBIFCommandConfig:
     """``argv`` (after ``bif-lm``) -> a validated :class:`LMBIFCommandConfig`."""
     config = parse_config(LMBIFCommandConfig, argv, prog=prog, description=DESCRIPTION)
-    if not config.checkpoints:
+    if not config.checkpoints and config.replot is None:
         raise UserError("bif-lm needs at least one CHECKPOINTS argument (run dir, HF checkpoint folder, "
                         ".safetensors or hub:NAME@REV)")
     return config

@@ -5,8 +5,9 @@ Checkpoint specs are resolved by :func:`interp_toolkit.sources.resolve_checkpoin
 the induction/delimiter corpus (:mod:`interp_toolkit.tasks.induction_corpus`), its config
 read from a testbed ``testbed.json`` at or above the first checkpoint or given; or real text
 with token classes (:class:`~interp_toolkit.analyses.bif.token_classes.TextClassesConfig`).
-Writes one cached ``lm_bif_<hash>/`` per checkpoint, ``per_class.csv``, ``per_class.png``
-and ``summary.json`` (with each checkpoint's convergence verdict).
+Writes one cached ``lm_bif_<hash>/`` per checkpoint, ``per_class.csv``, ``per_class.png``,
+``summary.json`` (with each checkpoint's convergence verdict), and the claim series
+``claims.csv`` with one ``claim_<series>.png`` each (:mod:`interp_toolkit.studies.lm_claims`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
     from interp_toolkit.sources import CheckpointRef
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
-__all__ = ["CSV_FIELDS", "LMBIFCommandConfig", "bif_over_checkpoints", "corpus_sets", "plot_per_class",
-           "run_lm_bif_command", "text_classes_config"]
+__all__ = ["CSV_FIELDS", "LMBIFCommandConfig", "bif_over_checkpoints", "check_claims", "corpus_sets",
+           "default_claims", "plot_per_class", "run_lm_bif_command", "text_classes_config"]
 
 CSV_FIELDS = ["step", "checkpoint", "induction_score", "reduction", "train_group", "query_group", "bif", "stderr"]
 
@@ -82,6 +83,8 @@ def bif_over_checkpoints(
     sets: tuple[torch.Tensor, TokenSet, TokenSet] | None = None,
     probe_vocab: tuple[int, int] | None = None,
     figure_format: str = "png",
+    claims: Sequence[str] = (),
+    training_seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Token-level BIF and induction score at every checkpoint; writes CSV, PNG and JSON.
 
@@ -101,15 +104,23 @@ def bif_over_checkpoints(
         probe_vocab: Token range ``[low, high)`` of the induction probe (default: the
             corpus's ordinary tokens).
         figure_format: ``png``, ``svg`` or ``pdf`` (``per_class.<format>``).
+        claims: Class-to-class influences to report (``"A->B"`` or ``"A->B - C->D"``,
+            :mod:`interp_toolkit.analyses.bif.claims`): written to ``claims.csv``
+            (:data:`~interp_toolkit.studies.lm_claims.CLAIM_CSV_FIELDS`) with one
+            ``claim_<series>.<format>`` figure each. Checked against the recorded tokens'
+            classes before any sampling.
+        training_seed: The ``seed`` column of ``claims.csv`` (the checkpoints' training seed).
 
     Returns:
         The CSV rows (also in ``per_class.csv``).
     """
     from tqdm.auto import tqdm
 
+    from interp_toolkit.analyses.bif.claims import claim_influences
     from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
     from interp_toolkit.analyses.induction import induction_scores
     from interp_toolkit.plotting import check_format, save_figure
+    from interp_toolkit.studies.lm_claims import claim_rows, write_claim_figures, write_claims_csv
     from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
 
     figure_format = check_format(figure_format)
@@ -133,7 +144,9 @@ def bif_over_checkpoints(
     else:
         raise ValueError("bif_over_checkpoints needs probe_vocab when corpus is None")
     probe = repeated_random_tokens(32, half, low, high, seed=(corpus.seed if corpus else 0) + 77)
+    check_claims(claims, train, query)
     rows: list[dict[str, Any]] = []
+    claim_table: list[dict[str, Any]] = []
     summary = []
     for index, ref in enumerate(tqdm(refs, desc="checkpoints", disable=not progress)):
         model = ref.load()
@@ -143,6 +156,9 @@ def bif_over_checkpoints(
         score = float(heads.max())
         result = lm_bif(model, posterior, train, query, config, cache_dir=out, cache_identity=ref.identity())
         step = ref.step if ref.step is not None else index
+        if claims:
+            claim_table.extend(claim_rows(claim_influences(result, claims), step=step, seed=training_seed,
+                                          induction_score=score))
         for name, red in result.reductions.items():
             if "token" in name:
                 continue  # the full matrix stays in the cached safetensors, not in the table
@@ -162,10 +178,53 @@ def bif_over_checkpoints(
     writer.writerows(rows)
     atomic_write_text(out / "per_class.csv", buffer.getvalue())
     save_figure(plot_per_class(rows, pearson=config.sampler.pearson), out / f"per_class.{figure_format}")
+    if claims:
+        write_claims_csv(claim_table, out / "claims.csv")
+        write_claim_figures(claim_table, out, figure_format)
     atomic_write_json(out / "summary.json", {"config": config.to_dict(), "corpus": corpus.to_dict() if corpus else None,
                                              "n_posterior": n_posterior, "n_train": n_train, "n_query": n_query,
                                              "checkpoints": summary})
     return rows
+
+
+def check_claims(claims: Sequence[str], train: TokenSet, query: TokenSet) -> None:
+    """Refuse a malformed claim, or one naming a class absent from the recorded training /
+    query tokens, before any sampling.
+
+    Raises:
+        UserError: Names the claim and the classes there are.
+    """
+    from interp_toolkit.analyses.bif.claims import parse_claim
+    from interp_toolkit.analyses.bif.lm import group_ids
+
+    train_classes, query_classes = group_ids(train, "class")[1], group_ids(query, "class")[1]
+    for claim in claims:
+        try:
+            pairs = [p for p in parse_claim(claim) if p is not None]
+        except ValueError as err:
+            raise UserError(str(err)) from err
+        for source, target in pairs:
+            if source not in train_classes:
+                raise UserError(f"claim {claim!r}: no recorded training tokens of class {source!r} "
+                                f"(classes there: {train_classes})")
+            if target not in query_classes:
+                raise UserError(f"claim {claim!r}: no recorded query tokens of class {target!r} "
+                                f"(classes there: {query_classes})")
+
+
+def default_claims(train: TokenSet, query: TokenSet) -> tuple[str, ...]:
+    """The claims of :data:`~interp_toolkit.analyses.bif.claims.DEFAULT_CLAIMS` whose classes
+    the recorded tokens have."""
+    from interp_toolkit.analyses.bif.claims import DEFAULT_CLAIMS
+
+    out = []
+    for claim in DEFAULT_CLAIMS:
+        try:
+            check_claims([claim], train, query)
+        except UserError:
+            continue
+        out.append(claim)
+    return tuple(out)
 
 
 def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool = False) -> Any:
@@ -228,6 +287,17 @@ def _find_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
     return None
 
 
+def _find_testbed_seed(refs: Sequence[CheckpointRef]) -> int:
+    for ref in refs:
+        if ref.kind == "hub":
+            continue
+        for folder in list(Path(ref.location).parents)[:3]:
+            record = folder / "testbed.json"
+            if record.is_file():
+                return int(json.loads(record.read_text())["config"].get("seed", 0))
+    return 0
+
+
 @dataclass
 class LMBIFCommandConfig(Config):
     """Settings of ``interp-toolkit bif-lm`` (every field is a flag; ``--config FILE`` sets them too).
@@ -259,6 +329,14 @@ class LMBIFCommandConfig(Config):
         induction: Mark induction tokens (--no-induction: do not).
         token_class: A user token class by token ids, NAME=ID,ID,...
         token_class_regex: A user token class by a regex on the token text, NAME=REGEX.
+        claims: Class-to-class influences for claims.csv and one figure each, as
+            SOURCE->TARGET or SOURCE->TARGET - SOURCE->TARGET (a difference); repeat the flag.
+            Default: induction->induction, open->close, close->open and
+            open->close - close->open, those whose classes the recorded tokens have.
+        training_seed: The seed column of claims.csv (default: the testbed's training seed
+            from its testbed.json, else 0).
+        replot: Only redraw the claim figures under --out from this claims.csv (no sampling,
+            no checkpoints needed).
     """
 
     checkpoints: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINTS", help_behavior_hint="(one or more; required)")] = ()
@@ -284,8 +362,21 @@ class LMBIFCommandConfig(Config):
     induction: bool = True
     token_class: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
     token_class_regex: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
+    claims: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
+    training_seed: int | None = None
+    replot: Path | None = None
 
     def __post_init__(self) -> None:
+        self.claims = tuple(self.claims)
+        if isinstance(self.replot, str):
+            self.replot = Path(self.replot)
+        from interp_toolkit.analyses.bif.claims import parse_claim
+
+        for claim in self.claims:
+            try:
+                parse_claim(claim)
+            except ValueError as err:
+                raise UserError(f"--claims: {err}") from err
         self.checkpoints = tuple(str(c) for c in self.checkpoints)
         self.reductions = tuple(self.reductions)
         self.token_class = tuple(self.token_class)
@@ -345,6 +436,11 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
     from interp_toolkit.sources import resolve_checkpoints
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
+    if args.replot is not None:
+        from interp_toolkit.studies.lm_claims import read_claims_csv, write_claim_figures
+
+        paths = write_claim_figures(read_claims_csv(args.replot), args.out, args.format)
+        return f"wrote {len(paths)} claim figures from {args.replot}: " + ", ".join(str(p) for p in paths)
     resolve_device(args.device)  # a bad or unavailable device fails before any work
     config = LMBIFConfig(args.sampler, reductions=tuple(args.reductions), pearson_convention=args.pearson_convention,
                          stderr_method=args.stderr_method)
@@ -356,9 +452,11 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
         tokenizer = load_tokenizer(text_config.tokenizer or refs[0].location)
         classes = text_config.classes(tokenizer, max_sequences=args.n_posterior + args.n_query)
         sets = classes.bif_sets(args.n_posterior, args.n_train, args.n_query)
+        claims = args.claims or default_claims(sets[1], sets[2])
         rows = bif_over_checkpoints(refs, None, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
                                     n_query=args.n_query, progress=args.sampler.progress, sets=sets,
-                                    probe_vocab=(0, len(tokenizer)), figure_format=args.format)
+                                    probe_vocab=(0, len(tokenizer)), figure_format=args.format, claims=claims,
+                                    training_seed=args.training_seed if args.training_seed is not None else 0)
         return (f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} checkpoints, "
                 f"{len(rows)} rows, classes {classes.names})")
     corpus: CorpusConfig | None
@@ -371,7 +469,11 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
         if corpus is None:
             raise UserError("no corpus config: pass --corpus-config corpus.json (a CorpusConfig as JSON) "
                             "or checkpoints of a testbed run (with testbed.json)")
+    _, train, query = corpus_sets(corpus, args.n_posterior, args.n_train, args.n_query)
+    claims = args.claims or default_claims(train, query)
+    training_seed = args.training_seed if args.training_seed is not None else _find_testbed_seed(refs)
     rows = bif_over_checkpoints(refs, corpus, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
-                                n_query=args.n_query, progress=args.sampler.progress, figure_format=args.format)
+                                n_query=args.n_query, progress=args.sampler.progress, figure_format=args.format,
+                                claims=claims, training_seed=training_seed)
     return (f"wrote {args.out / 'per_class.csv'} and {args.out / ('per_class.' + args.format)} ({len(refs)} checkpoints, "
             f"{len(rows)} rows)")

@@ -37,6 +37,22 @@ def test_testbed_and_cli_end_to_end(tmp_path, capsys):
     assert sorted({int(r["step"]) for r in table}) == [0, 1, 2, 4]
     assert {r["reduction"] for r in table} == {"class:class", "class:all", "sequence:sequence"}
     assert all(0.0 <= float(r["induction_score"]) <= 1.0 for r in table)
+    # the claim series: one row per (checkpoint, claim), the testbed's seed, a figure each
+    from interp_toolkit.studies.lm_claims import CLAIM_CSV_FIELDS, read_claims_csv
+
+    claims_text = (tmp_path / "out" / "claims.csv").read_text()
+    assert claims_text.splitlines()[0] == ",".join(CLAIM_CSV_FIELDS)
+    claims = read_claims_csv(tmp_path / "out" / "claims.csv")
+    series = {r["series"] for r in claims}
+    assert "induction->induction" in series and len(claims) == 4 * len(series)
+    assert {r["seed"] for r in claims} == {cfg.seed} and all(r["stderr"] > 0 for r in claims)
+    class_class = {(int(r["step"]), r["train_group"], r["query_group"]): float(r["bif"])
+                   for r in table if r["reduction"] == "class:class"}
+    for r in claims:
+        if r["minus"] is None:  # a plain claim is its class:class entry
+            assert r["bif"] == pytest.approx(class_class[(r["step"], r["source_class"], r["target_class"])], rel=1e-9)
+    figures = sorted(p.name for p in (tmp_path / "out").glob("claim_*.png"))
+    assert len(figures) == len(series) and "claim_induction_to_induction.png" in figures
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     stored = [c["result_dir"] for c in summary["checkpoints"]]
     mtimes = [(tmp_path / "out" / d.split("/")[-1] / "lm_bif.safetensors").stat().st_mtime_ns for d in stored]
@@ -47,6 +63,13 @@ def test_testbed_and_cli_end_to_end(tmp_path, capsys):
     assert main([*argv, "--reductions", "class:nope"]) == 2
     err = capsys.readouterr().err
     assert "reductions" in err and err.count("error:") == 1 and "Traceback" not in err
+    for bad, words in ((["--claims", "open"], "not a class pair"), (["--claims", "open->nope"], "class 'nope'")):
+        assert main([*argv, *bad]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("error:") == 1 and "Traceback" not in err
+    # --replot redraws the claim figures from the CSV alone
+    assert main(["--replot", str(tmp_path / "out" / "claims.csv"), "--out", str(tmp_path / "replot")]) == 0
+    assert sorted(p.name for p in (tmp_path / "replot").glob("claim_*.png")) == figures
 
 
 def _text_model(tmp_path):

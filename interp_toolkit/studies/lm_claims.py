@@ -1,0 +1,203 @@
+"""The language-model claim series: class-to-class influence across checkpoints and seeds,
+their CSV (the committed record figures regenerate from) and one figure per claim.
+
+A *claim* is a class pair ``"A->B"`` (influence of class-A training tokens on class-B query
+tokens) or a difference ``"A->B - C->D"``
+(:mod:`interp_toolkit.analyses.bif.claims`). The CSV has one row per (training seed,
+checkpoint step, claim), columns :data:`CLAIM_CSV_FIELDS`:
+
+* ``step``, ``seed`` (the training seed of the run the checkpoint comes from);
+* ``series`` (the claim's name), ``source_class``, ``target_class`` (its first pair),
+  ``minus`` (the subtracted pair, empty for a plain influence);
+* ``bif`` (pooled ``-Cov``), ``stderr`` (leave-one-chain-out jackknife), ``rhat`` (split
+  R-hat), ``ess`` (``min(bulk, tail)`` ESS over all chains);
+* ``induction_score`` (max-head prefix-matching attention at that checkpoint).
+
+Figures are drawn from these rows only (:func:`claim_figure_data` then :func:`plot_claim`),
+so ``read_claims_csv`` + :func:`write_claim_figures` regenerates them exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from interp_toolkit.errors import UserError
+from interp_toolkit.io import atomic_write_text
+
+__all__ = ["CLAIM_CSV_FIELDS", "MIN_MEASURED_RISE", "claim_figure_data", "claim_peaks", "claim_rows",
+           "plot_claim", "read_claims_csv", "write_claim_figures", "write_claims_csv"]
+
+CLAIM_CSV_FIELDS = ["step", "seed", "series", "source_class", "target_class", "minus", "bif", "stderr", "rhat",
+                    "ess", "induction_score"]
+_FLOATS = ("bif", "stderr", "rhat", "ess", "induction_score")
+#: A seed's induction transition is shaded only when its induction score rose by at least this
+#: much between its first checkpoint and its maximum (else no transition was measured).
+MIN_MEASURED_RISE = 0.2
+
+
+def claim_rows(influences: Sequence[Any], *, step: int, seed: int, induction_score: float) -> list[dict[str, Any]]:
+    """CSV rows of one checkpoint's :class:`~interp_toolkit.analyses.bif.claims.ClassInfluence` list."""
+    return [{"step": int(step), "seed": int(seed), "series": inf.name, "source_class": inf.source,
+             "target_class": inf.target, "minus": inf.minus or "", "bif": inf.bif, "stderr": inf.stderr,
+             "rhat": inf.rhat, "ess": inf.ess, "induction_score": float(induction_score)} for inf in influences]
+
+
+def write_claims_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write rows (sorted by series, seed, step) atomically; floats as ``repr`` (exact)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CLAIM_CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in sorted(rows, key=lambda r: (str(r["series"]), int(r["seed"]), int(r["step"]))):
+        writer.writerow({k: repr(float(row[k])) if k in _FLOATS else row[k] for k in CLAIM_CSV_FIELDS})
+    path = Path(path)
+    atomic_write_text(path, buffer.getvalue())
+    return path
+
+
+def read_claims_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a claims CSV, typed (ints, floats; ``minus`` ``None`` when empty).
+
+    Raises:
+        UserError: Missing file or columns, or a value that does not parse (names the row).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"claims CSV {str(path)!r} does not exist")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in CLAIM_CSV_FIELDS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UserError(f"claims CSV {str(path)!r} lacks columns {missing}; expected {CLAIM_CSV_FIELDS}")
+        rows = []
+        for number, raw in enumerate(reader, start=2):
+            try:
+                row: dict[str, Any] = {"step": int(raw["step"]), "seed": int(raw["seed"]), "series": raw["series"],
+                                       "source_class": raw["source_class"], "target_class": raw["target_class"],
+                                       "minus": raw["minus"] or None}
+                row.update({k: float(raw[k]) for k in _FLOATS})
+            except (TypeError, ValueError) as err:
+                raise UserError(f"claims CSV {str(path)!r} line {number}: {err}") from err
+            rows.append(row)
+    return rows
+
+
+def claim_figure_data(rows: Sequence[Mapping[str, Any]], series: str) -> dict[str, Any]:
+    """Everything :func:`plot_claim` draws for one claim, from CSV rows.
+
+    Returns:
+        ``{"series", "seeds": {seed: {"steps", "bif", "stderr", "induction_score",
+        "transition": (start, end) | None}}}``; ``transition`` is the 10%-90% window of the
+        induction score's rise (:func:`~interp_toolkit.studies.lm_testbed.induction_phases`)
+        where the rise is at least :data:`MIN_MEASURED_RISE`.
+
+    Raises:
+        ValueError: No rows of that series (names the series there are).
+    """
+    from interp_toolkit.studies.lm_testbed import induction_phases
+
+    selected = [r for r in rows if r["series"] == series]
+    if not selected:
+        raise ValueError(f"no rows of series {series!r}; the rows have {sorted({r['series'] for r in rows})}")
+    seeds: dict[int, dict[str, Any]] = {}
+    for seed in sorted({int(r["seed"]) for r in selected}):
+        points = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"]), float(r["induction_score"]))
+                        for r in selected if int(r["seed"]) == seed)
+        steps = [p[0] for p in points]
+        scores = [p[3] for p in points]
+        transition = None
+        if len(steps) >= 2:
+            phases = induction_phases(steps, scores)
+            if phases["rise"] >= MIN_MEASURED_RISE:
+                transition = (phases["start"], phases["end"])
+        seeds[seed] = {"steps": steps, "bif": [p[1] for p in points], "stderr": [p[2] for p in points],
+                       "induction_score": scores, "transition": transition}
+    return {"series": series, "seeds": seeds}
+
+
+def _metric_label(series: str) -> str:
+    first, _, minus = series.partition(" - ")
+    source, _, target = first.partition("->")
+    text = f"influence of {source} training tokens on {target} query tokens"
+    if minus:
+        text = f"[{first}] minus [{minus}]"
+    return f"{text}\n(BIF = -Cov of the classes' mean losses; +-1 jackknife s.e.)"
+
+
+def plot_claim(data: Mapping[str, Any], ax: Any = None) -> Any:
+    """One claim's series over training steps: a line with a +-1 stderr band per training
+    seed, the induction score on a twin axis (dashed, same colour), each seed's measured
+    transition window shaded (none where no transition was measured); legend outside the axes.
+
+    Args:
+        data: :func:`claim_figure_data` output.
+        ax: Optional axes to draw into.
+
+    Returns:
+        The matplotlib ``Figure``.
+    """
+    from interp_toolkit.plotting import new_figure, style
+
+    with style():
+        fig, ax = new_figure(ax, figsize=(9.5, 4.6))
+        twin = ax.twinx()
+        colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+        for index, (seed, s) in enumerate(sorted(data["seeds"].items())):
+            color = colors[index % len(colors)]
+            low = [b - (0.0 if math.isnan(e) else e) for b, e in zip(s["bif"], s["stderr"])]
+            high = [b + (0.0 if math.isnan(e) else e) for b, e in zip(s["bif"], s["stderr"])]
+            ax.plot(s["steps"], s["bif"], marker="o", ms=3, lw=1.3, color=color, label=f"BIF, training seed {seed}")
+            ax.fill_between(s["steps"], low, high, color=color, alpha=0.2, lw=0)
+            twin.plot(s["steps"], s["induction_score"], ls="--", lw=1.1, color=color,
+                      label=f"induction score, seed {seed}")
+            if s["transition"] is not None:
+                start, end = s["transition"]
+                ax.axvspan(start, end, color=color, alpha=0.08, lw=0,
+                           label=f"induction transition (10-90% of rise), seed {seed}")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(_metric_label(data["series"]), fontsize=8)
+        twin.set_ylabel("induction score (max-head prefix-matching attention)", fontsize=8)
+        twin.set_ylim(0, 1)
+        twin.grid(False)
+        lines, labels = ax.get_legend_handles_labels()
+        lines2, labels2 = twin.get_legend_handles_labels()
+        ax.legend(lines + lines2, labels + labels2, fontsize=7, loc="upper left", bbox_to_anchor=(1.1, 1.0),
+                  borderaxespad=0.0)
+        ax.set_title(f"{data['series']} across checkpoints", fontsize=10)
+    return fig
+
+
+def _file_name(series: str) -> str:
+    return "claim_" + re.sub(r"[^A-Za-z0-9]+", "_", series.replace("->", "_to_").replace(" - ", "_minus_")).strip("_")
+
+
+def write_claim_figures(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, figure_format: str = "png") -> list[Path]:
+    """One figure per series of the rows, ``out_dir/claim_<series>.<format>``."""
+    from interp_toolkit.plotting import check_format, save_figure
+
+    figure_format = check_format(figure_format)
+    out = Path(out_dir)
+    paths = []
+    for series in dict.fromkeys(r["series"] for r in rows):
+        paths.append(save_figure(plot_claim(claim_figure_data(rows, series)),
+                                 out / f"{_file_name(series)}.{figure_format}"))
+    return paths
+
+
+def claim_peaks(rows: Sequence[Mapping[str, Any]], series: str) -> list[dict[str, Any]]:
+    """Per seed: the checkpoint where ``|bif|`` is largest, with its stderr, relative error,
+    R-hat and ESS (what the docs quote)."""
+    out = []
+    for seed in sorted({int(r["seed"]) for r in rows if r["series"] == series}):
+        mine = [r for r in rows if r["series"] == series and int(r["seed"]) == seed]
+        peak = max(mine, key=lambda r: abs(float(r["bif"])))
+        bif, stderr = float(peak["bif"]), float(peak["stderr"])
+        out.append({"seed": seed, "step": int(peak["step"]), "bif": bif, "stderr": stderr,
+                    "relative_error": stderr / abs(bif) if bif else math.inf, "rhat": float(peak["rhat"]),
+                    "ess": float(peak["ess"]), "induction_score": float(peak["induction_score"])})
+    return out

@@ -1,0 +1,40 @@
+"""The claims measurement script's checkpoint order and sampler settings."""
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("lm_bif_claims", ROOT / "examples" / "lm_bif_claims.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_transition_checkpoints_come_first_then_the_coarse_grid():
+    example = _example()
+    steps = [0, 1, 2, 4, 8, 16, *range(25, 1001, 25)]
+    scores = {s: 0.03 if s < 400 else (0.5 if s == 400 else 0.8) for s in steps}
+    refs = [SimpleNamespace(step=s) for s in steps]
+    order = [r.step for r in example.prioritized(refs, scores, coarse=100)]
+    # 10%..90% of the rise (0.03 -> 0.8) is steps 400..425, widened by 50 steps each side,
+    # from the formation step (400, the end of the steepest interval) outward
+    assert order[:6] == [400, 375, 425, 350, 450, 475]
+    assert order[6:] == [0, 100, 200, 300, 500, 600, 700, 800, 900, 1000]
+    assert len(order) == len(set(order))
+
+
+def test_sampler_settings_come_from_the_calibration_unless_given(tmp_path):
+    example = _example()
+    args = argparse.Namespace(out=tmp_path, eps=None, gamma=None, chains=8, draws=200, burn_in=200)
+    assert (example.sampler_config(args).eps, example.sampler_config(args).gamma) == (1e-4, 100.0)
+    (tmp_path / "calibration.json").write_text(json.dumps({"recommended_setting": {"eps": 3e-4, "gamma": 300.0}}))
+    config = example.sampler_config(args)
+    assert (config.eps, config.gamma, config.chains, config.draws, config.burn_in) == (3e-4, 300.0, 8, 200, 200)
+    args.eps = 1e-3
+    assert example.sampler_config(args).eps == 1e-3 and example.sampler_config(args).gamma == 300.0
