@@ -143,12 +143,52 @@ class SweepCost:
     def lines(self) -> list[str]:
         """Readable lines for ``sweep --dry-run``."""
         return [
-            f"on CPUs: {self.jobs} jobs of up to {self.seeds_per_job} seeds, ~{self.job_hours:.2g} h per job on "
-            f"one core; ~{self.core_hours:.3g} core-hours in all (measured per-epoch cost, no early stop)",
-            f"on GPUs: {self.gpu_jobs} jobs of up to {self.gpu_seeds_per_job} seeds, {self.jobs_per_gpu} per GPU, "
-            f"~{self.gpu_job_hours:.2g} h per job; ~{self.gpu_hours:.3g} GPU-hours in all (FLOP count at an "
+            f"on CPUs: {self.jobs:,} jobs of up to {self.seeds_per_job} seeds, ~{duration_text(self.job_hours)} per "
+            f"job on one core; ~{hours_text(self.core_hours)} core-hours in all (measured per-epoch cost, no early "
+            "stop)",
+            f"on GPUs: {self.gpu_jobs:,} jobs of up to {self.gpu_seeds_per_job} seeds, {self.jobs_per_gpu} per GPU, "
+            f"~{duration_text(self.gpu_job_hours)} per job; ~{hours_text(self.gpu_hours)} GPU-hours in all (FLOP "
+            "count at an "
             f"assumed {GPU_EFFECTIVE_FLOP_PER_S / 1e12:g} TFLOP/s; measure with benchmarks/gpu_slice.py)",
         ]
+
+
+#: The paper's headline slice: one task, r in {0.5, 0.9}, 1L and 2L, 2 heads, wd 0.1, 30 seeds,
+#: 15,000 epochs (the ``paper`` preset's settings otherwise).
+HEADLINE_SLICE = {"tasks": ["max_parity_sum_parity"], "ratios": [0.5, 0.9], "n_heads": [2], "weight_decays": [0.1]}
+
+
+def cost_table_row(name: str, cfg: Any) -> str:
+    """One row of docs/sweeps.md's table of presets: runs, CPU jobs and hours per job,
+    core-hours, GPU jobs, jobs per GPU and GPU-hours (a test keeps the docs equal to this)."""
+    cost = sweep_cost(cfg)
+    return (f"| {name} | {cfg.n_runs():,} | {cost.jobs:,} x {cost.seeds_per_job} | {duration_text(cost.job_hours)} | "
+            f"{hours_text(cost.core_hours)} | {cost.gpu_jobs:,} x {cost.gpu_seeds_per_job} | {cost.jobs_per_gpu} | "
+            f"{hours_text(cost.gpu_hours)} |")
+
+
+def duration_text(hours: float) -> str:
+    """``"40 s"``, ``"4.4 min"``, ``"6.6 h"``."""
+    seconds = hours * 3600
+    if seconds < 60:
+        return f"{seconds:.2g} s"
+    return f"{seconds / 60:.2g} min" if seconds < 3600 else f"{hours:,.2g} h"
+
+
+def hours_text(hours: float) -> str:
+    """A number of (core- or GPU-) hours, ``"<0.01"`` below that."""
+    if hours < 0.01:
+        return "<0.01"
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
+
+
+def cost_table() -> list[str]:
+    """docs/sweeps.md's table of every preset's (and the paper's headline slice's) cost."""
+    from interp_toolkit.studies.sweep_config import PRESETS, preset
+
+    rows = [cost_table_row(name, preset(name)) for name in PRESETS]
+    rows.append(cost_table_row("paper, headline slice", preset("paper", **HEADLINE_SLICE)))
+    return rows
 
 
 def sweep_cost(cfg: Any, jobs_per_gpu_override: int | None = None) -> SweepCost:
@@ -170,7 +210,7 @@ def sweep_cost(cfg: Any, jobs_per_gpu_override: int | None = None) -> SweepCost:
     )
 
 
-__all__ = ["CPU_JOB_HOURS", "CPU_MAX_SEEDS_PER_JOB", "CPU_REFERENCE", "CPU_SECONDS_PER_SEED_EPOCH",
+__all__ = ["HEADLINE_SLICE", "cost_table", "cost_table_row", "CPU_JOB_HOURS", "CPU_MAX_SEEDS_PER_JOB", "CPU_REFERENCE", "CPU_SECONDS_PER_SEED_EPOCH",
            "GPU_EFFECTIVE_FLOP_PER_S", "GPU_MAX_JOBS_PER_DEVICE", "GPU_MAX_SEEDS_PER_JOB",
-           "GPU_SATURATING_STEP_FLOP", "SweepCost", "cpu_seed_epoch_seconds", "gpu_seed_epoch_seconds",
+           "GPU_SATURATING_STEP_FLOP", "SweepCost", "duration_text", "hours_text", "cpu_seed_epoch_seconds", "gpu_seed_epoch_seconds",
            "jobs_per_gpu", "seeds_per_job", "step_flop", "sweep_cost"]
