@@ -1,6 +1,14 @@
 """Where a sweep's jobs run: in this process, in a local process pool, or as Ray tasks, with
 one progress bar (and plain log lines) over every evaluation of every run.
 
+The device is resolved on the worker (:func:`job_device`): local workers on GPUs are pinned to
+one each by ``CUDA_VISIBLE_DEVICES`` (:func:`local_gpu_slots`), Ray tasks ask for a share of a
+GPU and use the one Ray assigns. A job that raises or whose worker dies fails alone: its runs
+come back as ``error`` rows naming their directories (:func:`failed_rows`) while the other jobs
+finish; Ray retries a task whose worker died, and the retry resumes every run from its own
+directory. Before a Ray sweep, :func:`check_shared_storage` makes sure every node shares the
+study directory with the driver.
+
 Local workers die with the sweep: on Linux each worker asks the kernel for SIGKILL when its
 parent dies (``PR_SET_PDEATHSIG``), and on an error or Ctrl-C the parent cancels pending jobs
 and terminates its workers. A run that cannot start (e.g. a truncated resume file) fails

@@ -391,9 +391,8 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
     chunk = seeds if seeds is not None else seeds_per_job(cfg)
     for start in range(0, len(cfg.seeds), chunk):
         for cell in cfg.cells():
-            seeds = cfg.seeds[start : start + chunk]
             runs = []
-            for seed in seeds:
+            for seed in cfg.seeds[start : start + chunk]:
                 task_cfg, model_cfg, train_cfg, info = cell_configs(cfg, cell, seed)
                 name = run_dir_name(cell, seed, task_cfg, model_cfg, train_cfg, info)
                 run: dict[str, Any] = {"seed": seed, "run_dir": str(runs_dir(study_dir) / name)}
