@@ -60,7 +60,7 @@ class SweepCommandConfig(Config):
         jobs_per_gpu: Jobs sharing one GPU (a Ray task asks for 1/N of one; the local pool
             runs N workers per GPU). Default: enough jobs that one step of them all is about
             1 TFLOP (docs/sweeps.md, "Job sizing").
-        retries: Times Ray retries a task whose worker or node died (it resumes its runs).
+        retries: Times a job whose worker (or Ray node) died is run again (it resumes its runs).
         dry_run: Print the grid, its study directory and what a run would do (runs finished
             there, finished in recorded outcomes, to resume, to extend, to start), then exit.
             It also says where a study spread over sittings stands: the process running a

@@ -352,14 +352,19 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 def run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress: SweepProgress,
                callbacks: Sequence[Any], gpu_slots: Sequence[str] | None = None,
-               placements: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+               placements: list[dict[str, Any]] | None = None, retries: int = 3) -> list[dict[str, Any]]:
     """Run ``jobs`` in this process (``workers == 1`` and no GPU slots) or a spawned pool.
 
-    A job that raises (or whose worker dies) fails alone: its runs come back as ``error`` rows
-    (:func:`failed_rows`) and the other jobs go on. With ``gpu_slots``
+    A job that raises fails alone: its runs come back as ``error`` rows (:func:`failed_rows`)
+    and the other jobs go on. A worker that dies (killed, out of memory) breaks the pool, and
+    with it the jobs running beside it: those jobs run again in a fresh pool, each at most
+    ``retries`` times, resuming their runs from their directories; past that they are
+    reported as failed too. With ``gpu_slots``
     (:func:`local_gpu_slots`), each worker takes one ``CUDA_VISIBLE_DEVICES`` value at start.
     ``placements`` receives one entry per job: where it ran (:func:`placement`) and its device.
     """
+    from concurrent.futures.process import BrokenProcessPool
+
     rows: list[dict[str, Any]] = []
     placements = placements if placements is not None else []
     if workers == 1 and not gpu_slots:
@@ -373,32 +378,42 @@ def run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress: 
     # Per-evaluation progress comes back on a plain queue handed to each worker at start (no
     # Manager process: nothing but the workers, which die with this process, is spawned).
     events = context.Queue()
-    slots = None
-    if gpu_slots:
-        slots = context.Queue()
-        for i in range(workers):
-            slots.put(gpu_slots[i % len(gpu_slots)])
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_local_worker,
-                               initargs=(os.getpid(), events, slots))
-    try:
-        futures = {pool.submit(_run_job_in_worker, job, threads, callbacks): job for job in jobs}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            progress.drain(events)
-            for future in done:
-                job = futures[future]
-                try:
-                    job_rows, where = future.result()
-                except Exception as err:  # a raising job, or a dead worker (BrokenProcessPool)
-                    job_rows, where = failed_rows(job, err), {"error": f"{type(err).__name__}: {err}"}
-                rows.extend(job_rows)
-                placements.append({**where, "runs": [r["run_dir"] for r in job["runs"]]})
-                progress.job_done(job)
-    except BaseException:
-        _stop_workers(pool)  # Ctrl-C: no worker goes on alone
-        raise
-    pool.shutdown(wait=True)
+    tries = [0] * len(jobs)
+    todo = list(range(len(jobs)))
+    while todo:
+        slots = None
+        if gpu_slots:
+            slots = context.Queue()
+            for i in range(workers):
+                slots.put(gpu_slots[i % len(gpu_slots)])
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
+                                   initializer=_init_local_worker, initargs=(os.getpid(), events, slots))
+        broken: list[int] = []
+        try:
+            futures = {pool.submit(_run_job_in_worker, jobs[i], threads, callbacks): i for i in todo}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                progress.drain(events)
+                for future in done:
+                    index = futures[future]
+                    job = jobs[index]
+                    tries[index] += 1
+                    try:
+                        job_rows, where = future.result()
+                    except BrokenProcessPool as err:  # a worker died: this job may have been on it
+                        if tries[index] <= retries:
+                            broken.append(index)
+                            continue
+                        job_rows, where = failed_rows(job, err), {"error": f"{type(err).__name__}: {err}"}
+                    rows.extend(job_rows)
+                    placements.append({**where, "runs": [r["run_dir"] for r in job["runs"]]})
+                    progress.job_done(job)
+        except BaseException:
+            _stop_workers(pool)  # Ctrl-C: no worker goes on alone
+            raise
+        pool.shutdown(wait=True)
+        todo = sorted(broken)
     events.close()
     return rows
 

@@ -194,8 +194,8 @@ def run_sweep(
         jobs_per_gpu: Jobs sharing one GPU (each Ray task asks for ``1 / jobs_per_gpu`` of
             one; the local pool runs this many workers per GPU). Default: the rule of
             :func:`interp_toolkit.studies.resources.jobs_per_gpu`.
-        retries: Times Ray retries a task whose worker or node died (the retry resumes every
-            run from its directory).
+        retries: Times a job whose worker died is run again (Ray: its task, on any node; the
+            local pool: in a fresh pool); the retry resumes every run from its directory.
 
     A job that fails (raises, or its worker dies past the retries) fails alone: its runs are
     in the result's ``failed`` rows, naming their directories, while the other jobs finish.
@@ -324,7 +324,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
             # core, each on 1 torch thread (small per-op work: threads only add contention).
             slots = resources.gpu_slots
             n_workers = min(workers or (len(slots) if slots else os.cpu_count() or 1), len(todo))
-            rows.extend(execution.run_local(todo, n_workers, 1, tracker, callbacks, slots, placements))
+            rows.extend(execution.run_local(todo, n_workers, 1, tracker, callbacks, slots, placements, retries))
         tracker.maybe_log(force=True)
     bar.close()
     failed = [row for row in rows if "error" in row]

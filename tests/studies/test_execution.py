@@ -106,3 +106,44 @@ def test_ray_backend_without_ray_is_a_user_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UserError, match=r"pip install 'interp-toolkit\[ray\]'"):
         run_sweep(preset("smoke"), tmp_path / "study", backend="ray", progress=False)
+
+
+class KillWorkerOnce:
+    """Kills its own worker process (SIGKILL) at epoch 20 of one run, the first time only."""
+
+    def __init__(self, marker: Path, run_part: str) -> None:
+        self.marker, self.run_part = marker, run_part
+
+    def on_evaluation(self, run_dir, metrics):
+        import signal
+
+        if self.run_part in Path(run_dir).name and metrics["epoch"] >= 20 and not self.marker.exists():
+            self.marker.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    paths = [run_dir / "metrics.jsonl", *sorted((run_dir / "checkpoints").glob("*"))]
+    return {p.name: p.read_bytes() for p in paths}
+
+
+@pytest.mark.slow  # two sweeps through spawned pools: ~1-2.5 minutes on a loaded 2-core machine
+def test_a_killed_local_worker_is_retried_in_a_fresh_pool_and_ends_byte_identical(tmp_path):
+    cfg = preset("smoke", device="cpu", seeds_per_process=1, ratios=[0.9])
+    reference = run_sweep(cfg, tmp_path / "reference", workers=1, progress=False, report=False)
+    marker = tmp_path / "killed"
+    result = run_sweep(cfg, tmp_path / "study", workers=2, progress=False, report=False,
+                       callbacks=[KillWorkerOnce(marker, "_s0_")])
+    assert marker.exists() and not result.failed and len(result.rows) == 2  # killed, and no run lost
+    (killed,) = [row for row in result.rows if row["seed"] == 0]
+    assert killed["resumed_from"] == 20
+    by_name = {Path(row["run_dir"]).name: Path(row["run_dir"]) for row in reference.rows}
+    for row in result.rows:
+        assert _files(Path(row["run_dir"])) == _files(by_name[Path(row["run_dir"]).name])
+    # with no retries, the jobs the dead worker broke the pool under (its own, and any running
+    # beside it) are reported with their run directories; the sweep itself ends normally
+    marker.unlink()
+    again = run_sweep(cfg.replace(epochs=60), tmp_path / "no_retry", workers=2, progress=False, report=False,
+                      callbacks=[KillWorkerOnce(marker, "_s0_")], retries=0)
+    assert 0 in [row["seed"] for row in again.failed]
+    assert all("BrokenProcessPool" in row["error"] and Path(row["run_dir"]).is_dir() for row in again.failed)
