@@ -54,13 +54,19 @@ class SweepCommandConfig(Config):
             --preset nor --config, an existing study here supplies the settings: its latest
             ones over its whole grid, and its sittings' --extend-from and --recorded paths.
         backend: Local process pool or Ray.
-        address: Ray cluster address (default: start a local Ray).
-        workers: Local processes (default: CPU count).
+        address: Ray cluster address (default: start a local Ray; on a cluster: auto, or
+            HEAD_IP:6379). Every node must mount --out at the same path (checked first).
+        workers: Local processes (default: CPU count; on GPUs: jobs_per_gpu per GPU).
+        jobs_per_gpu: Jobs sharing one GPU (a Ray task asks for 1/N of one; the local pool
+            runs N workers per GPU). Default: enough jobs that one step of them all is about
+            1 TFLOP (docs/sweeps.md, "Job sizing").
+        retries: Times a job whose worker (or Ray node) died is run again (it resumes its runs).
         dry_run: Print the grid, its study directory and what a run would do (runs finished
             there, finished in recorded outcomes, to resume, to extend, to start), then exit.
             It also says where a study spread over sittings stands: the process running a
             sweep on it now, and each run with a directory there (finished and generalized
-            or not, running, or the epoch it resumes from; its last evaluation).
+            or not, running, or the epoch it resumes from; its last evaluation), and the
+            expected cost: jobs, hours per job, core-hours on CPUs and GPU-hours on GPUs.
         quiet: No progress bar.
         log_every: Print a plain progress line to stderr at most every this many seconds (runs
             done, evaluations, time elapsed and at most left): for logs of background sweeps.
@@ -80,6 +86,8 @@ class SweepCommandConfig(Config):
     backend: Literal["local", "ray"] = "local"
     address: Optional[str] = None  # noqa: UP007
     workers: Optional[int] = None  # noqa: UP007
+    jobs_per_gpu: Optional[int] = None  # noqa: UP007
+    retries: int = 3
     dry_run: bool = False
     quiet: bool = False
     log_every: Optional[float] = None  # noqa: UP007
@@ -93,6 +101,11 @@ class SweepCommandConfig(Config):
         self.check("preset", self.preset is None or self.preset in PRESETS, f"one of {sorted(PRESETS)}")
         self.check("workers", self.workers is None or (isinstance(self.workers, int) and self.workers >= 1),
                    "an integer >= 1 or None")
+        self.check("jobs_per_gpu", self.jobs_per_gpu is None or (
+            isinstance(self.jobs_per_gpu, int) and not isinstance(self.jobs_per_gpu, bool) and self.jobs_per_gpu >= 1),
+            "an integer >= 1 or None")
+        self.check("retries", isinstance(self.retries, int) and not isinstance(self.retries, bool)
+                   and self.retries >= 0, "an integer >= 0")
         self.check("log_every", self.log_every is None or (not isinstance(self.log_every, bool)
                                                            and isinstance(self.log_every, (int, float))
                                                            and self.log_every > 0),
@@ -335,8 +348,11 @@ def run_config(args: SweepCommandConfig) -> int:
     from interp_toolkit.studies.sweep import plan_sweep, run_sweep
 
     cfg = args.sweep
-    resolve_device(cfg.device)  # a bad or unavailable device fails before any work
+    if args.backend == "local" and not args.dry_run:
+        resolve_device(cfg.device)  # this machine is the worker: an unavailable device fails before any work
+    # With Ray the device is resolved on each worker: a CPU-only head node drives GPU nodes.
     if args.dry_run:
+        from interp_toolkit.studies.resources import sweep_cost
         plan = plan_sweep(cfg, args.out, recorded=args.recorded, extend_from=args.extend_from)
         print(json.dumps(cfg.to_dict(), indent=2))
         print(f"{len(cfg.cells())} cells x {len(cfg.seeds)} seeds = {cfg.n_runs()} runs")
@@ -345,6 +361,9 @@ def run_config(args: SweepCommandConfig) -> int:
               f"{plan['extend']} to extend from shorter runs, {plan['new']} to start")
         if plan["in_use_by"]:
             print(f"a sweep is running on it now: {plan['in_use_by']}")
+        print(f"expected cost ({cfg.epochs:,} epochs per run):")
+        for line in sweep_cost(cfg, args.jobs_per_gpu).lines():
+            print(f"  {line}")
         for line in progress_lines(plan["runs"]):
             print(line)
         return 0
@@ -352,7 +371,8 @@ def run_config(args: SweepCommandConfig) -> int:
 
     result = run_sweep(cfg, args.out, backend=args.backend, workers=args.workers, address=args.address,
                        progress=not args.quiet, report=False, callbacks=loggers_from_flags(args),
-                       recorded=args.recorded, log_every=args.log_every, extend_from=args.extend_from)
+                       recorded=args.recorded, log_every=args.log_every, extend_from=args.extend_from,
+                       jobs_per_gpu=args.jobs_per_gpu, retries=args.retries)
     recorded = f", {result.n_recorded} taken from recorded outcomes" if args.recorded else ""
     print(f"study {result.study_dir}: {len(result.rows) + result.n_recorded} runs ({result.n_cached} cached{recorded}) "
           f"in {result.seconds:.0f} s")
@@ -364,8 +384,8 @@ def run_config(args: SweepCommandConfig) -> int:
 
         for row in result.failed:
             print(f"failed run {row['run_dir']}: {' '.join(row['error'].split())}", file=sys.stderr)
-        print(f"error: {len(result.failed)} run(s) of the sweep failed (listed above); the others finished",
-              file=sys.stderr)
+        print(f"error: {len(result.failed)} run(s) of the sweep failed (listed above, with the run directories "
+              "to inspect); the others finished; rerun the same command to resume them", file=sys.stderr)
         return 2
     return 0
 

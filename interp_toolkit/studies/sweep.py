@@ -18,6 +18,7 @@ other runs go on, and the sweep reports it.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import sys
@@ -31,7 +32,8 @@ from tqdm.auto import tqdm
 from interp_toolkit.callbacks import as_callbacks
 from interp_toolkit.io import atomic_write_json
 from interp_toolkit.runs.metrics import read_run_metrics
-from interp_toolkit.studies.execution import SweepProgress, run_local, run_ray
+from interp_toolkit.studies import execution
+from interp_toolkit.studies.execution import SweepProgress
 from interp_toolkit.studies.study import (
     check_study_dir,
     default_study_dir,
@@ -154,6 +156,8 @@ def run_sweep(
     recorded: Sequence[str | Path] = (),
     log_every: float | None = None,
     extend_from: Sequence[str | Path] = (),
+    jobs_per_gpu: int | None = None,
+    retries: int = 3,
 ) -> SweepResult:
     """Run (or finish) a sweep; each run's directory is keyed by its config.
 
@@ -187,6 +191,16 @@ def run_sweep(
             (:mod:`interp_toolkit.runs.extend`) instead of from epoch 0, and ends as training
             from scratch would; one that stopped early there is finished here at once. So a
             study's horizon grows (1,000 -> 3,000 epochs) without retraining what it has.
+        jobs_per_gpu: Jobs sharing one GPU (each Ray task asks for ``1 / jobs_per_gpu`` of
+            one; the local pool runs this many workers per GPU). Default: the rule of
+            :func:`interp_toolkit.studies.resources.jobs_per_gpu`.
+        retries: Times a job whose worker died is run again (Ray: its task, on any node; the
+            local pool: in a fresh pool); the retry resumes every run from its directory.
+
+    A job that fails (raises, or its worker dies past the retries) fails alone: its runs are
+    in the result's ``failed`` rows, naming their directories, while the other jobs finish.
+    With ``backend="ray"``, every node must share ``study_dir`` with the driver: a sentinel
+    checks it before any work (``UserError`` naming the directory otherwise).
 
     Returns:
         A :class:`SweepResult` with one outcome row per run trained or found here, sorted
@@ -198,6 +212,11 @@ def run_sweep(
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
+    if jobs_per_gpu is not None and (isinstance(jobs_per_gpu, bool) or not isinstance(jobs_per_gpu, int)
+                                     or jobs_per_gpu < 1):
+        raise ValueError(f"jobs_per_gpu must be a positive integer or None, got {jobs_per_gpu!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
     if log_every is not None and (isinstance(log_every, bool) or not isinstance(log_every, (int, float))
                                   or not log_every > 0):
         raise ValueError(f"log_every must be a positive number of seconds or None, got {log_every!r}")
@@ -209,23 +228,58 @@ def run_sweep(
     from interp_toolkit.runs.lock import DirectoryLock
 
     with DirectoryLock(study_dir, "study directory"):
-        return _run_sweep_locked(cfg, study_dir, backend, workers, address, progress, report, callbacks,
-                                 recorded_table, log_every, extend_from, recorded)
+        with contextlib.ExitStack() as stack:
+            ray = stack.enter_context(execution.ray_session(address)) if backend == "ray" else None
+            return _run_sweep_locked(cfg, study_dir, backend, workers, ray, progress, report, callbacks,
+                                     recorded_table, log_every, extend_from, recorded, jobs_per_gpu, retries)
+
+
+@dataclass
+class _Resources:
+    """How a sweep's jobs are sized and placed (see :mod:`interp_toolkit.studies.resources`)."""
+
+    seeds_per_job: int
+    device: str  # the device string each job resolves on its worker
+    gpu_slots: list[str] | None = None  # local pool: one CUDA_VISIBLE_DEVICES per worker
+    num_gpus: float = 0.0  # Ray: the GPU share each task asks for
+
+
+def _resources(cfg: SweepConfig, ray: Any, jobs_per_gpu_override: int | None) -> _Resources:
+    from interp_toolkit.studies.resources import jobs_per_gpu, seeds_per_job
+
+    if ray is not None:
+        wants_gpu = execution.ray_wants_gpu(ray, cfg.device)
+        k = seeds_per_job(cfg, on_gpu=wants_gpu)
+        share = 1.0 / jobs_per_gpu(cfg, k, jobs_per_gpu_override) if wants_gpu else 0.0
+        return _Resources(k, execution.ray_job_device(cfg.device, wants_gpu), num_gpus=share)
+    if execution.local_gpu_slots(cfg.device, 1) is None:
+        return _Resources(seeds_per_job(cfg), cfg.device)
+    k = seeds_per_job(cfg, on_gpu=True)
+    slots = execution.local_gpu_slots(cfg.device, jobs_per_gpu(cfg, k, jobs_per_gpu_override))
+    # A worker pinned to one GPU (CUDA_VISIBLE_DEVICES) sees it as "cuda"; "auto" stays "auto".
+    return _Resources(k, "cuda" if cfg.device.startswith("cuda") else cfg.device, gpu_slots=slots)
 
 
 def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: int | None,
-                      address: str | None, progress: bool, report: bool,
+                      ray: Any, progress: bool, report: bool,
                       callbacks: Sequence[Any] | None,
                       recorded_table: tuple[list[str], dict[str, dict[str, str]]] = ([], {}),
                       log_every: float | None = None, extend_from: Sequence[Path] = (),
-                      recorded: Sequence[str | Path] = ()) -> SweepResult:
-    """:func:`run_sweep` once ``study_dir`` is locked by this process."""
+                      recorded: Sequence[str | Path] = (), jobs_per_gpu: int | None = None,
+                      retries: int = 3) -> SweepResult:
+    """:func:`run_sweep` once ``study_dir`` is locked by this process (``ray``: the connected
+    module for the Ray backend, else None)."""
     check_study_dir(cfg, study_dir)
+    if ray is not None:  # before any work: workers writing to their own disks would lose runs
+        execution.check_shared_storage(ray, study_dir)
     atomic_write_json(study_record_path(study_dir), new_study_record(cfg, study_dir, extend_from, recorded))
 
     started = time.perf_counter()
     runs_dir(study_dir).mkdir(parents=True, exist_ok=True)  # a study directory, even if all is recorded
-    jobs = plan_jobs(cfg, study_dir, extend_from)
+    resources = _resources(cfg, ray, jobs_per_gpu)
+    jobs = plan_jobs(cfg, study_dir, extend_from, seeds=resources.seeds_per_job)
+    for job in jobs:
+        job["device"] = resources.device
     header, recorded_runs = recorded_table
     taken: list[dict[str, str]] = []
     if recorded_runs:
@@ -261,17 +315,16 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     to_train = [{**job, "runs": [run for run in job["runs"] if run["run_dir"] not in finished]} for job in todo]
     tracker = SweepProgress(bar, to_train, cfg.n_runs(), n_cached + n_recorded, log_every=log_every, name=cfg.name,
                              initial=(n_cached + n_recorded) * evaluations)
+    placements: list[dict[str, Any]] = []
     if todo:
-        if backend == "ray":
-            rows.extend(run_ray(todo, address, tracker, callbacks, cfg.device))
+        if ray is not None:
+            rows.extend(execution.run_ray(ray, todo, tracker, callbacks, resources.num_gpus, retries, placements))
         else:
-            from interp_toolkit.devices import resolve_device
-
-            # One job per GPU at a time (it holds every seed of its cell); on CPUs one process
-            # per core, each on 1 torch thread (small per-op work: threads only add contention).
-            on_gpu = resolve_device(cfg.device).type == "cuda"
-            n_workers = min(workers or (1 if on_gpu else os.cpu_count() or 1), len(todo))
-            rows.extend(run_local(todo, n_workers, 1, tracker, callbacks))
+            # On GPUs one worker per GPU slot (jobs_per_gpu per GPU); on CPUs one process per
+            # core, each on 1 torch thread (small per-op work: threads only add contention).
+            slots = resources.gpu_slots
+            n_workers = min(workers or (len(slots) if slots else os.cpu_count() or 1), len(todo))
+            rows.extend(execution.run_local(todo, n_workers, 1, tracker, callbacks, slots, placements, retries))
         tracker.maybe_log(force=True)
     bar.close()
     failed = [row for row in rows if "error" in row]
@@ -282,7 +335,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
         from interp_toolkit.studies.report import write_report
 
         write_report(study_dir, print_table=False)
-    return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started, failed, n_recorded)
+    return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started, failed, n_recorded, placements)
 
 
 def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -302,8 +355,12 @@ class SweepResult:
         rows: One outcome row per run trained or found finished here, sorted by cell and seed.
         n_cached: Runs that were finished here before this sweep started (not trained again).
         seconds: Wall time of the sweep.
-        failed: Rows of runs that could not start (``error`` names the reason).
+        failed: Rows of runs that could not start or whose job failed (``error`` names the
+            reason, ``run_dir`` the directory to inspect; rerunning the sweep resumes them).
         n_recorded: Runs taken from ``recorded`` outcome tables (not trained, not in ``rows``).
+        placements: One entry per job run here: where it ran (host, PID,
+            ``CUDA_VISIBLE_DEVICES``; on Ray its node and GPU ids), the device it resolved on
+            its worker, and its run directories.
     """
 
     study_dir: Path
@@ -312,10 +369,15 @@ class SweepResult:
     seconds: float
     failed: list[dict[str, Any]] = field(default_factory=list)
     n_recorded: int = 0
+    placements: list[dict[str, Any]] = field(default_factory=list)
 
 
-def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Path] = ()) -> list[dict[str, Any]]:
+def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Path] = (),
+              seeds: int | None = None) -> list[dict[str, Any]]:
     """One job per (cell, chunk of seeds): everything a worker needs, as plain data.
+
+    A chunk holds ``seeds`` seeds (default: :func:`~interp_toolkit.studies.resources.seeds_per_job`
+    for CPUs: ``cfg.seeds_per_process`` if set, else a few hours of one core).
 
     Jobs run in this order: every cell's first chunk of seeds, then every cell's second, ...
     So a study stopped part-way (a sitting's budget spent) has its cells at balanced seed
@@ -323,13 +385,14 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
     With ``extend_from`` (study directories), a run whose directory does not exist yet
     gets ``extend_from``: the finished run there it continues (:func:`extension_source`).
     """
+    from interp_toolkit.studies.resources import seeds_per_job
+
     jobs = []
-    chunk = cfg.seeds_per_process or len(cfg.seeds)
+    chunk = seeds if seeds is not None else seeds_per_job(cfg)
     for start in range(0, len(cfg.seeds), chunk):
         for cell in cfg.cells():
-            seeds = cfg.seeds[start : start + chunk]
             runs = []
-            for seed in seeds:
+            for seed in cfg.seeds[start : start + chunk]:
                 task_cfg, model_cfg, train_cfg, info = cell_configs(cfg, cell, seed)
                 name = run_dir_name(cell, seed, task_cfg, model_cfg, train_cfg, info)
                 run: dict[str, Any] = {"seed": seed, "run_dir": str(runs_dir(study_dir) / name)}

@@ -152,16 +152,18 @@ class SweepConfig(Config):
             ``{"train.batch_size": [256, None]}``); each becomes a cell setting of its own.
         early_stop: Stop a run once it has generalized (saves time; hides transience).
         seeds_per_process: At most this many seeds of one cell are trained together in one
-            job (``None``: all of them).
+            job (``None``: chosen from the resources, see
+            :func:`interp_toolkit.studies.resources.seeds_per_job`).
         threshold: Accuracy that counts as 100% (generalized on the generalization split,
             rule learned on both; see ``interp_toolkit.studies.outcomes``).
         transient_tolerance: A generalized run whose generalization-split accuracy falls
             below this ...
         transient_min_span: ... for at least this many consecutive evaluations is transient.
         device: Where runs train: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA if
-            the worker has it). On a GPU every seed of a cell trains in one job (the engine
-            splits the batch into passes that fit the GPU's memory) and Ray tasks ask for
-            one GPU. Not part of the study's key: results agree up to float rounding.
+            the worker has it), resolved on each worker. On a GPU every seed of a cell trains
+            in one job (the engine splits the batch into passes that fit the GPU's memory) and
+            Ray tasks ask for a share of one GPU. Not part of the study's key: results agree
+            up to float rounding.
     """
 
     name: str = "mpsp"
