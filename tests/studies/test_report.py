@@ -410,6 +410,11 @@ def test_rate_plot_draws_published_rates_beside_their_cells():
     hollow = [c.lines[0] for c in fig.axes[0].containers if c.lines[0].get_markerfacecolor() == "white"]
     assert len(hollow) == 1
     assert sorted(hollow[0].get_ydata()) == pytest.approx([0.0, 23 / 30])  # 2L at r = 0.5 and 0.9, not 1L
+    # the key's published marker has the colour the hollow markers are drawn in, not black
+    keyed = [h for h in fig.axes[0].get_legend().legend_handles
+             if getattr(h, "get_marker", lambda: None)() == "h"]
+    assert [h.get_color() for h in keyed] == [hollow[0].get_color()]
+    assert "23/30 at r = 0.9" in fig.axes[0].get_legend().get_texts()[-1].get_text().replace("\n", " ")
 
 
 def test_report_against_paper_writes_table_csv_and_prints(tmp_path, capsys):
