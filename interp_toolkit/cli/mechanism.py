@@ -114,7 +114,8 @@ def run_config(args: MechanismCommandConfig) -> int:
     path, fmt = figure_path(args)
     run_dir = args.target()
     check_run_dir(run_dir)  # a missing or foreign directory fails here, before any work
-    device = resolve_device(args.device or "cpu")
+    # a GPU is checked before any work; the CPU needs no torch import (a cached rerun loads none)
+    device = "cpu" if (args.device or "cpu") == "cpu" else resolve_device(args.device)
     result = mechanism_over_checkpoints(run_dir, args.settings, epochs=args.epochs, device=device,
                                         progress=args.progress, n_threads=args.threads)
     written = write_mechanism(result, path, fmt)

@@ -123,6 +123,8 @@ class MechanismResult:
         near_miss: For a run short of the criterion, :meth:`NearMiss.fields
             <interp_toolkit.studies.near_miss.NearMiss.fields>` plus ``text`` (its one-line
             description); empty for a generalized run.
+        cache_key: :func:`result_key` of the inputs this result was computed from (None for
+            a result read back with :func:`read_mechanism`).
     """
 
     run_dir: Path
@@ -136,6 +138,7 @@ class MechanismResult:
     computed: dict[str, list[int]] = field(default_factory=dict)
     cache_hits: dict[str, list[int]] = field(default_factory=dict)
     near_miss: dict[str, Any] = field(default_factory=dict)
+    cache_key: str | None = None
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -204,9 +207,9 @@ def check_run_dir(run_dir: str | Path) -> tuple[dict[str, Any], list[tuple[int, 
     Everything the mechanism needs is checked here, before any analysis runs: a run record
     with an MPSP task, at least one checkpoint, and evaluations with val and adv accuracy.
     """
+    from interp_toolkit.runs.layout import list_checkpoints
     from interp_toolkit.runs.metrics import read_metrics
     from interp_toolkit.runs.record import read_record, task_config
-    from interp_toolkit.runs.trainer import list_checkpoints
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -257,12 +260,6 @@ def mechanism_over_checkpoints(
             or its training split lacks shortcut-consistent or anti-shortcut examples
             (r = 0 or 1: no gradient conflict to measure).
     """
-    from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
-    from interp_toolkit.devices import resolve_device
-    from interp_toolkit.runs.record import task_config
-    from interp_toolkit.studies.outcomes import compute_outcome
-    from interp_toolkit.threads import torch_threads
-
     config = MechanismConfig() if config is None else config
     if not isinstance(config, MechanismConfig):
         raise UserError(f"config must be a MechanismConfig, got {type(config).__name__}")
@@ -274,6 +271,18 @@ def mechanism_over_checkpoints(
         if missing:
             raise UserError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {available}")
         available = sorted(set(epochs))
+    # A full cache hit reads one file: no torch, no data, no per-checkpoint entries.
+    key = result_key(run_dir, config, [(e, p) for e, p in checkpoints if e in set(available)])
+    cached = read_cached_result(run_dir, key)
+    if cached is not None:
+        return cached
+
+    from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.runs.record import task_config
+    from interp_toolkit.studies.outcomes import compute_outcome
+    from interp_toolkit.threads import torch_threads
+
     device = resolve_device(device if device is not None else "cpu")
     task = task_config(run_dir)
     splits = splits_from_run(run_dir)
@@ -319,9 +328,99 @@ def mechanism_over_checkpoints(
         with torch_threads(n_threads):
             near = near_miss_of_run(run_dir, split=split, device=load_on)
         near_miss = {**near.fields(), "text": near.describe()}
-    return MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available, outcome=outcome,
-                           task={"name": task.name, **task.to_dict()}, model=model_config, config=config,
-                           computed=computed, cache_hits=hits, near_miss=near_miss)
+    result = MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available, outcome=outcome,
+                             task={"name": task.name, **task.to_dict()}, model=model_config, config=config,
+                             computed=computed, cache_hits=hits, near_miss=near_miss, cache_key=key)
+    write_cached_result(result)
+    return result
+
+
+#: Part of :func:`result_key`: bumped when the mechanism's table changes for the same inputs.
+RESULT_VERSION = 1
+#: Modules whose source is part of :func:`result_key`: an edit to the code that computes or
+#: draws the mechanism recomputes it instead of serving a stale result or figure.
+RESULT_CODE = ("interp_toolkit.analyses.ablation", "interp_toolkit.analyses.fingerprints",
+               "interp_toolkit.analyses.gradients", "interp_toolkit.analyses.patching",
+               "interp_toolkit.analyses.over_checkpoints", "interp_toolkit.analyses._common",
+               "interp_toolkit.analyses.near_misses", "interp_toolkit.tasks.mpsp", "interp_toolkit.plotting",
+               "interp_toolkit.studies.mechanism", "interp_toolkit.studies.outcomes",
+               "interp_toolkit.studies.near_miss")
+_RESULTS = "results"
+
+
+def _code_digest() -> str:
+    import hashlib
+    import importlib.util
+
+    digest = hashlib.sha256()
+    for module in RESULT_CODE:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+        digest.update(module.encode() + b"\0" + (Path(origin).read_bytes() if origin else b"missing") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def result_key(run_dir: str | Path, config: MechanismConfig, checkpoints: Sequence[tuple[int, Path]]) -> str:
+    """What a mechanism result depends on, hashed: the bytes of the analysed checkpoints, of
+    ``metrics.jsonl`` and ``run.json``, the settings, the source of the code that computes
+    and draws it (:data:`RESULT_CODE`) and :data:`RESULT_VERSION`. Reading it costs hashing
+    those files; no model is loaded."""
+    from interp_toolkit.io import config_hash, file_digest
+    from interp_toolkit.runs.layout import RECORD
+
+    run_dir = Path(run_dir)
+    return config_hash({"version": RESULT_VERSION, "code": _code_digest(), "settings": config.to_dict(),
+                        "checkpoints": {str(epoch): file_digest(path) for epoch, path in checkpoints},
+                        "metrics": file_digest(run_dir / METRICS), "record": file_digest(run_dir / RECORD)}, 24)
+
+
+def _result_path(run_dir: Path, key: str) -> Path:
+    return run_dir / ANALYSES / "mechanism" / _RESULTS / f"{key}.json"
+
+
+def write_cached_result(result: MechanismResult) -> Path | None:
+    """Store ``result`` under its ``cache_key`` (atomic, with a digest of its content), so
+    the same inputs are read back by :func:`read_cached_result`. None without a key."""
+    from interp_toolkit import __version__
+    from interp_toolkit.io import atomic_write_json, with_header_digest
+
+    if result.cache_key is None:
+        return None
+    return atomic_write_json(_result_path(result.run_dir, result.cache_key), with_header_digest({
+        "key": result.cache_key, "written_by": f"interp-toolkit {__version__}", "summary": result.summary(),
+        "analyses": sorted(set(result.computed) | set(result.cache_hits)), "rows": result.table.rows}))
+
+
+def read_cached_result(run_dir: str | Path, key: str) -> MechanismResult | None:
+    """The result stored under ``key`` for ``run_dir``, or None when there is none or it fails
+    its content digest (then it is recomputed, with a ``note:`` line)."""
+    import json
+
+    from interp_toolkit.errors import notice
+    from interp_toolkit.io import HEADER_DIGEST_KEY, header_digest
+    from interp_toolkit.table import Table
+
+    run_dir = Path(run_dir)
+    path = _result_path(run_dir, key)
+    if not path.is_file():
+        return None
+    try:
+        entry = json.loads(path.read_bytes().decode("utf-8"))
+        if entry.get(HEADER_DIGEST_KEY) != header_digest(entry) or entry.get("key") != key:
+            raise ValueError("content does not match its digest")
+        summary = entry["summary"]
+        epochs = list(summary["checkpoint_epochs"])
+        rows = [{"epoch": row["epoch"], "head": row["head"], "quantity": row["quantity"], "value": row["value"]}
+                for row in entry["rows"]]  # stored with sorted keys: the tidy column order again
+        return MechanismResult(run_dir=run_dir, table=Table(rows), heads=list(summary["heads"]),
+                               checkpoint_epochs=epochs, outcome=summary["outcome"], task=summary["task"],
+                               model=summary["model"], config=MechanismConfig.from_dict(summary["settings"]),
+                               computed={name: [] for name in entry["analyses"]},
+                               cache_hits={name: epochs for name in entry["analyses"]},
+                               near_miss=dict(summary.get("near_miss") or {}), cache_key=key)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        notice(f"mechanism: recomputing the cached result {path}: {err}")
+        return None
 
 
 def minority_of(r: float) -> str:
@@ -578,16 +677,78 @@ def write_mechanism(result: MechanismResult, path: str | Path, fmt: str | None =
         path: The figure's path; the CSV and JSON get the same stem.
         fmt: ``png``, ``svg`` or ``pdf`` (default: the path's suffix, else ``png``).
 
+    Files are written atomically. When the three files at ``path`` are the ones written
+    before for a result of the same :attr:`MechanismResult.cache_key` (their digests are
+    recorded in the run's ``analyses/mechanism/written.json``), nothing is drawn or written
+    again: a cached rerun costs what reading the cache costs.
+
     Returns:
-        ``{"figure": ..., "table": ..., "summary": ...}`` paths written (atomically).
+        ``{"figure": ..., "table": ..., "summary": ...}`` paths of the three files.
     """
     from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.plotting import check_format
+
+    path = Path(path)
+    fmt = check_format(fmt if fmt is not None else (path.suffix[1:] if path.suffix[1:].lower() in FIGURE_SUFFIXES
+                                                     else "png"))
+    figure_path = path.with_suffix(f".{fmt}")
+    paths = {"figure": figure_path, "table": figure_path.with_suffix(".csv"),
+             "summary": figure_path.with_suffix(".json")}
+    written = _written_files(result, paths)
+    if written is not None and all(paths[name].is_file() and _digest(paths[name]) == d
+                                   for name, d in written.items()):
+        return paths  # these files are this result's, as written before: drawing again changes nothing
     from interp_toolkit.plotting import save_figure
 
-    figure = save_figure(plot_mechanism(result), path, fmt)
-    table = result.to_csv(figure.with_suffix(".csv"))
-    summary = atomic_write_json(figure.with_suffix(".json"), result.summary())
-    return {"figure": figure, "table": table, "summary": summary}
+    save_figure(plot_mechanism(result), figure_path, fmt)
+    result.to_csv(paths["table"])
+    atomic_write_json(paths["summary"], result.summary())
+    _record_written_files(result, paths)
+    return paths
+
+
+FIGURE_SUFFIXES = ("png", "svg", "pdf")
+_WRITTEN = "written.json"
+
+
+def _digest(path: Path) -> str:
+    from interp_toolkit.io import file_digest
+
+    return file_digest(path)
+
+
+def _written_files(result: MechanismResult, paths: dict[str, Path]) -> dict[str, str] | None:
+    """Digests of the files :func:`write_mechanism` last wrote at ``paths`` for a result with
+    this ``cache_key`` (None when unknown)."""
+    import json
+
+    if result.cache_key is None:
+        return None
+    record = result.run_dir / ANALYSES / "mechanism" / _WRITTEN
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8"))
+        entry = entries[str(paths["figure"].resolve())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return entry["digests"] if isinstance(entry, dict) and entry.get("key") == result.cache_key else None
+
+
+def _record_written_files(result: MechanismResult, paths: dict[str, Path]) -> None:
+    import json
+
+    from interp_toolkit.io import atomic_write_json
+
+    if result.cache_key is None or not (result.run_dir / ANALYSES).is_dir():
+        return
+    record = result.run_dir / ANALYSES / "mechanism" / _WRITTEN
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8"))
+        entries = entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError):
+        entries = {}
+    entries[str(paths["figure"].resolve())] = {"key": result.cache_key,
+                                               "digests": {name: _digest(p) for name, p in paths.items()}}
+    atomic_write_json(record, entries)
 
 
 def read_mechanism(path: str | Path) -> MechanismResult:
@@ -603,7 +764,7 @@ def read_mechanism(path: str | Path) -> MechanismResult:
     """
     import json
 
-    from interp_toolkit.analyses._common import Table
+    from interp_toolkit.table import Table
 
     path = Path(path)
     # only a file suffix is dropped: a stem such as mechanism_r0.9_s0 keeps its dots
@@ -627,4 +788,5 @@ def read_mechanism(path: str | Path) -> MechanismResult:
 
 
 __all__ = ["ALL", "MechanismConfig", "MechanismResult", "PANEL_ORDER", "PANEL_QUANTITIES", "WHOLE_MODEL_QUANTITIES",
-           "check_run_dir", "mechanism_over_checkpoints", "plot_mechanism", "read_mechanism", "write_mechanism"]
+           "RESULT_CODE", "RESULT_VERSION", "check_run_dir", "mechanism_over_checkpoints", "plot_mechanism",
+           "read_cached_result", "read_mechanism", "result_key", "write_cached_result", "write_mechanism"]
