@@ -65,6 +65,10 @@ STYLE: dict[str, Any] = {
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies, prints in grey.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
+#: Colours of components, in order: Okabe-Ito without black (black is the whole model in
+#: every figure) and with its pale yellow last, then tab10 colours none of those resembles.
+COMPONENT_PALETTE = PALETTE[:6] + ["#8C564B", "#9467BD", "#7F7F7F", "#BCBD22", "#17BECF", "#D62728", PALETTE[6]]
+
 #: Human names of the columns and split names the toolkit writes.
 LABELS: dict[str, str] = {
     "epoch": "epoch",
@@ -240,14 +244,15 @@ def component_colors(names: Iterable[str]) -> dict[str, str]:
 
     Colours are assigned in (layer, head) order of the names given, so pass every
     component a figure shows (all its panels together), and the same head gets the same
-    colour throughout. Beyond eight components the palette continues with ``tab20``.
+    colour throughout: :data:`COMPONENT_PALETTE` (never black, the whole model's colour),
+    then the light half of ``tab20``: 23 distinct colours before any repeats.
     """
     import matplotlib
 
     ordered = sorted(set(names), key=_component_order)
     tab20 = matplotlib.colormaps["tab20"]  # a listed map: colour i of its list is tab20(i)
-    extra = [matplotlib.colors.to_hex(tab20(i)) for i in range(tab20.N)]
-    colors = PALETTE + extra
+    light = [matplotlib.colors.to_hex(tab20(i)) for i in range(1, tab20.N, 2)]  # its light halves
+    colors = COMPONENT_PALETTE + light
     return {name: colors[i % len(colors)] for i, name in enumerate(ordered)}
 
 
@@ -370,7 +375,7 @@ def epoch_axis(ax: Any, epochs: Sequence[float] | None = None) -> None:
     ax.set_xlabel("epoch (log scale)")
 
 
-__all__ = ["FORMATS", "LABELS", "MPSP_SPLIT_ROLES", "NOT_SHOWN", "PALETTE", "SPLIT_LINESTYLES", "STYLE",
+__all__ = ["COMPONENT_PALETTE", "FORMATS", "LABELS", "MPSP_SPLIT_ROLES", "NOT_SHOWN", "PALETTE", "SPLIT_LINESTYLES", "STYLE",
            "check_format", "component_colors", "component_kind", "drawn_series", "epoch_axis", "figure", "label",
            "legend_outside", "mpsp_split_label", "new_figure", "new_panels", "not_shown_notes", "note_not_shown",
            "save_figure", "split_colors", "split_linestyle", "style", "tag_series"]

@@ -191,3 +191,15 @@ def test_bif_rows_are_grouped_and_labelled():
         plot_bif(result, row_groups={"a": agrees, "b": agrees})
     with pytest.raises(ValueError, match="has 2 entries; the BIF has 6"):
         plot_bif(result, row_groups={"a": agrees[:2]})
+
+
+def test_component_colours_are_distinct_and_never_the_whole_models_black():
+    from matplotlib.colors import to_rgb
+
+    from interp_toolkit.plotting import component_colors
+
+    names = [f"L{layer}H{head}" for layer in range(4) for head in range(4)] + ["embed", "unembed", "ln", "mlp0",
+                                                                               "mlp1", "mlp2", "other"]
+    colors = component_colors(names)
+    assert len(set(colors.values())) == len(names) == 23
+    assert all(to_rgb(c) != (0.0, 0.0, 0.0) for c in colors.values())

@@ -272,7 +272,7 @@ def plot_testbed_bif(
     Returns:
         The matplotlib ``Figure``.
     """
-    from interp_toolkit.plotting import PALETTE, new_figure, style
+    from interp_toolkit.plotting import COMPONENT_PALETTE, new_figure, style
 
     sel = [r for r in rows if r["reduction"] == reduction and r["query_group"] == query_group]
     if not sel:
@@ -288,7 +288,7 @@ def plot_testbed_bif(
             pts = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"])) for r in sel if r["train_group"] == name)
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
             es = [0.0 if math.isnan(p[2]) else p[2] for p in pts]
-            color = PALETTE[index % len(PALETTE)]
+            color = COMPONENT_PALETTE[index % len(COMPONENT_PALETTE)]  # black is the induction score
             ax.plot(xs, ys, marker="o", ms=2.5, lw=1.2, color=color, label=f"train {name} tokens")
             ax.fill_between(xs, [y - e for y, e in zip(ys, es)], [y + e for y, e in zip(ys, es)], color=color,
                             alpha=0.18, lw=0)
