@@ -300,6 +300,9 @@ def test_cli_sweep_groups_wandb_runs_by_study_and_writes_tensorboard_hparams(tmp
     assert main(["sweep", "--preset", "smoke", "--seeds", "1", "--epochs", "4", "--out", str(study),
                  "--workers", "1", "--quiet", "--wandb", "offline", "--wandb-project", "sweeps",
                  "--tensorboard"]) == 0
+    import wandb
+
+    wandb.teardown()  # the W&B service writes the offline logs asynchronously: let it finish first
     run_dirs = sorted(p.parent for p in study.glob("runs/*/run.json"))
     assert len(run_dirs) == 2
     for run_dir in run_dirs:
@@ -327,6 +330,9 @@ def test_cli_analyze_and_mechanism_log_their_files_to_the_runs_wandb_run(tmp_pat
                  "--wandb", "offline", "--wandb-project", "analyses"]) == 0
     assert main(["mechanism", str(run_dir), "--grad-n", "64", "--fingerprint-n", "32", "--patching-n", "16",
                  "--ablation-n", "32", "--no-progress", "--wandb", "offline", "--wandb-project", "analyses"]) == 0
+    import wandb
+
+    wandb.teardown()  # the W&B service writes the offline logs asynchronously: let it finish first
     artifacts = {}
     for records in _wandb_run_records(run_dir):
         (run,) = _of_type(records, "run")

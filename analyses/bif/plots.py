@@ -111,7 +111,7 @@ def plot_diagnostics(
     Returns:
         The :class:`matplotlib.figure.Figure`.
     """
-    from interp_toolkit.plotting import new_panels, style
+    from interp_toolkit.plotting import legend_outside, new_panels, style
 
     from .diagnostics import ESS_MIN, RHAT_MAX
 
@@ -127,7 +127,7 @@ def plot_diagnostics(
         for panel in axes[:2]:
             if burn_in:
                 panel.axvline(burn_in, color="k", ls="--", lw=0.8, label="end of burn-in")
-        axes[0].legend(fontsize=7)
+        legend_outside(axes[0])
         rhat = convergence.rhat.double().numpy().reshape(-1)
         bulk = convergence.ess_bulk.double().numpy().reshape(-1)
         tail = convergence.ess_tail.double().numpy().reshape(-1)
@@ -138,7 +138,7 @@ def plot_diagnostics(
         axes[2].axvline(ESS_MIN, color="tab:red", lw=1, ls=":", label=f"ESS {ESS_MIN:.0f}")
         axes[2].set(xscale="log", title=f"tracked entries ({rhat.size}): split R-hat vs ESS",
                     xlabel="effective sample size (all chains)", ylabel="split R-hat")
-        axes[2].legend(fontsize=7)
+        legend_outside(axes[2])
         share = convergence.between_chain_share.double().numpy().reshape(-1)
         # entries near 0 have shares of any size: shown clipped to [-3, 3]
         axes[3].bar(index, np.clip(share, -3, 3), color=np.where(np.abs(share) > 0.5, "tab:red", "tab:blue"))
