@@ -462,9 +462,11 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
     Every series of the table is drawn: one panel per value column and component kind
     (heads, attention layers, MLPs, whole model ...; per position when the rows vary in
     position), a panel of more than :data:`MAX_LINES_PER_PANEL` lines split in parts, so
-    no colour repeats within a panel. Colour names the component, line style the split
-    (:data:`interp_toolkit.plotting.SPLIT_LINESTYLES`) or a head's QK (solid) / OV (dashed)
-    group; legends sit right of the data. Whatever is not drawn (series blank at every
+    no colour repeats within a panel. A new figure has one row per value column with its
+    kinds side by side (:data:`MAX_COLUMNS`), under the accuracies. Colour names the
+    component, line style the split (:data:`interp_toolkit.plotting.SPLIT_LINESTYLES`) or a
+    head's QK (solid) / OV (dashed) group; legends sit outside the data (above a panel,
+    right of the accuracies). Whatever is not drawn (series blank at every
     checkpoint, panels beyond :data:`MAX_PANELS`) is named in the figure. An analysis with
     ``AnalysisSpec.plot_relative`` (weight norms) shows each series over its first value.
 
@@ -507,7 +509,11 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
 
     colors = component_colors(base(key) for panel in panels for key, _, _ in panel.lines)
     with style():
-        fig, axes = new_panels(len(panels) + 1, ax, figsize=(9.0, 1.2 + 2.4 * (len(panels) + 1)), sharex=True)
+        if ax is None:
+            fig, axes, below = _grid_figure(panels)
+        else:
+            fig, axes = new_panels(len(panels) + 1, ax)
+            below = {i: i < len(panels) for i in range(len(panels) + 1)}  # one column: each panel above the next
         top = axes[0]
         epochs_seen: list[float] = []
         for key in sorted({k for m in metrics for k in m if k.endswith("_acc")}):
@@ -530,20 +536,60 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
                 tag_series(panel.plot(xs, ys, marker=".", markersize=3, label=key, color=colors[base(key)],
                                       ls=linestyle(key))[0], f"{info.column}:{key}")
             panel.set_ylabel(_value_label(spec, info.column, spec.plot_relative))
-            panel.set_title(info.title, fontsize="small", loc="left")
             if spec.plot_relative:
                 panel.axhline(1, color="grey", lw=0.5)
             elif info.column.endswith("_rho") or info.column.endswith("_cos"):
                 panel.axhline(0, color="grey", lw=0.5)
-        for panel in axes:
-            legend_outside(panel, ncol=1 if len(panel.get_lines()) <= 12 else 2)
+        legend_outside(top)
+        shown: dict[str, list[str]] = {}  # per panel title: the legend entries drawn last
+        for panel, info in zip(axes[1:], panels, strict=True):
+            labels = panel.get_legend_handles_labels()[1]
+            if labels and shown.get(info.title) != labels:
+                # above the panel, outside the data; a panel showing the same lines as the one
+                # before it of its kind names only its kind
+                panel.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=min(4, len(labels)),
+                             frameon=False, fontsize="x-small", title=info.title, title_fontsize="small",
+                             alignment="left", borderaxespad=0.2, handlelength=2.0, columnspacing=1.0)
+                shown[info.title] = labels
+            else:
+                panel.set_title(info.title, fontsize="small", loc="left")
+        for index, panel in enumerate(axes):
             epoch_axis(panel, epochs_seen)
-        for panel in axes[:-1]:
-            panel.set_xlabel("")
+            if below[index]:
+                panel.set_xlabel("")
         note_not_shown(fig, blank, "blank (NaN) at every checkpoint")
         note_not_shown(fig, zero_start, "0 at the first checkpoint, so no relative change (read them in the CSV)")
         note_not_shown(fig, left_out, f"beyond the figure's {MAX_PANELS} panels (read them in the CSV)")
     return fig
+
+
+#: Most panels side by side in one row of the over-checkpoints figure.
+MAX_COLUMNS = 4
+
+
+def _grid_figure(panels: Sequence[_Panel]) -> tuple[Any, list[Any], dict[int, bool]]:
+    """A new figure: the accuracies across the top, then one row per value column with its
+    kinds side by side (at most :data:`MAX_COLUMNS`, wrapping), all on one epoch axis.
+    Returns ``(figure, axes, below)``, ``below[i]``: another panel sits under axes ``i``."""
+    from interp_toolkit.plotting import figure
+
+    by_column: dict[str, int] = {}
+    for info in panels:
+        by_column[info.column] = by_column.get(info.column, 0) + 1
+    ncols = max(1, min(MAX_COLUMNS, max(by_column.values(), default=1)))
+    slots: list[tuple[int, int]] = []
+    row = 1
+    for count in by_column.values():
+        slots += [(row + i // ncols, i % ncols) for i in range(count)]
+        row += -(-count // ncols)
+    fig = figure(figsize=(3.6 * ncols + 1.6, 1.4 + 2.6 * row), layout="constrained")
+    grid = fig.add_gridspec(row, ncols)
+    top = fig.add_subplot(grid[0, :])
+    axes = [top] + [fig.add_subplot(grid[r, c], sharex=top) for r, c in slots]
+    occupied = set(slots)
+    below = {0: bool(slots)}
+    below.update({i + 1: any((r2, c) in occupied for r2 in range(r + 1, row)) for i, (r, c) in enumerate(slots)})
+    return fig, axes, below
 
 
 def _plot_columns(table: Table, spec: AnalysisSpec) -> list[str]:
@@ -557,6 +603,6 @@ def over_checkpoints_panel_count(table: Table, spec: AnalysisSpec) -> int:
     return 1 + min(MAX_PANELS, len(_panels(table, spec, _plot_columns(table, spec))[0]))
 
 
-__all__ = ["ANALYSES", "MAX_LINES_PER_PANEL", "MAX_PANELS", "AnalysisSpec", "CheckpointsResult",
+__all__ = ["ANALYSES", "MAX_COLUMNS", "MAX_LINES_PER_PANEL", "MAX_PANELS", "AnalysisSpec", "CheckpointsResult",
            "check_checkpoints_belong_to_run", "over_checkpoints", "over_checkpoints_panel_count",
            "plot_over_checkpoints", "plotted_series", "series_key", "splits_from_run"]

@@ -66,8 +66,9 @@ STYLE: dict[str, Any] = {
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
 #: Colours of components, in order: Okabe-Ito without black (black is the whole model in
-#: every figure) and with its pale yellow last, then tab10 colours none of those resembles.
-COMPONENT_PALETTE = PALETTE[:6] + ["#8C564B", "#9467BD", "#7F7F7F", "#BCBD22", "#17BECF", "#D62728", PALETTE[6]]
+#: every figure), then tab10 colours none of those resembles; pale yellow and cyan (near sky
+#: blue) come last.
+COMPONENT_PALETTE = PALETTE[:6] + ["#8C564B", "#9467BD", "#7F7F7F", "#BCBD22", "#D62728", PALETTE[6], "#17BECF"]
 
 #: Human names of the columns and split names the toolkit writes.
 LABELS: dict[str, str] = {

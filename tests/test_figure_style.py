@@ -53,7 +53,10 @@ def _legends_outside(fig):
         if legend is None:
             continue
         box, frame = legend.get_window_extent(), ax.get_window_extent()
-        assert box.x0 >= frame.x1 - 1, f"legend of {ax.get_title()!r} overlaps its axes"
+        assert box.x0 >= frame.x1 - 1 or box.y0 >= frame.y1 - 1, f"legend of {ax.get_title()!r} overlaps its axes"
+        for other in fig.axes:  # nor does it cover another panel
+            if other is not ax:
+                assert not box.overlaps(other.get_window_extent()), f"a legend covers {other.get_title()!r}"
         checked += 1
     return checked
 
@@ -74,6 +77,7 @@ def test_every_csv_series_is_drawn_beyond_sixteen_lines(tmp_path):
     assert not not_shown_notes(fig)
     # one panel per kind and position (heads, attn, mlp at 3 positions) + accuracy
     assert len(fig.axes) == over_checkpoints_panel_count(table, spec) == 1 + 3 * 3
+    # each panel shows other series (its kind at its position): each has its legend, none covering a panel
     assert _legends_outside(fig) == len(fig.axes)
     for ax in fig.axes[1:]:
         colors = [line.get_color() for line in ax.get_lines() if (line.get_gid() or "").startswith("series:")]
