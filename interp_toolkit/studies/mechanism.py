@@ -328,11 +328,12 @@ def mechanism_over_checkpoints(
         with torch_threads(n_threads):
             near = near_miss_of_run(run_dir, split=split, device=load_on)
         near_miss = {**near.fields(), "text": near.describe()}
-    result = MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available, outcome=outcome,
-                             task={"name": task.name, **task.to_dict()}, model=model_config, config=config,
-                             computed=computed, cache_hits=hits, near_miss=near_miss, cache_key=key)
-    write_cached_result(result)
-    return result
+    mechanism = MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available,
+                                outcome=outcome, task={"name": task.name, **task.to_dict()}, model=model_config,
+                                config=config, computed=computed, cache_hits=hits, near_miss=near_miss,
+                                cache_key=key)
+    write_cached_result(mechanism)
+    return mechanism
 
 
 #: Part of :func:`result_key`: bumped when the mechanism's table changes for the same inputs.

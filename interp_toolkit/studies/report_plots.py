@@ -253,10 +253,10 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
             epoch_axis(panel, epochs_seen)
         axes[0].set_ylabel("accuracy (adversarial solid,\nvalidation dashed)")
         # one key for the figure, right of the first row: line style = split, colour = seed
-        key = [Line2D([], [], color="black", ls=split_linestyle(split), label=mpsp_split_label(split))
-               for split in ("adv", "val")]
-        key += [Line2D([], [], color=color, label=seed) for seed, color in seed_colors.items()]
-        legend_outside(axes[min(ncols, len(axes)) - 1], handles=key, ncol=1 if len(key) <= 14 else 2)
+        legend_key = [Line2D([], [], color="black", ls=split_linestyle(split), label=mpsp_split_label(split))
+                      for split in ("adv", "val")]
+        legend_key += [Line2D([], [], color=color, label=seed) for seed, color in seed_colors.items()]
+        legend_outside(axes[min(ncols, len(axes)) - 1], handles=legend_key, ncol=1 if len(legend_key) <= 14 else 2)
     return fig
 
 
