@@ -67,6 +67,10 @@ class AnalysisSpec:
             any of its values).
         version: Part of the cache key: bumped when the analysis's numbers or columns
             change, so cache entries written by earlier code are recomputed, not served.
+        value_labels: Axis labels of value columns whose meaning is the analysis's own
+            (default: :func:`interp_toolkit.plotting.label` of the column name).
+        plot_relative: Plot each series over its value at the first checkpoint (a quantity
+            whose relative change is the signal, e.g. weight norms).
     """
 
     name: str
@@ -75,6 +79,8 @@ class AnalysisSpec:
     series_columns: tuple[str, ...]
     plot_filter: Mapping[str, Any] = field(default_factory=dict)
     version: int = 1
+    value_labels: Mapping[str, str] = field(default_factory=dict)
+    plot_relative: bool = False
 
 
 ANALYSES: dict[str, AnalysisSpec] = {
@@ -84,13 +90,14 @@ ANALYSES: dict[str, AnalysisSpec] = {
                              {"metric": "accuracy"}),
     # version 2: a gap column, and normalized is NaN where |gap| is under the patching tolerance
     "patching": AnalysisSpec("patching", minimal_pair_patching, ("normalized",), ("component", "position"),
-                             version=2),
-    "resample_ablation_damage": AnalysisSpec("resample_ablation_damage", resample_ablation_damage, ("normalized",),
-                                             ("component", "position"), version=2),
+                             version=2, value_labels={"normalized": "minimal-pair patching effect\n(0 none, 1 full)"}),
+    "resample_ablation_damage": AnalysisSpec(
+        "resample_ablation_damage", resample_ablation_damage, ("normalized",), ("component", "position"), version=2,
+        value_labels={"normalized": "resample-ablation damage:\nmetric shift toward source (0 none, 1 full)"}),
     "gradients": AnalysisSpec("gradients", gradient_conflict,
                               ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
                               ("group",), version=2),  # 2: minority / minority_amplification columns
-    "weight_norms": AnalysisSpec("weight_norms", weight_norms, ("norm",), ("group",)),
+    "weight_norms": AnalysisSpec("weight_norms", weight_norms, ("norm",), ("group",), plot_relative=True),
     "near_misses": AnalysisSpec("near_misses", near_misses, ("accuracy", "n_wrong"), ("split", "feature", "value"),
                                 {"split": "adv", "feature": PLOT_FEATURES}),
 }
@@ -362,7 +369,16 @@ def _in_column_order(rows: list[dict[str, Any]], columns: Sequence[str] | None) 
     return [{**{c: row[c] for c in order if c in row}, **row} for row in rows]
 
 
-def _series(table: Table, spec: AnalysisSpec, column: str) -> dict[str, tuple[list[int], list[float]]]:
+def series_key(row: Mapping[str, Any], spec: AnalysisSpec, column: str) -> str:
+    """The name of the line a row belongs to: its ``series_columns`` values joined by spaces
+    (the column's name when the analysis has none). :func:`plot_over_checkpoints` tags each
+    line it draws with ``"<column>:<key>"`` (:func:`interp_toolkit.plotting.drawn_series`)."""
+    return " ".join(str(row.get(c)) for c in spec.series_columns) or column
+
+
+def plotted_series(table: Table, spec: AnalysisSpec, column: str) -> dict[str, tuple[list[int], list[float]]]:
+    """Every series of ``column`` the figure is meant to show: rows passing ``plot_filter``
+    with a numeric value, grouped by :func:`series_key` (NaN values kept: they break a line)."""
     lines: dict[str, tuple[list[int], list[float]]] = {}
     for row in table.rows:
         if any((row.get(k) not in v) if isinstance(v, tuple) else (row.get(k) != v)
@@ -371,26 +387,95 @@ def _series(table: Table, spec: AnalysisSpec, column: str) -> dict[str, tuple[li
         value = row.get(column)
         if not isinstance(value, (int, float)):
             continue
-        label = " ".join(str(row.get(c)) for c in spec.series_columns) or column
-        xs, ys = lines.setdefault(label, ([], []))
+        xs, ys = lines.setdefault(series_key(row, spec, column), ([], []))
         xs.append(row["epoch"])
         ys.append(float(value))  # NaN stays: the line breaks there instead of bridging a blank value
-    return {label: (xs, ys) for label, (xs, ys) in lines.items() if not all(math.isnan(y) for y in ys)}
+    return lines
 
 
-def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec, ax: Any = None,
-                          max_lines: int = 16) -> Any:
-    """Accuracy curves of the run on top, then one panel per value column, shared epoch axis.
+#: Most lines in one panel: beyond it a panel is split in parts, so colours never repeat.
+MAX_LINES_PER_PANEL = 20
+#: Most panels of one figure (besides the accuracy panel); series beyond are named in the
+#: figure as not shown.
+MAX_PANELS = 24
 
-    The epoch axis is log-scaled (early checkpoints are where most changes happen), and
-    each component keeps one colour in every panel.
+
+#: Panel titles of the component kinds (:func:`interp_toolkit.plotting.component_kind`).
+PANEL_TITLES = {"head": "attention heads", "attn": "attention layers", "mlp": "MLPs", "embed": "embeddings",
+                "model": "whole model and other groups", "resid_pre": "residual stream", "resid": "residual stream"}
+
+
+@dataclass
+class _Panel:
+    column: str
+    kind: str
+    title: str
+    lines: list[tuple[str, list[int], list[float]]] = field(default_factory=list)
+
+
+def _panels(table: Table, spec: AnalysisSpec, columns: Sequence[str]) -> tuple[list[_Panel], list[str]]:
+    """Lines grouped into panels, one per (value column, component kind[, position]), split
+    into parts of :data:`MAX_LINES_PER_PANEL`; and the series blank at every checkpoint."""
+    from interp_toolkit.plotting import component_kind
+
+    kind_of: dict[str, str] = {}
+    position_of: dict[str, str] = {}
+    for row in table.rows:
+        name = str(row.get(spec.series_columns[0])) if spec.series_columns else ""
+        key = " ".join(str(row.get(c)) for c in spec.series_columns)
+        kind_of[key] = str(row["kind"]) if "kind" in row and row["kind"] else component_kind(name)
+        if "position" in spec.series_columns:
+            position_of[key] = str(row.get("position"))
+    many_positions = len(set(position_of.values())) > 1
+    panels: list[_Panel] = []
+    blank: list[str] = []
+    for column in columns:
+        groups: dict[tuple[str, str], list[tuple[str, list[int], list[float]]]] = {}
+        for key, (xs, ys) in plotted_series(table, spec, column).items():
+            if all(math.isnan(y) for y in ys):
+                blank.append(f"{column}:{key}")
+                continue
+            group = (kind_of.get(key, "model"), position_of.get(key, "") if many_positions else "")
+            groups.setdefault(group, []).append((key, xs, ys))
+        for (kind, position), lines in groups.items():
+            parts = [lines[i:i + MAX_LINES_PER_PANEL] for i in range(0, len(lines), MAX_LINES_PER_PANEL)]
+            for number, part in enumerate(parts, start=1):
+                title = PANEL_TITLES.get(kind, kind)
+                if position:
+                    title += f", position {position}"
+                if len(parts) > 1:
+                    title += f" (part {number} of {len(parts)})"
+                panels.append(_Panel(column, kind, title, part))
+    return panels, blank
+
+
+def _value_label(spec: AnalysisSpec, column: str, relative: bool) -> str:
+    from interp_toolkit.plotting import label
+
+    text = spec.value_labels.get(column, label(column))
+    return f"{text}\n/ its value at the first checkpoint" if relative else text
+
+
+def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec, ax: Any = None) -> Any:
+    """Accuracy curves of the run on top, then the analysis's values, on a shared epoch axis.
+
+    Every series of the table is drawn: one panel per value column and component kind
+    (heads, attention layers, MLPs, whole model ...; per position when the rows vary in
+    position), a panel of more than :data:`MAX_LINES_PER_PANEL` lines split in parts, so
+    no colour repeats within a panel. A new figure has one row per value column with its
+    kinds side by side (:data:`MAX_COLUMNS`), under the accuracies. Colour names the
+    component, line style the split (:data:`interp_toolkit.plotting.SPLIT_LINESTYLES`) or a
+    head's QK (solid) / OV (dashed) group; legends sit outside the data (above a panel,
+    right of the accuracies). Whatever is not drawn (series blank at every
+    checkpoint, panels beyond :data:`MAX_PANELS`) is named in the figure. An analysis with
+    ``AnalysisSpec.plot_relative`` (weight norms) shows each series over its first value.
 
     Args:
         table: Rows of :func:`over_checkpoints` (an ``epoch`` column plus the analysis's).
         run_dir: The run (its ``metrics.jsonl`` gives the accuracy panel).
         spec: Which columns to plot and how to group rows into lines.
-        ax: Optional sequence of ``1 + len(value columns)`` axes to draw into.
-        max_lines: Most lines per panel.
+        ax: Optional sequence of axes to draw into, one for the accuracies and one per panel
+            (:func:`over_checkpoints_panel_count`).
 
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
@@ -399,18 +484,36 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
         component_colors,
         epoch_axis,
         label,
+        legend_outside,
         new_panels,
+        note_not_shown,
         split_colors,
+        split_linestyle,
         style,
+        tag_series,
     )
 
-    columns = list(spec.value_columns) or [
-        c for c in table.columns if c != "epoch" and all(isinstance(v, (int, float)) for v in table.column(c))][:3]
+    columns = _plot_columns(table, spec)
     metrics = read_metrics(metrics_path(run_dir))
-    series = {column: list(_series(table, spec, column).items())[:max_lines] for column in columns}
-    colors = component_colors(name for lines in series.values() for name, _ in lines)
+    panels, blank = _panels(table, spec, columns)
+    left_out = [f"{panel.column}:{key}" for panel in panels[MAX_PANELS:] for key, _, _ in panel.lines]
+    panels = panels[:MAX_PANELS]
+
+    def base(key: str) -> str:
+        return key.split(" ")[0].split(".")[0]
+
+    def linestyle(key: str) -> str:
+        if "split" in spec.series_columns:
+            return split_linestyle(key.split(" ")[spec.series_columns.index("split")])
+        return "--" if key.split(" ")[0].endswith(".OV") else "-"
+
+    colors = component_colors(base(key) for panel in panels for key, _, _ in panel.lines)
     with style():
-        fig, axes = new_panels(len(columns) + 1, ax, figsize=(7.5, 2.3 * (len(columns) + 1)), sharex=True)
+        if ax is None:
+            fig, axes, below = _grid_figure(panels)
+        else:
+            fig, axes = new_panels(len(panels) + 1, ax)
+            below = {i: i < len(panels) for i in range(len(panels) + 1)}  # one column: each panel above the next
         top = axes[0]
         epochs_seen: list[float] = []
         for key in sorted({k for m in metrics for k in m if k.endswith("_acc")}):
@@ -418,23 +521,88 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
             xs = [m["epoch"] for m in metrics if key in m]
             epochs_seen += xs
             top.plot(xs, [m[key] for m in metrics if key in m], label=label(split),
-                     color=split_colors().get(split))
+                     color=split_colors().get(split), ls=split_linestyle(split))
         top.set(ylabel="accuracy", ylim=(-0.02, 1.02), title=f"{spec.name} over checkpoints: {Path(run_dir).name}")
-        for panel, column in zip(axes[1:], columns, strict=True):
-            for name, (xs, ys) in series[column]:
+        zero_start: list[str] = []  # no relative change to show: named in the figure, not dropped silently
+        for panel, info in zip(axes[1:], panels, strict=True):
+            for key, xs, ys in info.lines:
+                if spec.plot_relative:
+                    first = next(y for y in ys if not math.isnan(y))
+                    if first == 0:
+                        zero_start.append(f"{info.column}:{key}")
+                        continue
+                    ys = [y / first for y in ys]
                 epochs_seen += xs
-                panel.plot(xs, ys, marker=".", markersize=3, label=name, color=colors[name])
-            panel.set(ylabel=label(column))
-            if column.endswith("_rho") or column.endswith("_cos"):
+                tag_series(panel.plot(xs, ys, marker=".", markersize=3, label=key, color=colors[base(key)],
+                                      ls=linestyle(key))[0], f"{info.column}:{key}")
+            panel.set_ylabel(_value_label(spec, info.column, spec.plot_relative))
+            if spec.plot_relative:
+                panel.axhline(1, color="grey", lw=0.5)
+            elif info.column.endswith("_rho") or info.column.endswith("_cos"):
                 panel.axhline(0, color="grey", lw=0.5)
-        for panel in axes:
-            if panel.get_legend_handles_labels()[0]:
-                panel.legend(ncol=2, loc="best")
+        legend_outside(top)
+        shown: dict[str, list[str]] = {}  # per panel title: the legend entries drawn last
+        for panel, info in zip(axes[1:], panels, strict=True):
+            labels = panel.get_legend_handles_labels()[1]
+            if labels and shown.get(info.title) != labels:
+                # above the panel, outside the data; a panel showing the same lines as the one
+                # before it of its kind names only its kind
+                panel.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=min(4, len(labels)),
+                             frameon=False, fontsize="x-small", title=info.title, title_fontsize="small",
+                             alignment="left", borderaxespad=0.2, handlelength=2.0, columnspacing=1.0)
+                shown[info.title] = labels
+            else:
+                panel.set_title(info.title, fontsize="small", loc="left")
+        for index, panel in enumerate(axes):
             epoch_axis(panel, epochs_seen)
-        for panel in axes[:-1]:
-            panel.set_xlabel("")
+            if below[index]:
+                panel.set_xlabel("")
+        note_not_shown(fig, blank, "blank (NaN) at every checkpoint")
+        note_not_shown(fig, zero_start, "0 at the first checkpoint, so no relative change (read them in the CSV)")
+        note_not_shown(fig, left_out, f"beyond the figure's {MAX_PANELS} panels (read them in the CSV)")
     return fig
 
 
-__all__ = ["ANALYSES", "AnalysisSpec", "CheckpointsResult", "check_checkpoints_belong_to_run", "over_checkpoints",
-           "plot_over_checkpoints", "splits_from_run"]
+#: Most panels side by side in one row of the over-checkpoints figure.
+MAX_COLUMNS = 4
+
+
+def _grid_figure(panels: Sequence[_Panel]) -> tuple[Any, list[Any], dict[int, bool]]:
+    """A new figure: the accuracies across the top, then one row per value column with its
+    kinds side by side (at most :data:`MAX_COLUMNS`, wrapping), all on one epoch axis.
+    Returns ``(figure, axes, below)``, ``below[i]``: another panel sits under axes ``i``."""
+    from interp_toolkit.plotting import figure
+
+    by_column: dict[str, int] = {}
+    for info in panels:
+        by_column[info.column] = by_column.get(info.column, 0) + 1
+    ncols = max(1, min(MAX_COLUMNS, max(by_column.values(), default=1)))
+    slots: list[tuple[int, int]] = []
+    row = 1
+    for count in by_column.values():
+        slots += [(row + i // ncols, i % ncols) for i in range(count)]
+        row += -(-count // ncols)
+    fig = figure(figsize=(3.6 * ncols + 1.6, 1.4 + 2.6 * row), layout="constrained")
+    grid = fig.add_gridspec(row, ncols)
+    top = fig.add_subplot(grid[0, :])
+    axes = [top] + [fig.add_subplot(grid[r, c], sharex=top) for r, c in slots]
+    occupied = set(slots)
+    below = {0: bool(slots)}
+    below.update({i + 1: any((r2, c) in occupied for r2 in range(r + 1, row)) for i, (r, c) in enumerate(slots)})
+    return fig, axes, below
+
+
+def _plot_columns(table: Table, spec: AnalysisSpec) -> list[str]:
+    return list(spec.value_columns) or [
+        c for c in table.columns if c != "epoch" and all(isinstance(v, (int, float)) for v in table.column(c))][:3]
+
+
+def over_checkpoints_panel_count(table: Table, spec: AnalysisSpec) -> int:
+    """How many axes :func:`plot_over_checkpoints` draws for ``table`` (accuracy panel
+    included), e.g. to pass your own ``ax``."""
+    return 1 + min(MAX_PANELS, len(_panels(table, spec, _plot_columns(table, spec))[0]))
+
+
+__all__ = ["ANALYSES", "MAX_COLUMNS", "MAX_LINES_PER_PANEL", "MAX_PANELS", "AnalysisSpec", "CheckpointsResult",
+           "check_checkpoints_belong_to_run", "over_checkpoints", "over_checkpoints_panel_count",
+           "plot_over_checkpoints", "plotted_series", "series_key", "splits_from_run"]

@@ -28,6 +28,7 @@ from interp_toolkit.analyses.bif.lm import LMBIFConfig
 from interp_toolkit.analyses.induction import induction_score
 from interp_toolkit.cli.bif_lm import bif_over_checkpoints
 from interp_toolkit.io import atomic_write_text
+from interp_toolkit.plotting import save_figure
 from interp_toolkit.studies.lm_testbed import (
     TestbedConfig,
     induction_phases,
@@ -113,7 +114,7 @@ def main() -> None:
     bif_over_checkpoints(refs, testbed.corpus, config, args.out / "bif", **sizes)
     print(f"BIF over checkpoints in {time.perf_counter() - start:.0f} s")
     rows = list(csv.DictReader(open(args.out / "bif" / "per_class.csv")))
-    plot_testbed_bif(rows).savefig(args.out / "testbed_bif.png", dpi=120)
+    save_figure(plot_testbed_bif(rows), args.out / "testbed_bif.png")
     note = closing_note(args.out / "bif" / "per_class.csv")
     atomic_write_text(args.out / "note.txt", note)
     print(note)

@@ -398,12 +398,21 @@ def loggers_from_flags(args: Any, group: str | None = None) -> list[Callback]:
     loggers: list[Callback] = []
     if getattr(args, "tensorboard", False):
         loggers.append(TensorBoardLogger())
-    if getattr(args, "wandb", None):
-        loggers.append(WandbLogger(project=getattr(args, "wandb_project", None) or "interp-toolkit",
-                                   mode=args.wandb, entity=getattr(args, "wandb_entity", None),
-                                   group=getattr(args, "wandb_group", None) or group))
+    wandb_logger = wandb_logger_from_flags(args, group)
+    if wandb_logger is not None:
+        loggers.append(wandb_logger)
     return loggers
 
 
+def wandb_logger_from_flags(args: Any, group: str | None = None) -> WandbLogger | None:
+    """The W&B logger asked for by a command config's ``wandb`` fields (as
+    :func:`loggers_from_flags` reads them), or None without ``--wandb``. Built before any
+    work, so a missing W&B install or API key is refused first."""
+    if not getattr(args, "wandb", None):
+        return None
+    return WandbLogger(project=getattr(args, "wandb_project", None) or "interp-toolkit", mode=args.wandb,
+                       entity=getattr(args, "wandb_entity", None), group=getattr(args, "wandb_group", None) or group)
+
+
 __all__ = ["TensorBoardLogger", "WandbLogger", "has_wandb_credentials", "hparams_of_record", "log_hparams",
-           "loggers_from_flags", "metric_tag", "scalar_metrics"]
+           "loggers_from_flags", "metric_tag", "scalar_metrics", "wandb_logger_from_flags"]

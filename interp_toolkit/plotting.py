@@ -18,6 +18,17 @@ Colours: :func:`component_colors` gives one colour per head or component, assign
 colour in every panel of it. :func:`label` turns column names into axis labels; :func:`epoch_axis`
 log-scales an epoch axis (symmetric-log, so epoch 0 stays visible) where early
 checkpoints matter.
+
+Conventions every figure follows (and tests check):
+
+* colour names a component (head, layer, group), line style names a data split
+  (:data:`SPLIT_LINESTYLES`: adversarial solid, validation dashed, training dotted), so
+  val and adv never differ by colour alone;
+* legends sit outside the data (:func:`legend_outside`);
+* nothing in the data is dropped silently: a line drawn for a table's series is tagged
+  with :func:`tag_series` (read back with :func:`drawn_series`), and whatever a figure
+  must leave out is named in it by :func:`note_not_shown`;
+* axis labels name the metric (:func:`label`, or the analysis's own label).
 """
 
 from __future__ import annotations
@@ -53,6 +64,11 @@ STYLE: dict[str, Any] = {
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies, prints in grey.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+
+#: Colours of components, in order: Okabe-Ito without black (black is the whole model in
+#: every figure), then tab10 colours none of those resembles; pale yellow and cyan (near sky
+#: blue) come last.
+COMPONENT_PALETTE = PALETTE[:6] + ["#8C564B", "#9467BD", "#7F7F7F", "#BCBD22", "#D62728", PALETTE[6], "#17BECF"]
 
 #: Human names of the columns and split names the toolkit writes.
 LABELS: dict[str, str] = {
@@ -229,14 +245,15 @@ def component_colors(names: Iterable[str]) -> dict[str, str]:
 
     Colours are assigned in (layer, head) order of the names given, so pass every
     component a figure shows (all its panels together), and the same head gets the same
-    colour throughout. Beyond eight components the palette continues with ``tab20``.
+    colour throughout: :data:`COMPONENT_PALETTE` (never black, the whole model's colour),
+    then the light half of ``tab20``: 23 distinct colours before any repeats.
     """
     import matplotlib
 
     ordered = sorted(set(names), key=_component_order)
     tab20 = matplotlib.colormaps["tab20"]  # a listed map: colour i of its list is tab20(i)
-    extra = [matplotlib.colors.to_hex(tab20(i)) for i in range(tab20.N)]
-    colors = PALETTE + extra
+    light = [matplotlib.colors.to_hex(tab20(i)) for i in range(1, tab20.N, 2)]  # its light halves
+    colors = COMPONENT_PALETTE + light
     return {name: colors[i % len(colors)] for i, name in enumerate(ordered)}
 
 
@@ -248,6 +265,96 @@ def mpsp_split_label(split: str) -> str:
     """Legend label of an MPSP split: ``"adv"`` -> ``"adversarial (anti-shortcut)"``."""
     role = MPSP_SPLIT_ROLES.get(split)
     return label(split) + (f" ({role})" if role else "")
+
+
+#: Line style of each data split: a split is told apart by style, so colour stays free
+#: for the component (adversarial, the headline split, solid).
+SPLIT_LINESTYLES: dict[str, str] = {"adv": "-", "val": "--", "train": ":"}
+
+#: Start of the figure text naming what a figure leaves out (:func:`note_not_shown`).
+NOT_SHOWN = "not shown: "
+
+_SERIES_GID = "series:"
+
+
+def split_linestyle(split: str) -> str:
+    """Line style of a split (:data:`SPLIT_LINESTYLES`; solid for any other name)."""
+    return SPLIT_LINESTYLES.get(split, "-")
+
+
+def legend_outside(ax: Any, **kwargs: Any) -> Any:
+    """A legend to the right of ``ax``, outside the data (None when nothing is labelled).
+
+    Keyword arguments go to :meth:`matplotlib.axes.Axes.legend` (e.g. ``handles``,
+    ``ncol``, ``title``).
+    """
+    if "handles" not in kwargs and not ax.get_legend_handles_labels()[0]:
+        return None
+    kwargs.setdefault("fontsize", "small")
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+
+
+def tag_series(artist: Any, key: str) -> Any:
+    """Mark ``artist`` as the drawing of the table series ``key`` (see :func:`drawn_series`)."""
+    artist.set_gid(_SERIES_GID + key)
+    return artist
+
+
+def drawn_series(fig: Any) -> list[str]:
+    """Keys of the table series drawn in ``fig`` (lines tagged with :func:`tag_series`)."""
+    keys = []
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            gid = line.get_gid()
+            if isinstance(gid, str) and gid.startswith(_SERIES_GID):
+                keys.append(gid[len(_SERIES_GID):])
+    return keys
+
+
+def not_shown_notes(fig: Any) -> list[str]:
+    """Lines of ``fig``'s note of what it leaves out (written by :func:`note_not_shown`),
+    one per reason."""
+    notes: list[str] = []
+    for text in fig.texts:
+        if text.get_text().startswith(NOT_SHOWN):
+            notes += [line for line in text.get_text().replace("\n" + NOT_SHOWN, "\x00" + NOT_SHOWN).split("\x00")]
+    return notes
+
+
+def note_not_shown(fig: Any, items: Sequence[str], why: str) -> Any:
+    """Name, in the figure, what it leaves out: ``"not shown: <why>: a, b, ..."``.
+
+    Args:
+        fig: The figure.
+        items: What is left out (series names); nothing is written when empty.
+        why: The reason (e.g. ``"blank at every checkpoint"``).
+
+    Returns:
+        The text artist, or None when ``items`` is empty.
+    """
+    if not items:
+        return None
+    import textwrap
+
+    listed = ", ".join(items[:40]) + (f" and {len(items) - 40} more" if len(items) > 40 else "")
+    text = textwrap.fill(f"{NOT_SHOWN}{len(items)} series, {why}: {listed}", 120)
+    for existing in fig.texts:  # one note block below the figure, however many reasons
+        if existing.get_text().startswith(NOT_SHOWN):
+            existing.set_text(existing.get_text() + "\n" + text)
+            return existing
+    return fig.text(0.01, 0.0, text, ha="left", va="top", fontsize="small", color="#444444")
+
+
+def component_kind(name: str) -> str:
+    """The kind of a component or parameter group name, for one panel per kind:
+    ``"head"`` (``L0H1``, ``L0H1.QK``), ``"mlp"``, ``"attn"``, ``"embed"``, else ``"model"``."""
+    lowered = name.lower()
+    if _HEAD.search(name):
+        return "head"
+    for kind in ("mlp", "attn", "embed"):
+        if kind in lowered:
+            return kind
+    return "model"
 
 
 def split_colors() -> dict[str, str]:
@@ -269,6 +376,7 @@ def epoch_axis(ax: Any, epochs: Sequence[float] | None = None) -> None:
     ax.set_xlabel("epoch (log scale)")
 
 
-__all__ = ["FORMATS", "LABELS", "MPSP_SPLIT_ROLES", "PALETTE", "STYLE", "check_format", "component_colors",
-           "epoch_axis", "figure", "label", "mpsp_split_label", "new_figure", "new_panels", "save_figure",
-           "split_colors", "style"]
+__all__ = ["COMPONENT_PALETTE", "FORMATS", "LABELS", "MPSP_SPLIT_ROLES", "NOT_SHOWN", "PALETTE", "SPLIT_LINESTYLES", "STYLE",
+           "check_format", "component_colors", "component_kind", "drawn_series", "epoch_axis", "figure", "label",
+           "legend_outside", "mpsp_split_label", "new_figure", "new_panels", "not_shown_notes", "note_not_shown",
+           "save_figure", "split_colors", "split_linestyle", "style", "tag_series"]

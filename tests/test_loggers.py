@@ -285,3 +285,60 @@ def test_cli_train_wandb_flags(tmp_path, monkeypatch):
     (run,) = _of_type(records, "run")
     key = json.loads((run_dir / "run.json").read_text())["key"]
     assert (run.run_id, run.project, run.entity, run.run_group) == (key, "cli-project", "lab", "study-b")
+
+
+def test_cli_sweep_groups_wandb_runs_by_study_and_writes_tensorboard_hparams(tmp_path, monkeypatch):
+    """``sweep --wandb`` puts every run of a study in one W&B group, the study directory's
+    name unless --wandb-group says otherwise; ``--tensorboard`` gives each run its hparams."""
+    pytest.importorskip("wandb")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from interp_toolkit.cli import main
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    study = tmp_path / "study_a"
+    assert main(["sweep", "--preset", "smoke", "--seeds", "1", "--epochs", "4", "--out", str(study),
+                 "--workers", "1", "--quiet", "--wandb", "offline", "--wandb-project", "sweeps",
+                 "--tensorboard"]) == 0
+    import wandb
+
+    wandb.teardown()  # the W&B service writes the offline logs asynchronously: let it finish first
+    run_dirs = sorted(p.parent for p in study.glob("runs/*/run.json"))
+    assert len(run_dirs) == 2
+    for run_dir in run_dirs:
+        (records,) = _wandb_run_records(run_dir)
+        (run,) = _of_type(records, "run")
+        assert (run.run_group, run.project, run.run_id) == (
+            "study_a", "sweeps", json.loads((run_dir / "run.json").read_text())["key"])
+        (events,) = run_dir.glob("**/events.out.tfevents.*")
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        assert "_hparams_/session_start_info" in accumulator.PluginTagToContent("hparams")
+
+
+def test_cli_analyze_and_mechanism_log_their_files_to_the_runs_wandb_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from interp_toolkit.cli import main
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    assert main(["train", "--epochs", "4", "--eval-every", "2", "--checkpoint-every", "2", "--seq-len", "5",
+                 "--n-train", "128", "--n-eval", "64", "--d-model", "16", "--d-mlp", "32", "--no-log-checkpoints",
+                 "--quiet", "--run-dir", str(run_dir)]) == 0
+    key = json.loads((run_dir / "run.json").read_text())["key"]
+    assert main(["analyze", str(run_dir), "--analysis", "fingerprints", "--n", "32", "--no-progress",
+                 "--wandb", "offline", "--wandb-project", "analyses"]) == 0
+    assert main(["mechanism", str(run_dir), "--grad-n", "64", "--fingerprint-n", "32", "--patching-n", "16",
+                 "--ablation-n", "32", "--no-progress", "--wandb", "offline", "--wandb-project", "analyses"]) == 0
+    import wandb
+
+    wandb.teardown()  # the W&B service writes the offline logs asynchronously: let it finish first
+    artifacts = {}
+    for records in _wandb_run_records(run_dir):
+        (run,) = _of_type(records, "run")
+        assert (run.run_id, run.project) == (key, "analyses")  # the training run's W&B run, resumed
+        for artifact in _of_type(records, "artifact"):
+            if artifact.type == "analysis":  # (W&B stores each logged table as an artifact of its own too)
+                artifacts[artifact.name] = sorted(entry.path for entry in artifact.manifest.contents)
+    assert artifacts == {f"{key}-fingerprints": ["fingerprints.csv", "fingerprints.png"],
+                         f"{key}-mechanism": ["mechanism.csv", "mechanism.json", "mechanism.png"]}

@@ -158,3 +158,21 @@ def test_mpsp_split_label_names_each_split_by_its_role():
     assert mpsp_split_label("adv") == "adversarial (anti-shortcut)"
     assert mpsp_split_label("val") == "validation (shortcut-consistent)"
     assert mpsp_split_label("train") == "training"
+
+
+@pytest.mark.parametrize("name", sorted(PLOTS))
+def test_legends_sit_outside_the_data(name, run, bif_result):
+    """Every legend of every toolkit figure is right of or above its axes (or in an axes that
+    holds no data, such as the mechanism figure's key)."""
+    _, draw = PLOTS[name]
+    fig = draw(run, bif_result, None)
+    fig.draw_without_rendering()
+    legends = 0
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None or not ax.has_data():
+            continue
+        box, frame = legend.get_window_extent(), ax.get_window_extent()
+        assert box.x0 >= frame.x1 - 1 or box.y0 >= frame.y1 - 1, f"{name}: a legend overlaps {ax.get_title()!r}"
+        legends += 1
+    assert legends >= 1

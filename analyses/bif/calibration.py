@@ -204,7 +204,7 @@ def plot_calibration(calibration: Calibration, ax: Any = None) -> Any:
     """
     import numpy as np
 
-    from interp_toolkit.plotting import new_panels, style
+    from interp_toolkit.plotting import legend_outside, new_panels, style
 
     from .diagnostics import RHAT_MAX
 
@@ -223,7 +223,7 @@ def plot_calibration(calibration: Calibration, ax: Any = None) -> Any:
         axes[1].bar(x, np.asarray(rhat) - 1.0, bottom=1.0, color=colors)
         axes[1].axhline(RHAT_MAX, color="tab:red", ls="--", lw=1, label=f"R-hat {RHAT_MAX}")
         axes[1].set(title="max split R-hat of the tracked entries", ylabel="R-hat")
-        axes[1].legend(fontsize=8)
+        legend_outside(axes[1])
         for panel in axes:
             panel.set_xticks(x, labels, fontsize=7)
             if calibration.recommended is not None:

@@ -20,6 +20,7 @@ analysis (cached per checkpoint in each run directory) and writes, under ``--out
 
     python examples/reproduction/weight_norms.py runs/sweeps/reproduce_final_2L \\
         --out docs/reproduction --name weight_norms_2L
+    python examples/reproduction/weight_norms.py --replot docs/reproduction/weight_norms_2L.csv
 """
 
 from __future__ import annotations
@@ -115,53 +116,75 @@ def median_series(rows: list[dict], column: str) -> dict[tuple[str, str], tuple[
 
 
 def plot(rows: list[dict]):
-    import matplotlib
-    from matplotlib.figure import Figure
+    """Per cell: each group's median norm over its initialization's, and its cosine to it.
+
+    Toolkit style (:mod:`interp_toolkit.plotting`): one colour per head or layer (a head's QK
+    solid and OV dashed, as in the mechanism figure), the whole model thick black, pure decay
+    dotted, one legend right of the panels.
+    """
+    from matplotlib.lines import Line2D
+
+    from interp_toolkit.plotting import component_colors, figure, legend_outside, style
 
     curves = median_series(rows, "norm")
     cosines = median_series(rows, "cosine")
     cells = sorted({cell for cell, _ in curves})
     groups = sorted({group for _, group in curves}, key=lambda g: (g != "all", g))
-    # a head's QK (dashed) and OV (solid) share its colour; at most 10 base groups in a 2L model
-    bases = sorted({g.split(".")[0] for g in groups if g != "all"})
-    palette = matplotlib.colormaps["tab10" if len(bases) <= 10 else "tab20"].colors
-    colors = {base: palette[i % len(palette)] for i, base in enumerate(bases)}
+    colors = component_colors(g.split(".")[0] for g in groups if g != "all")
     n_rows = 2 if cosines else 1
-    fig = Figure(figsize=(4.6 * len(cells), 3.6 * n_rows), layout="constrained")
-    grid = fig.subplots(n_rows, len(cells), sharey="row", sharex="col", squeeze=False)
-    axes = grid[0]
-    for column, cell in enumerate(cells):
-        ax = axes[column]
-        for group in groups:
-            if (cell, group) not in curves:
-                continue
-            style = dict(color="black", lw=2.5) if group == "all" else dict(color=colors[group.split(".")[0]], lw=1)
-            style.update(marker=".", label=group, ls="--" if group.endswith(".QK") else "-")
-            ax.plot(*curves[cell, group], **style)
-            if (cell, group) in cosines:
-                grid[1][column].plot(*cosines[cell, group], **style)
-        mine = [r for r in rows if r["cell"] == cell]
-        lr, wd, end = mine[0]["lr"], mine[0]["weight_decay"], max(r["epoch"] for r in mine)
-        xs = list(range(0, end + 1, max(1, end // 100)))
-        ax.plot(xs, [(1 - lr * wd) ** x for x in xs], ":", color="black", lw=2,
-                label=f"pure decay (1-{lr * wd:g})^step")
-        n_seeds = len({(r["study"], r["seed"]) for r in mine})
-        ax.set_title(f"{cell} ({n_seeds} seeds, median)")
-        grid[-1][column].set_xlabel("epoch (one full-batch step each)")
-    axes[0].set_ylabel("parameter norm / its norm at initialization")
-    if cosines:
-        grid[1][0].set_ylabel("cosine to the initialization")
-    axes[-1].legend(fontsize=6, ncol=2, loc="upper left")
+    with style():
+        fig = figure(figsize=(4.6 * len(cells) + 2.2, 3.6 * n_rows), layout="constrained")
+        grid = fig.subplots(n_rows, len(cells), sharey="row", sharex="col", squeeze=False)
+        axes = grid[0]
+        for column, cell in enumerate(cells):
+            ax = axes[column]
+            for group in groups:
+                if (cell, group) not in curves:
+                    continue
+                line = dict(color="black", lw=2.5) if group == "all" else dict(color=colors[group.split(".")[0]],
+                                                                               lw=1.2)
+                line.update(marker=".", label=group, ls="--" if group.endswith(".OV") else "-")
+                ax.plot(*curves[cell, group], **line)
+                if (cell, group) in cosines:
+                    grid[1][column].plot(*cosines[cell, group], **line)
+            mine = [r for r in rows if r["cell"] == cell]
+            lr, wd, end = mine[0]["lr"], mine[0]["weight_decay"], max(r["epoch"] for r in mine)
+            xs = list(range(0, end + 1, max(1, end // 100)))
+            ax.plot(xs, [(1 - lr * wd) ** x for x in xs], ":", color="black", lw=2,
+                    label=f"pure decay (1-{lr * wd:g})^step")
+            n_seeds = len({(r["study"], r["seed"]) for r in mine})
+            ax.set_title(f"{cell} ({n_seeds} seeds, median)")
+            grid[-1][column].set_xlabel("epoch (one full-batch step each)")
+        axes[0].set_ylabel("parameter norm / its norm at initialization")
+        if cosines:
+            grid[1][0].set_ylabel("cosine to the initialization")
+        handles, labels = axes[-1].get_legend_handles_labels()
+        handles.append(Line2D([], [], color="grey", ls="--", label="(dashed: a head's OV, solid: its QK)"))
+        legend_outside(axes[-1], handles=handles, ncol=1 if len(handles) <= 16 else 2)
     return fig
+
+
+def replot(csv_path: Path) -> Path:
+    """Redraw ``<name>.png`` beside a ``<name>.csv`` this script wrote, from the table alone."""
+    rows = Table.from_csv(csv_path).rows
+    if not rows or "norm" not in rows[0]:
+        raise SystemExit(f"{csv_path} is not a weight_norms table of this script (no rows or no norm column)")
+    return save_figure(plot(rows), csv_path.with_suffix(".png"))
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("studies", nargs="+", type=Path, help="sweep study directories")
+    p.add_argument("studies", nargs="*", type=Path, help="sweep study directories")
+    p.add_argument("--replot", type=Path, help="redraw the figure of a <name>.csv written before, from it alone")
     p.add_argument("--out", type=Path, default=Path("."), help="where the CSVs and figure go")
     p.add_argument("--name", default="weight_norms", help="file name stem of the outputs")
     p.add_argument("--from-epoch", type=int, default=500, help="decay rates use checkpoints from this epoch on")
     args = p.parse_args(argv)
+    if args.replot is not None:
+        print(f"figure: {replot(args.replot)}")
+        return
+    if not args.studies:
+        raise SystemExit("give sweep study directories (or --replot CSV)")
     if args.from_epoch < 0:
         raise SystemExit(f"--from-epoch must be >= 0, got {args.from_epoch}")
     runs = finished_runs(args.studies)

@@ -70,6 +70,11 @@ class AnalyzeCommandConfig(Config):
         format: Figure file format (png, svg or pdf).
         progress: Show progress bars.
         device: cpu, cuda, cuda:N or auto.
+        wandb: Log the analysis's table and figure to the run's W&B run as an artifact
+            (offline: under the run directory, no network; the W&B run id is the run key).
+        wandb_project: W&B project (with --wandb).
+        wandb_entity: W&B entity (team or user); unset: your default entity.
+        wandb_group: W&B group; unset: none.
     """
 
     run_dir: Annotated[Optional[Path], tyro.conf.Positional, required_positional("RUN_DIR")] = None  # noqa: UP007
@@ -93,6 +98,10 @@ class AnalyzeCommandConfig(Config):
     format: Literal["png", "svg", "pdf"] = "png"
     progress: bool = True
     device: str = "cpu"
+    wandb: Optional[Literal["offline", "online"]] = None  # noqa: UP007
+    wandb_project: str = "interp-toolkit"
+    wandb_entity: Optional[str] = None  # noqa: UP007
+    wandb_group: Optional[str] = None  # noqa: UP007
 
     def __post_init__(self) -> None:
         for name, choices in (("analysis", ANALYSIS_NAMES), ("method", ABLATION_METHODS),
@@ -160,12 +169,14 @@ def run_config(args: AnalyzeCommandConfig) -> int:
 
     from interp_toolkit.analyses.over_checkpoints import over_checkpoints
     from interp_toolkit.devices import resolve_device
+    from interp_toolkit.loggers import wandb_logger_from_flags
     from interp_toolkit.runs.record import read_record, task_dict
 
     run_dir, analysis = args.run_and_analysis()
     config = _config(args)
     device = resolve_device(args.device or "cpu")
     record = read_record(run_dir)  # a missing or foreign directory fails here, before any work
+    wandb_logger = wandb_logger_from_flags(args)  # no W&B or no API key: refused before the analysis runs
     print("task (from the run record): " + json.dumps(task_dict(record) or {}, sort_keys=True))
     result = over_checkpoints(analysis, run_dir, epochs=list(args.epochs) if args.epochs else None,
                               last=args.last, config=config, out_dir=args.out_dir, plot=args.plot,
@@ -174,6 +185,10 @@ def run_config(args: AnalyzeCommandConfig) -> int:
     print(f"table: {result.csv_path}")
     if result.png_path is not None:
         print(f"plot:  {result.png_path}")
+    if wandb_logger is not None:
+        files = [p for p in (result.csv_path, result.png_path) if p is not None]
+        artifact = wandb_logger.log_analysis(run_dir, result.csv_path.stem if result.csv_path else analysis, files)
+        print(f"W&B ({wandb_logger.mode}): artifact {artifact.name} in project {wandb_logger.project}")
     return 0
 
 

@@ -40,6 +40,11 @@ class MechanismCommandConfig(Config):
             second thread made the analyses several times slower).
         progress: Show progress bars.
         settings: Sample sizes of the analyses.
+        wandb: Log the figure and its table to the run's W&B run as an artifact (offline:
+            under the run directory, no network; the W&B run id is the run key).
+        wandb_project: W&B project (with --wandb).
+        wandb_entity: W&B entity (team or user); unset: your default entity.
+        wandb_group: W&B group; unset: none.
     """
 
     run_dir: Annotated[Optional[Path], tyro.conf.Positional, required_positional("RUN_DIR")] = None  # noqa: UP007
@@ -50,6 +55,10 @@ class MechanismCommandConfig(Config):
     threads: int = 1
     progress: bool = True
     settings: MechanismConfig = field(default_factory=MechanismConfig)
+    wandb: Optional[Literal["offline", "online"]] = None  # noqa: UP007
+    wandb_project: str = "interp-toolkit"
+    wandb_entity: Optional[str] = None  # noqa: UP007
+    wandb_group: Optional[str] = None  # noqa: UP007
 
     def __post_init__(self) -> None:
         self.check("threads", not isinstance(self.threads, bool) and isinstance(self.threads, int)
@@ -114,7 +123,13 @@ def run_config(args: MechanismCommandConfig) -> int:
     path, fmt = figure_path(args)
     run_dir = args.target()
     check_run_dir(run_dir)  # a missing or foreign directory fails here, before any work
-    device = resolve_device(args.device or "cpu")
+    wandb_logger = None
+    if args.wandb:
+        from interp_toolkit.loggers import wandb_logger_from_flags
+
+        wandb_logger = wandb_logger_from_flags(args)  # refused (no wandb, no API key) before any work
+    # a GPU is checked before any work; the CPU needs no torch import (a cached rerun loads none)
+    device = "cpu" if (args.device or "cpu") == "cpu" else resolve_device(args.device)
     result = mechanism_over_checkpoints(run_dir, args.settings, epochs=args.epochs, device=device,
                                         progress=args.progress, n_threads=args.threads)
     written = write_mechanism(result, path, fmt)
@@ -132,6 +147,10 @@ def run_config(args: MechanismCommandConfig) -> int:
     print(f"figure:  {written['figure']}")
     print(f"table:   {written['table']}")
     print(f"summary: {written['summary']}")
+    if wandb_logger is not None:
+        artifact = wandb_logger.log_analysis(run_dir, "mechanism", [written["figure"], written["table"],
+                                                                    written["summary"]])
+        print(f"W&B ({wandb_logger.mode}): artifact {artifact.name} in project {wandb_logger.project}")
     return 0
 
 

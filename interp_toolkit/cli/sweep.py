@@ -72,6 +72,10 @@ class SweepCommandConfig(Config):
             done, evaluations, time elapsed and at most left): for logs of background sweeps.
         tensorboard: Write TensorBoard event files into every run directory.
         wandb: Log every run to Weights & Biases (offline: under each run directory, no network).
+        wandb_project: W&B project of the runs (with --wandb).
+        wandb_entity: W&B entity (team or user); unset: your default entity.
+        wandb_group: W&B group of the runs; unset: the study directory's name, so a study's runs
+            are one group.
         recorded: Outcome tables of earlier sittings (outcomes.csv files, e.g.
             docs/reproduction/outcomes.csv): runs of this grid they list as finished are not
             trained again; the study's report includes them.
@@ -93,6 +97,9 @@ class SweepCommandConfig(Config):
     log_every: Optional[float] = None  # noqa: UP007
     tensorboard: bool = False
     wandb: Optional[Literal["offline", "online"]] = None  # noqa: UP007
+    wandb_project: str = "interp-toolkit"
+    wandb_entity: Optional[str] = None  # noqa: UP007
+    wandb_group: Optional[str] = None  # noqa: UP007
     recorded: list[Path] = field(default_factory=list)
     extend_from: list[Path] = field(default_factory=list)
     sweep: SweepConfig = field(default_factory=lambda: SweepConfig.from_dict(PRESETS["smoke"]))
@@ -368,9 +375,11 @@ def run_config(args: SweepCommandConfig) -> int:
             print(line)
         return 0
     from interp_toolkit.loggers import loggers_from_flags
+    from interp_toolkit.studies.study import default_study_dir
 
+    study_name = (args.out if args.out is not None else default_study_dir(cfg)).name  # the W&B group by default
     result = run_sweep(cfg, args.out, backend=args.backend, workers=args.workers, address=args.address,
-                       progress=not args.quiet, report=False, callbacks=loggers_from_flags(args),
+                       progress=not args.quiet, report=False, callbacks=loggers_from_flags(args, group=study_name),
                        recorded=args.recorded, log_every=args.log_every, extend_from=args.extend_from,
                        jobs_per_gpu=args.jobs_per_gpu, retries=args.retries)
     recorded = f", {result.n_recorded} taken from recorded outcomes" if args.recorded else ""

@@ -58,10 +58,22 @@ def checkpoint_path(run_dir: str | os.PathLike, epoch: int) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"epoch_{epoch:06d}.safetensors"
 
 
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(epoch, path)`` of every checkpoint of a run, by epoch (no torch import: a cached
+    analysis can list them without loading anything)."""
+    found = []
+    for path in sorted((Path(run_dir) / CHECKPOINTS).glob("epoch_*.safetensors")):
+        try:
+            found.append((int(path.stem.split("_")[1]), path))
+        except (IndexError, ValueError):
+            continue
+    return sorted(found)
+
+
 def curves_path(run_dir: str | os.PathLike) -> Path:
     """Where ``run_dir``'s learning-curve figure is written."""
     return Path(run_dir) / CURVES
 
 
-__all__ = ["ANALYSES", "CHECKPOINTS", "CURVES", "FINAL_STATE", "LEGACY_RESUME_STATE", "LOCK", "METRICS", "RECORD",
+__all__ = ["ANALYSES", "CHECKPOINTS", "CURVES", "list_checkpoints", "FINAL_STATE", "LEGACY_RESUME_STATE", "LOCK", "METRICS", "RECORD",
            "RESUME_STATE", "checkpoint_path", "checkpoints_dir", "curves_path", "metrics_path"]

@@ -45,6 +45,7 @@ from interp_toolkit.runs.layout import (
     RESUME_STATE,
     checkpoint_path,
     checkpoints_dir,
+    list_checkpoints,
     metrics_path,
 )
 from interp_toolkit.runs.record import is_finished
@@ -334,17 +335,6 @@ def recover_finished_record(run_dir: str | os.PathLike, key: str, epochs: int) -
         return None
     return {"key": key, "status": "finished", "final": metrics[-1],
             "recovered": "run.json was missing; rebuilt from this run's checkpoints and metrics.jsonl"}
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(epoch, path)`` of every checkpoint of a run, by epoch."""
-    found = []
-    for path in sorted((Path(run_dir) / CHECKPOINTS).glob("epoch_*.safetensors")):
-        try:
-            found.append((int(path.stem.split("_")[1]), path))
-        except (IndexError, ValueError):
-            continue
-    return sorted(found)
 
 
 @dataclass

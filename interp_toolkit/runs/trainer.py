@@ -239,6 +239,9 @@ def run_identity(model_cfg: dict[str, Any], train_cfg: TrainConfig, splits: Mapp
 def plot_training_curves(metrics: Sequence[Mapping[str, Any]], ax: Any = None) -> Any:
     """Loss (log scale) and accuracy of every split against epochs (log scale).
 
+    Each split has its colour and line style (:data:`interp_toolkit.plotting.SPLIT_LINESTYLES`);
+    one legend, right of the accuracy panel.
+
     Args:
         metrics: Lines of a ``metrics.jsonl`` (``epoch``, ``<split>_loss``, ``<split>_acc``).
         ax: Optional two axes ``(loss_ax, accuracy_ax)`` to draw into.
@@ -246,7 +249,15 @@ def plot_training_curves(metrics: Sequence[Mapping[str, Any]], ax: Any = None) -
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
     """
-    from interp_toolkit.plotting import epoch_axis, label, new_panels, split_colors, style
+    from interp_toolkit.plotting import (
+        epoch_axis,
+        label,
+        legend_outside,
+        new_panels,
+        split_colors,
+        split_linestyle,
+        style,
+    )
 
     with style():
         fig, (ax_loss, ax_acc) = new_panels(2, ax, ncols=2, figsize=(9.5, 3.4))
@@ -257,9 +268,10 @@ def plot_training_curves(metrics: Sequence[Mapping[str, Any]], ax: Any = None) -
         for axis, suffix in ((ax_loss, "_loss"), (ax_acc, "_acc")):
             for key in sorted(k for k in metrics[0] if k.endswith(suffix)):
                 split = key[: -len(suffix)]
-                axis.plot(epochs, [m[key] for m in metrics], label=label(split), color=colors.get(split))
+                axis.plot(epochs, [m[key] for m in metrics], label=label(split), color=colors.get(split),
+                          ls=split_linestyle(split))
             epoch_axis(axis, epochs)
-            axis.legend()
+        legend_outside(ax_acc)  # the same splits in both panels: one legend, beside the data
         ax_loss.set(ylabel="cross-entropy loss", yscale="log")
         ax_acc.set(ylabel="accuracy", ylim=(-0.02, 1.02))
     return fig

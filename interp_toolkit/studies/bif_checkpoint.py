@@ -231,11 +231,13 @@ def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
     )
     summary = bif_summary(args, inputs, result)
     atomic_write_json(Path(args.out) / f"bif_{result.cache_key}" / "summary.json", summary)
-    if args.format != "png":  # bif() caches bif.png beside the result; add the asked format
-        from interp_toolkit.analyses.bif import plot_bif
-        from interp_toolkit.plotting import save_figure
+    from interp_toolkit.analyses.bif import plot_bif
+    from interp_toolkit.plotting import save_figure
 
-        save_figure(plot_bif(result), Path(summary["result_dir"]) / "bif", args.format)
+    # bif() caches an ungrouped bif.png; the MPSP figure groups its rows by the shortcut
+    agrees = inputs["agrees"].cpu().numpy()
+    save_figure(plot_bif(result, row_groups={"shortcut-consistent": agrees, "anti-shortcut": ~agrees}),
+                Path(summary["result_dir"]) / "bif", args.format)
     return summary
 
 

@@ -269,7 +269,9 @@ def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool
         twin.grid(False)
         lines, labels = ax.get_legend_handles_labels()
         lines2, labels2 = twin.get_legend_handles_labels()
-        ax.legend(lines + lines2, labels + labels2, loc="best")
+        # right of the data, clear of the twin axis's label
+        ax.legend(lines + lines2, labels + labels2, loc="upper left", bbox_to_anchor=(1.12, 1.0), borderaxespad=0.0,
+                  fontsize="small")
         ax.set_title("Token-level BIF per training-token class over checkpoints")
     return fig
 

@@ -249,13 +249,16 @@ def plot_testbed_bif(
     query_group: str = "all",
     classes: Sequence[str] | None = None,
     xscale: str = "linear",
+    min_rise: float = 0.2,
 ) -> Any:
     """Per-class token BIF over checkpoints with the induction transition marked.
 
     The BIF of each training-token class on the ``query_group`` loss (``reduction`` rows
     of ``bif-lm``'s ``per_class.csv``), +-1 stderr bands, over training steps; the
     induction score on one labelled twin axis; shaded, labelled before / during / after
-    bands (:func:`induction_phases`) and a line at the formation step (max slope).
+    bands (:func:`induction_phases`) and a line at the formation step (max slope), only
+    where a transition is measured: the score rises by at least ``min_rise``. A flatter
+    score gets no bands, and the figure says so. Toolkit style, legend right of the data.
 
     Args:
         rows: ``per_class.csv`` rows (dicts; values may be strings).
@@ -263,51 +266,61 @@ def plot_testbed_bif(
         reduction, query_group: Which BIF entries.
         classes: Training classes to draw (default: all in the table but ``bos``).
         xscale: ``"linear"`` or ``"symlog"`` (for log-spaced early checkpoints).
+        min_rise: Smallest rise of the induction score (max minus first) shaded as a
+            transition.
 
     Returns:
         The matplotlib ``Figure``.
     """
-    from matplotlib.figure import Figure
+    from interp_toolkit.plotting import COMPONENT_PALETTE, new_figure, style
 
     sel = [r for r in rows if r["reduction"] == reduction and r["query_group"] == query_group]
     if not sel:
         raise ValueError(f"no rows with reduction {reduction!r} and query group {query_group!r}")
-    fig = ax.figure if ax is not None else Figure(figsize=(8.5, 4.8))
-    ax = ax if ax is not None else fig.add_subplot()
     score = {int(r["step"]): float(r["induction_score"]) for r in sel}
     steps = sorted(score)
     phases = induction_phases(steps, [score[s] for s in steps])
+    measured = phases["start"] is not None and phases["rise"] >= min_rise
     names = classes or [c for c in dict.fromkeys(r["train_group"] for r in sel) if c != "bos"]
-    for name in names:
-        pts = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"])) for r in sel if r["train_group"] == name)
-        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-        es = [0.0 if math.isnan(p[2]) else p[2] for p in pts]
-        line = ax.plot(xs, ys, marker="o", ms=2.5, lw=1.2, label=f"train {name} tokens")[0]
-        ax.fill_between(xs, [y - e for y, e in zip(ys, es)], [y + e for y, e in zip(ys, es)], color=line.get_color(),
-                        alpha=0.18, lw=0)
-    ax.axhline(0, color="k", lw=0.5)
-    if xscale == "symlog":
-        ax.set_xscale("symlog", linthresh=10)
-    ax.set_xlim(0, steps[-1])
-    ax.set_xlabel("training step" + (" (symlog)" if xscale == "symlog" else ""))
-    ax.set_ylabel(f"BIF on mean {query_group} query loss (-Cov)")
-    if phases["start"] is not None:
-        spans = [("before", 0, phases["start"], "#dddddd"), ("during", phases["start"], phases["end"], "#ffe2b3"),
-                 ("after", phases["end"], steps[-1], "#d6ecd2")]
-        for label, lo, hi, color in spans:
-            if hi > lo:
-                ax.axvspan(lo, hi, color=color, alpha=0.5, lw=0, zorder=0)
-                middle = math.sqrt(max(lo, 1) * hi) if xscale == "symlog" and lo > 0 else (lo + hi) / 2
-                ax.text(middle, 0.98, label, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=9)
-        ax.axvline(phases["formation_step"], color="k", ls=":", lw=1.2,
-                   label=f"formation (max slope), step {phases['formation_step']}")
-    twin = ax.twinx()
-    twin.plot(steps, [score[s] for s in steps], color="k", ls="--", lw=1.5, label="induction score")
-    twin.set_ylim(0, 1)
-    twin.set_ylabel("induction score (max-head prefix-matching attention)")
-    lines, labels = ax.get_legend_handles_labels()
-    lines2, labels2 = twin.get_legend_handles_labels()
-    ax.legend(lines + lines2, labels + labels2, fontsize=7.5, loc="center left", framealpha=0.9)
-    ax.set_title("Token-class BIF across the induction transition (tiny GPTNeoX testbed)")
-    fig.tight_layout()
+    with style():
+        fig, ax = new_figure(ax, figsize=(9.5, 4.8))
+        for index, name in enumerate(names):
+            pts = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"])) for r in sel if r["train_group"] == name)
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            es = [0.0 if math.isnan(p[2]) else p[2] for p in pts]
+            color = COMPONENT_PALETTE[index % len(COMPONENT_PALETTE)]  # black is the induction score
+            ax.plot(xs, ys, marker="o", ms=2.5, lw=1.2, color=color, label=f"train {name} tokens")
+            ax.fill_between(xs, [y - e for y, e in zip(ys, es)], [y + e for y, e in zip(ys, es)], color=color,
+                            alpha=0.18, lw=0)
+        ax.axhline(0, color="k", lw=0.5)
+        if xscale == "symlog":
+            ax.set_xscale("symlog", linthresh=10)
+        ax.set_xlim(0, steps[-1])
+        ax.set_xlabel("training step" + (" (symlog)" if xscale == "symlog" else ""))
+        ax.set_ylabel(f"BIF on mean {query_group} query loss (-Cov)")
+        if measured:
+            spans = [("before", 0, phases["start"], "#dddddd"), ("during", phases["start"], phases["end"], "#ffe2b3"),
+                     ("after", phases["end"], steps[-1], "#d6ecd2")]
+            for label, lo, hi, color in spans:
+                if hi > lo:
+                    ax.axvspan(lo, hi, color=color, alpha=0.5, lw=0, zorder=0)
+                    middle = math.sqrt(max(lo, 1) * hi) if xscale == "symlog" and lo > 0 else (lo + hi) / 2
+                    ax.text(middle, 0.98, label, transform=ax.get_xaxis_transform(), ha="center", va="top")
+            ax.axvline(phases["formation_step"], color="k", ls=":", lw=1.2,
+                       label=f"formation (max slope), step {phases['formation_step']}")
+        twin = ax.twinx()
+        twin.plot(steps, [score[s] for s in steps], color="k", ls="--", lw=1.5, label="induction score")
+        twin.set_ylim(0, 1)
+        twin.set_ylabel("induction score\n(max-head prefix-matching attention)")
+        twin.grid(False)
+        lines, labels = ax.get_legend_handles_labels()
+        lines2, labels2 = twin.get_legend_handles_labels()
+        # beside the data, clear of the twin axis's label (further right than legend_outside)
+        ax.legend(lines + lines2, labels + labels2, loc="upper left", bbox_to_anchor=(1.12, 1.0),
+                  borderaxespad=0.0, fontsize="small")
+        title = "Token-class BIF across the induction transition (tiny GPTNeoX testbed)"
+        if not measured:  # said above the data, where no line runs
+            title += (f"\nno induction transition measured: the score rose by {phases['rise']:.2f} "
+                      f"(< {min_rise:g}), so no phases are shaded")
+        ax.set_title(title)
     return fig

@@ -123,6 +123,8 @@ class MechanismResult:
         near_miss: For a run short of the criterion, :meth:`NearMiss.fields
             <interp_toolkit.studies.near_miss.NearMiss.fields>` plus ``text`` (its one-line
             description); empty for a generalized run.
+        cache_key: :func:`result_key` of the inputs this result was computed from (None for
+            a result read back with :func:`read_mechanism`).
     """
 
     run_dir: Path
@@ -136,6 +138,7 @@ class MechanismResult:
     computed: dict[str, list[int]] = field(default_factory=dict)
     cache_hits: dict[str, list[int]] = field(default_factory=dict)
     near_miss: dict[str, Any] = field(default_factory=dict)
+    cache_key: str | None = None
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -204,9 +207,9 @@ def check_run_dir(run_dir: str | Path) -> tuple[dict[str, Any], list[tuple[int, 
     Everything the mechanism needs is checked here, before any analysis runs: a run record
     with an MPSP task, at least one checkpoint, and evaluations with val and adv accuracy.
     """
+    from interp_toolkit.runs.layout import list_checkpoints
     from interp_toolkit.runs.metrics import read_metrics
     from interp_toolkit.runs.record import read_record, task_config
-    from interp_toolkit.runs.trainer import list_checkpoints
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -257,12 +260,6 @@ def mechanism_over_checkpoints(
             or its training split lacks shortcut-consistent or anti-shortcut examples
             (r = 0 or 1: no gradient conflict to measure).
     """
-    from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
-    from interp_toolkit.devices import resolve_device
-    from interp_toolkit.runs.record import task_config
-    from interp_toolkit.studies.outcomes import compute_outcome
-    from interp_toolkit.threads import torch_threads
-
     config = MechanismConfig() if config is None else config
     if not isinstance(config, MechanismConfig):
         raise UserError(f"config must be a MechanismConfig, got {type(config).__name__}")
@@ -274,6 +271,18 @@ def mechanism_over_checkpoints(
         if missing:
             raise UserError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {available}")
         available = sorted(set(epochs))
+    # A full cache hit reads one file: no torch, no data, no per-checkpoint entries.
+    key = result_key(run_dir, config, [(e, p) for e, p in checkpoints if e in set(available)])
+    cached = read_cached_result(run_dir, key)
+    if cached is not None:
+        return cached
+
+    from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.runs.record import task_config
+    from interp_toolkit.studies.outcomes import compute_outcome
+    from interp_toolkit.threads import torch_threads
+
     device = resolve_device(device if device is not None else "cpu")
     task = task_config(run_dir)
     splits = splits_from_run(run_dir)
@@ -319,9 +328,100 @@ def mechanism_over_checkpoints(
         with torch_threads(n_threads):
             near = near_miss_of_run(run_dir, split=split, device=load_on)
         near_miss = {**near.fields(), "text": near.describe()}
-    return MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available, outcome=outcome,
-                           task={"name": task.name, **task.to_dict()}, model=model_config, config=config,
-                           computed=computed, cache_hits=hits, near_miss=near_miss)
+    mechanism = MechanismResult(run_dir=run_dir, table=table, heads=heads, checkpoint_epochs=available,
+                                outcome=outcome, task={"name": task.name, **task.to_dict()}, model=model_config,
+                                config=config, computed=computed, cache_hits=hits, near_miss=near_miss,
+                                cache_key=key)
+    write_cached_result(mechanism)
+    return mechanism
+
+
+#: Part of :func:`result_key`: bumped when the mechanism's table changes for the same inputs.
+RESULT_VERSION = 1
+#: Modules whose source is part of :func:`result_key`: an edit to the code that computes or
+#: draws the mechanism recomputes it instead of serving a stale result or figure.
+RESULT_CODE = ("interp_toolkit.analyses.ablation", "interp_toolkit.analyses.fingerprints",
+               "interp_toolkit.analyses.gradients", "interp_toolkit.analyses.patching",
+               "interp_toolkit.analyses.over_checkpoints", "interp_toolkit.analyses._common",
+               "interp_toolkit.analyses.near_misses", "interp_toolkit.tasks.mpsp", "interp_toolkit.plotting",
+               "interp_toolkit.studies.mechanism", "interp_toolkit.studies.outcomes",
+               "interp_toolkit.studies.near_miss")
+_RESULTS = "results"
+
+
+def _code_digest() -> str:
+    import hashlib
+    import importlib.util
+
+    digest = hashlib.sha256()
+    for module in RESULT_CODE:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+        digest.update(module.encode() + b"\0" + (Path(origin).read_bytes() if origin else b"missing") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def result_key(run_dir: str | Path, config: MechanismConfig, checkpoints: Sequence[tuple[int, Path]]) -> str:
+    """What a mechanism result depends on, hashed: the bytes of the analysed checkpoints, of
+    ``metrics.jsonl`` and ``run.json``, the settings, the source of the code that computes
+    and draws it (:data:`RESULT_CODE`) and :data:`RESULT_VERSION`. Reading it costs hashing
+    those files; no model is loaded."""
+    from interp_toolkit.io import config_hash, file_digest
+    from interp_toolkit.runs.layout import RECORD
+
+    run_dir = Path(run_dir)
+    return config_hash({"version": RESULT_VERSION, "code": _code_digest(), "settings": config.to_dict(),
+                        "checkpoints": {str(epoch): file_digest(path) for epoch, path in checkpoints},
+                        "metrics": file_digest(run_dir / METRICS), "record": file_digest(run_dir / RECORD)}, 24)
+
+
+def _result_path(run_dir: Path, key: str) -> Path:
+    return run_dir / ANALYSES / "mechanism" / _RESULTS / f"{key}.json"
+
+
+def write_cached_result(result: MechanismResult) -> Path | None:
+    """Store ``result`` under its ``cache_key`` (atomic, with a digest of its content), so
+    the same inputs are read back by :func:`read_cached_result`. None without a key."""
+    from interp_toolkit import __version__
+    from interp_toolkit.io import atomic_write_json, with_header_digest
+
+    if result.cache_key is None:
+        return None
+    return atomic_write_json(_result_path(result.run_dir, result.cache_key), with_header_digest({
+        "key": result.cache_key, "written_by": f"interp-toolkit {__version__}", "summary": result.summary(),
+        "analyses": sorted(set(result.computed) | set(result.cache_hits)), "rows": result.table.rows}))
+
+
+def read_cached_result(run_dir: str | Path, key: str) -> MechanismResult | None:
+    """The result stored under ``key`` for ``run_dir``, or None when there is none or it fails
+    its content digest (then it is recomputed, with a ``note:`` line)."""
+    import json
+
+    from interp_toolkit.errors import notice
+    from interp_toolkit.io import HEADER_DIGEST_KEY, header_digest
+    from interp_toolkit.table import Table
+
+    run_dir = Path(run_dir)
+    path = _result_path(run_dir, key)
+    if not path.is_file():
+        return None
+    try:
+        entry = json.loads(path.read_bytes().decode("utf-8"))
+        if entry.get(HEADER_DIGEST_KEY) != header_digest(entry) or entry.get("key") != key:
+            raise ValueError("content does not match its digest")
+        summary = entry["summary"]
+        epochs = list(summary["checkpoint_epochs"])
+        rows = [{"epoch": row["epoch"], "head": row["head"], "quantity": row["quantity"], "value": row["value"]}
+                for row in entry["rows"]]  # stored with sorted keys: the tidy column order again
+        return MechanismResult(run_dir=run_dir, table=Table(rows), heads=list(summary["heads"]),
+                               checkpoint_epochs=epochs, outcome=summary["outcome"], task=summary["task"],
+                               model=summary["model"], config=MechanismConfig.from_dict(summary["settings"]),
+                               computed={name: [] for name in entry["analyses"]},
+                               cache_hits={name: epochs for name in entry["analyses"]},
+                               near_miss=dict(summary.get("near_miss") or {}), cache_key=key)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        notice(f"mechanism: recomputing the cached result {path}: {err}")
+        return None
 
 
 def minority_of(r: float) -> str:
@@ -396,26 +496,58 @@ def _title(result: MechanismResult) -> str:
     return "\n".join(parts)
 
 
+#: Panels of the mechanism figure in drawing order (``fig.axes`` order), laid out in two
+#: columns: accuracy | gradient cosine, amplification | ablation, QK | OV fingerprint,
+#: patching | the key (head colours, phase markers).
+PANEL_ORDER = ("accuracy", "gradient cosine", "amplification", "ablation", "QK fingerprint", "OV fingerprint",
+               "minimal-pair patching")
+
+
+def _symlog_ticks(panel: Any, linthresh: float, values: Sequence[float]) -> None:
+    """Ticks at 0 and at powers of ten from ``linthresh`` outward, at most five per side, so
+    labels never crowd around the linear region (matplotlib's default put ticks 1 px apart)."""
+    import matplotlib.ticker as ticker
+
+    low = math.floor(math.log10(linthresh))
+    top = max((abs(v) for v in values), default=linthresh)
+    high = max(low, math.ceil(math.log10(top)))
+    step = max(1, math.ceil((high - low + 1) / 5))
+    powers = [10.0 ** e for e in range(low, high + 1, step)]
+    ticks = sorted({0.0, *powers, *[-p for p in powers if any(v < -p / 2 for v in values)]})
+    panel.yaxis.set_major_locator(ticker.FixedLocator(ticks))
+    panel.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: "0" if v == 0 else f"{v:g}"))
+    panel.yaxis.set_minor_locator(ticker.NullLocator())
+
+
 def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> Any:
     """The seven-panel mechanism figure of :func:`mechanism_over_checkpoints` (module docstring).
 
-    Drawn from ``result.table`` and ``result.outcome`` only. One colour per head in every
-    panel (black: the whole model), fixed split colours in the accuracy panel, phase markers
-    (vertical lines) in every panel, and a log-scaled epoch axis shared by all panels.
+    Drawn from ``result.table`` and ``result.outcome`` only, in two columns (about 11 x 12
+    inches, readable when printed at page width): one colour per head in every panel (black:
+    the whole model), named once in the key beside the patching panel; line style for the
+    split (:data:`interp_toolkit.plotting.SPLIT_LINESTYLES`) or the measured part (QK solid,
+    OV dashed ...), explained by a small legend above each panel; phase markers (vertical
+    lines) in every panel, and a log-scaled epoch axis shared by all panels. The title
+    (``fig.get_suptitle()``) names the run, its outcome and a near miss.
 
     Args:
         result: What :func:`mechanism_over_checkpoints` returned.
-        ax: Optional sequence of 7 axes to draw into (e.g. panels of a larger figure).
+        ax: Optional sequence of 7 axes to draw into (e.g. panels of a larger figure), in
+            :data:`PANEL_ORDER`; the key is then the accuracy panel's legend.
 
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
     """
+    from matplotlib.lines import Line2D
+
     from interp_toolkit.plotting import (
         component_colors,
         epoch_axis,
+        figure,
         mpsp_split_label,
         new_panels,
         split_colors,
+        split_linestyle,
         style,
     )
 
@@ -437,19 +569,37 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
         if xs:
             panel.plot(xs, ys, color="black", lw=2.0, ls=ls, label=text)
 
+    def style_key(panel: Any, entries: Sequence[tuple[str, str, float]]) -> None:
+        # what each line style means in this panel, above the data (colours are in the key)
+        handles = [Line2D([], [], color="black", ls=ls, lw=lw, label=text) for text, ls, lw in entries]
+        panel.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(handles),
+                     frameon=False, borderaxespad=0.2, handlelength=2.2, columnspacing=1.2)
+
     with style():
-        fig, axes = new_panels(7, ax, figsize=(8.5, 17), sharex=True)
-        acc, cos, amp, qk, ov, patch, abl = axes
+        if ax is None:
+            fig = figure(figsize=(11.0, 12.0), layout="constrained")
+            grid = fig.subplots(4, 2, sharex=True)
+            axes = [grid[0][0], grid[0][1], grid[1][0], grid[1][1], grid[2][0], grid[2][1], grid[3][0]]
+            key_slot = grid[3][1]  # last in fig.axes: the seven panels come first, in PANEL_ORDER
+            key_slot.set_axis_off()
+            grid[2][1].xaxis.set_tick_params(labelbottom=True)  # the key below it has no epoch axis
+        else:
+            fig, axes = new_panels(7, ax)
+            key_slot = None
+        acc, cos, amp, abl, qk, ov, patch = axes
         for split, color in split_colors().items():
             xs, ys = result.series(f"acc_{split}")
-            acc.plot(xs, ys, color=color, label=mpsp_split_label(split))
-        acc.set(ylabel="accuracy", ylim=(-0.02, 1.02), title=_title(result))
+            acc.plot(xs, ys, color=color, ls=split_linestyle(split), label=mpsp_split_label(split))
+        acc.set(ylabel="accuracy", ylim=(-0.02, 1.02))
+        acc.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False, borderaxespad=0.2)
+        fig.suptitle(_title(result), fontsize="medium")
 
         whole(cos, "grad_cos", "all parameters")
         per_head(cos, "grad_cos_qk", "QK")
         per_head(cos, "grad_cos_ov", "OV", "--")
         cos.axhline(0, color="grey", lw=0.6)
         cos.set(ylabel="gradient cosine\n(consistent vs anti mean)", ylim=(-1.05, 1.05))
+        style_key(cos, [("all parameters", "-", 2.0), ("head QK", "-", 1.2), ("head OV", "--", 1.2)])
 
         # the paper's amplification of the minority; anti / consistent where there is no minority
         # (r = 0.5) or the table predates the minority quantities
@@ -462,16 +612,26 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
         ratio = "anti / consistent" if minority == "anti" else "consistent / anti"
         amp.set(ylabel=(f"minority amplification\n({ratio} grad norm)" if prefix
                         else "amplification\n(anti / consistent grad norm)"), yscale="log")
+        style_key(amp, [("all parameters", "-", 2.0), ("head QK", "-", 1.2), ("head OV", "--", 1.2)])
+
+        per_head(abl, "ablation_acc_adv", "adv", split_linestyle("adv"))
+        per_head(abl, "ablation_acc_val", "val", split_linestyle("val"))
+        abl.axhline(0, color="grey", lw=0.6)
+        abl.set(ylabel=f"{result.config.ablation_method} ablation of a head:\naccuracy change", ylim=(-1.05, 1.05))
+        style_key(abl, [(mpsp_split_label("adv"), split_linestyle("adv"), 1.2),
+                        (mpsp_split_label("val"), split_linestyle("val"), 1.2)])
 
         per_head(qk, "qk_rho", "QK ρ")
         per_head(qk, "first_share", "attention on pos 0", ":")
         qk.axhline(0, color="grey", lw=0.6)
         qk.set(ylabel="QK magnitude fingerprint\n(ρ score vs value) / pos-0 share", ylim=(-1.05, 1.05))
+        style_key(qk, [("QK ρ", "-", 1.2), ("attention share on position 0", ":", 1.2)])
 
         per_head(ov, "ov_rho", "OV ρ (weights)")
         per_head(ov, "ov_data_rho", "OV ρ (data)", "--")
         ov.axhline(0, color="grey", lw=0.6)
         ov.set(ylabel="OV parity fingerprint\n(ρ vs value mod m)", ylim=(-1.05, 1.05))
+        style_key(ov, [("from the weights", "-", 1.2), ("on data", "--", 1.2)])
 
         whole(patch, "patch_gap_val_to_adv", "full gap val→adv")
         whole(patch, "patch_gap_adv_to_val", "full gap adv→val", "--")
@@ -479,17 +639,15 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
         per_head(patch, "patch_adv_to_val", "adv→val", "--")
         patch.axhline(0, color="grey", lw=0.6)
         patch.set(ylabel="minimal-pair patching:\nΔ logit diff (source − target label)")
+        style_key(patch, [("full gap", "-", 2.0), ("head, val→adv", "-", 1.2), ("head, adv→val", "--", 1.2)])
         # The gap grows by orders of magnitude when the rule is learned; a symmetric-log axis
         # keeps the early, small effects readable beside it.
-        patch_values = [abs(v) for q in PANEL_QUANTITIES["minimal-pair patching"] if "normalized" not in q
+        patch_values = [v for q in PANEL_QUANTITIES["minimal-pair patching"] if "normalized" not in q
                         for h in [ALL, *heads] for v in result.series(q, h)[1]]
-        if patch_values and max(patch_values) > 0:
-            patch.set_yscale("symlog", linthresh=max(max(patch_values) / 100, 1e-4))
-
-        per_head(abl, "ablation_acc_val", "val")
-        per_head(abl, "ablation_acc_adv", "adv", "--")
-        abl.axhline(0, color="grey", lw=0.6)
-        abl.set(ylabel=f"{result.config.ablation_method} ablation:\naccuracy change", ylim=(-1.05, 1.05))
+        if patch_values and max(abs(v) for v in patch_values) > 0:
+            linthresh = max(max(abs(v) for v in patch_values) / 100, 1e-4)
+            patch.set_yscale("symlog", linthresh=linthresh, linscale=0.6)
+            _symlog_ticks(patch, linthresh, patch_values)
 
         for panel in axes:
             for epoch, ls, text in markers:
@@ -497,9 +655,18 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
                     panel.axvline(epoch, color="grey", ls=ls, lw=1.0,
                                   label=f"{text} (epoch {epoch})" if panel is acc else None)
             epoch_axis(panel, epochs_seen)
-            panel.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6.5, borderaxespad=0)
-        for panel in axes[:-1]:
+        for panel in axes[:-2]:  # the last row (patching, and the key or the ablation) keeps its epoch label
             panel.set_xlabel("")
+        key = [Line2D([], [], color=colors[head], lw=2.0, label=head) for head in heads]
+        key.append(Line2D([], [], color="black", lw=2.0, label="whole model"))
+        key += [Line2D([], [], color="grey", ls=ls, lw=1.0, label=f"{text} (epoch {epoch})")
+                for epoch, ls, text in markers if epoch is not None]
+        if key_slot is not None:
+            key_slot.legend(handles=key, loc="center", title="colour: head; grey: phase markers",
+                            ncol=2 if len(key) > 10 else 1, fontsize="medium")
+        else:
+            acc.legend(handles=acc.get_legend_handles_labels()[0] + key, loc="upper left",
+                       bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small")
     return fig
 
 
@@ -511,16 +678,78 @@ def write_mechanism(result: MechanismResult, path: str | Path, fmt: str | None =
         path: The figure's path; the CSV and JSON get the same stem.
         fmt: ``png``, ``svg`` or ``pdf`` (default: the path's suffix, else ``png``).
 
+    Files are written atomically. When the three files at ``path`` are the ones written
+    before for a result of the same :attr:`MechanismResult.cache_key` (their digests are
+    recorded in the run's ``analyses/mechanism/written.json``), nothing is drawn or written
+    again: a cached rerun costs what reading the cache costs.
+
     Returns:
-        ``{"figure": ..., "table": ..., "summary": ...}`` paths written (atomically).
+        ``{"figure": ..., "table": ..., "summary": ...}`` paths of the three files.
     """
     from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.plotting import check_format
+
+    path = Path(path)
+    fmt = check_format(fmt if fmt is not None else (path.suffix[1:] if path.suffix[1:].lower() in FIGURE_SUFFIXES
+                                                     else "png"))
+    figure_path = path.with_suffix(f".{fmt}")
+    paths = {"figure": figure_path, "table": figure_path.with_suffix(".csv"),
+             "summary": figure_path.with_suffix(".json")}
+    written = _written_files(result, paths)
+    if written is not None and all(paths[name].is_file() and _digest(paths[name]) == d
+                                   for name, d in written.items()):
+        return paths  # these files are this result's, as written before: drawing again changes nothing
     from interp_toolkit.plotting import save_figure
 
-    figure = save_figure(plot_mechanism(result), path, fmt)
-    table = result.to_csv(figure.with_suffix(".csv"))
-    summary = atomic_write_json(figure.with_suffix(".json"), result.summary())
-    return {"figure": figure, "table": table, "summary": summary}
+    save_figure(plot_mechanism(result), figure_path, fmt)
+    result.to_csv(paths["table"])
+    atomic_write_json(paths["summary"], result.summary())
+    _record_written_files(result, paths)
+    return paths
+
+
+FIGURE_SUFFIXES = ("png", "svg", "pdf")
+_WRITTEN = "written.json"
+
+
+def _digest(path: Path) -> str:
+    from interp_toolkit.io import file_digest
+
+    return file_digest(path)
+
+
+def _written_files(result: MechanismResult, paths: dict[str, Path]) -> dict[str, str] | None:
+    """Digests of the files :func:`write_mechanism` last wrote at ``paths`` for a result with
+    this ``cache_key`` (None when unknown)."""
+    import json
+
+    if result.cache_key is None:
+        return None
+    record = result.run_dir / ANALYSES / "mechanism" / _WRITTEN
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8"))
+        entry = entries[str(paths["figure"].resolve())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return entry["digests"] if isinstance(entry, dict) and entry.get("key") == result.cache_key else None
+
+
+def _record_written_files(result: MechanismResult, paths: dict[str, Path]) -> None:
+    import json
+
+    from interp_toolkit.io import atomic_write_json
+
+    if result.cache_key is None or not (result.run_dir / ANALYSES).is_dir():
+        return
+    record = result.run_dir / ANALYSES / "mechanism" / _WRITTEN
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8"))
+        entries = entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError):
+        entries = {}
+    entries[str(paths["figure"].resolve())] = {"key": result.cache_key,
+                                               "digests": {name: _digest(p) for name, p in paths.items()}}
+    atomic_write_json(record, entries)
 
 
 def read_mechanism(path: str | Path) -> MechanismResult:
@@ -536,10 +765,12 @@ def read_mechanism(path: str | Path) -> MechanismResult:
     """
     import json
 
-    from interp_toolkit.analyses._common import Table
+    from interp_toolkit.table import Table
 
-    stem = Path(path).with_suffix("")
-    csv_path, json_path = stem.with_suffix(".csv"), stem.with_suffix(".json")
+    path = Path(path)
+    # only a file suffix is dropped: a stem such as mechanism_r0.9_s0 keeps its dots
+    stem = path.with_suffix("") if path.suffix.lower() in (".csv", ".json", ".png", ".svg", ".pdf") else path
+    csv_path, json_path = stem.parent / f"{stem.name}.csv", stem.parent / f"{stem.name}.json"
     for needed in (csv_path, json_path):
         if not needed.is_file():
             raise UserError(f"{needed} does not exist (expected the files write_mechanism writes beside the figure)")
@@ -557,5 +788,6 @@ def read_mechanism(path: str | Path) -> MechanismResult:
         raise UserError(f"{json_path} is not a mechanism summary ({type(err).__name__}: {err})") from err
 
 
-__all__ = ["ALL", "MechanismConfig", "MechanismResult", "PANEL_QUANTITIES", "WHOLE_MODEL_QUANTITIES",
-           "check_run_dir", "mechanism_over_checkpoints", "plot_mechanism", "read_mechanism", "write_mechanism"]
+__all__ = ["ALL", "MechanismConfig", "MechanismResult", "PANEL_ORDER", "PANEL_QUANTITIES", "WHOLE_MODEL_QUANTITIES",
+           "RESULT_CODE", "RESULT_VERSION", "check_run_dir", "mechanism_over_checkpoints", "plot_mechanism",
+           "read_cached_result", "read_mechanism", "result_key", "write_cached_result", "write_mechanism"]

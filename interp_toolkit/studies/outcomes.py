@@ -316,9 +316,11 @@ def plot_phases(metrics: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
     """
     from interp_toolkit.plotting import (
         epoch_axis,
+        legend_outside,
         mpsp_split_label,
         new_panels,
         split_colors,
+        split_linestyle,
         style,
     )
 
@@ -328,7 +330,8 @@ def plot_phases(metrics: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
         for split, color in split_colors().items():
             key = f"{split}_acc"
             if metrics and key in metrics[0]:
-                axis.plot(epochs, [row[key] for row in metrics], color=color, label=mpsp_split_label(split))
+                axis.plot(epochs, [row[key] for row in metrics], color=color, ls=split_linestyle(split),
+                          label=mpsp_split_label(split))
         shortcut, onset = outcome.get("shortcut_epoch"), outcome.get("phase2_onset_epoch")
         generalized, last = outcome.get("first_generalized_epoch"), outcome.get("final_epoch")
         if shortcut is not None:
@@ -344,7 +347,7 @@ def plot_phases(metrics: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
                          label=f"generalized (epoch {generalized})")
         epoch_axis(axis, epochs)
         axis.set(ylabel="accuracy", ylim=(-0.02, 1.02))
-        axis.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
+        legend_outside(axis)
     return fig
 
 

@@ -80,6 +80,7 @@ from interp_toolkit.studies.tables import (
     reference_comparison,
     reference_fields,
     row_finished,
+    small_cell_warning,
     table_fields,
 )
 
@@ -115,14 +116,16 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         against_paper: Also compare every cell that has a published headline rate
             (:data:`PAPER_HEADLINE_RATES`) with it (:func:`reference_comparison`): written to
             ``paper_comparison.csv`` and ``table.md``, printed, and drawn beside the cell in the
-            rate figure.
+            rate figure. Cells much smaller than the paper's (:func:`small_cell_warning`) get one
+            ``warning:`` line on stderr.
         where: Cell specs (see :func:`select_runs`; one may be a string): report only the runs
             matching any of them, e.g. ``["study=reproduce,seq_len=8,epochs=1000"]``; everything written,
             ``outcomes.csv`` included, holds those runs only. Validated before anything is read.
         prefer: One of ``sources``: its copy of a run wins when copies conflict.
 
     Returns:
-        ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates"}``;
+        ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates",
+        "paper_warning"}`` (the warning's text, or None);
         ``paths["curves_png"]`` is ``None`` when the curves figure was skipped, and
         ``paths["rate_png"]`` when no run has finished yet (no rates: the table is empty).
     """
@@ -169,6 +172,11 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     contrasts = contrasts_table(table)
     reference_rates = PAPER_HEADLINE_RATES if against_paper else ()
     references = reference_comparison(table, reference_rates)
+    paper_warning = small_cell_warning(references) if against_paper else None
+    if paper_warning:
+        import sys
+
+        print(f"warning: {paper_warning}", file=sys.stderr, flush=True)
     with_metrics = [row for row in rows if row.get("has_metrics")]
     written = report_paths(out_dir, figure_format)
     paths: dict[str, Path | None] = {
@@ -231,7 +239,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
                     if csv_only else "")
             print(f"curves: {paths['curves_png']}{note}")
     return {"rows": rows, "table": table, "contrasts": contrasts, "comparisons": comparisons,
-            "references": references, "paths": paths, "n_duplicates": n_duplicates}
+            "references": references, "paths": paths, "n_duplicates": n_duplicates, "paper_warning": paper_warning}
 
 
 def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print_table: bool = True,

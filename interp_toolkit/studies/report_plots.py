@@ -174,11 +174,14 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
             handles.append(Line2D([], [], color="black", marker="o", markerfacecolor="none", markersize=9, ls="none",
                                   label=textwrap.fill("+k near: runs within 1% of the criterion (not in the rate), "
                                                       "drawn at (generalized + k) / n", 36)))
-        drawn = sorted({(ref.k, ref.n) for ref in references if any(ref.matches(row) for row in table)})
-        if drawn:
-            counts = ", ".join(f"{k}/{n}" for k, n in drawn)
-            handles.append(Line2D([], [], color="black", marker="h", markerfacecolor="white", ls="none",
-                                  label=textwrap.fill(f"published rate, beside its cell ({counts})", 36)))
+        # published rates: one key entry per architecture, in the colour its markers are drawn in
+        for arch in archs:
+            if (arch, published) not in series:
+                continue
+            counts = ", ".join(f"{round(row['rate'] * row['n_seeds'])}/{row['n_seeds']} at r = {row['r']:g}"
+                               for row in sorted(series[arch, published], key=lambda row: row["r"]))
+            handles.append(Line2D([], [], color=colors[arch], marker="h", markerfacecolor="white", ls="none",
+                                  label=textwrap.fill(f"{arch}: published rate, beside its cell ({counts})", 36)))
         ax.set(xlabel="spurious ratio r (training)", ylabel="fraction of seeds that generalized",
                ylim=(-0.03, 1.03), title="MPSP generalization rate (95% Wilson intervals)")
         if x_axis == "categorical":
@@ -206,7 +209,17 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
     """
-    from interp_toolkit.plotting import component_colors, epoch_axis, new_panels, style
+    from matplotlib.lines import Line2D
+
+    from interp_toolkit.plotting import (
+        component_colors,
+        epoch_axis,
+        legend_outside,
+        mpsp_split_label,
+        new_panels,
+        split_linestyle,
+        style,
+    )
 
     cells: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     fields = cell_fields(rows)
@@ -227,8 +240,9 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
                 epochs = [m["epoch"] for m in metrics]
                 epochs_seen += epochs
                 color = seed_colors[f"seed {row['seed']}"]
-                panel.plot(epochs, [m["adv_acc"] for m in metrics], color=color, lw=1)
-                panel.plot(epochs, [m["val_acc"] for m in metrics], color=color, lw=0.8, ls="--", alpha=0.6)
+                panel.plot(epochs, [m["adv_acc"] for m in metrics], color=color, lw=1, ls=split_linestyle("adv"))
+                panel.plot(epochs, [m["val_acc"] for m in metrics], color=color, lw=0.8, ls=split_linestyle("val"),
+                           alpha=0.6)
             title = (f"{cell['n_layers']}L{cell['n_heads']}H r={cell['r']:g} "
                      f"wd={format_setting('weight_decay', cell['weight_decay'])}")
             # Wrapped to the panel's width: long study names otherwise run into the next panel.
@@ -238,6 +252,11 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
             panel.set_ylim(-0.03, 1.03)
             epoch_axis(panel, epochs_seen)
         axes[0].set_ylabel("accuracy (adversarial solid,\nvalidation dashed)")
+        # one key for the figure, right of the first row: line style = split, colour = seed
+        legend_key = [Line2D([], [], color="black", ls=split_linestyle(split), label=mpsp_split_label(split))
+                      for split in ("adv", "val")]
+        legend_key += [Line2D([], [], color=color, label=seed) for seed, color in seed_colors.items()]
+        legend_outside(axes[min(ncols, len(axes)) - 1], handles=legend_key, ncol=1 if len(legend_key) <= 14 else 2)
     return fig
 
 

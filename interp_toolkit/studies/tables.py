@@ -145,6 +145,41 @@ PAPER_HEADLINE_RATES: tuple[ReferenceRate, ...] = tuple(
 )
 
 
+#: What the shortcut-saturation paper states of its headline cells' size: 16,384 training
+#: sequences, 15,000 epochs.
+PAPER_N_TRAIN = 16_384
+PAPER_EPOCHS = 15_000
+#: A compared cell is "much smaller" than the paper's below these shares of its n_train and
+#: of its epochs: its rate is another measurement than the published one.
+SMALL_CELL_SHARES = {"n_train": 0.25, "epochs": 0.1}
+
+
+def small_cell_warning(references: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line warning that cells compared with the published rates are much smaller than
+    the paper's (fewer than a quarter of its 16,384 training sequences or a tenth of its
+    15,000 epochs, :data:`SMALL_CELL_SHARES`), naming their sizes; None when none is.
+
+    Args:
+        references: Rows of :func:`reference_comparison` (their ``n_train`` and ``epochs``).
+    """
+    paper = {"n_train": PAPER_N_TRAIN, "epochs": PAPER_EPOCHS}
+    sizes: dict[str, set[int]] = {"n_train": set(), "epochs": set()}
+    small_cells = set()
+    for row in references:
+        for name, value in paper.items():
+            size = row.get(name)
+            if isinstance(size, (int, float)) and not isinstance(size, bool) and size < SMALL_CELL_SHARES[name] * value:
+                sizes[name].add(int(size))
+                small_cells.add(row.get("cell"))
+    if not small_cells:
+        return None
+    found = "; ".join(f"{name} {', '.join(f'{v:,}' for v in sorted(values))}" for name, values in sizes.items()
+                      if values)
+    return (f"{len(small_cells)} of the {len({row.get('cell') for row in references})} cells compared with the "
+            f"published rates are much smaller than the paper's ({PAPER_N_TRAIN:,} training sequences, "
+            f"{PAPER_EPOCHS:,} epochs): {found}; their rates measure another regime, not the paper's")
+
+
 _REFERENCE_STATS = (
     "k", "n", "rate", "reference_k", "reference_n", "reference_rate", "difference", "newcombe_low",
     "newcombe_high", "fisher_p", "reference_source",
@@ -246,6 +281,7 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
-__all__ = ["CONTRAST_FIELDS", "PAPER_HEADLINE_RATES", "REFERENCE_FIELDS", "ReferenceRate",
+__all__ = ["CONTRAST_FIELDS", "PAPER_EPOCHS", "PAPER_HEADLINE_RATES", "PAPER_N_TRAIN", "REFERENCE_FIELDS",
+           "SMALL_CELL_SHARES", "ReferenceRate", "small_cell_warning",
            "TABLE_FIELDS", "compare_cells", "contrast_fields", "contrasts_table", "rate_table",
            "reference_comparison", "reference_fields", "row_finished", "table_fields"]

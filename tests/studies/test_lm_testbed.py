@@ -26,6 +26,16 @@ def test_induction_phases_and_testbed_plot():
     other = Figure()
     target = other.add_subplot()
     assert plot_testbed_bif(rows, ax=target) is other
+    fig.draw_without_rendering()  # the legend sits right of the data (and of the twin axis)
+    assert ax.get_legend().get_window_extent().x0 >= fig.axes[1].get_window_extent().x1
+    # a flat score is no measured transition: no phase bands, and the figure says why
+    flat = [{**row, "induction_score": 0.03 + 0.001 * (row["step"] // 100)} for row in rows]
+    flat_ax = plot_testbed_bif(flat).axes[0]
+    assert len(ax.patches) == 3 and not flat_ax.patches  # the three phase bands, then none
+    assert not {"before", "during", "after"} & {t.get_text() for t in flat_ax.texts}
+    assert "no induction transition measured" in flat_ax.get_title()
+    assert "no induction transition" not in ax.get_title()
+    assert not any("formation" in t for t in flat_ax.get_legend_handles_labels()[1])
 
 
 def test_train_testbed_runs_the_shared_training_steps(tmp_path):

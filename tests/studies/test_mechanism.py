@@ -152,7 +152,7 @@ def test_phase_markers_are_drawn_in_every_panel(mech):
     labels = accuracy.get_legend_handles_labels()[1]
     assert "shortcut learned (epoch 10)" in labels and "phase 2 onset (epoch 15)" in labels
     assert not any(label.startswith("generalized") for label in labels)
-    for ax in fig.axes:
+    for ax in fig.axes[:7]:  # the eighth is the key
         vertical = {line.get_xdata()[0] for line in ax.get_lines() if len(set(line.get_xdata())) == 1
                     and line.get_linestyle() in ("--", ":")}
         assert {10, 15} <= vertical
@@ -300,15 +300,56 @@ def test_a_run_short_of_the_criterion_names_its_near_miss(mech, tmp_path):
         assert result.near_miss == {**near.fields(), "text": near.describe()}
         assert set(NEAR_MISS_FIELDS) < set(result.near_miss)
         assert result.near_miss["best_adv_acc"] == result.outcome["max_adv_acc"]
-        assert "still wrong" in plot_mechanism(result).axes[0].get_title()
+        assert "still wrong" in plot_mechanism(result).get_suptitle()
     # a near miss with its group, as near_miss_of_run describes one, is in the title and the summary
     text = "adv accuracy peaked at 99.37% (epoch 100): 13 of 2048 still wrong, all in n_odd=8 (13 of 13 wrong)"
     near_miss = dataclasses.replace(result, outcome={**result.outcome, "generalized": False},
                                     near_miss={"n_adv_wrong_at_best": 13, "text": text})
-    title = plot_mechanism(near_miss).axes[0].get_title()
+    title = plot_mechanism(near_miss).get_suptitle()
     assert "13 of 2048 still wrong" in title and "n_odd=8 (13 of 13 wrong)" in title
     write_mechanism(near_miss, tmp_path / "fig.png")
     assert read_mechanism(tmp_path / "fig.png").near_miss == near_miss.near_miss
     generalized = dataclasses.replace(near_miss, outcome={**result.outcome, "generalized": True,
                                                           "first_generalized_epoch": 10})
-    assert "still wrong" not in plot_mechanism(generalized).axes[0].get_title()
+    assert "still wrong" not in plot_mechanism(generalized).get_suptitle()
+
+
+def test_a_cached_rerun_reads_one_file_and_imports_no_torch(one_run, tmp_path, capsys):
+    """A full cache hit loads no model and no torch, and draws nothing when the figure and its
+    data beside it are the ones written for the same result; an edited cached result is
+    recomputed, never served."""
+    import subprocess
+    import sys
+
+    from interp_toolkit.studies.mechanism import read_cached_result, result_key
+
+    run_dir, _, result = one_run
+    first = mechanism_over_checkpoints(run_dir, SMALL)  # the fixture's run wrote the result entry
+    assert first.cache_key and first.n_computed == 0
+    assert_fields_equal(first.rows, result.rows)
+    assert first.outcome == result.outcome and first.near_miss == result.near_miss
+    written = write_mechanism(first, tmp_path / "m.png")
+    stamps = {name: path.stat().st_mtime_ns for name, path in written.items()}
+    code = ("import sys; from pathlib import Path; from interp_toolkit.studies.mechanism import *; "
+            f"r = mechanism_over_checkpoints(Path({str(run_dir)!r}), MechanismConfig(**{SMALL.to_dict()!r})); "
+            f"write_mechanism(r, Path({str(tmp_path / 'm.png')!r})); "
+            "print(r.n_computed, r.n_cached, 'torch' in sys.modules, 'matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", str(5 * len(first.checkpoint_epochs)), "False", "False"]
+    assert {name: path.stat().st_mtime_ns for name, path in written.items()} == stamps  # nothing rewritten
+    # a changed file beside the figure is written again
+    written["table"].write_text("edited\n")
+    write_mechanism(first, tmp_path / "m.png")
+    assert Table.from_csv(written["table"]).columns == ["epoch", "head", "quantity", "value"]
+
+    key = result_key(run_dir, SMALL, list_checkpoints(run_dir))
+    assert key == first.cache_key
+    entry_path = run_dir / "analyses" / "mechanism" / "results" / f"{key}.json"
+    entry = json.loads(entry_path.read_text())
+    entry["rows"][0]["value"] = 123.0  # an edited number
+    entry_path.write_text(json.dumps(entry))
+    assert read_cached_result(run_dir, key) is None
+    assert "recomputing the cached result" in capsys.readouterr().err
+    again = mechanism_over_checkpoints(run_dir, SMALL)
+    assert_fields_equal(again.rows, result.rows)  # recomputed (from the per-checkpoint caches)
+    assert read_cached_result(run_dir, key) is not None  # and stored again

@@ -410,6 +410,11 @@ def test_rate_plot_draws_published_rates_beside_their_cells():
     hollow = [c.lines[0] for c in fig.axes[0].containers if c.lines[0].get_markerfacecolor() == "white"]
     assert len(hollow) == 1
     assert sorted(hollow[0].get_ydata()) == pytest.approx([0.0, 23 / 30])  # 2L at r = 0.5 and 0.9, not 1L
+    # the key's published marker has the colour the hollow markers are drawn in, not black
+    keyed = [h for h in fig.axes[0].get_legend().legend_handles
+             if getattr(h, "get_marker", lambda: None)() == "h"]
+    assert [h.get_color() for h in keyed] == [hollow[0].get_color()]
+    assert "23/30 at r = 0.9" in fig.axes[0].get_legend().get_texts()[-1].get_text().replace("\n", " ")
 
 
 def test_report_against_paper_writes_table_csv_and_prints(tmp_path, capsys):
@@ -446,3 +451,30 @@ def test_outcome_refuses_an_evaluation_no_trainer_writes(bad):
     metrics[2] = {**metrics[2], **bad}
     with pytest.raises(MetricsError, match="evaluation 3 of the run's history"):
         compute_outcome(metrics, r=0.9)
+
+
+@pytest.mark.parametrize("n_train, epochs, warned", [(384, 60, True), (16384, 60, True), (384, 15000, True),
+                                                    (16384, 15000, False), (8192, 2000, False)])
+def test_report_against_paper_warns_of_cells_much_smaller_than_the_papers(tmp_path, capsys, n_train, epochs,
+                                                                           warned):
+    from interp_toolkit.cli import main
+
+    for seed in range(2):
+        _make_run(tmp_path, f"r{seed}", 0.9, 2, seed, _curve([(1.0, 0.0), (1.0, float(seed == 0))]))
+        record_path = tmp_path / "runs" / f"r{seed}" / "run.json"
+        record = json.loads(record_path.read_text())
+        record["run_info"]["task"]["n_train"] = n_train
+        record["train_config"]["epochs"] = epochs
+        atomic_write_json(record_path, record)
+    assert main(["report", str(tmp_path), "--against-paper"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("warning:")]
+    if not warned:
+        assert not lines
+        return
+    (line,) = lines  # one line
+    assert "1 of the 1 cells compared with the published rates are much smaller than the paper's" in line
+    assert "16,384 training sequences, 15,000 epochs" in line
+    assert (f"n_train {n_train:,}" in line) == (n_train < 4096) and (f"epochs {epochs:,}" in line) == (epochs < 1500)
+    assert main(["report", str(tmp_path)]) == 0  # without --against-paper nothing is compared: no warning
+    assert "warning:" not in capsys.readouterr().err
