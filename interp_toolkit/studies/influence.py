@@ -241,10 +241,11 @@ def training_groups(model: Any, split: Any, adv_acc: float, batch_size: int = 10
     agrees = split.agrees.bool()
     groups = {"consistent": agrees, "anti": ~agrees}
     if adv_acc < MEMORIZED_BELOW_ADV_ACC:
+        device = next(model.parameters()).device
         with torch.no_grad():
             correct = torch.cat([
-                model(split.tokens[s:s + batch_size])[:, -1, :].argmax(-1).cpu() == split.labels[s:s + batch_size]
-                for s in range(0, len(split), batch_size)])
+                model(split.tokens[s:s + batch_size].to(device))[:, -1, :].argmax(-1).cpu()
+                == split.labels[s:s + batch_size] for s in range(0, len(split), batch_size)])
         for name, mask in (("anti_memorized", ~agrees & correct), ("anti_not_memorized", ~agrees & ~correct)):
             if bool(mask.any()):
                 groups[name] = mask
