@@ -668,7 +668,7 @@ def onset_examples(values: Any, anti: Any, bif_values: Any, k: int = 50, permuta
         all_mean = feature[pool].mean()
         diff = float(feature[top].mean() - all_mean)
         null = feature[random_sets].mean(1) - all_mean
-        entry = {"top_mean": float(feature[top].mean()), "all_mean": float(all_mean), "diff": diff,
+        entry: dict[str, Any] = {"top_mean": float(feature[top].mean()), "all_mean": float(all_mean), "diff": diff,
                  "p_mean": float(((null.abs() >= abs(diff) - 1e-12).sum() + 1) / (permutations + 1))}
         if name in ("position_of_max", "max"):
             levels = int(feature[pool].max()) + 1
