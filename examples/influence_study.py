@@ -75,8 +75,9 @@ def measure(out: Path, seeds: list[int]) -> None:
 
 
 def run_kind(outcome: dict) -> str:
-    """``left the shortcut`` (phase 2 began) or ``control`` (stayed on it / memorized)."""
-    return "left the shortcut" if outcome.get("phase2_onset_epoch") is not None else "control"
+    """``left the shortcut`` (the outcome code found phase 2) or ``no phase 2 (outcome code)``
+    (stayed on the shortcut or memorized within the run's epochs: a control, if it stays)."""
+    return "left the shortcut" if outcome.get("phase2_onset_epoch") is not None else "no phase 2 (outcome code)"
 
 
 def figures(out: Path, dest: Path) -> dict:

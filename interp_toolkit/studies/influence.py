@@ -588,26 +588,27 @@ def _shade_phases(axis: Any, rows: Sequence[Mapping[str, Any]], outcome: Mapping
 def plot_influence_summary(runs: Mapping[str, Sequence[Mapping[str, Any]]], kinds: Mapping[str, str],
                            query_set: str = "adv", group: str = "anti") -> Any:
     """One panel across runs: a group's influence on a query set vs epoch, one line per run,
-    coloured by the run's kind (``left the shortcut`` / ``control``), each line's onset marked."""
+    coloured by the run's kind (``left the shortcut`` / anything else, e.g. ``no phase 2``), each
+    line's first checkpoint in phase 2 marked."""
     from interp_toolkit.plotting import new_figure, style
 
-    colors = {"left the shortcut": "tab:green", "control": "tab:gray"}
+    colors = {"left the shortcut": "tab:green"}
     with style():
         fig, axis = new_figure(figsize=(7.5, 4.0))
         seen = set()
         for name, rows in runs.items():
             series = sorted((r["epoch"], r["bif"]) for r in rows
                             if r["query_set"] == query_set and r["train_group"] == group and r["epoch"] > 0)
-            kind = kinds.get(name, "control")
+            kind = kinds.get(name, "no phase 2")
             axis.plot([s[0] for s in series], [s[1] for s in series], marker="o", ms=2.5, lw=1.2,
-                      color=colors.get(kind), label=kind if kind not in seen else None)
+                      color=colors.get(kind, "tab:gray"), label=kind if kind not in seen else None)
             seen.add(kind)
             onset = [r["epoch"] for r in rows if r["phase"] == "phase 2"]
             if onset:
                 value = dict(series).get(min(onset))
                 if value is not None:
                     axis.plot([min(onset)], [value], marker="*", ms=10, color="tab:green", ls="none",
-                              label="onset of phase 2" if "onset" not in seen else None)
+                              label="first checkpoint in phase 2" if "onset" not in seen else None)
                     seen.add("onset")
         axis.axhline(0.0, color="0.5", lw=0.8)
         axis.set(xscale="log", xlabel="epoch",
