@@ -44,6 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "the shortcut mechanism of a run over its checkpoints: 7-panel figure + tidy CSV"),
     "bif": ("interp_toolkit.cli.bif", "Bayesian influence functions at an MPSP checkpoint"),
     "bif-lm": ("interp_toolkit.cli.bif_lm", "token-level BIF of a language model across checkpoints"),
+    "influence": ("interp_toolkit.cli.influence",
+                  "BIF of an MPSP run's training groups on its adversarial loss across checkpoints and phases"),
 }
 
 INTERRUPTED = 130

@@ -173,6 +173,8 @@ def test_bif_lm_through_main(tmp_path, capsys):
     (["bif", "CKPT", "--n-query", "0"], ["n_query"]),
     (["bif", "CKPT", "--device", "cuda:x"], ["cuda:x"]),
     (["bif-lm", "/nonexistent/ckpts"], ["/nonexistent/ckpts"]),
+    (["influence", "/nonexistent/run"], ["/nonexistent/run"]),
+    (["influence", "RUN", "--epochs", "12345"], ["12345"]),
 ])
 def test_user_errors_exit_2_with_one_error_line(argv, needles, cli_run, tmp_path, capsys):
     last = list_checkpoints(cli_run)[-1][1]
@@ -185,7 +187,7 @@ def test_user_errors_exit_2_with_one_error_line(argv, needles, cli_run, tmp_path
 
 
 def test_every_command_is_covered():
-    covered = {"train", "info", "demo", "sweep", "report", "analyze", "mechanism", "bif", "bif-lm"}
+    covered = {"train", "info", "demo", "sweep", "report", "analyze", "mechanism", "bif", "bif-lm", "influence"}
     assert set(COMMANDS) == covered
 
 

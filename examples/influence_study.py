@@ -1,0 +1,148 @@
+"""The influence measurement of docs/influence.md: which training examples drive an MPSP run
+out of its saturated shortcut.
+
+    python examples/influence_study.py train OUT EPOCHS SEED...   # the demo's task and model
+    python examples/influence_study.py measure OUT SEED...        # interp-toolkit influence per run
+    python examples/influence_study.py figures OUT DEST           # CSVs, figures, numbers -> DEST
+
+``train`` trains one run per model seed with the demo's task and model (1 layer, 2 heads,
+length 5, values 0..9, r = 0.9, 4,096 training examples) for EPOCHS full-batch epochs,
+checkpoints every 25 epochs plus log-spaced ones (resumable). ``measure`` runs the influence
+study (its default sampler, 30 burn-in steps and 30 draws) at epochs 50, 100, 200, 300, 400 where a run
+has them (cached per checkpoint: an interrupted measurement resumes). ``figures`` copies each
+run's ``influence.csv`` to ``DEST/<run>.csv``, regenerates every figure from those CSVs only
+(``DEST/<run>.png``, ``DEST/summary.png``), and writes ``DEST/numbers.json``: per run its
+phases, the anti-shortcut group's BIF on the adversarial loss at the shortcut-phase and
+onset checkpoints with their errors, the between-phase share, and for runs that left the
+shortcut the features of the most helpful anti-shortcut examples at the onset with their
+permutation p-values.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+EPOCHS = (50, 100, 200, 300, 400)
+
+
+def MEASURED_SAMPLER():  # noqa: N802 - a constant built on demand (imports torch)
+    """The study's default sampler with 30 burn-in steps and 30 draws (the CPU budget of the
+    measurement in docs/influence.md)."""
+    from interp_toolkit.studies.influence import InfluenceConfig
+
+    sampler = InfluenceConfig().sampler
+    return type(sampler).from_dict({**sampler.to_dict(), "draws": 30, "burn_in": 30})
+
+
+def train(out: Path, epochs: int, seeds: list[int]) -> None:
+    import torch
+
+    from interp_toolkit.model import ModelConfig
+    from interp_toolkit.runs.config import TrainConfig
+    from interp_toolkit.runs.mpsp import train_mpsp
+    from interp_toolkit.studies.demo import DEMO_TASK
+    from interp_toolkit.tasks.mpsp import MPSPConfig
+
+    torch.set_num_threads(1)
+    for seed in seeds:
+        task = MPSPConfig(n_train=4096, **DEMO_TASK)
+        model = ModelConfig(n_layers=1, n_heads=2, seed=seed, **task.model_dims())
+        result = train_mpsp(task, model, TrainConfig(epochs=epochs, eval_every=10, checkpoint_every=25,
+                                                     progress=False), out / "runs" / f"seed{seed}")
+        print(seed, result.final, flush=True)
+
+
+def measure(out: Path, seeds: list[int]) -> None:
+    import torch
+
+    from interp_toolkit.runs.resume import list_checkpoints
+    from interp_toolkit.studies.influence import InfluenceConfig, run_influence
+
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")  # convergence notes are recorded per checkpoint in the CSV
+    for seed in seeds:
+        run = out / "runs" / f"seed{seed}"
+        available = {epoch for epoch, _ in list_checkpoints(run)}
+        epochs = tuple(e for e in EPOCHS if e in available)
+        result = run_influence(InfluenceConfig(run_dir=run, out=out / "out" / f"seed{seed}", epochs=epochs,
+                                               sampler=MEASURED_SAMPLER()),
+                               progress=False)
+        print(seed, result.computed, result.phases, flush=True)
+
+
+def run_kind(outcome: dict) -> str:
+    """``left the shortcut`` (the outcome code found phase 2) or ``no phase 2 (outcome code)``
+    (stayed on the shortcut or memorized within the run's epochs: a control, if it stays)."""
+    return "left the shortcut" if outcome.get("phase2_onset_epoch") is not None else "no phase 2 (outcome code)"
+
+
+def figures(out: Path, dest: Path) -> dict:
+    import torch
+
+    from interp_toolkit.analyses.over_checkpoints import splits_from_run
+    from interp_toolkit.plotting import save_figure
+    from interp_toolkit.studies.influence import (
+        onset_examples,
+        plot_influence,
+        plot_influence_summary,
+        read_influence_csv,
+    )
+
+    dest.mkdir(parents=True, exist_ok=True)
+    runs, kinds, numbers = {}, {}, {}
+    for study in sorted((out / "out").glob("seed*")):
+        if not (study / "influence.csv").is_file():
+            continue
+        name = study.name
+        summary = json.loads((study / "summary.json").read_text())
+        outcome = summary["outcome"]
+        shutil.copyfile(study / "influence.csv", dest / f"{name}.csv")
+        rows = read_influence_csv(dest / f"{name}.csv")
+        runs[name], kinds[name] = rows, run_kind(outcome)
+        save_figure(plot_influence(rows, outcome, title=f"{name}: {kinds[name]}"), dest / f"{name}.png")
+        anti_adv = {r["epoch"]: r for r in rows if r["train_group"] == "anti" and r["query_set"] == "adv"}
+        cons_adv = {r["epoch"]: r for r in rows if r["train_group"] == "consistent" and r["query_set"] == "adv"}
+        onset = outcome.get("phase2_onset_epoch")
+        entry = {"kind": kinds[name], "phases": summary["phases"],
+                 "shortcut_epoch": outcome["shortcut_epoch"], "phase2_onset_epoch": onset,
+                 "first_generalized_epoch": outcome["first_generalized_epoch"],
+                 "anti_on_adv": {e: [r["bif"], r["stderr"], r["between"], r["amplification"]]
+                                 for e, r in sorted(anti_adv.items())},
+                 "consistent_on_adv": {e: [r["bif"], r["stderr"]] for e, r in sorted(cons_adv.items())},
+                 "most_negative_anti_epoch": min(anti_adv, key=lambda e: anti_adv[e]["bif"]) if anti_adv else None,
+                 "largest_amplification_epoch": max(anti_adv, key=lambda e: anti_adv[e]["amplification"])
+                 if anti_adv else None}
+        if onset is not None and anti_adv:
+            # the first measured checkpoint at or after the onset (the onset's own if measured)
+            at_onset = min((e for e in anti_adv if e >= onset), default=max(anti_adv))
+            record_path = next((study / "cache").glob(f"epoch_{at_onset:06d}_*.json"))
+            record = json.loads(record_path.read_text())
+            index = torch.tensor(record["train_index"])
+            train = splits_from_run(Path(summary["run_dir"]))["train"]
+            values, anti = train.values[index], ~train.agrees[index]
+            k = max(1, int(anti.sum()) // 10)
+            found = onset_examples(values, anti, torch.tensor(record["per_example"]["adv"]["bif"]), k=k)
+            entry["onset_examples"] = {"epoch": at_onset, "k": k, "n_anti": found["n_anti"],
+                                       "features": found["features"]}
+        numbers[name] = entry
+    if runs:
+        save_figure(plot_influence_summary(runs, kinds), dest / "summary.png")
+    (dest / "numbers.json").write_text(json.dumps(numbers, indent=1, sort_keys=True) + "\n")
+    return numbers
+
+
+if __name__ == "__main__":
+    command, *rest = sys.argv[1:] or ["--help"]
+    if command == "train":
+        train(Path(rest[0]), int(rest[1]), [int(s) for s in rest[2:]])
+    elif command == "measure":
+        measure(Path(rest[0]), [int(s) for s in rest[1:]])
+    elif command == "figures":
+        figures(Path(rest[0]), Path(rest[1]))
+    else:
+        print(__doc__)
+        raise SystemExit(0 if command in ("-h", "--help") else 2)

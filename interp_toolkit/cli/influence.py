@@ -1,0 +1,64 @@
+"""Command line: which training examples drive an MPSP run out of its shortcut.
+
+``interp-toolkit influence RUN_DIR ...`` (flags from :class:`InfluenceConfig`): Bayesian
+influence of the run's training examples (shortcut-consistent vs anti-shortcut; memorized
+or not where the checkpoint has not learned the rule) on the adversarial and validation
+losses at every checkpoint (or ``--epochs``), with jackknife errors, SGLD diagnostics, the
+within/between-phase split by the run's own phases and the gradient amplification of the
+minority at the same epochs. Writes ``influence.csv``, ``influence.png`` and
+``summary.json`` under ``--out`` (default ``RUN_DIR/analyses/influence``), cached per
+checkpoint. A command of its own rather than an ``analyze`` kind: it needs the run's
+history (its phases from the outcome code) and keeps per-example values beside the table.
+The work is done by :mod:`interp_toolkit.studies.influence`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from interp_toolkit.config import parse_config
+from interp_toolkit.errors import UserError
+from interp_toolkit.studies.influence import InfluenceConfig
+
+__all__ = ["DESCRIPTION", "InfluenceConfig", "main", "parse", "run_config"]
+
+DESCRIPTION = ("Bayesian influence of an MPSP run's training examples (consistent vs anti-shortcut) on its "
+               "adversarial and validation losses across checkpoints, beside the gradient amplification.")
+
+
+def parse(argv: Sequence[str], prog: str = "interp-toolkit influence") -> InfluenceConfig:
+    """``argv`` (after ``influence``) -> a validated :class:`InfluenceConfig`."""
+    config = parse_config(InfluenceConfig, argv, prog=prog, description=DESCRIPTION)
+    if config.run_dir is None:
+        raise UserError("influence needs a RUN_DIR (an MPSP run directory) as its first argument")
+    return config
+
+
+def run_config(config: InfluenceConfig) -> int:
+    """The ``influence`` handler: computes (or reads the cache), prints the phases, the anti and
+    consistent groups' BIF on the adversarial loss per epoch and the files written; returns 0."""
+    from interp_toolkit.studies.influence import run_influence
+
+    result = run_influence(config, progress=config.sampler.progress)
+    for line in result.phases:
+        print(line)
+    print(f"{'epoch':>6} {'phase':<16} {'group':<20} {'BIF on adv loss':>22} {'amplification':>14}")
+    for row in result.rows:
+        if row["query_set"] == "adv":
+            print(f"{row['epoch']:>6} {row['phase']:<16} {row['train_group']:<20} "
+                  f"{row['bif']:>+11.4g} ± {row['stderr']:<8.2g} {row['amplification']:>14.3g}")
+    print(f"computed {len(result.computed)} checkpoint(s), {len(result.cache_hits)} from the cache")
+    print(f"wrote {result.csv_path} and {result.figure_path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point, ``python -m interp_toolkit.cli.influence ...``."""
+    from interp_toolkit.cli import main as cli_main
+
+    return cli_main(["influence", *(argv if argv is not None else sys.argv[1:])])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

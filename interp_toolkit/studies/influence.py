@@ -1,0 +1,694 @@
+"""Which training examples drive an MPSP run out of its saturated shortcut: Bayesian influence
+of training examples on the adversarial and validation losses at a run's checkpoints, beside
+the shortcut-saturation paper's gradient amplification of the minority at the same epochs.
+
+What it computes at each chosen checkpoint (:func:`checkpoint_influence`):
+
+* **per-example BIF** of every anti-shortcut training example and a random subset of the
+  shortcut-consistent ones (``n_consistent``) on the mean loss of the ``adv`` query set
+  (the shortcut-inconsistent split, r = 0) and of the ``val`` query set (r = 1), from SGLD
+  draws of the localized posterior at the checkpoint (:func:`~interp_toolkit.analyses.bif.bif`;
+  negative = training on the example lowers that loss);
+* **group reductions**: the mean BIF of a group of training examples on a query set, recorded
+  as the group's mean loss (:mod:`interp_toolkit.analyses.bif.groups`), so its standard error
+  is the leave-one-chain-out jackknife of the reduction itself. Groups: ``consistent`` and
+  ``anti`` (shortcut-consistent / anti-shortcut training examples) and, at checkpoints that
+  have not learned the rule (adversarial accuracy below 0.5), ``anti_memorized`` (anti-shortcut
+  training examples the checkpoint classifies correctly: fitted without the rule) and
+  ``anti_not_memorized``;
+* the **within/between-phase decomposition** with the run's own phases: every SGLD draw is
+  labelled by the outcome code's phase-2 criterion (:mod:`interp_toolkit.studies.outcomes`):
+  phase 2 when its adversarial accuracy is ``rise`` (0.1) above the run's shortcut-phase low,
+  else the shortcut phase;
+* the **amplification**: the paper's minority / majority mean per-example gradient norm
+  (:func:`~interp_toolkit.analyses.gradients.gradient_conflict` on the training split, all
+  parameters), and the gradient cosine between the two groups.
+
+Each checkpoint's record is cached in ``OUT/cache/epoch_<epoch>_<key>.json`` (``key`` hashes
+the checkpoint file, the settings and :data:`VERSION`; the BIF result with every per-example
+value sits in ``OUT/bif/bif_<hash>/``), so an interrupted study resumes and a rerun reads the
+cache. :func:`run_influence` writes ``OUT/influence.csv`` (one row per epoch, training group
+and query set) and ``OUT/influence.png`` (:func:`plot_influence`); :func:`onset_examples`
+describes the most influential anti-shortcut examples at the onset of phase 2 against random
+ones (a permutation test). The CLI is ``interp-toolkit influence RUN_DIR``.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Mapping, Sequence
+
+import tyro
+
+from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.config import Config, required_positional
+from interp_toolkit.errors import UserError
+
+__all__ = ["CSV_COLUMNS", "GROUP_ORDER", "InfluenceConfig", "InfluenceResult", "VERSION", "attribution_rows",
+           "checkpoint_influence", "draw_phase_threshold", "example_features", "run_outcome", "training_groups",
+           "influence_rows", "onset_examples", "plot_influence", "plot_influence_summary", "read_influence_csv",
+           "run_influence", "training_phase"]
+
+#: Part of every cache key: bump when a record's numbers or fields change.
+VERSION = 1
+QUERY_SETS = ("adv", "val")
+GROUP_ORDER = ("consistent", "anti", "anti_memorized", "anti_not_memorized")
+CSV_COLUMNS = ("epoch", "phase", "train_group", "query_set", "bif", "stderr", "within", "between",
+               "within_stderr", "between_stderr", "phase2_draw_share", "n_examples", "amplification",
+               "grad_cos", "adv_acc", "val_acc", "converged", "max_rhat", "min_ess_bulk")
+#: Below this adversarial accuracy a checkpoint has not learned the rule, so an anti-shortcut
+#: training example it classifies correctly is fitted without it (memorized).
+MEMORIZED_BELOW_ADV_ACC = 0.5
+
+
+def _default_sampler() -> SamplerConfig:
+    # Chosen on the demo run's epoch-100 checkpoint (docs/influence.md): at the bif default
+    # n_beta = n / log n the draws drift to losses above chance; n_beta = n (beta = 1) with
+    # gamma 1000 keeps them near the checkpoint's solution at eps 1e-4.
+    return SamplerConfig(eps=1e-4, gamma=1000.0, n_beta=4096.0, chains=4, draws=50, burn_in=60,
+                         steps_between_draws=2, batch_size=256, progress=False)
+
+
+@dataclass
+class InfluenceConfig(Config):
+    """Settings of ``interp-toolkit influence`` (every field is a flag; ``--config FILE`` too).
+
+    Attributes:
+        run_dir: An MPSP run directory (checkpoints, metrics.jsonl, run.json).
+        out: Output / cache directory (default RUN_DIR/analyses/influence).
+        epochs: Checkpoint epochs to analyse (default: every checkpoint).
+        min_epoch: Skip checkpoints before this epoch (log-spaced early ones), unless listed in --epochs.
+        n_query: Examples of each query set (adv, val); at most the split's size.
+        n_consistent: Shortcut-consistent training examples scored (every anti-shortcut one is).
+        amplification_n: Training examples used for the gradient amplification (at most all).
+        device: cpu, cuda, cuda:N or auto.
+        format: Figure file format (png, svg or pdf).
+        sampler: SGLD settings (flags without prefix: --eps, --chains, ...); --chains >= 2
+            (the standard errors are a leave-one-chain-out jackknife).
+    """
+
+    run_dir: Annotated[Path | None, tyro.conf.Positional, required_positional("RUN_DIR")] = None
+    out: Path | None = None
+    epochs: tuple[int, ...] = ()
+    min_epoch: int = 1
+    n_query: int = 1024
+    n_consistent: int = 512
+    amplification_n: int = 4096
+    device: str = "cpu"
+    format: Literal["png", "svg", "pdf"] = "png"
+    sampler: SamplerConfig = field(default_factory=_default_sampler)
+
+    def __post_init__(self) -> None:
+        for name in ("n_query", "n_consistent", "amplification_n"):
+            value = getattr(self, name)
+            self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1, "an integer >= 1")
+        self.check("min_epoch", isinstance(self.min_epoch, int) and self.min_epoch >= 0, "an integer >= 0")
+        self.epochs = tuple(self.epochs)
+        self.check("epochs", all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in self.epochs),
+                   "checkpoint epochs (integers >= 0)")
+        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
+        if isinstance(self.sampler.chains, int) and self.sampler.chains < 2:
+            raise UserError(f"--chains {self.sampler.chains}: the influence study needs at least 2 chains (its "
+                            "standard errors are a leave-one-chain-out jackknife)")
+        for name in ("run_dir", "out"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
+
+    def output_dir(self) -> Path:
+        if self.run_dir is None:
+            raise UserError("the influence study needs a RUN_DIR (an MPSP run directory)")
+        return Path(self.out) if self.out is not None else Path(self.run_dir) / "analyses" / "influence"
+
+
+# --------------------------------------------------------------------------- phases of a run
+
+
+def run_outcome(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+    """The run's outcome record (:func:`compute_outcome`), its evaluations and its ``r``."""
+    from interp_toolkit.runs.layout import metrics_path
+    from interp_toolkit.runs.metrics import read_metrics
+    from interp_toolkit.runs.record import task_config
+    from interp_toolkit.studies.outcomes import compute_outcome
+    from interp_toolkit.tasks.mpsp import task_modulus
+
+    task = task_config(run_dir)
+    metrics = read_metrics(metrics_path(run_dir))
+    if not metrics:
+        raise UserError(f"run directory {run_dir} has no evaluations in metrics.jsonl; train it first")
+    return compute_outcome(metrics, task.r, task_modulus(task.name)), metrics, float(task.r)
+
+
+def training_phase(epoch: int, outcome: Mapping[str, Any]) -> str:
+    """Which phase of its run a checkpoint epoch lies in, from the run's outcome record.
+
+    ``before shortcut`` (before ``shortcut_epoch``), ``shortcut`` (from it until the onset of
+    phase 2, or to the end), ``phase 2`` (from ``phase2_onset_epoch`` until the run first
+    generalizes), ``generalized`` (from then on). A run without a shortcut phase (r at
+    chance, or the rule learned directly) gives ``no shortcut`` / ``generalized``.
+    """
+    shortcut, onset = outcome.get("shortcut_epoch"), outcome.get("phase2_onset_epoch")
+    generalized = outcome.get("first_generalized_epoch")
+    if generalized is not None and epoch >= generalized:
+        return "generalized"
+    if shortcut is None:
+        return "no shortcut"
+    if epoch < shortcut:
+        return "before shortcut"
+    if onset is not None and epoch >= onset:
+        return "phase 2"
+    return "shortcut"
+
+
+def draw_phase_threshold(outcome: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]], rise: float = 0.1) -> float:
+    """Adversarial accuracy above which an SGLD draw counts as phase 2: the outcome code's
+    onset criterion (the generalization split ``rise`` above its shortcut-phase low).
+
+    The low is the adversarial accuracy at the run's ``phase2_onset_epoch``; a run without
+    one uses the lowest adversarial accuracy from its ``shortcut_epoch`` on (from the start
+    when it never learned the shortcut).
+    """
+    by_epoch = {row["epoch"]: row for row in metrics}
+    onset, shortcut = outcome.get("phase2_onset_epoch"), outcome.get("shortcut_epoch")
+    if onset is not None and onset in by_epoch:
+        low = float(by_epoch[onset]["adv_acc"])
+    else:
+        start = shortcut if shortcut is not None else -1
+        low = min(float(row["adv_acc"]) for row in metrics if row["epoch"] >= start)
+    return low + rise
+
+
+# --------------------------------------------------------------------------- one checkpoint
+
+
+def _accuracy_fn(tokens: Any, labels: Any, batch_size: int) -> Any:
+    import torch
+
+    def adversarial_accuracy(model: Any) -> Any:
+        correct = 0
+        with torch.no_grad():
+            for start in range(0, tokens.shape[0], batch_size):
+                logits = model(tokens[start:start + batch_size])[:, -1, :]
+                correct += int((logits.argmax(-1) == labels[start:start + batch_size]).sum())
+        return torch.tensor([correct / tokens.shape[0]])
+
+    return adversarial_accuracy
+
+
+def _mean_loss_fn(tokens: Any, labels: Any, batch_size: int, name: str, accuracy_out: list[float] | None = None) -> Any:
+    """``model -> [mean readout loss]`` of a query set; with ``accuracy_out``, the same pass's
+    accuracy is appended to it (the draw's phase reads it)."""
+    import torch
+    import torch.nn.functional as F
+
+    def mean_loss(model: Any) -> Any:
+        total, correct = 0.0, 0
+        with torch.no_grad():
+            for start in range(0, tokens.shape[0], batch_size):
+                logits = model(tokens[start:start + batch_size])[:, -1, :]
+                batch_labels = labels[start:start + batch_size]
+                total += float(F.cross_entropy(logits, batch_labels, reduction="sum"))
+                correct += int((logits.argmax(-1) == batch_labels).sum())
+        if accuracy_out is not None:
+            accuracy_out[:] = [correct / tokens.shape[0]]
+        return torch.tensor([total / tokens.shape[0]], dtype=torch.float64)
+
+    mean_loss.__qualname__ = f"mean_query_loss({name})"
+    return mean_loss
+
+
+def attribution_rows(agrees: Any, n_consistent: int, seed: int) -> Any:
+    """Indices of the training examples scored: every anti-shortcut example, then up to
+    ``n_consistent`` shortcut-consistent ones (a seeded random subset; they are the large
+    majority at r > 0.5, and their group mean needs no more)."""
+    import torch
+
+    agrees = agrees.bool()
+    consistent = torch.nonzero(agrees).flatten()
+    pick = torch.randperm(consistent.numel(), generator=torch.Generator().manual_seed(seed))[:n_consistent]
+    return torch.cat([torch.nonzero(~agrees).flatten(), consistent[pick].sort().values])
+
+
+def training_groups(model: Any, split: Any, adv_acc: float, batch_size: int = 1024) -> dict[str, Any]:
+    """Boolean masks over the training split: ``consistent``, ``anti`` and, when the checkpoint
+    has not learned the rule (``adv_acc`` < :data:`MEMORIZED_BELOW_ADV_ACC`), ``anti_memorized``
+    / ``anti_not_memorized`` (anti-shortcut examples it gets right / wrong; each only if
+    non-empty)."""
+    import torch
+
+    agrees = split.agrees.bool()
+    groups = {"consistent": agrees, "anti": ~agrees}
+    if adv_acc < MEMORIZED_BELOW_ADV_ACC:
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            correct = torch.cat([
+                model(split.tokens[s:s + batch_size].to(device))[:, -1, :].argmax(-1).cpu()
+                == split.labels[s:s + batch_size] for s in range(0, len(split), batch_size)])
+        for name, mask in (("anti_memorized", ~agrees & correct), ("anti_not_memorized", ~agrees & ~correct)):
+            if bool(mask.any()):
+                groups[name] = mask
+    return {k: v for k, v in groups.items() if bool(v.any())}
+
+
+def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: SamplerConfig, threshold: float,
+                         n_query: int = 1024, n_consistent: int = 512, amplification_n: int = 4096,
+                         cache_dir: Path | None = None, device: str = "cpu") -> dict[str, Any]:
+    """BIF of the training examples on the query losses at one checkpoint, with group
+    reductions, the phase decomposition and the gradient amplification.
+
+    Args:
+        model: The checkpoint's model (its weights are the localization centre).
+        splits: The run's MPSP splits (``train``, ``val``, ``adv``).
+        sampler: SGLD settings.
+        threshold: Adversarial accuracy above which a draw is labelled phase 2
+            (:func:`draw_phase_threshold`).
+        n_query: Examples of each query set.
+        n_consistent: Shortcut-consistent training examples scored (every anti-shortcut one is;
+            :func:`attribution_rows`).
+        amplification_n: Training examples of the gradient amplification.
+        cache_dir: Where :func:`bif` caches its result (per-example values); None: not kept.
+        device: Where the data goes (the model's device).
+
+    Returns:
+        A JSON-able record: ``groups`` (name -> {query set -> bif, stderr, within, between,
+        ...}), ``per_example`` (query set -> per-training-example bif and stderr), the draw
+        phases, convergence summary, ``amplification`` and timing.
+    """
+
+    from interp_toolkit.analyses.bif import bif, per_example_losses
+    from interp_toolkit.analyses.bif.groups import group_loss_fn
+    from interp_toolkit.analyses.gradients import gradient_conflict
+    from interp_toolkit.studies.bif_checkpoint import readout_example_loss
+
+    train = splits["train"]
+    queries = {name: (splits[name].tokens[:n_query].to(device), splits[name].labels[:n_query].to(device))
+               for name in QUERY_SETS}
+    batch = sampler.eval_batch_size
+    accuracy = {name: float(_accuracy_fn(*queries[name], batch)(model)) for name in QUERY_SETS}
+    rows = attribution_rows(train.agrees, n_consistent, sampler.seed)
+    scored = train.subset(rows)
+    groups = training_groups(model, scored, accuracy["adv"], batch)
+    train_data = (train.tokens.to(device), train.labels.to(device))
+    if sampler.batch_size is not None and sampler.batch_size > len(train):
+        sampler = SamplerConfig.from_dict({**sampler.to_dict(), "batch_size": None})
+    scored_data = (scored.tokens.to(device), scored.labels.to(device))
+    attribution = group_loss_fn(per_example_losses(readout_example_loss, scored_data, batch), groups)
+    last_adv_accuracy: list[float] = []
+    observables = {f"{name}_loss": _mean_loss_fn(*queries[name], batch, name,
+                                                 last_adv_accuracy if name == "adv" else None)
+                   for name in QUERY_SETS}
+
+    def draw_phase(model: Any) -> int:
+        # bif() records the observables of a draw, then asks its phase: the adversarial
+        # accuracy of that same forward pass (no second pass over the adv query set)
+        return int(last_adv_accuracy[-1] > threshold)
+
+    draw_phase.__qualname__ = f"adv_accuracy_above({threshold:.6f})"
+    started = time.perf_counter()
+    result = bif(model, train_data, None, readout_example_loss, sampler, attribution_fn=attribution,
+                 observables=observables, phase_fn=draw_phase, cache_dir=cache_dir,
+                 cache_tag=f"influence-v{VERSION}:{','.join(groups)}")
+    bif_seconds = time.perf_counter() - started
+    n_train = len(scored)
+    phases = result.phases
+    record_groups: dict[str, Any] = {}
+    for g, name in enumerate(groups):
+        row = n_train + g
+        record_groups[name] = {"n_examples": int(groups[name].sum())}
+        for q, query in enumerate(QUERY_SETS):
+            entry = {"bif": float(result.bif[row, q]), "stderr": float(result.stderr[row, q])}
+            if phases is not None:
+                entry.update(within=float(phases.within[row, q]), between=float(phases.between[row, q]),
+                             within_stderr=float(phases.within_stderr[row, q]),
+                             between_stderr=float(phases.between_stderr[row, q]))
+            record_groups[name][query] = entry
+    phase2_share = 0.0
+    if phases is not None and 1 in phases.labels:
+        phase2_share = float(phases.weights[phases.labels.index(1)])
+    started = time.perf_counter()
+    conflict = gradient_conflict(model, splits, split="train", n=min(amplification_n, n_train))
+    grad_seconds = time.perf_counter() - started
+    everything = next(row for row in conflict.rows if row["group"] == "all")
+    return {
+        "accuracy": accuracy,
+        "groups": record_groups,
+        "train_index": rows.tolist(),
+        "per_example": {query: {"bif": result.bif[:n_train, q].tolist(), "stderr": result.stderr[:n_train, q].tolist()}
+                        for q, query in enumerate(QUERY_SETS)},
+        "posterior_mean_loss": {query: float(result.observable_mean[q]) for q, query in enumerate(QUERY_SETS)},
+        "draw_phase_threshold": threshold,
+        "phase2_draw_share": phase2_share,
+        "convergence": result.convergence.summary() if result.convergence is not None else None,
+        "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
+        "amplification": {k: everything[k] for k in ("minority_amplification", "amplification", "conflict_cos",
+                                                     "norm_consistent", "norm_anti", "minority")},
+        "bif_cache_key": result.cache_key,
+        "seconds": {"bif": bif_seconds, "amplification": grad_seconds},
+        "sampler": sampler.to_dict(),
+    }
+
+
+# --------------------------------------------------------------------------- a run
+
+
+def influence_rows(epoch: int, phase: str, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The CSV rows (:data:`CSV_COLUMNS`) of one checkpoint's record."""
+    conv = record.get("convergence") or {}
+    amp = record["amplification"]
+    rows = []
+    # cache entries are JSON with sorted keys: the groups' order is fixed here, not by the file
+    order = {name: i for i, name in enumerate(GROUP_ORDER)}
+    for group in sorted(record["groups"], key=lambda g: (order.get(g, len(order)), g)):
+        values = record["groups"][group]
+        for query in QUERY_SETS:
+            entry = values[query]
+            rows.append({
+                "epoch": epoch, "phase": phase, "train_group": group, "query_set": query,
+                "bif": entry["bif"], "stderr": entry["stderr"],
+                "within": entry.get("within", float("nan")), "between": entry.get("between", float("nan")),
+                "within_stderr": entry.get("within_stderr", float("nan")),
+                "between_stderr": entry.get("between_stderr", float("nan")),
+                "phase2_draw_share": record["phase2_draw_share"], "n_examples": values["n_examples"],
+                "amplification": amp["minority_amplification"], "grad_cos": amp["conflict_cos"],
+                "adv_acc": record["accuracy"]["adv"], "val_acc": record["accuracy"]["val"],
+                "converged": conv.get("converged"), "max_rhat": conv.get("max_rhat"),
+                "min_ess_bulk": conv.get("min_ess_bulk"),
+            })
+    return rows
+
+
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    import io
+
+    from interp_toolkit.io import atomic_write_text
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: row.get(k) for k in CSV_COLUMNS})
+    return atomic_write_text(path, buffer.getvalue())
+
+
+def read_influence_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of an ``influence.csv`` with numbers parsed (the figures regenerate from these)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path} does not exist (expected an influence.csv written by interp-toolkit influence)")
+    rows = []
+    with path.open(newline="") as handle:
+        for raw in csv.DictReader(handle):
+            row: dict[str, Any] = dict(raw)
+            for key in CSV_COLUMNS:
+                if key in ("phase", "train_group", "query_set"):
+                    continue
+                value = row.get(key)
+                if key == "converged":
+                    row[key] = value == "True"
+                elif key in ("epoch", "n_examples"):
+                    row[key] = int(value) if value else None
+                else:
+                    row[key] = float(value) if value not in (None, "", "None") else float("nan")
+            rows.append(row)
+    return rows
+
+
+def _selected_checkpoints(args: InfluenceConfig) -> list[tuple[int, Path]]:
+    from interp_toolkit.runs.resume import list_checkpoints
+
+    run_dir = Path(args.run_dir or "")
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise UserError(f"{run_dir} has no checkpoints (expected {run_dir}/checkpoints/epoch_*.safetensors)")
+    if args.epochs:
+        available = dict(checkpoints)
+        missing = [e for e in args.epochs if e not in available]
+        if missing:
+            raise UserError(f"no checkpoint for epochs {missing} in {run_dir}; available: {sorted(available)}")
+        return [(e, available[e]) for e in sorted(set(args.epochs))]
+    return [(e, p) for e, p in checkpoints if e >= args.min_epoch]
+
+
+@dataclass
+class InfluenceResult:
+    """What :func:`run_influence` did.
+
+    Attributes:
+        rows: The CSV rows (:data:`CSV_COLUMNS`).
+        records: Epoch -> the checkpoint's full record (per-example values included).
+        outcome: The run's outcome record; ``phases`` its phases in words.
+        csv_path, figure_path: Files written.
+        computed, cache_hits: Epochs computed now and read from the cache.
+    """
+
+    rows: list[dict[str, Any]]
+    records: dict[int, dict[str, Any]]
+    outcome: dict[str, Any]
+    phases: list[str]
+    csv_path: Path
+    figure_path: Path
+    computed: list[int]
+    cache_hits: list[int]
+
+
+def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResult:
+    """The influence study of one run: every chosen checkpoint (cached), the CSV and the figure.
+
+    Raises:
+        UserError: A missing run directory, checkpoints or evaluations, or unknown epochs
+            (all before any sampling).
+    """
+    import json
+
+    from tqdm.auto import tqdm
+
+    from interp_toolkit.analyses.over_checkpoints import (
+        check_checkpoints_belong_to_run,
+        splits_from_run,
+    )
+    from interp_toolkit.checkpoint import load_checkpoint
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.io import atomic_write_json, config_hash, file_digest
+    from interp_toolkit.plotting import save_figure
+    from interp_toolkit.studies.outcomes import describe_phases
+
+    if args.run_dir is None or not Path(args.run_dir).is_dir():
+        raise UserError(f"run directory {args.run_dir} does not exist (expected an MPSP run directory)")
+    run_dir = Path(args.run_dir)
+    out = args.output_dir()
+    checkpoints = _selected_checkpoints(args)
+    check_checkpoints_belong_to_run(run_dir, checkpoints)
+    outcome, metrics, _ = run_outcome(run_dir)
+    threshold = draw_phase_threshold(outcome, metrics)
+    splits = splits_from_run(run_dir)
+    device = str(resolve_device(args.device or "cpu"))
+    settings = {"sampler": {k: v for k, v in args.sampler.to_dict().items() if k != "progress"},
+                "n_query": args.n_query, "n_consistent": args.n_consistent, "amplification_n": args.amplification_n, "threshold": round(threshold, 9),
+                "version": VERSION}
+    rows: list[dict[str, Any]] = []
+    records: dict[int, dict[str, Any]] = {}
+    computed, hits = [], []
+    for epoch, path in tqdm(checkpoints, desc="influence over checkpoints", disable=not progress):
+        key = config_hash({"checkpoint": file_digest(path), **settings})
+        cache_path = out / "cache" / f"epoch_{epoch:06d}_{key}.json"
+        record = None
+        if cache_path.is_file():
+            try:
+                record = json.loads(cache_path.read_text())
+                hits.append(epoch)
+            except json.JSONDecodeError:
+                record = None
+        if record is None:
+            model, _ = load_checkpoint(path, device=device)
+            record = checkpoint_influence(model, splits, args.sampler, threshold, args.n_query, args.n_consistent,
+                                          args.amplification_n, cache_dir=out / "bif", device=device)
+            record = {"epoch": epoch, "checkpoint": path.name, **record}
+            atomic_write_json(cache_path, record)
+            computed.append(epoch)
+        records[epoch] = record
+        rows.extend(influence_rows(epoch, training_phase(epoch, outcome), record))
+    csv_path = _write_csv(out / "influence.csv", rows)
+    figure_path = save_figure(plot_influence(rows, outcome, title=run_dir.name), out / f"influence.{args.format}")
+    phases = describe_phases(outcome, metrics)
+    atomic_write_json(out / "summary.json", {
+        "run_dir": str(run_dir), "outcome": outcome, "phases": phases, "draw_phase_threshold": threshold,
+        "settings": settings, "epochs": sorted(records), "computed": computed, "cache_hits": hits,
+        "csv": str(csv_path), "figure": str(figure_path),
+        "seconds_per_checkpoint": {e: r["seconds"] for e, r in records.items()},
+    })
+    return InfluenceResult(rows, records, outcome, phases, csv_path, figure_path, computed, hits)
+
+
+# --------------------------------------------------------------------------- figures
+
+_GROUP_COLORS = {"anti": "tab:red", "consistent": "tab:blue", "anti_memorized": "tab:purple",
+                 "anti_not_memorized": "tab:pink"}
+
+
+def plot_influence(rows: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any] | None = None,
+                   query_set: str = "adv", title: str | None = None) -> Any:
+    """Group influence on one query set vs epoch (log axis), phases shaded, the gradient
+    amplification in a panel beside it (same epoch axis).
+
+    Args:
+        rows: :data:`CSV_COLUMNS` rows (:func:`read_influence_csv` or ``InfluenceResult.rows``).
+        outcome: The run's outcome record (phase shading; default: from the rows' ``phase``).
+        query_set: ``adv`` or ``val``.
+        title: Figure title (e.g. the run's name).
+    """
+    from interp_toolkit.plotting import new_panels, style
+
+    if query_set not in QUERY_SETS:
+        raise ValueError(f"query_set must be one of {QUERY_SETS}, got {query_set!r}")
+    with style():
+        fig, (left, right) = new_panels(2, ncols=2, figsize=(11.0, 3.8))
+        chosen = [r for r in rows if r["query_set"] == query_set and r["epoch"] > 0]
+        for group in dict.fromkeys(r["train_group"] for r in chosen):
+            series = sorted((r["epoch"], r["bif"], r["stderr"]) for r in chosen if r["train_group"] == group)
+            epochs = [s[0] for s in series]
+            left.errorbar(epochs, [s[1] for s in series], yerr=[s[2] for s in series], marker="o", ms=3,
+                          capsize=2, color=_GROUP_COLORS.get(group), label=f"{group} training examples")
+        left.axhline(0.0, color="0.5", lw=0.8)
+        left.set(xscale="log", xlabel="epoch",
+                 ylabel=f"mean BIF on {query_set} loss\n(-Cov; negative = lowers it)")
+        amp = sorted({(r["epoch"], r["amplification"]) for r in chosen})
+        right.plot([a[0] for a in amp], [a[1] for a in amp], marker="o", ms=3, color="black",
+                   label="minority / majority gradient norm")
+        right.set(xscale="log", yscale="log", xlabel="epoch", ylabel="gradient amplification of the minority")
+        for axis in (left, right):
+            _shade_phases(axis, chosen, outcome)
+            axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+        if title:
+            fig.suptitle(title)
+    return fig
+
+
+def _shade_phases(axis: Any, rows: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any] | None) -> None:
+    epochs = sorted({r["epoch"] for r in rows})
+    if not epochs:
+        return
+    last = epochs[-1]
+    if outcome is not None:
+        shortcut, onset = outcome.get("shortcut_epoch"), outcome.get("phase2_onset_epoch")
+        generalized = outcome.get("first_generalized_epoch")
+    else:
+        first = {p: min(r["epoch"] for r in rows if r["phase"] == p) for p in {r["phase"] for r in rows}}
+        shortcut, onset, generalized = first.get("shortcut"), first.get("phase 2"), first.get("generalized")
+    if shortcut is not None:
+        axis.axvspan(max(shortcut, epochs[0]), onset or generalized or last, color="tab:orange", alpha=0.12, lw=0,
+                     label="phase 1: shortcut")
+    if onset is not None:
+        axis.axvspan(onset, generalized or last, color="tab:green", alpha=0.15, lw=0, label="phase 2")
+    if generalized is not None:
+        axis.axvline(generalized, color="tab:green", ls="--", lw=1.0, label=f"generalized (epoch {generalized})")
+
+
+def plot_influence_summary(runs: Mapping[str, Sequence[Mapping[str, Any]]], kinds: Mapping[str, str],
+                           query_set: str = "adv", group: str = "anti") -> Any:
+    """One panel across runs: a group's influence on a query set vs epoch, one line per run,
+    coloured by the run's kind (``left the shortcut`` / anything else, e.g. ``no phase 2``), each
+    line's first checkpoint in phase 2 marked."""
+    from interp_toolkit.plotting import new_figure, style
+
+    colors = {"left the shortcut": "tab:green"}
+    with style():
+        fig, axis = new_figure(figsize=(7.5, 4.0))
+        seen = set()
+        for name, rows in runs.items():
+            series = sorted((r["epoch"], r["bif"]) for r in rows
+                            if r["query_set"] == query_set and r["train_group"] == group and r["epoch"] > 0)
+            kind = kinds.get(name, "no phase 2")
+            axis.plot([s[0] for s in series], [s[1] for s in series], marker="o", ms=2.5, lw=1.2,
+                      color=colors.get(kind, "tab:gray"), label=kind if kind not in seen else None)
+            seen.add(kind)
+            onset = [r["epoch"] for r in rows if r["phase"] == "phase 2"]
+            if onset:
+                value = dict(series).get(min(onset))
+                if value is not None:
+                    axis.plot([min(onset)], [value], marker="*", ms=10, color="tab:green", ls="none",
+                              label="first checkpoint in phase 2" if "onset" not in seen else None)
+                    seen.add("onset")
+        axis.axhline(0.0, color="0.5", lw=0.8)
+        axis.set(xscale="log", xlabel="epoch",
+                 ylabel=f"mean BIF of {group} examples on {query_set} loss\n(-Cov; negative = lowers it)")
+        axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------- onset examples
+
+
+def example_features(values: Any) -> dict[str, Any]:
+    """Features of MPSP sequences ``[n, seq_len]``: position of the (first) max, the max, the
+    sum and the number of odd values."""
+    import torch
+
+    values = torch.as_tensor(values)
+    return {"position_of_max": values.argmax(1), "max": values.max(1).values, "sum": values.sum(1),
+            "n_odd": (values % 2).sum(1)}
+
+
+def onset_examples(values: Any, anti: Any, bif_values: Any, k: int = 50, permutations: int = 10_000,
+                   seed: int = 0) -> dict[str, Any]:
+    """The ``k`` most helpful anti-shortcut training examples (most negative BIF on the query
+    loss) against random anti-shortcut examples, feature by feature.
+
+    For each feature the statistic is the top-``k`` mean minus the mean of all anti-shortcut
+    examples, and, for the discrete position / max, the total-variation distance between the
+    top-``k`` value counts and the anti-shortcut ones. Its p-value is the share of
+    ``permutations`` random ``k``-subsets of the anti-shortcut examples with a statistic at
+    least as extreme (two-sided for means), plus one over permutations plus one.
+
+    Args:
+        values: The training sequences ``[n, seq_len]``.
+        anti: Bool mask of anti-shortcut examples ``[n]``.
+        bif_values: Per-example BIF on the query loss ``[n]``.
+        k: Examples taken as "most influential".
+
+    Returns:
+        ``{"k", "n_anti", "top_index", "features": {name: {top_mean, all_mean, diff, p_mean,
+        tv, p_tv, top_counts, all_counts}}}``.
+    """
+    import torch
+
+    values, anti = torch.as_tensor(values), torch.as_tensor(anti).bool()
+    bif_values = torch.as_tensor(bif_values, dtype=torch.float64)
+    pool = torch.nonzero(anti).flatten()
+    if not 1 <= k < pool.numel():
+        raise ValueError(f"k must be in [1, {pool.numel() - 1}] (the anti-shortcut examples minus one), got {k}")
+    order = torch.argsort(bif_values[pool])
+    top = pool[order[:k]]
+    features = example_features(values)
+    gen = torch.Generator().manual_seed(seed)
+    random_sets = torch.stack([pool[torch.randperm(pool.numel(), generator=gen)[:k]] for _ in range(permutations)])
+    out: dict[str, Any] = {"k": k, "n_anti": int(pool.numel()), "top_index": top.tolist(), "features": {}}
+    for name, feature in features.items():
+        feature = feature.double()
+        all_mean = feature[pool].mean()
+        diff = float(feature[top].mean() - all_mean)
+        null = feature[random_sets].mean(1) - all_mean
+        entry: dict[str, Any] = {"top_mean": float(feature[top].mean()), "all_mean": float(all_mean), "diff": diff,
+                 "p_mean": float(((null.abs() >= abs(diff) - 1e-12).sum() + 1) / (permutations + 1))}
+        if name in ("position_of_max", "max"):
+            levels = int(feature[pool].max()) + 1
+            all_share = torch.bincount(feature[pool].long(), minlength=levels).double() / pool.numel()
+            observed = float(_total_variation(feature[top][None].long(), all_share)[0])
+            null_tv = _total_variation(feature[random_sets].long(), all_share)
+            entry.update(tv=observed, p_tv=float(((null_tv >= observed - 1e-12).sum() + 1) / (permutations + 1)),
+                         top_counts=torch.bincount(feature[top].long(), minlength=levels).tolist(),
+                         all_counts=torch.bincount(feature[pool].long(), minlength=levels).tolist())
+        out["features"][name] = entry
+    return out
+
+
+def _total_variation(samples: Any, reference: Any) -> Any:
+    """Total-variation distance between each row's value counts (``[sets, k]`` integers) and
+    the ``reference`` distribution over ``0..levels-1``."""
+    import torch
+
+    levels = reference.shape[0]
+    counts = torch.zeros(samples.shape[0], levels, dtype=torch.float64)
+    counts.scatter_add_(1, samples, torch.ones_like(samples, dtype=torch.float64))
+    return 0.5 * (counts / samples.shape[1] - reference).abs().sum(-1)

@@ -1,0 +1,112 @@
+"""The influence study on a tiny MPSP run: the command, its CSV, its cache, its phases and
+the onset-examples permutation test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from interp_toolkit.cli import main
+from interp_toolkit.model import ModelConfig
+from interp_toolkit.runs.config import TrainConfig
+from interp_toolkit.runs.mpsp import train_mpsp
+from interp_toolkit.studies.influence import (
+    CSV_COLUMNS,
+    draw_phase_threshold,
+    onset_examples,
+    plot_influence,
+    plot_influence_summary,
+    read_influence_csv,
+    training_phase,
+)
+from interp_toolkit.tasks.mpsp import MPSPConfig
+
+torch.set_num_threads(1)
+
+TINY = ["--chains", "2", "--draws", "4", "--burn-in", "2", "--batch-size", "32", "--eps", "1e-4",
+        "--n-query", "16", "--n-consistent", "8", "--amplification-n", "32", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("influence") / "run"
+    task = MPSPConfig(seq_len=4, n_values=5, r=0.75, n_train=64, n_eval=32)
+    model = ModelConfig(n_layers=1, n_heads=1, d_model=16, d_mlp=16, **task.model_dims())
+    train_mpsp(task, model, TrainConfig(epochs=20, eval_every=10, checkpoint_every=10, checkpoint_log_spaced=False,
+                                        progress=False), run_dir)
+    return run_dir
+
+
+def test_influence_command_writes_csv_figure_and_reads_its_cache(tiny_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["influence", str(tiny_run), "--out", str(out), "--epochs", "10", "20", *TINY]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "computed 2 checkpoint(s), 0 from the cache" in printed
+    rows = read_influence_csv(out / "influence.csv")
+    assert list(rows[0]) == list(CSV_COLUMNS)
+    assert {r["epoch"] for r in rows} == {10, 20}
+    assert {r["query_set"] for r in rows} == {"adv", "val"}
+    assert {"anti", "consistent"} <= {r["train_group"] for r in rows}
+    for row in rows:  # the phase split adds up to the total
+        assert row["within"] + row["between"] == pytest.approx(row["bif"], rel=1e-4, abs=1e-6)
+        assert row["stderr"] >= 0 and row["amplification"] > 0
+    anti = next(r for r in rows if r["train_group"] == "anti")
+    n_anti = int((~_splits(tiny_run)["train"].agrees).sum())
+    assert anti["n_examples"] == n_anti
+    (record_path,) = (out / "cache").glob("epoch_000010_*.json")
+    record = json.loads(record_path.read_text())
+    assert len(record["per_example"]["adv"]["bif"]) == n_anti + 8 == len(record["train_index"])
+    assert (out / "influence.png").exists() and (out / "summary.json").exists()
+    written = (out / "influence.csv").read_text()
+    assert main(args) == 0  # the rerun is served from the cache
+    assert "computed 0 checkpoint(s), 2 from the cache" in capsys.readouterr().out
+    assert (out / "influence.csv").read_text() == written
+    assert main(["influence", str(tiny_run), "--out", str(out), "--epochs", "7", *TINY]) == 2
+    assert "no checkpoint for epochs [7]" in capsys.readouterr().err
+    assert main(["influence", str(tmp_path / "nowhere"), *TINY]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["influence", str(tiny_run), "--chains", "1"]) == 2
+    assert "at least 2 chains" in capsys.readouterr().err
+    fig = plot_influence(rows, title="tiny")
+    assert fig.axes[0].get_xscale() == "log" and "BIF" in fig.axes[0].get_ylabel()
+    summary = plot_influence_summary({"a": rows, "b": rows}, {"a": "left the shortcut"})
+    assert len(summary.axes[0].get_lines()) >= 2
+
+
+def _splits(run_dir):
+    from interp_toolkit.analyses.over_checkpoints import splits_from_run
+
+    return splits_from_run(run_dir)
+
+
+def test_phases_of_a_run_from_its_outcome():
+    outcome = {"shortcut_epoch": 40, "phase2_onset_epoch": 100, "first_generalized_epoch": 300}
+    assert [training_phase(e, outcome) for e in (10, 40, 99, 100, 299, 300, 600)] == [
+        "before shortcut", "shortcut", "shortcut", "phase 2", "phase 2", "generalized", "generalized"]
+    assert training_phase(5, {"shortcut_epoch": None, "phase2_onset_epoch": None,
+                              "first_generalized_epoch": None}) == "no shortcut"
+    metrics = [{"epoch": 0, "adv_acc": 0.5}, {"epoch": 40, "adv_acc": 0.02}, {"epoch": 100, "adv_acc": 0.01},
+               {"epoch": 200, "adv_acc": 0.6}]
+    assert draw_phase_threshold(outcome, metrics) == pytest.approx(0.11)
+    stuck = {"shortcut_epoch": 40, "phase2_onset_epoch": None}
+    assert draw_phase_threshold(stuck, metrics[:3]) == pytest.approx(0.11)  # the low after the shortcut
+
+
+def test_onset_examples_find_a_planted_feature_and_not_a_random_one():
+    gen = torch.Generator().manual_seed(1)
+    values = torch.randint(0, 10, (400, 5), generator=gen)
+    anti = torch.rand(400, generator=gen) < 0.5
+    # planted: the most helpful (most negative) anti examples are those whose max sits at position 0
+    planted = torch.where(values.argmax(1) == 0, -1.0, 0.0) + 0.01 * torch.rand(400, generator=gen)
+    k = 15
+    found = onset_examples(values, anti, planted, k=k, permutations=2000)
+    position = found["features"]["position_of_max"]
+    assert position["top_counts"][0] == k and position["p_tv"] < 0.01 and position["p_mean"] < 0.01
+    noise = onset_examples(values, anti, torch.rand(400, generator=gen), k=k, permutations=2000)
+    assert noise["features"]["position_of_max"]["p_tv"] > 0.01
+    assert all(i in torch.nonzero(anti).flatten().tolist() for i in found["top_index"])
+    with pytest.raises(ValueError, match="k must be in"):
+        onset_examples(values, anti, planted, k=0)
