@@ -46,6 +46,7 @@ import tyro
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.config import Config, required_positional
 from interp_toolkit.errors import UserError
+from interp_toolkit.runs.layout import ANALYSES
 
 __all__ = ["CSV_COLUMNS", "GROUP_ORDER", "InfluenceConfig", "InfluenceResult", "VERSION", "attribution_rows",
            "checkpoint_influence", "draw_phase_threshold", "example_features", "run_outcome", "training_groups",
@@ -120,7 +121,7 @@ class InfluenceConfig(Config):
     def output_dir(self) -> Path:
         if self.run_dir is None:
             raise UserError("the influence study needs a RUN_DIR (an MPSP run directory)")
-        return Path(self.out) if self.out is not None else Path(self.run_dir) / "analyses" / "influence"
+        return Path(self.out) if self.out is not None else Path(self.run_dir) / ANALYSES / "influence"
 
 
 # --------------------------------------------------------------------------- phases of a run
