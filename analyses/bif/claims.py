@@ -34,6 +34,7 @@ from torch import Tensor
 from .diagnostics import ess_bulk, ess_tail, jackknife_stderr, split_rhat
 
 __all__ = [
+    "check_claim_classes",
     "ClassInfluence",
     "DEFAULT_CLAIMS",
     "class_influence",
@@ -101,6 +102,19 @@ def parse_claim(name: str) -> tuple[tuple[str, str], tuple[str, str] | None]:
     return pair(first), (pair(second) if sep else None)
 
 
+def check_claim_classes(claim: str, pair: tuple[str, str], train_classes: Sequence[str],
+                        query_classes: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the claim, the missing class and the classes present unless
+    ``pair``'s source class is among ``train_classes`` and its target among ``query_classes``."""
+    source, target = pair
+    if source not in train_classes:
+        raise ValueError(f"claim {claim!r}: no training tokens of class {source!r}; the recorded training "
+                         f"tokens have classes {list(train_classes)}")
+    if target not in query_classes:
+        raise ValueError(f"claim {claim!r}: no query tokens of class {target!r}; the recorded query tokens "
+                         f"have classes {list(query_classes)}")
+
+
 def _canonical(pair: tuple[str, str]) -> str:
     return f"{pair[0]}->{pair[1]}"
 
@@ -154,12 +168,7 @@ def influence_from_class_means(
 
     def pieces(pair: tuple[str, str]) -> tuple[float, Tensor, Tensor]:
         source, target = pair
-        if source not in train_labels:
-            raise ValueError(f"claim {claim!r}: no training tokens of class {source!r}; the recorded training "
-                             f"tokens have classes {train_labels}")
-        if target not in query_labels:
-            raise ValueError(f"claim {claim!r}: no query tokens of class {target!r}; the recorded query tokens "
-                             f"have classes {query_labels}")
+        check_claim_classes(claim, pair, train_labels, query_labels)
         return _pair_pieces(train_class_means[..., train_labels.index(source)],
                             query_class_means[..., query_labels.index(target)])
 

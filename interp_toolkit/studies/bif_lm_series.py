@@ -194,22 +194,17 @@ def check_claims(claims: Sequence[str], train: TokenSet, query: TokenSet) -> Non
     Raises:
         UserError: Names the claim and the classes there are.
     """
-    from interp_toolkit.analyses.bif.claims import parse_claim
+    from interp_toolkit.analyses.bif.claims import check_claim_classes, parse_claim
     from interp_toolkit.analyses.bif.lm import group_ids
 
     train_classes, query_classes = group_ids(train, "class")[1], group_ids(query, "class")[1]
     for claim in claims:
         try:
-            pairs = [p for p in parse_claim(claim) if p is not None]
+            for pair in parse_claim(claim):
+                if pair is not None:
+                    check_claim_classes(claim, pair, train_classes, query_classes)
         except ValueError as err:
             raise UserError(str(err)) from err
-        for source, target in pairs:
-            if source not in train_classes:
-                raise UserError(f"claim {claim!r}: no recorded training tokens of class {source!r} "
-                                f"(classes there: {train_classes})")
-            if target not in query_classes:
-                raise UserError(f"claim {claim!r}: no recorded query tokens of class {target!r} "
-                                f"(classes there: {query_classes})")
 
 
 def default_claims(train: TokenSet, query: TokenSet) -> tuple[str, ...]:
@@ -276,28 +271,29 @@ def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool
     return fig
 
 
-def _find_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
-    from interp_toolkit.tasks.induction_corpus import CorpusConfig
-
+def _testbed_config(refs: Sequence[CheckpointRef]) -> dict[str, Any] | None:
+    """The ``config`` of the testbed run whose ``testbed.json`` sits at or up to three folders
+    above a local checkpoint of ``refs``; None when there is none (hub checkpoints, real text)."""
     for ref in refs:
         if ref.kind == "hub":
             continue
         for folder in list(Path(ref.location).parents)[:3]:
             record = folder / "testbed.json"
             if record.is_file():
-                return CorpusConfig.from_dict(json.loads(record.read_text())["config"]["corpus"])
+                return dict(json.loads(record.read_text())["config"])
     return None
 
 
+def _find_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
+    from interp_toolkit.tasks.induction_corpus import CorpusConfig
+
+    config = _testbed_config(refs)
+    return CorpusConfig.from_dict(config["corpus"]) if config is not None else None
+
+
 def _find_testbed_seed(refs: Sequence[CheckpointRef]) -> int:
-    for ref in refs:
-        if ref.kind == "hub":
-            continue
-        for folder in list(Path(ref.location).parents)[:3]:
-            record = folder / "testbed.json"
-            if record.is_file():
-                return int(json.loads(record.read_text())["config"].get("seed", 0))
-    return 0
+    config = _testbed_config(refs)
+    return int(config.get("seed", 0)) if config is not None else 0
 
 
 @dataclass
