@@ -20,6 +20,7 @@ from interp_toolkit.studies.execution import (
 )
 from interp_toolkit.studies.sweep import plan_jobs, run_sweep
 from interp_toolkit.studies.sweep_config import preset
+from tests.helpers import KillWorkerOnce
 
 
 def test_gpu_slots_deal_the_gpus_in_turn_and_cuda_n_pins_one(monkeypatch):
@@ -106,20 +107,6 @@ def test_ray_backend_without_ray_is_a_user_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UserError, match=r"pip install 'interp-toolkit\[ray\]'"):
         run_sweep(preset("smoke"), tmp_path / "study", backend="ray", progress=False)
-
-
-class KillWorkerOnce:
-    """Kills its own worker process (SIGKILL) at epoch 20 of one run, the first time only."""
-
-    def __init__(self, marker: Path, run_part: str) -> None:
-        self.marker, self.run_part = marker, run_part
-
-    def on_evaluation(self, run_dir, metrics):
-        import signal
-
-        if self.run_part in Path(run_dir).name and metrics["epoch"] >= 20 and not self.marker.exists():
-            self.marker.write_text(str(os.getpid()))
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _files(run_dir: Path) -> dict[str, bytes]:

@@ -6,8 +6,6 @@ One cluster serves the module (Ray's start-up is slow on small machines). Marked
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 
 from interp_toolkit.studies.sweep import run_sweep
 from interp_toolkit.studies.sweep_config import preset
+from tests.helpers import KillWorkerOnce
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -76,19 +75,6 @@ def test_gpu_requesting_jobs_go_to_the_node_that_declares_gpus(cluster, local_st
         assert where["gpu_ids"] in (["0"], ["1"]) and where["cuda_visible_devices"] == where["gpu_ids"][0]
         assert where["device"] == "cpu"  # the fallback of auto without CUDA, decided on the worker
     assert (tmp_path / "gpu" / "table.csv").read_text() == (local_study.study_dir / "table.csv").read_text()
-
-
-class KillWorkerOnce:
-    """Kills its own Ray worker (SIGKILL) at epoch 20 of one run, the first time only (a marker
-    on the shared study directory remembers it)."""
-
-    def __init__(self, marker: Path, run_part: str) -> None:
-        self.marker, self.run_part = marker, run_part
-
-    def on_evaluation(self, run_dir, metrics):
-        if self.run_part in Path(run_dir).name and metrics["epoch"] >= 20 and not self.marker.exists():
-            self.marker.write_text(str(os.getpid()))
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_a_killed_worker_loses_no_run_and_its_retry_is_byte_identical(cluster, local_study, tmp_path):
