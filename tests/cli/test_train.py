@@ -161,3 +161,17 @@ def test_cli_train_extend_from_a_shorter_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "train.lr" in err and "Traceback" not in err
     assert not [p for p in (tmp_path / "bad").rglob("*") if p.name != ".lock"]
+
+
+def test_cli_train_records_the_initialization_and_extreme_count_settings(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(["train", "--seq-len", "4", "--n-values", "4", "--n-train", "64", "--n-eval", "32",
+                 "--d-model", "16", "--d-mlp", "16", "--n-layers", "1", "--n-heads", "2", "--epochs", "1",
+                 "--quiet", "--model.init", "torch", "--model.init-scale", "0.5", "--task.extreme-train", "2",
+                 "--run-dir", str(run)])
+    assert code == 0, capsys.readouterr()
+    record = json.loads((run / "run.json").read_text())
+    assert record["model_config"]["init"] == "torch" and record["model_config"]["init_scale"] == 0.5
+    assert record["run_info"]["task"]["extreme_train"] == 2
+    task = MPSPConfig.from_dict({k: v for k, v in record["run_info"]["task"].items() if k != "name"})
+    assert int(((make_splits(task)["train"].values % 2) == 1).all(-1).sum()) == 2
