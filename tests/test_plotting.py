@@ -176,3 +176,19 @@ def test_legends_sit_outside_the_data(name, run, bif_result):
         assert box.x0 >= frame.x1 - 1 or box.y0 >= frame.y1 - 1, f"{name}: a legend overlaps {ax.get_title()!r}"
         legends += 1
     assert legends >= 1
+
+
+def test_curves_by_cell_names_a_cell_without_evaluations(run, tmp_path):
+    from interp_toolkit.plotting import not_shown_notes
+
+    waiting = tmp_path / "waiting_run"
+    waiting.mkdir()
+    rows = _cell_rows(run) + [{"task": "max_parity_sum_parity", "n_layers": 1, "n_heads": 2, "weight_decay": 0.1,
+                               "r": 0.5, "seed": 0, "run_dir": str(waiting)}]
+    fig = plot_curves_by_cell(rows)
+    notes = not_shown_notes(fig)
+    assert len(notes) == 1 and "no evaluations yet" in notes[0] and "r=0.5" in notes[0], notes
+    assert "r=0.9" not in notes[0]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -217,6 +217,7 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
         legend_outside,
         mpsp_split_label,
         new_panels,
+        note_not_shown,
         split_linestyle,
         style,
     )
@@ -232,6 +233,7 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
     with style():
         fig, axes = new_panels(len(keys), ax, ncols=ncols,
                                figsize=(3.4 * ncols, 2.7 * math.ceil(len(keys) / ncols)))
+        empty: list[str] = []
         for panel, key in zip(axes, keys, strict=True):
             cell = dict(zip(fields, key, strict=True))
             epochs_seen: list[float] = []
@@ -251,12 +253,16 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
             panel.set_title(f"{title}\n{regime}" if regime else title, fontsize=8 if regime else None)
             panel.set_ylim(-0.03, 1.03)
             epoch_axis(panel, epochs_seen)
+            if not epochs_seen:  # runs that have not evaluated yet: say so, not an empty frame
+                panel.text(0.5, 0.5, "no evaluations yet", transform=panel.transAxes, ha="center", va="center")
+                empty.append(title)
         axes[0].set_ylabel("accuracy (adversarial solid,\nvalidation dashed)")
         # one key for the figure, right of the first row: line style = split, colour = seed
         legend_key = [Line2D([], [], color="black", ls=split_linestyle(split), label=mpsp_split_label(split))
                       for split in ("adv", "val")]
         legend_key += [Line2D([], [], color=color, label=seed) for seed, color in seed_colors.items()]
         legend_outside(axes[min(ncols, len(axes)) - 1], handles=legend_key, ncol=1 if len(legend_key) <= 14 else 2)
+        note_not_shown(fig, empty, "no evaluations yet (still training)")
     return fig
 
 
