@@ -77,3 +77,40 @@ def test_weight_norm_medians_skip_epochs_only_early_stopped_runs_have():
     rows += [row(1, 7, 1.0), row(2, 20, 3.0), row(3, 20, 5.0)]  # seed 1 stopped at epoch 7
     epochs, values = module.median_series(rows, "norm")["c", "all"]
     assert epochs == [0, 10, 20] and values == [1.0, 1.0, 2.0]  # norm / norm at epoch 0, median of 2 runs
+
+
+def _load_regime(name):
+    path = Path(__file__).resolve().parents[2] / "examples" / "reproduction" / "regime" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rounding_probe_bare_module_is_the_toolkit_model():
+    """examples/reproduction/regime/rounding_probe.py: the bare module loaded with the toolkit's
+    weights computes the bridge's logits, and one epoch of each mode stays on one trajectory."""
+    import torch
+
+    from interp_toolkit.model import ModelConfig, build_model
+    from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
+
+    probe = _load_regime("rounding_probe")
+    task = MPSPConfig.from_task("max_parity_sum_parity", r=0.9, seq_len=5, n_values=10, n_train=256, n_eval=128,
+                                seed=0)
+    cfg = ModelConfig(n_layers=2, n_heads=2, seed=3, **task.model_dims())
+    model = build_model(cfg).eval()
+    for manual in (False, True):
+        bare = probe.BareModel(cfg, manual_attention=manual).eval()
+        bare.load_toolkit_weights({k: v.detach() for k, v in model.state_dict().items()})
+        tokens = make_splits(task)["adv"].tokens
+        with torch.no_grad():
+            torch.testing.assert_close(bare(tokens), model(tokens)[:, -1], atol=1e-5, rtol=1e-5)
+
+    finals = {mode: probe.probe(mode, 3, 1, task, batch_size=64, weight_decay=1.0)[-1] for mode in probe.MODES}
+    assert {row["epoch"] for row in finals.values()} == {1}
+    for row in finals.values():  # 4 steps from one start: every mode agrees to within one example
+        for split, n in (("train", 256), ("adv", 128)):
+            assert abs(row[f"{split}_acc"] - finals["toolkit"][f"{split}_acc"]) <= 1 / n + 1e-9
+    with pytest.raises(ValueError, match="mode must be one of"):
+        probe.probe("float16", 3, 1, task)
