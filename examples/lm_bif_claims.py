@@ -4,7 +4,7 @@ dense through the induction transition, for several training seeds (resumable).
     python examples/lm_bif_claims.py --stage cost        # CPU seconds of one checkpoint's BIF
     python examples/lm_bif_claims.py --stage calibrate   # eps sweep at the transition (seed 0)
     python examples/lm_bif_claims.py --stage run         # train + BIF, cached per checkpoint
-    python examples/lm_bif_claims.py --stage report --docs docs/lm_bif   # CSV + figures + peaks
+    python examples/lm_bif_claims.py --stage report --docs docs/lm_bif   # CSV, figures, peaks, verdicts
 
 Every piece is cached: a testbed run by its config hash (``<out>/seed<S>/testbed``), each
 checkpoint's BIF by config, data and checkpoint (``<out>/seed<S>/bif/lm_bif_<hash>``), so an
@@ -33,6 +33,8 @@ from interp_toolkit.studies.lm_claims import (
     claim_peaks,
     claim_rows,
     read_claims_csv,
+    rise_and_fall,
+    sign_change,
     write_claim_figures,
     write_claims_csv,
 )
@@ -163,9 +165,21 @@ def report(args: argparse.Namespace) -> None:
     write_claims_csv(rows, args.docs / "claims.csv")
     for path in write_claim_figures(rows, args.docs):
         print(path)
+    verdicts: dict[str, Any] = {}
     for series in dict.fromkeys(r["series"] for r in rows):
-        for peak in claim_peaks(rows, series):
+        verdicts[series] = {"peaks": claim_peaks(rows, series), "rise_and_fall": rise_and_fall(rows, series),
+                            "sign_change": sign_change(rows, series)}
+        for peak in verdicts[series]["peaks"]:
             print(series, json.dumps(peak))
+    for series, found in verdicts.items():
+        for r in found["rise_and_fall"]:
+            print(f"{series} seed {r['seed']}: {r['verdict']} (peak {r['peak_bif']:+.2e} at step {r['peak_step']}; "
+                  f"rise {r['rise']:+.2e} +- {r['rise_stderr']:.1e}, z {r['rise_z']:.1f}; "
+                  f"fall {r['fall']:+.2e} +- {r['fall_stderr']:.1e}, z {r['fall_z']:.1f})")
+        for r in found["sign_change"]:
+            print(f"{series} seed {r['seed']}: {r['verdict']} {r['order']} (max z {r['max_z']:+.1f} at step "
+                  f"{r['max_step']}, min z {r['min_z']:+.1f} at step {r['min_step']})")
+    atomic_write_json(args.docs / "verdicts.json", verdicts)
 
 
 def main() -> None:

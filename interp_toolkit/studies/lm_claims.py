@@ -29,8 +29,8 @@ from typing import Any, Mapping, Sequence
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_text
 
-__all__ = ["CLAIM_CSV_FIELDS", "MIN_MEASURED_RISE", "claim_figure_data", "claim_peaks", "claim_rows",
-           "plot_claim", "read_claims_csv", "write_claim_figures", "write_claims_csv"]
+__all__ = ["CLAIM_CSV_FIELDS", "MIN_MEASURED_RISE", "MIN_Z", "claim_figure_data", "claim_peaks", "claim_rows",
+           "plot_claim", "read_claims_csv", "rise_and_fall", "sign_change", "write_claim_figures", "write_claims_csv"]
 
 CLAIM_CSV_FIELDS = ["step", "seed", "series", "source_class", "target_class", "minus", "bif", "stderr", "rhat",
                     "ess", "induction_score"]
@@ -200,4 +200,87 @@ def claim_peaks(rows: Sequence[Mapping[str, Any]], series: str) -> list[dict[str
         out.append({"seed": seed, "step": int(peak["step"]), "bif": bif, "stderr": stderr,
                     "relative_error": stderr / abs(bif) if bif else math.inf, "rhat": float(peak["rhat"]),
                     "ess": float(peak["ess"]), "induction_score": float(peak["induction_score"])})
+    return out
+
+
+#: A change counts as measured when it is at least this many standard errors from zero.
+MIN_Z = 2.0
+
+
+def _seed_series(rows: Sequence[Mapping[str, Any]], series: str, seed: int) -> list[Mapping[str, Any]]:
+    return sorted((r for r in rows if r["series"] == series and int(r["seed"]) == seed), key=lambda r: int(r["step"]))
+
+
+def _change(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float, float, float]:
+    """``|b| - |a|`` with its error and z. Checkpoints are sampled by independent chains, so the
+    two errors add in quadrature."""
+    delta = abs(float(b["bif"])) - abs(float(a["bif"]))
+    err = math.hypot(float(a["stderr"]), float(b["stderr"]))
+    return delta, err, delta / err if err > 0 else math.inf * (1 if delta > 0 else -1 if delta < 0 else 0)
+
+
+def rise_and_fall(rows: Sequence[Mapping[str, Any]], series: str, min_z: float = MIN_Z) -> list[dict[str, Any]]:
+    """Per seed, does ``|bif|`` rise to a peak and fall after it?
+
+    The peak is the checkpoint of largest ``|bif|``; *rise* = ``|peak| - |first|``, *fall* =
+    ``|peak| - |last|``, each with its error (quadrature of the two checkpoints' jackknife errors)
+    and z. ``verdict``: ``"rise and fall"`` when both are at least ``min_z`` standard errors,
+    ``"rise, no measured fall"`` when only the rise is, ``"no measured rise"`` otherwise. The peak
+    is chosen on the same noisy values, so both z are somewhat optimistic; a seed whose peak is
+    its last checkpoint has fall 0.
+
+    Raises:
+        UserError: if ``series`` has no rows.
+    """
+    seeds = sorted({int(r["seed"]) for r in rows if r["series"] == series})
+    if not seeds:
+        raise UserError(f"no rows of series {series!r} (have: {sorted({r['series'] for r in rows})})")
+    out = []
+    for seed in seeds:
+        mine = _seed_series(rows, series, seed)
+        peak = max(mine, key=lambda r: abs(float(r["bif"])))
+        rise, rise_err, rise_z = _change(mine[0], peak)
+        fall, fall_err, fall_z = _change(mine[-1], peak)
+        verdict = ("no measured rise" if rise_z < min_z else
+                   "rise and fall" if fall_z >= min_z else "rise, no measured fall")
+        out.append({"seed": seed, "first_step": int(mine[0]["step"]), "peak_step": int(peak["step"]),
+                    "last_step": int(mine[-1]["step"]), "peak_bif": float(peak["bif"]),
+                    "peak_stderr": float(peak["stderr"]), "rise": rise, "rise_stderr": rise_err, "rise_z": rise_z,
+                    "fall": fall, "fall_stderr": fall_err, "fall_z": fall_z, "verdict": verdict})
+    return out
+
+
+def sign_change(rows: Sequence[Mapping[str, Any]], series: str, min_z: float = MIN_Z) -> list[dict[str, Any]]:
+    """Per seed, does ``bif`` take both signs, each measured (``|bif| >= min_z * stderr``)?
+
+    For a difference series such as ``"open->close - close->open"`` this is the claim that the
+    two delimiters change sign relative to each other. Returns per seed the most positive and
+    the most negative checkpoint by z (``bif / stderr``), and ``verdict``: ``"sign change"``
+    (both measured), ``"one sign"`` (only one is), ``"no measured sign"``; ``order`` says which
+    sign came first when both are measured.
+
+    Raises:
+        UserError: if ``series`` has no rows.
+    """
+    seeds = sorted({int(r["seed"]) for r in rows if r["series"] == series})
+    if not seeds:
+        raise UserError(f"no rows of series {series!r} (have: {sorted({r['series'] for r in rows})})")
+    out = []
+    for seed in seeds:
+        mine = _seed_series(rows, series, seed)
+
+        def z(row: Mapping[str, Any]) -> float:
+            return float(row["bif"]) / float(row["stderr"]) if float(row["stderr"]) > 0 else 0.0
+
+        top, bottom = max(mine, key=z), min(mine, key=z)
+        positive, negative = z(top) >= min_z, z(bottom) <= -min_z
+        entry: dict[str, Any] = {"seed": seed, "max_step": int(top["step"]), "max_bif": float(top["bif"]),
+                                 "max_stderr": float(top["stderr"]), "max_z": z(top),
+                                 "min_step": int(bottom["step"]), "min_bif": float(bottom["bif"]),
+                                 "min_stderr": float(bottom["stderr"]), "min_z": z(bottom)}
+        entry["verdict"] = ("sign change" if positive and negative else
+                            "one sign" if positive or negative else "no measured sign")
+        entry["order"] = (("+ then -" if int(top["step"]) < int(bottom["step"]) else "- then +")
+                          if positive and negative else "")
+        out.append(entry)
     return out

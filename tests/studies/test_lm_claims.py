@@ -14,6 +14,8 @@ from interp_toolkit.studies.lm_claims import (
     claim_rows,
     plot_claim,
     read_claims_csv,
+    rise_and_fall,
+    sign_change,
     write_claim_figures,
     write_claims_csv,
 )
@@ -85,3 +87,35 @@ def test_claims_csv_errors(tmp_path):
         read_claims_csv(path)
     with pytest.raises(ValueError, match="no rows of series 'x->y'"):
         claim_figure_data(_rows(), "x->y")
+
+
+def _series(values, stderrs, series="induction->induction", seed=0):
+    return [{"step": 100 * i, "seed": seed, "series": series, "bif": v, "stderr": e}
+            for i, (v, e) in enumerate(zip(values, stderrs))]
+
+
+def test_rise_and_fall_verdicts():
+    # |bif| rises from 1 to 10 (z = 9 / sqrt(2)) and falls back to 2 (z = 8 / sqrt(2)): both measured
+    rows = _series([-1.0, -4.0, -10.0, -2.0], [1.0, 1.0, 1.0, 1.0])
+    rows += _series([-1.0, -4.0, -10.0, -9.0], [1.0, 1.0, 1.0, 1.0], seed=1)   # falls by 1: not measured
+    rows += _series([-1.0, -1.5, -2.0, -1.0], [1.0, 1.0, 1.0, 1.0], seed=2)    # rises by 1: not measured
+    found = {r["seed"]: r for r in rise_and_fall(rows, "induction->induction")}
+    assert found[0]["verdict"] == "rise and fall" and found[0]["peak_step"] == 200
+    assert found[0]["rise"] == 9.0 and found[0]["rise_stderr"] == pytest.approx(math.sqrt(2))
+    assert found[0]["fall_z"] == pytest.approx(8 / math.sqrt(2))
+    assert found[1]["verdict"] == "rise, no measured fall" and found[1]["fall"] == 1.0
+    assert found[2]["verdict"] == "no measured rise"
+    with pytest.raises(UserError, match="no rows of series 'open->close'"):
+        rise_and_fall(rows, "open->close")
+
+
+def test_sign_change_verdicts():
+    name = "open->close - close->open"
+    rows = _series([0.03, 0.01, -0.02, -0.05], [0.01, 0.01, 0.01, 0.01], series=name)           # + then -
+    rows += _series([-0.05, 0.01, 0.03], [0.01, 0.01, 0.02], series=name, seed=1)                # + is 1.5 se
+    rows += _series([0.01, -0.01], [0.01, 0.01], series=name, seed=2)
+    found = {r["seed"]: r for r in sign_change(rows, name)}
+    assert found[0]["verdict"] == "sign change" and found[0]["order"] == "+ then -"
+    assert (found[0]["max_step"], found[0]["min_step"]) == (0, 300) and found[0]["min_z"] == pytest.approx(-5.0)
+    assert found[1]["verdict"] == "one sign" and found[1]["order"] == ""
+    assert found[2]["verdict"] == "no measured sign"

@@ -38,3 +38,22 @@ def test_sampler_settings_come_from_the_calibration_unless_given(tmp_path):
     assert (config.eps, config.gamma, config.chains, config.draws, config.burn_in) == (3e-4, 300.0, 8, 200, 200)
     args.eps = 1e-3
     assert example.sampler_config(args).eps == 1e-3 and example.sampler_config(args).gamma == 300.0
+
+
+def test_report_merges_seeds_and_writes_verdicts(tmp_path, capsys):
+    from interp_toolkit.studies.lm_claims import read_claims_csv, write_claims_csv
+
+    example = _example()
+    for seed in (0, 1):
+        rows = [{"step": step, "seed": seed, "series": "induction->induction", "source_class": "induction",
+                 "target_class": "induction", "minus": None, "bif": bif, "stderr": 0.1, "rhat": 1.01, "ess": 300.0,
+                 "induction_score": score}
+                for step, bif, score in ((0, -0.1, 0.03), (100, -2.0, 0.5), (200, -0.5, 0.8))]
+        write_claims_csv(rows, tmp_path / "study" / f"seed{seed}" / "claims.csv")
+    args = argparse.Namespace(out=tmp_path / "study", docs=tmp_path / "docs")
+    example.report(args)
+    assert len(read_claims_csv(tmp_path / "docs" / "claims.csv")) == 6
+    verdicts = json.loads((tmp_path / "docs" / "verdicts.json").read_text())
+    assert [r["verdict"] for r in verdicts["induction->induction"]["rise_and_fall"]] == ["rise and fall"] * 2
+    assert (tmp_path / "docs" / "claim_induction_to_induction.png").is_file()
+    assert "induction->induction seed 1: rise and fall (peak -2.00e+00 at step 100" in capsys.readouterr().out
