@@ -8,8 +8,9 @@ out of its saturated shortcut.
 ``train`` trains one run per model seed with the demo's task and model (1 layer, 2 heads,
 length 5, values 0..9, r = 0.9, 4,096 training examples) for EPOCHS full-batch epochs,
 checkpoints every 25 epochs plus log-spaced ones (resumable). ``measure`` runs the influence
-study (its default sampler, 30 burn-in steps and 30 draws) at epochs 50, 100, 200, 300, 400 where a run
-has them (cached per checkpoint: an interrupted measurement resumes). ``figures`` copies each
+study (``interp-toolkit influence``'s default sampler: 4 chains x 50 draws after 60 burn-in
+steps, 2 steps apart; 512 query examples of each split) at epochs 50, 100, 200, 300, 400 where a
+run has them (cached per checkpoint: an interrupted measurement resumes). ``figures`` copies each
 run's ``influence.csv`` to ``DEST/<run>.csv``, regenerates every figure from those CSVs only
 (``DEST/<run>.png``, ``DEST/summary.png``), and writes ``DEST/numbers.json``: per run its
 phases, the anti-shortcut group's BIF on the adversarial loss at the shortcut-phase and
@@ -29,13 +30,8 @@ from pathlib import Path
 EPOCHS = (50, 100, 200, 300, 400)
 
 
-def MEASURED_SAMPLER():  # noqa: N802 - a constant built on demand (imports torch)
-    """The study's default sampler with 30 burn-in steps and 30 draws (the CPU budget of the
-    measurement in docs/influence.md)."""
-    from interp_toolkit.studies.influence import InfluenceConfig
-
-    sampler = InfluenceConfig().sampler
-    return type(sampler).from_dict({**sampler.to_dict(), "draws": 30, "burn_in": 30})
+#: Query examples of each split (adv, val) the influence is measured on.
+N_QUERY = 512
 
 
 def train(out: Path, epochs: int, seeds: list[int]) -> None:
@@ -69,7 +65,7 @@ def measure(out: Path, seeds: list[int]) -> None:
         available = {epoch for epoch, _ in list_checkpoints(run)}
         epochs = tuple(e for e in EPOCHS if e in available)
         result = run_influence(InfluenceConfig(run_dir=run, out=out / "out" / f"seed{seed}", epochs=epochs,
-                                               sampler=MEASURED_SAMPLER()),
+                                               n_query=N_QUERY),
                                progress=False)
         print(seed, result.computed, result.phases, flush=True)
 
