@@ -102,7 +102,12 @@ def run(args: argparse.Namespace) -> None:
               flush=True)
         scores = induction_scores_by_step(refs, testbed.corpus, args.out / f"seed{seed}" / "induction_scores.json")
         posterior, train, query = corpus_sets(testbed.corpus, **SIZES)
-        for ref in prioritized(refs, scores, args.coarse):
+        by_step = {ref.step: ref for ref in refs}
+        missing = [step for step in args.steps or () if step not in by_step]
+        if missing:
+            raise SystemExit(f"error: --steps {missing}: seed {seed} has no checkpoint there (have {sorted(by_step)})")
+        order = [by_step[step] for step in args.steps] if args.steps else prioritized(refs, scores, args.coarse)
+        for ref in order:
             started = time.process_time()
             result = lm_bif(ref.load(), posterior, train, query, config, cache_dir=args.out / f"seed{seed}" / "bif",
                             cache_identity=ref.identity())
@@ -194,6 +199,8 @@ def main() -> None:
     parser.add_argument("--eps", type=float, default=None, help="default: calibration.json's, else 1e-4")
     parser.add_argument("--gamma", type=float, default=None, help="default: calibration.json's, else 100")
     parser.add_argument("--coarse", type=int, default=100, help="BIF every this many steps outside the transition")
+    parser.add_argument("--steps", type=int, nargs="+", default=None,
+                        help="only these checkpoint steps, in this order (default: the transition first, then --coarse)")
     parser.add_argument("--cost-draws", type=int, default=10, help="draws (and burn-in) of the cost / calibration runs")
     parser.add_argument("--calibrate-eps", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3])
     parser.add_argument("--calibrate-gamma", type=float, nargs="+", default=[100.0, 300.0])

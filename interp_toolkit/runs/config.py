@@ -47,7 +47,9 @@ class TrainConfig(Config):
         engine: ``"fast"``: the lean readout-only forward of :mod:`interp_toolkit.runs.engine`
             where it can express the model exactly (else the bridge's forward, with a
             warning); ``"bridge"``: always the TransformerBridge's full forward. Same results
-            up to float rounding, so not part of a run's identity.
+            up to float rounding, so not part of a run's identity. Rounding can still decide a
+            chaotic run's outcome (whether one seed leaves a shortcut; docs/reproduction.md,
+            "rounding"): compare rates over seeds, not single seeds, across engines.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA if available); the
             model is moved there before training. ``None``: train where the model is.
     """
