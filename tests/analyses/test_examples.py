@@ -87,7 +87,7 @@ def _load_regime(name):
     return module
 
 
-def test_rounding_probe_bare_module_is_the_toolkit_model():
+def test_rounding_probe_bare_module_is_the_toolkit_model(monkeypatch):
     """examples/reproduction/regime/rounding_probe.py: the bare module loaded with the toolkit's
     weights computes the bridge's logits, and one epoch of each mode stays on one trajectory."""
     import torch
@@ -107,10 +107,17 @@ def test_rounding_probe_bare_module_is_the_toolkit_model():
         with torch.no_grad():
             torch.testing.assert_close(bare(tokens), model(tokens)[:, -1], atol=1e-5, rtol=1e-5)
 
+    bare.load_toolkit_weights({k: v.detach() for k, v in model.state_dict().items()})
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in bare.toolkit_state().items())
+
+    monkeypatch.setattr(probe, "NEAR_MISS_FROM", 0.0)  # name the failing groups at any accuracy
     finals = {mode: probe.probe(mode, 3, 1, task, batch_size=64, weight_decay=1.0)[-1] for mode in probe.MODES}
     assert {row["epoch"] for row in finals.values()} == {1}
     for row in finals.values():  # 4 steps from one start: every mode agrees to within one example
         for split, n in (("train", 256), ("adv", 128)):
             assert abs(row[f"{split}_acc"] - finals["toolkit"][f"{split}_acc"]) <= 1 / n + 1e-9
+        # the near-miss view is of the mode's own weights (bare ones copied back into the toolkit model)
+        assert row["adv_wrong"] == round((1 - row["adv_acc"]) * 128)
+        assert "wrong)" in row["adv_failing_groups"]
     with pytest.raises(ValueError, match="mode must be one of"):
         probe.probe("float16", 3, 1, task)

@@ -14,6 +14,9 @@ same settings; only the arithmetic differs:
     python examples/reproduction/regime/rounding_probe.py --mode toolkit --seed 0 --out probe.jsonl
 
 Appends one JSON line per evaluation (mode, seed, epoch, train/val/adv accuracy) to ``--out``;
+a last evaluation at adversarial accuracy 0.9-1 also names the groups its wrong adversarial
+examples fall in (e.g. ``n_odd=8 (13 of 13 wrong)``: the near-miss analysis of
+``interp_toolkit.analyses.near_misses``);
 ``--stop-at`` ends a run once adversarial accuracy reaches it (to save CPU). The regime defaults
 are stage 1e's (2 layers, 2 heads, length 8, r = 0.9, batch 512, lr 1e-3, wd 1.0, betas
 (0.9, 0.98)); they are this project's choices, not the paper's.
@@ -30,11 +33,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from interp_toolkit.analyses.near_misses import describe_groups, failing_groups, near_misses
 from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.runs.engine import ReadoutForward
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 MODES = ("toolkit", "toolkit-bridge", "bare", "bare-manual", "bare-float64")
+#: A final evaluation at or above this adversarial accuracy (and below 1) also names the
+#: groups that hold the wrong adversarial examples (``adv_wrong``, ``adv_failing_groups``).
+NEAR_MISS_FROM = 0.9
 
 
 def _manual_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -82,6 +89,17 @@ class BareModel(nn.Module):
 
     def load_toolkit_weights(self, state: dict[str, torch.Tensor]) -> None:
         """Copy a toolkit model's state dict (TransformerLens key names) into this module."""
+        own = dict(self.named_parameters())
+        with torch.no_grad():
+            for ours, theirs in self._toolkit_names().items():
+                own[ours].copy_(state[theirs])
+
+    def toolkit_state(self) -> dict[str, torch.Tensor]:
+        """This module's weights under the toolkit's (TransformerLens) key names, in float32."""
+        own = dict(self.named_parameters())
+        return {theirs: own[ours].detach().float() for ours, theirs in self._toolkit_names().items()}
+
+    def _toolkit_names(self) -> dict[str, str]:
         names = {"embed.weight": "embed.weight", "pos.weight": "pos_embed.weight",
                  "ln_final.weight": "ln_final.weight", "ln_final.bias": "ln_final.bias",
                  "unembed.weight": "unembed.weight"}
@@ -90,12 +108,10 @@ class BareModel(nn.Module):
                                  ("o", "attn.o"), ("fc_in", "mlp.in"), ("fc_out", "mlp.out")):
                 for kind in ("weight", "bias"):
                     names[f"blocks.{i}.{ours}.{kind}"] = f"blocks.{i}.{theirs}.{kind}"
-        own = dict(self.named_parameters())
-        if set(own) != set(names):
-            raise ValueError(f"bare module parameters {sorted(set(own) ^ set(names))} have no toolkit counterpart")
-        with torch.no_grad():
-            for ours, theirs in names.items():
-                own[ours].copy_(state[theirs])
+        own = set(dict(self.named_parameters()))
+        if own != set(names):
+            raise ValueError(f"bare module parameters {sorted(own ^ set(names))} have no toolkit counterpart")
+        return names
 
 
 def probe(mode: str, seed: int, epochs: int, task: MPSPConfig, n_layers: int = 2, n_heads: int = 2,
@@ -140,6 +156,12 @@ def probe(mode: str, seed: int, epochs: int, task: MPSPConfig, n_layers: int = 2
             rows.append(row)
             if stop_at is not None and row["adv_acc"] >= stop_at:
                 break
+    if NEAR_MISS_FROM <= rows[-1]["adv_acc"] < 1.0:
+        if not mode.startswith("toolkit"):  # the bare weights, back in the toolkit's model
+            toolkit_model.load_state_dict(forward.toolkit_state(), strict=False)
+        found = near_misses(toolkit_model.eval(), splits, ["adv"])
+        rows[-1]["adv_wrong"] = int(found.tensors["adv_wrong"].sum())
+        rows[-1]["adv_failing_groups"] = describe_groups(failing_groups(list(found.table), "adv"))
     return rows
 
 
