@@ -90,11 +90,24 @@ def prioritized(refs: list, scores: dict[int, float], coarse: int) -> list:
     return dense + rest
 
 
+def earlier_rows(seed_dir: Path, config: LMBIFConfig) -> list[dict[str, Any]]:
+    """The rows of ``seed_dir/claims.csv`` if they were measured with ``config`` (recorded in
+    ``claims_config.json`` beside it), else none; records ``config`` there. So a run on some
+    steps keeps the steps an earlier run of the same settings measured."""
+    record = seed_dir / "claims_config.json"
+    wanted = json.loads(json.dumps(config.to_dict(), sort_keys=True, default=str))
+    same = record.is_file() and json.loads(record.read_text()) == wanted
+    rows = read_claims_csv(seed_dir / "claims.csv") if same and (seed_dir / "claims.csv").is_file() else []
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(record, wanted)
+    return rows
+
+
 def run(args: argparse.Namespace) -> None:
     config = LMBIFConfig(sampler_config(args), reductions=("class:class", "class:all"))
     print(f"sampler: {config.sampler.to_dict()}", flush=True)
     for seed in args.seeds:
-        rows: list[dict[str, Any]] = []
+        rows = earlier_rows(args.out / f"seed{seed}", config)
         testbed = testbed_config(seed)
         started = time.process_time()
         refs = train_testbed(testbed, args.out / f"seed{seed}" / "testbed", progress=False)
@@ -111,6 +124,7 @@ def run(args: argparse.Namespace) -> None:
             started = time.process_time()
             result = lm_bif(ref.load(), posterior, train, query, config, cache_dir=args.out / f"seed{seed}" / "bif",
                             cache_identity=ref.identity())
+            rows = [row for row in rows if row["step"] != ref.step]
             rows += claim_rows(claim_influences(result, DEFAULT_CLAIMS), step=ref.step, seed=seed,
                                induction_score=scores[ref.step])
             write_claims_csv(rows, args.out / f"seed{seed}" / "claims.csv")

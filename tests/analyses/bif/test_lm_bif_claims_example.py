@@ -57,3 +57,21 @@ def test_report_merges_seeds_and_writes_verdicts(tmp_path, capsys):
     assert [r["verdict"] for r in verdicts["induction->induction"]["rise_and_fall"]] == ["rise and fall"] * 2
     assert (tmp_path / "docs" / "claim_induction_to_induction.png").is_file()
     assert "induction->induction seed 1: rise and fall (peak -2.00e+00 at step 100" in capsys.readouterr().out
+
+
+def test_a_run_on_some_steps_keeps_the_rows_of_the_same_settings(tmp_path):
+    from interp_toolkit.analyses.bif import SamplerConfig
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig
+    from interp_toolkit.studies.lm_claims import write_claims_csv
+
+    example = _example()
+    config = LMBIFConfig(SamplerConfig(eps=1e-3), reductions=("class:class", "class:all"))
+    assert example.earlier_rows(tmp_path, config) == []  # nothing yet; the settings are recorded
+    row = {"step": 375, "seed": 1, "series": "induction->induction", "source_class": "induction",
+           "target_class": "induction", "minus": None, "bif": -0.004, "stderr": 0.001, "rhat": 1.02, "ess": 300.0,
+           "induction_score": 0.4}
+    write_claims_csv([row], tmp_path / "claims.csv")
+    kept = example.earlier_rows(tmp_path, config)
+    assert [(r["step"], r["bif"]) for r in kept] == [(375, -0.004)]
+    other = LMBIFConfig(SamplerConfig(eps=1e-4), reductions=("class:class", "class:all"))
+    assert example.earlier_rows(tmp_path, other) == []  # measured with other settings: not mixed in
