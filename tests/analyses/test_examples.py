@@ -96,7 +96,7 @@ def test_rounding_probe_bare_module_is_the_toolkit_model(monkeypatch):
     from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
     probe = _load_regime("rounding_probe")
-    task = MPSPConfig.from_task("max_parity_sum_parity", r=0.9, seq_len=5, n_values=10, n_train=256, n_eval=128,
+    task = MPSPConfig.from_task("max_parity_sum_parity", r=0.9, seq_len=6, n_values=10, n_train=256, n_eval=128,
                                 seed=0)
     cfg = ModelConfig(n_layers=2, n_heads=2, seed=3, **task.model_dims())
     model = build_model(cfg).eval()
@@ -121,3 +121,13 @@ def test_rounding_probe_bare_module_is_the_toolkit_model(monkeypatch):
         assert "wrong)" in row["adv_failing_groups"]
     with pytest.raises(ValueError, match="mode must be one of"):
         probe.probe("float16", 3, 1, task)
+
+    # the continuation: one more epoch on a training split holding exactly 6 all-odd sequences
+    rows = probe.probe("toolkit", 3, 1, task, batch_size=64, then_extreme_train=6, then_epochs=1)
+    assert [(r["epoch"], r.get("continued", False)) for r in rows] == [(1, False), (2, True)]
+    assert rows[1]["extreme_train"] == 6
+    from interp_toolkit.tasks.mpsp import is_extreme_count
+    extreme = is_extreme_count(make_splits(task)["adv"].values, 2)
+    assert extreme.any()  # so the extreme-count accuracy is a number
+    assert 0.0 <= rows[1]["adv_extreme_acc"] <= 1.0
+    assert rows[1]["adv_extreme_acc"] * int(extreme.sum()) == pytest.approx(round(rows[1]["adv_extreme_acc"] * int(extreme.sum())))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from torch import nn
 from interp_toolkit.analyses.near_misses import describe_groups, failing_groups, near_misses
 from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.runs.engine import ReadoutForward
-from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
+from interp_toolkit.tasks.mpsp import MPSPConfig, is_extreme_count, make_splits
 
 MODES = ("toolkit", "toolkit-bridge", "bare", "bare-manual", "bare-float64")
 #: A final evaluation at or above this adversarial accuracy (and below 1) also names the
@@ -116,11 +117,23 @@ class BareModel(nn.Module):
 
 def probe(mode: str, seed: int, epochs: int, task: MPSPConfig, n_layers: int = 2, n_heads: int = 2,
           lr: float = 1e-3, weight_decay: float = 1.0, batch_size: int = 512, eval_every: int = 10,
-          stop_at: float | None = None) -> list[dict[str, Any]]:
-    """Train one run in ``mode``; return its evaluations (epoch, train/val/adv accuracy)."""
+          stop_at: float | None = None, then_extreme_train: int | None = None,
+          then_epochs: int = 0) -> list[dict[str, Any]]:
+    """Train one run in ``mode``; return its evaluations (epoch, train/val/adv accuracy, and
+    ``adv_extreme_acc``: accuracy on the adversarial split's extreme-count sequences, all odd for
+    parity tasks).
+
+    With ``then_epochs``, training goes on from where it stopped for that many epochs on a
+    training split holding exactly ``then_extreme_train`` extreme-count sequences
+    (``MPSPConfig.extreme_train``, a departure; same val and adv splits), rows marked
+    ``"continued": True``: does a model that learned the rule everywhere but the extreme count
+    learn it there once the training split shows it? Compare with ``then_extreme_train=None``
+    (the same continuation on the original split).
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     splits = make_splits(task)
+    extreme_adv = is_extreme_count(splits["adv"].values, task.modulus)
     cfg = ModelConfig(n_layers=n_layers, n_heads=n_heads, seed=seed, **task.model_dims())
     toolkit_model = build_model(cfg).train()
     forward: Any
@@ -141,21 +154,37 @@ def probe(mode: str, seed: int, epochs: int, task: MPSPConfig, n_layers: int = 2
             F.cross_entropy(forward(tokens), labels).backward()
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
     shuffle = torch.Generator().manual_seed(seed)  # the toolkit's epoch_minibatches order
-    train = splits["train"]
-    rows = []
-    for epoch in range(1, epochs + 1):
-        for index in torch.randperm(len(train.labels), generator=shuffle).split(batch_size):
-            optimizer.zero_grad(set_to_none=True)
-            loss_backward(train.tokens[index], train.labels[index])
-            optimizer.step()
-        if epoch % eval_every == 0 or epoch == epochs:
-            with torch.no_grad():
-                row = {"mode": mode, "seed": seed, "epoch": epoch}
-                for name, split in splits.items():
-                    row[f"{name}_acc"] = (forward(split.tokens).argmax(-1) == split.labels).float().mean().item()
-            rows.append(row)
-            if stop_at is not None and row["adv_acc"] >= stop_at:
-                break
+    rows: list[dict[str, Any]] = []
+
+    def evaluate(epoch: int, continued: bool) -> dict[str, Any]:
+        row: dict[str, Any] = {"mode": mode, "seed": seed, "epoch": epoch}
+        if continued:
+            row.update(continued=True, extreme_train=then_extreme_train)
+        with torch.no_grad():
+            for name, split in splits.items():
+                right = forward(split.tokens).argmax(-1) == split.labels
+                row[f"{name}_acc"] = right.float().mean().item()
+                if name == "adv":  # None when the split has no extreme-count sequence
+                    row["adv_extreme_acc"] = right[extreme_adv].float().mean().item() if extreme_adv.any() else None
+        rows.append(row)
+        return row
+
+    def train_epochs(first: int, last: int, train: Any, continued: bool) -> None:
+        for epoch in range(first, last + 1):
+            for index in torch.randperm(len(train.labels), generator=shuffle).split(batch_size):
+                optimizer.zero_grad(set_to_none=True)
+                loss_backward(train.tokens[index], train.labels[index])
+                optimizer.step()
+            if epoch % eval_every == 0 or epoch == last:
+                row = evaluate(epoch, continued)
+                if not continued and stop_at is not None and row["adv_acc"] >= stop_at:
+                    return
+
+    train_epochs(1, epochs, splits["train"], continued=False)
+    if then_epochs:
+        stopped = rows[-1]["epoch"]
+        then_train = make_splits(replace(task, extreme_train=then_extreme_train))["train"]
+        train_epochs(stopped + 1, stopped + then_epochs, then_train, continued=True)
     if NEAR_MISS_FROM <= rows[-1]["adv_acc"] < 1.0:
         if not mode.startswith("toolkit"):  # the bare weights, back in the toolkit's model
             toolkit_model.load_state_dict(forward.toolkit_state(), strict=False)
@@ -173,12 +202,18 @@ def main() -> None:
     parser.add_argument("--weight-decay", type=float, default=1.0)
     parser.add_argument("--r", type=float, default=0.9)
     parser.add_argument("--stop-at", type=float, default=0.9)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--then-epochs", type=int, default=0,
+                        help="then train this many more epochs on a split with --then-extreme-train all-odd sequences")
+    parser.add_argument("--then-extreme-train", type=int, default=None,
+                        help="all-odd training sequences of the continuation (default: the original split)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
     task = MPSPConfig.from_task("max_parity_sum_parity", r=args.r, seq_len=8, n_values=10, n_train=16_384,
                                 n_eval=2_048, seed=0)
-    rows = probe(args.mode, args.seed, args.epochs, task, weight_decay=args.weight_decay, stop_at=args.stop_at)
+    rows = probe(args.mode, args.seed, args.epochs, task, weight_decay=args.weight_decay, stop_at=args.stop_at,
+                 eval_every=args.eval_every, then_extreme_train=args.then_extreme_train, then_epochs=args.then_epochs)
     with args.out.open("a") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
