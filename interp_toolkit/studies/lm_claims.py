@@ -216,7 +216,9 @@ def _change(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float, float, f
     two errors add in quadrature."""
     delta = abs(float(b["bif"])) - abs(float(a["bif"]))
     err = math.hypot(float(a["stderr"]), float(b["stderr"]))
-    return delta, err, delta / err if err > 0 else math.inf * (1 if delta > 0 else -1 if delta < 0 else 0)
+    if err > 0:
+        return delta, err, delta / err
+    return delta, err, math.copysign(math.inf, delta) if delta else 0.0  # exact values: no change is z 0
 
 
 def rise_and_fall(rows: Sequence[Mapping[str, Any]], series: str, min_z: float = MIN_Z) -> list[dict[str, Any]]:

@@ -107,6 +107,8 @@ def test_rise_and_fall_verdicts():
     assert found[2]["verdict"] == "no measured rise"
     with pytest.raises(UserError, match="no rows of series 'open->close'"):
         rise_and_fall(rows, "open->close")
+    exact = rise_and_fall(_series([-1.0, -3.0, -3.0], [0.0, 0.0, 0.0]), "induction->induction")[0]
+    assert (exact["rise_z"], exact["fall_z"], exact["verdict"]) == (math.inf, 0.0, "rise, no measured fall")
 
 
 def test_sign_change_verdicts():
