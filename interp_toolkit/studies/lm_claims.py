@@ -207,8 +207,14 @@ def claim_peaks(rows: Sequence[Mapping[str, Any]], series: str) -> list[dict[str
 MIN_Z = 2.0
 
 
-def _seed_series(rows: Sequence[Mapping[str, Any]], series: str, seed: int) -> list[Mapping[str, Any]]:
-    return sorted((r for r in rows if r["series"] == series and int(r["seed"]) == seed), key=lambda r: int(r["step"]))
+def _series_by_seed(rows: Sequence[Mapping[str, Any]], series: str) -> dict[int, list[Mapping[str, Any]]]:
+    """The rows of ``series`` per training seed (seeds ascending), each in step order."""
+    by_seed: dict[int, list[Mapping[str, Any]]] = {}
+    for row in sorted((r for r in rows if r["series"] == series), key=lambda r: (int(r["seed"]), int(r["step"]))):
+        by_seed.setdefault(int(row["seed"]), []).append(row)
+    if not by_seed:
+        raise UserError(f"no rows of series {series!r} (have: {sorted({r['series'] for r in rows})})")
+    return by_seed
 
 
 def _change(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float, float, float]:
@@ -234,12 +240,8 @@ def rise_and_fall(rows: Sequence[Mapping[str, Any]], series: str, min_z: float =
     Raises:
         UserError: if ``series`` has no rows.
     """
-    seeds = sorted({int(r["seed"]) for r in rows if r["series"] == series})
-    if not seeds:
-        raise UserError(f"no rows of series {series!r} (have: {sorted({r['series'] for r in rows})})")
     out = []
-    for seed in seeds:
-        mine = _seed_series(rows, series, seed)
+    for seed, mine in _series_by_seed(rows, series).items():
         peak = max(mine, key=lambda r: abs(float(r["bif"])))
         rise, rise_err, rise_z = _change(mine[0], peak)
         fall, fall_err, fall_z = _change(mine[-1], peak)
@@ -264,12 +266,8 @@ def sign_change(rows: Sequence[Mapping[str, Any]], series: str, min_z: float = M
     Raises:
         UserError: if ``series`` has no rows.
     """
-    seeds = sorted({int(r["seed"]) for r in rows if r["series"] == series})
-    if not seeds:
-        raise UserError(f"no rows of series {series!r} (have: {sorted({r['series'] for r in rows})})")
     out = []
-    for seed in seeds:
-        mine = _seed_series(rows, series, seed)
+    for seed, mine in _series_by_seed(rows, series).items():
 
         def z(row: Mapping[str, Any]) -> float:
             return float(row["bif"]) / float(row["stderr"]) if float(row["stderr"]) > 0 else 0.0
