@@ -90,21 +90,31 @@ def prioritized(refs: list, scores: dict[int, float], coarse: int) -> list:
     return dense + rest
 
 
+def _settings(config: LMBIFConfig) -> dict[str, Any]:
+    return json.loads(json.dumps(config.to_dict(), sort_keys=True, default=str))
+
+
 def earlier_rows(seed_dir: Path, config: LMBIFConfig) -> list[dict[str, Any]]:
     """The rows of ``seed_dir/claims.csv`` if they were measured with ``config`` (recorded in
-    ``claims_config.json`` beside it), else none; records ``config`` there. So a run on some
+    ``claims_config.json`` beside it by :func:`write_seed_rows`), else none. So a run on some
     steps keeps the steps an earlier run of the same settings measured."""
     record = seed_dir / "claims_config.json"
-    wanted = json.loads(json.dumps(config.to_dict(), sort_keys=True, default=str))
-    same = record.is_file() and json.loads(record.read_text()) == wanted
-    rows = read_claims_csv(seed_dir / "claims.csv") if same and (seed_dir / "claims.csv").is_file() else []
-    seed_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(record, wanted)
-    return rows
+    same = record.is_file() and json.loads(record.read_text()) == _settings(config)
+    return read_claims_csv(seed_dir / "claims.csv") if same and (seed_dir / "claims.csv").is_file() else []
+
+
+def write_seed_rows(seed_dir: Path, config: LMBIFConfig, rows: list[dict[str, Any]]) -> None:
+    """``seed_dir/claims.csv`` and, beside it, the settings its rows were measured with."""
+    write_claims_csv(rows, seed_dir / "claims.csv")
+    atomic_write_json(seed_dir / "claims_config.json", _settings(config))
 
 
 def run(args: argparse.Namespace) -> None:
     config = LMBIFConfig(sampler_config(args), reductions=("class:class", "class:all"))
+    planned = testbed_config(0).checkpoint_steps  # the same schedule for every seed
+    missing = [step for step in args.steps or () if step not in planned]
+    if missing:
+        raise SystemExit(f"error: --steps {missing}: the testbed has no checkpoint there (it has {planned})")
     print(f"sampler: {config.sampler.to_dict()}", flush=True)
     for seed in args.seeds:
         rows = earlier_rows(args.out / f"seed{seed}", config)
@@ -116,9 +126,6 @@ def run(args: argparse.Namespace) -> None:
         scores = induction_scores_by_step(refs, testbed.corpus, args.out / f"seed{seed}" / "induction_scores.json")
         posterior, train, query = corpus_sets(testbed.corpus, **SIZES)
         by_step = {ref.step: ref for ref in refs}
-        missing = [step for step in args.steps or () if step not in by_step]
-        if missing:
-            raise SystemExit(f"error: --steps {missing}: seed {seed} has no checkpoint there (have {sorted(by_step)})")
         order = [by_step[step] for step in args.steps] if args.steps else prioritized(refs, scores, args.coarse)
         for ref in order:
             started = time.process_time()
@@ -127,7 +134,7 @@ def run(args: argparse.Namespace) -> None:
             rows = [row for row in rows if row["step"] != ref.step]
             rows += claim_rows(claim_influences(result, DEFAULT_CLAIMS), step=ref.step, seed=seed,
                                induction_score=scores[ref.step])
-            write_claims_csv(rows, args.out / f"seed{seed}" / "claims.csv")
+            write_seed_rows(args.out / f"seed{seed}", config, rows)
             print(f"seed {seed} step {ref.step}: {time.process_time() - started:.0f} CPU s", flush=True)
 
 

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -66,12 +68,24 @@ def test_a_run_on_some_steps_keeps_the_rows_of_the_same_settings(tmp_path):
 
     example = _example()
     config = LMBIFConfig(SamplerConfig(eps=1e-3), reductions=("class:class", "class:all"))
-    assert example.earlier_rows(tmp_path, config) == []  # nothing yet; the settings are recorded
+    assert example.earlier_rows(tmp_path, config) == []  # nothing yet
     row = {"step": 375, "seed": 1, "series": "induction->induction", "source_class": "induction",
            "target_class": "induction", "minus": None, "bif": -0.004, "stderr": 0.001, "rhat": 1.02, "ess": 300.0,
            "induction_score": 0.4}
     write_claims_csv([row], tmp_path / "claims.csv")
+    assert example.earlier_rows(tmp_path, config) == []  # a CSV without its settings record is not trusted
+    example.write_seed_rows(tmp_path, config, [row])
     kept = example.earlier_rows(tmp_path, config)
     assert [(r["step"], r["bif"]) for r in kept] == [(375, -0.004)]
     other = LMBIFConfig(SamplerConfig(eps=1e-4), reductions=("class:class", "class:all"))
     assert example.earlier_rows(tmp_path, other) == []  # measured with other settings: not mixed in
+    assert [(r["step"], r["bif"]) for r in example.earlier_rows(tmp_path, config)] == [(375, -0.004)]  # read only
+
+
+def test_steps_not_on_the_checkpoint_schedule_are_refused_before_any_work(tmp_path):
+    example = _example()
+    args = argparse.Namespace(out=tmp_path, eps=None, gamma=None, chains=8, draws=200, burn_in=200, steps=[375, 380],
+                              seeds=[0], coarse=100)
+    with pytest.raises(SystemExit, match=r"--steps \[380\]: the testbed has no checkpoint there"):
+        example.run(args)
+    assert list(tmp_path.iterdir()) == []  # nothing trained, nothing written
