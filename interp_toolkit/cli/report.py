@@ -49,6 +49,11 @@ class ReportCommandConfig(Config):
         prefer: The source whose copy of a run wins when sources hold copies of one run with
             different outcomes (without it such conflicting copies are refused, naming the run
             and its sources; identical copies merge silently).
+        clock: Also write rate_vs_clock.csv and rate_vs_clock.<format>: per setting (a cell
+            without study, epochs and eval_every, so one setting's runs of different stages and
+            horizons pool), the fraction of runs that reached 100% adversarial by each decay
+            clock (steps x lr x wd) and the fraction still in their basin there, among the runs
+            that trained that far.
     """
 
     sources: tyro.conf.Positional[tuple[Path, ...]] = ()
@@ -59,6 +64,7 @@ class ReportCommandConfig(Config):
     against_paper: bool = False
     where: Optional[tuple[str, ...]] = None  # noqa: UP007
     prefer: Optional[Path] = None  # noqa: UP007
+    clock: bool = False
 
     def __post_init__(self) -> None:
         self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
@@ -92,12 +98,12 @@ def run_config(args: ReportCommandConfig) -> int:
     if len(args.sources) == 1:
         write_report(args.sources[0], out_dir=args.out, print_table=True, compare=pairs, figure_format=args.format,
                      rate_axis=args.rate_axis, against_paper=args.against_paper, where=where,
-                     prefer=args.prefer)
+                     prefer=args.prefer, clock=args.clock)
     else:
         assert args.out is not None  # parse() requires --out for several sources
         write_report_sources(args.sources, args.out, print_table=True, compare=pairs, figure_format=args.format,
                              rate_axis=args.rate_axis, against_paper=args.against_paper, where=where,
-                     prefer=args.prefer)
+                             prefer=args.prefer, clock=args.clock)
     return 0
 
 

@@ -26,6 +26,10 @@ Sources are study directories and ``outcomes.csv`` files, in any mix
   only (the headline figure; dashed line at chance r = 1/m; near misses as ``+k near``);
 * ``curves_by_cell.<fmt>``: adversarial (solid) and validation (dashed) accuracy of every
   seed, one panel per cell (runs read from run directories only: a CSV has no curves).
+* ``rate_vs_clock.csv`` and ``rate_vs_clock.<fmt>`` (with ``clock``): per setting (a cell
+  without its horizon), the share of runs that reached the paper's criterion by each decay
+  clock and the share still in their basin there
+  (:func:`~interp_toolkit.studies.clock.clock_table`, :func:`~interp_toolkit.studies.report_plots.plot_rate_vs_clock`);
 * ``paper_comparison.csv`` (with ``against_paper``): every cell that has a published headline
   rate (:data:`~interp_toolkit.studies.tables.PAPER_HEADLINE_RATES`) against it: difference,
   95% Newcombe interval, Fisher p.
@@ -51,6 +55,7 @@ from interp_toolkit.studies.cells import (
     spec_list,
     varying_fields,
 )
+from interp_toolkit.studies.clock import clock_fields, clock_table
 from interp_toolkit.studies.outcome_table import (
     merge_runs,
     read_outcomes_csv,
@@ -64,7 +69,12 @@ from interp_toolkit.studies.report_format import (
     format_table,
     shared_settings,
 )
-from interp_toolkit.studies.report_plots import RATE_AXES, plot_curves_by_cell, plot_rate_vs_r
+from interp_toolkit.studies.report_plots import (
+    RATE_AXES,
+    plot_curves_by_cell,
+    plot_rate_vs_clock,
+    plot_rate_vs_r,
+)
 from interp_toolkit.studies.study import (
     RECORDED_OUTCOMES,
     collect_runs,
@@ -89,7 +99,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
                          compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
                          figure_format: str = "png", rate_axis: str = "full",
                          against_paper: bool = False, where: str | Sequence[str] = (),
-                         prefer: str | Path | None = None) -> dict[str, Any]:
+                         prefer: str | Path | None = None, clock: bool = False) -> dict[str, Any]:
     """The report of the runs of several sources merged: study directories and outcome CSVs.
 
     Every source is checked before anything is read or written. Study directories are
@@ -122,10 +132,14 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
             matching any of them, e.g. ``["study=reproduce,seq_len=8,epochs=1000"]``; everything written,
             ``outcomes.csv`` included, holds those runs only. Validated before anything is read.
         prefer: One of ``sources``: its copy of a run wins when copies conflict.
+        clock: Also write ``rate_vs_clock.csv`` and its figure: every setting's reached rate and
+            basin retention against decay clocks (:func:`clock_table`), for sweeps whose
+            cells differ in lr, weight decay, batch size or horizon.
 
     Returns:
         ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates",
-        "paper_warning"}`` (the warning's text, or None);
+        "paper_warning", "clock"}`` (the warning's text, or None; the clock table, empty
+        without ``clock``);
         ``paths["curves_png"]`` is ``None`` when the curves figure was skipped, and
         ``paths["rate_png"]`` when no run has finished yet (no rates: the table is empty).
     """
@@ -185,6 +199,12 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         "curves_png": written["curves_png"] if with_metrics else None,
         "paper_csv": written["paper_csv"] if against_paper else None,
     }
+    clocks = clock_table(rows) if clock else []
+    if clock and not clocks:
+        raise ValueError("report --clock: no run has a known clock and an evaluation (each needs lr, weight_decay, "
+                         "n_train and a final_epoch above 0)")
+    if not clock:
+        paths["clock_csv"] = paths["clock_png"] = None
     atomic_write_text(written["outcomes_csv"], csv_text(rows, run_fields(rows)))
     atomic_write_text(written["table_csv"], csv_text(table, table_fields(table)))
     atomic_write_text(written["table_md"], format_markdown(table, contrasts, comparisons, references))
@@ -195,6 +215,9 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         save_figure(plot_rate_vs_r(table, x_axis=rate_axis, references=reference_rates), written["rate_png"])
     if with_metrics:
         save_figure(plot_curves_by_cell(with_metrics), written["curves_png"])
+    if clock:
+        atomic_write_text(written["clock_csv"], csv_text(clocks, clock_fields(clocks)))
+        save_figure(plot_rate_vs_clock(clocks), written["clock_png"])
     if print_table:
         if where:
             print(f"(selected {len(rows)} of {n_merged} runs: {' or '.join(where)})")
@@ -238,14 +261,18 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
             note = (f" ({csv_only} runs from outcomes CSVs have no learning curves and are not drawn)"
                     if csv_only else "")
             print(f"curves: {paths['curves_png']}{note}")
+        if clock:
+            print(f"rates against decay clocks: {paths['clock_csv']} (figure: {paths['clock_png']})")
     return {"rows": rows, "table": table, "contrasts": contrasts, "comparisons": comparisons,
-            "references": references, "paths": paths, "n_duplicates": n_duplicates, "paper_warning": paper_warning}
+            "references": references, "paths": paths, "n_duplicates": n_duplicates, "paper_warning": paper_warning,
+            "clock": clocks}
 
 
 def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print_table: bool = True,
                  compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
                  figure_format: str = "png", rate_axis: str = "full", against_paper: bool = False,
-                 where: str | Sequence[str] = (), prefer: str | Path | None = None) -> dict[str, Any]:
+                 where: str | Sequence[str] = (), prefer: str | Path | None = None,
+                 clock: bool = False) -> dict[str, Any]:
     """The report of one study directory (or one outcomes CSV): :func:`write_report_sources`.
 
     Args:
@@ -253,11 +280,12 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
             ``recorded_outcomes.csv`` of runs taken from earlier tables, if any) or an
             ``outcomes.csv``.
         out_dir: Where to write (default: the study directory; for a CSV, its folder).
-        print_table, compare, max_printed_contrasts, figure_format, rate_axis, against_paper, where, prefer:
+        print_table, compare, max_printed_contrasts, figure_format, rate_axis, against_paper, where, prefer, clock:
             See :func:`write_report_sources`.
 
     Returns:
-        ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates"}``.
+        ``{"rows", "table", "contrasts", "comparisons", "references", "paths", "n_duplicates",
+        "paper_warning", "clock"}``.
     """
     study_dir = Path(study_dir)
     if out_dir is None:
@@ -269,7 +297,8 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
         sources.append(recorded)  # runs of this grid taken from earlier sittings' tables
     return write_report_sources(sources, out_dir, print_table=print_table, compare=compare,
                                 max_printed_contrasts=max_printed_contrasts, figure_format=figure_format,
-                                rate_axis=rate_axis, against_paper=against_paper, where=where, prefer=prefer)
+                                rate_axis=rate_axis, against_paper=against_paper, where=where, prefer=prefer,
+                                clock=clock)
 
 
 __all__ = ["write_report", "write_report_sources"]

@@ -266,4 +266,77 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
     return fig
 
 
-__all__ = ["RATE_AXES", "plot_curves_by_cell", "plot_rate_vs_r"]
+#: Line styles of the r values in the clock figure (colour is the setting).
+_R_LINESTYLES = ("-", "--", ":", "-.")
+
+
+def plot_rate_vs_clock(clock_rows: Sequence[Mapping[str, Any]], ax: Any = None) -> Any:
+    """Reached rate (left) and basin retention (right) against decay clocks, a line per setting.
+
+    Left: the share of a setting's runs that have met the paper's criterion by clock ``c``
+    (``reached_rate``); right: the share still in their basin at ``c`` (``held_rate``),
+    both among the runs that trained to ``c`` (:func:`~interp_toolkit.studies.clock.clock_table`).
+    A hot regime, whose runs touch 100% and fall back, rises on the left and not on the
+    right. Colour is the setting (lr, weight decay, batch size, ... where they vary), line
+    style is r; each line is a step function from zero, drawn to its longest run's end and
+    labelled with its run count there. Lines are lifted by up to 0.025 each (their order in
+    the key) so that lines at one rate stay visible; the CSV holds the exact rates.
+
+    Args:
+        clock_rows: Rows of :func:`~interp_toolkit.studies.clock.clock_table` (or its CSV).
+        ax: Optional two axes to draw into.
+
+    Returns:
+        The :class:`matplotlib.figure.Figure` drawn on.
+    """
+    from matplotlib.lines import Line2D
+
+    from interp_toolkit.plotting import PALETTE, legend_outside, new_panels, style, tag_series
+
+    if not clock_rows:
+        raise ValueError("plot_rate_vs_clock needs at least one clock-table row, got none")
+    series: dict[tuple[str, float], list[Mapping[str, Any]]] = {}
+    for row in clock_rows:
+        series.setdefault((str(row["setting"]), float(row["r"])), []).append(row)
+    settings = sorted({setting for setting, _ in series})
+    r_values = sorted({r for _, r in series}, reverse=True)
+    colors = {setting: PALETTE[i % len(PALETTE)] for i, setting in enumerate(settings)}
+    # beyond the palette, settings repeat a colour with another marker so no two lines look alike
+    markers = {setting: (None if i < len(PALETTE) else _REGIME_MARKERS[(i // len(PALETTE)) % len(_REGIME_MARKERS)])
+               for i, setting in enumerate(settings)}
+    styles = {r: _R_LINESTYLES[i % len(_R_LINESTYLES)] for i, r in enumerate(r_values)}
+    start = min(float(row["decay_clocks"]) for row in clock_rows) / 2  # the curves' zero, left of every event
+    # Lines at one rate (most often 0) would hide each other: each series is lifted by a small
+    # offset of its own, well below one run's share of any cell.
+    keys = sorted(series)
+    lift = {key: (i - (len(keys) - 1) / 2) * min(0.01, 0.05 / max(len(keys) - 1, 1)) for i, key in enumerate(keys)}
+    with style():
+        fig, axes = new_panels(2, ax, ncols=2, figsize=(11.0, 3.9))
+        for panel, column, ylabel in ((axes[0], "reached_rate", "fraction of runs that reached 100%\n"
+                                       "adversarial by clock c (paper's criterion)"),
+                                      (axes[1], "held_rate", "fraction of runs in their basin at clock c\n"
+                                       "(reached 100%, not yet fallen below 99%)")):
+            for (setting, r), rows in sorted(series.items()):
+                rows = sorted(rows, key=lambda row: float(row["decay_clocks"]))
+                xs = [start] + [float(row["decay_clocks"]) for row in rows]
+                ys = [lift[setting, r] + y for y in [0.0] + [float(row[column]) for row in rows]]
+                (line,) = panel.plot(xs, ys, drawstyle="steps-post", color=colors[setting], ls=styles[r], lw=1.4,
+                                     marker=markers[setting], markevery=[len(xs) - 1], markersize=5)
+                tag_series(line, f"{column}|{setting}|r={r:g}")
+                panel.annotate(f"n={rows[-1]['n_observed']}", (xs[-1], ys[-1]), xytext=(3, 2),
+                               textcoords="offset points", fontsize="xx-small", color=colors[setting])
+            panel.set_xscale("log")
+            panel.set(xlabel="decay clocks c = steps x lr x wd", ylabel=ylabel, ylim=(-0.03, 1.03))
+        axes[0].set_title("reached (any time up to c)", fontsize="medium")
+        axes[1].set_title("basin retention (at c)", fontsize="medium")
+        handles = [Line2D([], [], color=colors[setting], marker=markers[setting], lw=1.4,
+                          label=textwrap.fill(setting or "all runs", 40)) for setting in settings]
+        if len(r_values) > 1:
+            handles += [Line2D([], [], color="black", ls=styles[r], label=f"r = {r:g}") for r in r_values]
+        else:
+            handles.append(Line2D([], [], color="none", label=f"r = {r_values[0]:g}"))
+        legend_outside(axes[1], handles=handles)
+    return fig
+
+
+__all__ = ["RATE_AXES", "plot_curves_by_cell", "plot_rate_vs_clock", "plot_rate_vs_r"]

@@ -74,6 +74,9 @@ CONTRASTS_CSV = "contrasts.csv"
 PAPER_COMPARISON_CSV = "paper_comparison.csv"
 RATE_FIGURE = "generalization_rate"
 CURVES_FIGURE = "curves_by_cell"
+#: The report's clock table and figure (``report --clock``): rates against decay clocks.
+CLOCK_CSV = "rate_vs_clock.csv"
+CLOCK_FIGURE = "rate_vs_clock"
 
 
 def _parse_study_json(path: Path) -> Any:
@@ -146,11 +149,13 @@ def write_outcome(run_dir: str | Path, outcome: Mapping[str, Any]) -> None:
 
 def report_paths(out_dir: str | Path, figure_format: str = "png") -> dict[str, Path]:
     """Every file a report writes into ``out_dir`` (``outcomes_csv``, ``table_csv``, ``table_md``,
-    ``contrasts_csv``, ``paper_csv``, ``rate_png``, ``curves_png``; the figures in ``figure_format``)."""
+    ``contrasts_csv``, ``paper_csv``, ``rate_png``, ``curves_png``, ``clock_csv``, ``clock_png``; the
+    figures in ``figure_format``)."""
     out = Path(out_dir)
     return {"outcomes_csv": out / OUTCOMES_CSV, "table_csv": out / TABLE_CSV, "table_md": out / TABLE_MD,
             "contrasts_csv": out / CONTRASTS_CSV, "rate_png": out / f"{RATE_FIGURE}.{figure_format}",
-            "curves_png": out / f"{CURVES_FIGURE}.{figure_format}", "paper_csv": out / PAPER_COMPARISON_CSV}
+            "curves_png": out / f"{CURVES_FIGURE}.{figure_format}", "paper_csv": out / PAPER_COMPARISON_CSV,
+            "clock_csv": out / CLOCK_CSV, "clock_png": out / f"{CLOCK_FIGURE}.{figure_format}"}
 
 
 #: Carried over from an existing outcome.json when it is rewritten (training facts, not outcomes).
