@@ -19,6 +19,9 @@ different stages to different horizons pool:
   is basin retention: a hot regime whose runs touch 100% and fall back has a high
   ``reached_rate`` and a low ``held_rate``; a stable one keeps them together.
 
+``reached_low`` and ``reached_high`` bound ``reached_rate`` (95% Wilson interval over the
+``n_observed`` runs), so a setting's rate at its last clock reads as a table cell does.
+
 Only outcome columns are read (``first_generalized_epoch``, ``left_epoch``, ``final_epoch``
 and the clock's inputs), so a report regenerates the table and its figure from a committed
 ``outcomes.csv`` alone.
@@ -36,12 +39,14 @@ from interp_toolkit.studies.cells import (
     optimizer_clock,
     sort_key,
 )
+from interp_toolkit.studies.statistics import wilson_interval
 
 #: Cell fields that say how long or how often a setting ran, not what it is.
 HORIZON_FIELDS = ("study", "epochs", "eval_every")
 
 #: Columns of :func:`clock_table` after the setting's own fields.
-CLOCK_STATS = ("setting", "decay_clocks", "n_observed", "n_reached", "n_held", "reached_rate", "held_rate")
+CLOCK_STATS = ("setting", "decay_clocks", "n_observed", "n_reached", "n_held", "reached_rate", "reached_low",
+               "reached_high", "held_rate")
 
 
 def setting_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -111,9 +116,11 @@ def clock_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             reached = [run for run in observed if run[1] is not None and run[1] <= clock]
             held = [run for run in reached if run[2] is None or clock < run[2]]
             n = len(observed)
+            low, high = wilson_interval(len(reached), n)
             table.append({**dict(zip(fields, key, strict=True)), "setting": label, "decay_clocks": clock,
                           "n_observed": n, "n_reached": len(reached), "n_held": len(held),
-                          "reached_rate": len(reached) / n, "held_rate": len(held) / n})
+                          "reached_rate": len(reached) / n, "reached_low": low, "reached_high": high,
+                          "held_rate": len(held) / n})
     return table
 
 
