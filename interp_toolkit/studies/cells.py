@@ -183,7 +183,10 @@ def varying_fields(rows: Sequence[Mapping[str, Any]], fields: Sequence[str] | No
 
 
 def hashable(value: Any) -> Any:
-    # 0.1 and 0.1000000001 are one setting; ints and floats of one value are too
+    # 0.1 and 0.1000000001 are one setting; ints and floats of one value are too; a list
+    # setting (betas from a row built in Python) keys as the tuple of its values
+    if isinstance(value, (list, tuple)):
+        return tuple(hashable(item) for item in value)
     return round(value, 12) if isinstance(value, float) else value
 
 

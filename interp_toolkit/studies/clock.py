@@ -63,9 +63,10 @@ def _clock(row: Mapping[str, Any], epoch: Any) -> float | None:
 
 
 def setting_label(row: Mapping[str, Any], fields: Sequence[str]) -> str:
-    """``"lr 0.001, wd 1, batch_size 512, r 0.9"``: the ``fields`` of ``row`` as text."""
-    names = {"weight_decay": "wd", "n_layers": "L", "n_heads": "H"}
-    return ", ".join(f"{names.get(k, k)} {format_setting(k, row.get(k))}" for k in fields)
+    """``"lr 0.001, wd 1, batch 512, r 0.9"``: the ``fields`` of ``row`` as text (the
+    dotted settings by their last part: ``init``, ``betas``)."""
+    names = {"weight_decay": "wd", "n_layers": "L", "n_heads": "H", "batch_size": "batch"}
+    return ", ".join(f"{names.get(k, k.rsplit('.', 1)[-1])} {format_setting(k, row.get(k))}" for k in fields)
 
 
 def clock_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -270,6 +270,12 @@ def plot_curves_by_cell(rows: Sequence[Mapping[str, Any]], ax: Any = None) -> An
 _R_LINESTYLES = ("-", "--", ":", "-.")
 
 
+def _two_and_five(value: float, _pos: Any = None) -> str:
+    """A log axis' minor tick label: the value at 2 and 5 times a power of ten, else none."""
+    mantissa = value / 10 ** math.floor(math.log10(value)) if value > 0 else 0.0
+    return f"{value:g}" if any(abs(mantissa - m) < 1e-6 for m in (2.0, 5.0)) else ""
+
+
 def plot_rate_vs_clock(clock_rows: Sequence[Mapping[str, Any]], ax: Any = None) -> Any:
     """Reached rate (left) and basin retention (right) against decay clocks, a line per setting.
 
@@ -290,6 +296,7 @@ def plot_rate_vs_clock(clock_rows: Sequence[Mapping[str, Any]], ax: Any = None) 
         The :class:`matplotlib.figure.Figure` drawn on.
     """
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter
 
     from interp_toolkit.plotting import PALETTE, legend_outside, new_panels, style, tag_series
 
@@ -311,7 +318,10 @@ def plot_rate_vs_clock(clock_rows: Sequence[Mapping[str, Any]], ax: Any = None) 
     keys = sorted(series)
     lift = {key: (i - (len(keys) - 1) / 2) * min(0.01, 0.05 / max(len(keys) - 1, 1)) for i, key in enumerate(keys)}
     with style():
-        fig, axes = new_panels(2, ax, ncols=2, figsize=(11.0, 3.9))
+        # the key sits below both panels (settings' labels are long), so the panels keep their width
+        ncol = 3 if len(settings) > 4 else 2
+        key_rows = -(-(len(settings) + len(r_values)) // ncol)
+        fig, axes = new_panels(2, ax, ncols=2, figsize=(11.0, 3.9 + 0.42 * key_rows))
         for panel, column, ylabel in ((axes[0], "reached_rate", "fraction of runs that reached 100%\n"
                                        "adversarial by clock c (paper's criterion)"),
                                       (axes[1], "held_rate", "fraction of runs in their basin at clock c\n"
@@ -326,16 +336,22 @@ def plot_rate_vs_clock(clock_rows: Sequence[Mapping[str, Any]], ax: Any = None) 
                 panel.annotate(f"n={rows[-1]['n_observed']}", (xs[-1], ys[-1]), xytext=(3, 2),
                                textcoords="offset points", fontsize="xx-small", color=colors[setting])
             panel.set_xscale("log")
+            panel.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+            # plain numbers, not powers of ten: the clocks span a decade or two, so 2 and 5 between
+            panel.xaxis.set_minor_formatter(FuncFormatter(_two_and_five))
             panel.set(xlabel="decay clocks c = steps x lr x wd", ylabel=ylabel, ylim=(-0.03, 1.03))
         axes[0].set_title("reached (any time up to c)", fontsize="medium")
         axes[1].set_title("basin retention (at c)", fontsize="medium")
         handles = [Line2D([], [], color=colors[setting], marker=markers[setting], lw=1.4,
-                          label=textwrap.fill(setting or "all runs", 40)) for setting in settings]
+                          label=textwrap.fill(setting or "all runs", 34)) for setting in settings]
         if len(r_values) > 1:
             handles += [Line2D([], [], color="black", ls=styles[r], label=f"r = {r:g}") for r in r_values]
         else:
             handles.append(Line2D([], [], color="none", label=f"r = {r_values[0]:g}"))
-        legend_outside(axes[1], handles=handles)
+        if ax is None:
+            fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize="small")
+        else:
+            legend_outside(axes[1], handles=handles)
     return fig
 
 

@@ -57,10 +57,13 @@ def test_settings_split_on_what_the_run_is_and_label_what_varies():
     table = clock_table(rows)
     assert "study" not in setting_fields(rows) and "epochs" not in setting_fields(rows) and "r" in setting_fields(rows)
     labels = {(row["setting"], row["r"]) for row in table}
-    assert labels == {("wd 1, lr 0.001, batch_size 512", 0.9), ("wd 1, lr 0.001, batch_size 512", 0.5),
-                      ("wd 1, lr 0.001, batch_size 128", 0.9), ("wd 0.4, lr 0.003, batch_size 512", 0.9)}
+    assert labels == {("wd 1, lr 0.001, batch 512", 0.9), ("wd 1, lr 0.001, batch 512", 0.5),
+                      ("wd 1, lr 0.001, batch 128", 0.9), ("wd 0.4, lr 0.003, batch 512", 0.9)}
     assert _at(table, 9.6, batch_size=128)["n_observed"] == 1  # 75 epochs x 128 steps x 1e-3 x 1.0
     assert _at(table, 150 * 32 * 3e-3 * 0.4, lr=3e-3)["reached_rate"] == 0.0
+    # a dotted setting (model.*, train.*) is labelled by its last part
+    betas = clock_table([_run("a", 150, 150), _run("a", 150, 150, **{"train.betas": [0.9, 0.999]})])
+    assert {row["setting"] for row in betas} == {"betas ?", "betas 0.9/0.999"}
 
 
 def test_runs_without_a_clock_or_an_evaluation_are_left_out_and_bad_epochs_are_named():
@@ -81,7 +84,7 @@ def test_the_figure_draws_both_rates_of_every_setting():
     assert {key.split("|")[0] for key in drawn} == {"reached_rate", "held_rate"}
     # the held line of the transient run comes back down to 0 where it left its basin
     held = next(line for line in fig.axes[1].get_lines()
-                if line.get_gid() and line.get_gid().endswith("held_rate|batch_size 512|r=0.9"))
+                if line.get_gid() and line.get_gid().endswith("held_rate|batch 512|r=0.9"))
     ys = list(held.get_ydata())
     assert max(ys) - min(ys) == pytest.approx(1.0) and ys[-1] == pytest.approx(ys[0])
 
