@@ -1,5 +1,6 @@
-"""The committed reproduction tables regenerate byte for byte from the committed outcomes.csv,
-with the report commands docs/reproduction.md gives for them."""
+"""The committed reproduction tables (the regime search's clock table included) regenerate byte
+for byte from the committed outcomes.csv, with the report commands docs/reproduction.md gives
+for them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from interp_toolkit.cli import main
 from interp_toolkit.studies.study import (
+    CLOCK_CSV,
     CONTRASTS_CSV,
     OUTCOMES_CSV,
     PAPER_COMPARISON_CSV,
@@ -20,7 +22,7 @@ from interp_toolkit.studies.study import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "docs/reproduction/outcomes.csv"
-TABLES = (OUTCOMES_CSV, TABLE_CSV, TABLE_MD, CONTRASTS_CSV, PAPER_COMPARISON_CSV)
+TABLES = (OUTCOMES_CSV, TABLE_CSV, TABLE_MD, CONTRASTS_CSV, PAPER_COMPARISON_CSV, CLOCK_CSV)
 
 
 def _documented_commands() -> dict[str, list[str]]:
@@ -44,8 +46,9 @@ def _documented_commands() -> dict[str, list[str]]:
 COMMANDS = _documented_commands()
 
 
-def test_docs_give_the_commands_of_both_committed_tables():
-    assert set(COMMANDS) == {"docs/reproduction", "docs/reproduction/headline"}
+def test_docs_give_the_commands_of_every_committed_table():
+    assert set(COMMANDS) == {"docs/reproduction", "docs/reproduction/headline", "docs/reproduction/regime",
+                             "docs/reproduction/claims", "docs/reproduction/r0"}
 
 
 @pytest.mark.parametrize("out", sorted(COMMANDS))
@@ -57,5 +60,6 @@ def test_committed_tables_regenerate_byte_for_byte(out, tmp_path, capsys):
     capsys.readouterr()
     compared = [name for name in TABLES if (ROOT / out / name).is_file()]
     assert {OUTCOMES_CSV, TABLE_CSV, TABLE_MD, CONTRASTS_CSV} <= set(compared)
+    assert (CLOCK_CSV in compared) == ("--clock" in args)  # a clock table is committed with its command
     for name in compared:
         assert (tmp_path / name).read_bytes() == (ROOT / out / name).read_bytes(), f"{out}/{name} differs"
