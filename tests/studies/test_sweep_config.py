@@ -18,11 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_committed_run_is_a_run_of_the_committed_configs():
-    """Run directory names hash every config of a run: the configs of examples/reproduction,
-    read through the sections, name every run of docs/reproduction/outcomes.csv (trained by
-    earlier versions) exactly as it was named then."""
+    """Run directory names hash every config of a run: the configs of examples/reproduction
+    (the regime search's in its regime/ folder included), read through the sections, name every
+    run of docs/reproduction/outcomes.csv (trained by earlier versions) exactly as it was named
+    then."""
     planned = set()
-    for path in sorted((ROOT / "examples" / "reproduction").glob("*.yaml")):
+    for path in sorted((ROOT / "examples" / "reproduction").rglob("*.yaml")):
         cfg = parse(["--config", str(path)]).sweep
         planned |= {Path(run["run_dir"]).name for job in plan_jobs(cfg, Path("/study")) for run in job["runs"]}
     with open(ROOT / "docs" / "reproduction" / "outcomes.csv", newline="", encoding="utf-8") as handle:
