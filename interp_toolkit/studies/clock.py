@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from interp_toolkit.studies.cells import (
+    SHORT_NAMES,
     cell_fields,
     cell_key,
     format_setting,
@@ -65,7 +66,7 @@ def _clock(row: Mapping[str, Any], epoch: Any) -> float | None:
 def setting_label(row: Mapping[str, Any], fields: Sequence[str]) -> str:
     """``"lr 0.001, wd 1, batch 512, r 0.9"``: the ``fields`` of ``row`` as text (the
     dotted settings by their last part: ``init``, ``betas``)."""
-    names = {"weight_decay": "wd", "n_layers": "L", "n_heads": "H", "batch_size": "batch"}
+    names = {**SHORT_NAMES, "batch_size": "batch"}
     return ", ".join(f"{names.get(k, k.rsplit('.', 1)[-1])} {format_setting(k, row.get(k))}" for k in fields)
 
 
