@@ -122,6 +122,7 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
     with style():
         from matplotlib.lines import Line2D
 
+        own_figure = ax is None
         fig, ax = new_figure(ax, figsize=(8.0, 3.8))
         handles = []
         near_drawn = False
@@ -193,6 +194,11 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
             ax.set_xticklabels([f"{t:.3g}" for t in sorted({0.0, 1.0, *r_values})])
         ax.grid(axis="x", visible=False)
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside the data
+        if own_figure:
+            # a key of many regimes is taller than 3.8 in; the figure grows with it (~0.2 in per
+            # line of small text) so that constrained layout does not squash the axes to fit
+            key_lines = sum(handle.get_label().count("\n") + 1 for handle in handles)
+            fig.set_size_inches(8.0, max(3.8, 0.2 * key_lines + 1.0))
     return fig
 
 
