@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "run a circuit analysis over a run's checkpoints (CSV + PNG in the run dir)"),
     "mechanism": ("interp_toolkit.cli.mechanism",
                   "the shortcut mechanism of a run over its checkpoints: 7-panel figure + tidy CSV"),
+    "mechanism-contrast": ("interp_toolkit.cli.mechanism_contrast",
+                           "gradient conflict and amplification in runs that generalize vs runs that do not"),
     "bif": ("interp_toolkit.cli.bif", "Bayesian influence functions at an MPSP checkpoint"),
     "bif-lm": ("interp_toolkit.cli.bif_lm", "token-level BIF of a language model across checkpoints"),
     "influence": ("interp_toolkit.cli.influence",

@@ -169,6 +169,7 @@ def test_bif_lm_through_main(tmp_path, capsys):
     (["analyze", "/nonexistent/run", "--analysis", "gradients"], ["/nonexistent/run"]),
     (["analyze", "RUN", "--analysis", "nope"], ["nope"]),
     (["mechanism", "/nonexistent/run"], ["/nonexistent/run"]),
+    (["mechanism-contrast", "/nonexistent/run", "--out", "/nonexistent/out"], ["/nonexistent/run"]),
     (["bif", "/nonexistent/x.safetensors"], ["/nonexistent/x.safetensors"]),
     (["bif", "CKPT", "--n-query", "0"], ["n_query"]),
     (["bif", "CKPT", "--device", "cuda:x"], ["cuda:x"]),
@@ -187,7 +188,8 @@ def test_user_errors_exit_2_with_one_error_line(argv, needles, cli_run, tmp_path
 
 
 def test_every_command_is_covered():
-    covered = {"train", "info", "demo", "sweep", "report", "analyze", "mechanism", "bif", "bif-lm", "influence"}
+    covered = {"train", "info", "demo", "sweep", "report", "analyze", "mechanism", "mechanism-contrast", "bif",
+               "bif-lm", "influence"}
     assert set(COMMANDS) == covered
 
 

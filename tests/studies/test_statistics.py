@@ -1,17 +1,22 @@
-"""Wilson, Newcombe and Fisher against published tables and scipy; Holm's correction."""
+"""Wilson, Newcombe and Fisher against published tables and scipy; Holm's correction; Welch's
+interval and the permutation test against scipy and a brute-force count."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
+import numpy as np
 import pytest
-from scipy.stats import binomtest, fisher_exact
+from scipy.stats import binomtest, fisher_exact, permutation_test, ttest_ind
 
 from interp_toolkit.studies.statistics import (
+    EXACT_PERMUTATIONS,
     fisher_exact_p,
     holm_adjust,
     newcombe_interval,
+    permutation_p,
+    welch_interval,
     wilson_interval,
 )
 
@@ -118,3 +123,86 @@ def test_fisher_matches_scipy_and_hand_count(counts):
 
 def test_fisher_tea_tasting():
     assert fisher_exact_p(3, 4, 1, 4) == pytest.approx(17 / 35)  # Fisher's lady tasting tea
+
+
+# ----------------------------------------------------------------------------- Welch, permutation
+
+SAMPLES = [([1.0, 2.0, 3.5], [0.0, 0.5, 1.0, 0.2]),
+           ([-0.99, -0.98, -0.97, -0.99, -0.95], [-0.2, 0.1, -0.5, -0.96]),
+           ([8.1, 9.4, 7.7, 8.8, 9.0, 8.5], [8.0, 9.1, 8.6, 7.9, 9.3, 8.4])]
+
+
+@pytest.mark.parametrize("a, b", SAMPLES)
+@pytest.mark.parametrize("level", [0.95, 0.9])
+def test_welch_interval_matches_scipy(a, b, level):
+    diff, low, high = welch_interval(a, b, level)
+    ci = ttest_ind(a, b, equal_var=False).confidence_interval(confidence_level=level)
+    assert diff == pytest.approx(np.mean(a) - np.mean(b))
+    assert (low, high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+
+
+def test_welch_interval_without_spread_is_the_difference():
+    assert welch_interval([2.0, 2.0], [1.0, 1.0, 1.0]) == (1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("a, b, needle", [
+    ([1.0], [1.0, 2.0], "at least 2 values"),
+    ([1.0, float("nan")], [1.0, 2.0], "value 1 must be a finite number"),
+    ([1.0, 2.0], [1.0, "x"], "value 1 must be a finite number"),
+])
+def test_welch_and_permutation_name_bad_samples(a, b, needle):
+    for fn in (welch_interval, permutation_p):
+        with pytest.raises(ValueError, match=needle):
+            fn(a, b)
+    with pytest.raises(ValueError, match="level must be in"):
+        welch_interval([1.0, 2.0], [1.0, 2.0], 1.0)
+
+
+def _brute_force_p(a, b):
+    """Every assignment of the pooled values to group a, counted by hand."""
+    pooled, n_a = list(a) + list(b), len(a)
+    observed = abs(np.mean(a) - np.mean(b))
+    hits = total = 0
+    for idx in itertools.combinations(range(len(pooled)), n_a):
+        rest = [v for i, v in enumerate(pooled) if i not in idx]
+        hits += abs(np.mean([pooled[i] for i in idx]) - np.mean(rest)) >= observed - 1e-12
+        total += 1
+    return hits / total
+
+
+@pytest.mark.parametrize("a, b", SAMPLES)
+def test_exact_permutation_p_matches_a_brute_force_count(a, b):
+    assert permutation_p(a, b)[0] == pytest.approx(_brute_force_p(a, b))
+
+
+# not SAMPLES[2]: its subset sums tie in exact arithmetic, and scipy's tie tolerance (relative
+# to the observed difference) splits some of those ties
+@pytest.mark.parametrize("a, b", SAMPLES[:2])
+def test_exact_permutation_p_matches_scipy(a, b):
+    p, _ = permutation_p(a, b)
+    reference = permutation_test((a, b), lambda x, y, axis: np.abs(np.mean(x, axis=axis) - np.mean(y, axis=axis)),
+                                 permutation_type="independent", alternative="greater", n_resamples=np.inf,
+                                 vectorized=True)
+    assert p == pytest.approx(reference.pvalue)
+
+
+@pytest.mark.parametrize("n_a, n_b, smallest", [(3, 4, 1 / 35), (3, 3, 2 / 20), (5, 5, 2 / 252), (2, 2, 1.0 * 2 / 6)])
+def test_smallest_p_is_reached_by_fully_separated_groups(n_a, n_b, smallest):
+    a, b = [10.0 + i for i in range(n_a)], [float(i) / 10 for i in range(n_b)]
+    p, floor = permutation_p(a, b)
+    assert floor == pytest.approx(smallest)
+    assert p == pytest.approx(smallest)
+
+
+def test_sampled_permutation_p_is_close_to_exact_and_never_zero():
+    rng = np.random.default_rng(1)
+    a, b = list(rng.normal(0.4, 1, 12)), list(rng.normal(0, 1, 11))
+    assert math.comb(23, 12) > EXACT_PERMUTATIONS  # so the sampled branch runs
+    p, floor = permutation_p(a, b, n_resamples=4000, seed=3)
+    reference = permutation_test((a, b), lambda x, y, axis: np.abs(np.mean(x, axis=axis) - np.mean(y, axis=axis)),
+                                 permutation_type="independent", alternative="greater", n_resamples=20000,
+                                 vectorized=True, random_state=0).pvalue
+    assert abs(p - reference) < 0.03
+    assert floor == pytest.approx(1 / 4001)
+    separated, _ = permutation_p([100.0 + i for i in range(12)], [float(i) for i in range(11)], n_resamples=500)
+    assert separated == pytest.approx(1 / 501)

@@ -1,0 +1,613 @@
+"""Mechanism with controls: the paper's gradient quantities in runs that generalize against
+runs that do not, over the same epochs.
+
+One run's mechanism figure (:mod:`interp_toolkit.studies.mechanism`) shows gradient conflict
+and the minority's amplification; it cannot show that they *distinguish* the runs that leave
+the shortcut from those that stay. This module sets the two kinds of run side by side:
+
+* every run is sorted by its outcome (:func:`~interp_toolkit.studies.outcomes.compute_outcome`
+  of its ``metrics.jsonl``): ``by="generalized"`` (default) uses the paper's criterion (100%
+  on the split the training bias misleads), ``by="phase2"`` the looser "a phase-2 onset was
+  seen" (a run that rose toward the rule but stopped short of 100% counts as leaving);
+* the gradient analysis (:func:`interp_toolkit.analyses.gradients.gradient_conflict`, the
+  mechanism's, sharing its per-checkpoint cache) gives each run's series of ``grad_cos``
+  (cosine of the consistent and anti-shortcut mean gradients), ``minority_amplification``
+  (the paper's minority / majority per-example gradient norm) and ``amplification`` (anti /
+  consistent) at the checkpoint epochs every run has;
+* per epoch: each kind's mean and run-to-run standard deviation, and the difference of the
+  means with a 95% Welch interval;
+* per window of epochs (default: the *shortcut phase*, from the last run's shortcut epoch to
+  the first onset of phase 2 among the leaving runs, when every run is on the shortcut and
+  none has begun to leave, and *phase 2 on*, from that onset to the end; else the whole
+  run): each run's median over the window, the difference of the kinds' means with a 95%
+  Welch interval, a two-sided permutation p (exact for small groups), Holm-corrected over
+  every window and quantity read together, and a verdict: ``distinguishes``, ``does not
+  distinguish``, or ``too few runs`` when the group sizes cannot reach the level at all.
+
+Two levels, as elsewhere: :func:`contrast_runs` on run directories (computes what is not
+cached), :func:`compute_contrast` on stored series (:class:`RunSeries`, no torch).
+:func:`write_contrast` saves the figure (:func:`plot_contrast`: per quantity, every run and
+each kind's mean with its spread above, the difference with its interval below, the windows
+shaded), the tables and a JSON of settings, runs and verdicts into one folder, whose file
+names are :data:`FILES`.
+
+    result = contrast_runs(["runs/sweeps/my_study"], ContrastConfig())
+    write_contrast(result, "docs/contrast")
+
+Command line: ``interp-toolkit mechanism-contrast RUN_OR_STUDY... --out DIR``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from interp_toolkit.config import Config
+from interp_toolkit.errors import UserError
+
+#: Quantities a contrast can compare (whole-model gradient statistics of the training split).
+QUANTITIES = ("grad_cos", "minority_amplification", "amplification")
+#: The paper's two: gradient conflict and the amplification of the minority.
+DEFAULT_QUANTITIES = ("grad_cos", "minority_amplification")
+#: Ratios, drawn on a log axis.
+RATIO_QUANTITIES = ("minority_amplification", "amplification")
+#: ``by`` -> (name of the runs that left, name of those that did not).
+KINDS: dict[str, tuple[str, str]] = {"generalized": ("generalized", "not generalized"),
+                                     "phase2": ("phase 2", "no phase 2")}
+#: The files of a contrast folder, each name once.
+FILES = {"figure": "contrast.png", "by_epoch": "by_epoch.csv", "windows": "windows.csv", "runs": "runs.csv",
+         "summary": "contrast.json"}
+VERDICTS = ("distinguishes", "does not distinguish", "too few runs")
+_LABELS = {"grad_cos": "gradient cosine (consistent vs anti)",
+           "minority_amplification": "minority amplification",
+           "amplification": "amplification (anti / consistent)"}
+
+
+@dataclass
+class ContrastConfig(Config):
+    """Settings of a mechanism contrast.
+
+    Attributes:
+        by: How runs are sorted: generalized (the paper's criterion: 100% on the split the
+            training bias misleads) or phase2 (a phase-2 onset was seen, so a run that rose
+            toward the rule but stopped short of 100% counts as leaving).
+        quantities: Which to compare, among grad_cos, minority_amplification (the paper's
+            amplification of the minority) and amplification (anti / consistent).
+        windows: Epoch windows START:END (half-open; END empty: to the end), each one test
+            of the family; default: the shortcut phase (from the last run's shortcut epoch
+            to the first phase-2 onset of a leaving run) and phase 2 on (from there to the
+            end), or the whole run where the runs have no shortcut phase.
+        alpha: Family-wise level of the verdicts (Holm).
+        grad_n: Training examples of the per-example gradients (the mechanism's default, so
+            its cache serves).
+        grad_chunk_size: Examples per vmap chunk (bounds memory; part of the cache key).
+    """
+
+    by: Literal["generalized", "phase2"] = "generalized"
+    quantities: tuple[str, ...] = DEFAULT_QUANTITIES
+    windows: tuple[str, ...] | None = None
+    alpha: float = 0.05
+    grad_n: int = 2048
+    grad_chunk_size: int = 256
+
+    def __post_init__(self) -> None:
+        self.check("by", self.by in KINDS, f"one of {', '.join(KINDS)}")
+        self.quantities = tuple(self.quantities)
+        self.check("quantities", bool(self.quantities) and all(q in QUANTITIES for q in self.quantities)
+                   and len(set(self.quantities)) == len(self.quantities),
+                   f"distinct names among {', '.join(QUANTITIES)}")
+        if self.windows is not None:
+            self.windows = tuple(self.windows)
+            self.check("windows", bool(self.windows), "at least one START:END window, or unset")
+            for text in self.windows:
+                parse_window(text)
+        self.check("alpha", not isinstance(self.alpha, bool) and isinstance(self.alpha, (int, float))
+                   and 0 < self.alpha < 1, "a number in (0, 1)")
+        for name in ("grad_n", "grad_chunk_size"):
+            value = getattr(self, name)
+            self.check(name, not isinstance(value, bool) and isinstance(value, int) and value >= 1,
+                       "a positive integer")
+
+
+def parse_window(text: str) -> tuple[int, int | None]:
+    """``"START:END"`` -> ``(start, end)`` epochs, half-open; ``END`` empty -> None (to the end).
+
+    Raises:
+        UserError: Not two integers around one colon, or END not after START.
+    """
+    start_text, colon, end_text = str(text).partition(":")
+    try:
+        if not colon:
+            raise ValueError
+        start = int(start_text)
+        end = int(end_text) if end_text.strip() else None
+    except ValueError:
+        raise UserError(f"window {text!r} must be START:END in epochs (e.g. 50:200, or 200: for 'to the end')") \
+            from None
+    if start < 0 or (end is not None and end <= start):
+        raise UserError(f"window {text!r} must have 0 <= START < END")
+    return start, end
+
+
+@dataclass
+class RunSeries:
+    """One run's gradient quantities over its checkpoints, and what it did.
+
+    Attributes:
+        run_dir: The run directory.
+        outcome: Its :func:`~interp_toolkit.studies.outcomes.compute_outcome` record.
+        r: Its training spurious ratio.
+        n_layers: Its layers (for the figure's labels).
+        epochs: Checkpoint epochs, ascending.
+        values: Quantity -> one value per epoch.
+    """
+
+    run_dir: Path
+    outcome: dict[str, Any]
+    r: float
+    n_layers: int
+    epochs: list[int]
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def left(self, by: str) -> bool:
+        """Whether the run counts as leaving the shortcut under ``by``."""
+        if by == "generalized":
+            return bool(self.outcome["generalized"])
+        return self.outcome.get("phase2_onset_epoch") is not None or bool(self.outcome["generalized"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir), "outcome": self.outcome, "r": self.r, "n_layers": self.n_layers,
+                "epochs": self.epochs, "values": self.values}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSeries:
+        return cls(run_dir=Path(data["run_dir"]), outcome=dict(data["outcome"]), r=float(data["r"]),
+                   n_layers=int(data["n_layers"]), epochs=[int(e) for e in data["epochs"]],
+                   values={k: [float(v) for v in vs] for k, vs in data["values"].items()})
+
+
+@dataclass
+class ContrastResult:
+    """What :func:`compute_contrast` returns.
+
+    Attributes:
+        config: The settings.
+        runs: Every run's series.
+        kinds: ``(leaving, staying)`` names (:data:`KINDS`).
+        epochs: The epochs compared (checkpoints every run has).
+        windows: ``(name, start, end)`` of each window (end exclusive, None: to the end).
+        by_epoch: Rows ``epoch, quantity, mean_<kind>, sd_<kind>, n_<kind>`` for both kinds
+            (as ``leaving`` / ``staying``), ``difference, ci_low, ci_high``.
+        window_rows: Rows ``quantity, window, start, end, n_leaving, n_staying, mean_leaving,
+            sd_leaving, mean_staying, sd_staying, difference, ci_low, ci_high, p, p_holm,
+            smallest_p, verdict``.
+        run_rows: Per run: its directory, kind, outcome epochs and its median per window and
+            quantity (``<quantity>@<window>``).
+    """
+
+    config: ContrastConfig
+    runs: list[RunSeries]
+    kinds: tuple[str, str]
+    epochs: list[int]
+    windows: list[tuple[str, int, int | None]]
+    by_epoch: list[dict[str, Any]]
+    window_rows: list[dict[str, Any]]
+    run_rows: list[dict[str, Any]]
+
+    def verdicts(self) -> list[str]:
+        """One line per window and quantity: the verdict with the numbers behind it."""
+        leaving, staying = self.kinds
+        lines = []
+        for row in self.window_rows:
+            lines.append(f"{row['quantity']} in {row['window']} (epochs {_span(row['start'], row['end'])}): "
+                         f"{leaving} {row['mean_leaving']:.3g} (sd {row['sd_leaving']:.2g}, n {row['n_leaving']}) "
+                         f"vs {staying} {row['mean_staying']:.3g} (sd {row['sd_staying']:.2g}, n {row['n_staying']}); "
+                         f"difference {row['difference']:+.3g} [{row['ci_low']:+.3g}, {row['ci_high']:+.3g}], "
+                         f"permutation p {row['p']:.3g}, Holm {row['p_holm']:.3g}: {row['verdict']}")
+        return lines
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able: settings, kinds, epochs, windows, the window table and every run's series."""
+        return {"config": self.config.to_dict(), "kinds": list(self.kinds), "epochs": self.epochs,
+                "windows": [[name, start, end] for name, start, end in self.windows],
+                "window_rows": self.window_rows, "runs": [run.to_dict() for run in self.runs]}
+
+
+def _span(start: int, end: int | None) -> str:
+    return f"{start}-{end}" if end is not None else f"{start} on"
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def expand_sources(sources: Sequence[str | Path]) -> list[Path]:
+    """Run directories of ``sources``: a study directory (written by ``sweep``) stands for its
+    runs, a run directory for itself. A path that is neither is a user error."""
+    from interp_toolkit.runs.layout import RECORD
+    from interp_toolkit.studies.study import is_study_dir, runs_dir
+
+    if not sources:
+        raise UserError("mechanism-contrast needs run directories or study directories (none given)")
+    out: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if is_study_dir(path):
+            found = sorted(p for p in runs_dir(path).iterdir() if (p / RECORD).is_file()) \
+                if runs_dir(path).is_dir() else []
+            if not found:
+                raise UserError(f"study directory {path} holds no runs (expected {runs_dir(path)}/<run>/{RECORD})")
+            out.extend(found)
+        elif (path / RECORD).is_file():
+            out.append(path)
+        else:
+            raise UserError(f"{path} is neither a run directory (with {RECORD}) nor a study directory written by "
+                            "`interp-toolkit sweep`")
+    duplicates = sorted({str(p) for p in out if out.count(p) > 1})
+    if duplicates:
+        raise UserError(f"run directories given twice: {', '.join(duplicates)}")
+    return out
+
+
+def _described(run_dir: Path) -> tuple[dict[str, Any], float, int, list[int]]:
+    """``(outcome, r, n_layers, checkpoint epochs)`` of a run, from its files (no torch)."""
+    from interp_toolkit.runs.record import task_config
+    from interp_toolkit.studies.mechanism import check_run_dir
+    from interp_toolkit.studies.outcomes import compute_outcome
+
+    record, checkpoints, metrics = check_run_dir(run_dir)
+    task = task_config(run_dir)
+    outcome = compute_outcome(metrics, task.r, task.modulus)
+    n_layers = int((record.get("model_config") or {}).get("n_layers", 0))
+    return outcome, float(task.r), n_layers, [epoch for epoch, _ in checkpoints]
+
+
+def contrast_runs(
+    sources: Sequence[str | Path],
+    config: ContrastConfig | None = None,
+    device: Any = None,
+    progress: bool = False,
+    n_threads: int | None = None,
+) -> ContrastResult:
+    """Sort runs by outcome, measure their gradient quantities, and compare the two kinds.
+
+    Everything that can be checked from the run files (both kinds present with at least 2
+    runs each, a shared checkpoint epoch, a minority at every run's r when
+    ``minority_amplification`` is asked for, the windows) is checked before any gradient is
+    computed.
+
+    Args:
+        sources: Run directories and/or study directories (their runs).
+        config: The settings (default :class:`ContrastConfig`).
+        device: Where checkpoints are loaded (default CPU).
+        progress: Show one progress bar per run.
+        n_threads: Torch CPU threads while measuring (None: leave as is).
+
+    Returns:
+        :class:`ContrastResult`.
+    """
+    config = ContrastConfig() if config is None else config
+    if not isinstance(config, ContrastConfig):
+        raise UserError(f"config must be a ContrastConfig, got {type(config).__name__}")
+    run_dirs = expand_sources(sources)
+    described = {run_dir: _described(run_dir) for run_dir in run_dirs}
+    shells = [RunSeries(run_dir, outcome, r, n_layers, epochs, {})
+              for run_dir, (outcome, r, n_layers, epochs) in described.items()]
+    epochs = check_contrast_inputs(shells, config)
+
+    from interp_toolkit.analyses.gradients import minority_amplification
+    from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.runs.layout import ANALYSES
+    from interp_toolkit.studies.mechanism import minority_of
+    from interp_toolkit.threads import torch_threads
+
+    device = resolve_device(device if device is not None else "cpu")
+    load_on = None if device.type == "cpu" else str(device)
+    series = []
+    with torch_threads(n_threads):
+        for shell in shells:
+            # the mechanism's gradient analysis, settings and folder: one cache for both
+            result = over_checkpoints("gradients", shell.run_dir, splits=splits_from_run(shell.run_dir),
+                                      epochs=epochs, name="gradients",
+                                      config={"split": "train", "n": config.grad_n,
+                                              "chunk_size": config.grad_chunk_size},
+                                      out_dir=shell.run_dir / ANALYSES / "mechanism" / "gradients", plot=False,
+                                      progress=progress, device=load_on)
+            rows = {int(row["epoch"]): row for row in result.table.rows if row["group"] == "all"}
+            minority = minority_of(shell.r)
+            values: dict[str, list[float]] = {q: [] for q in config.quantities}
+            for epoch in epochs:
+                row = rows[epoch]
+                measured = {"grad_cos": row["conflict_cos"], "amplification": row["amplification"],
+                            "minority_amplification": minority_amplification(row["norm_consistent"],
+                                                                             row["norm_anti"], minority)}
+                for quantity in config.quantities:
+                    values[quantity].append(float(measured[quantity]))
+            series.append(RunSeries(shell.run_dir, shell.outcome, shell.r, shell.n_layers, list(epochs), values))
+    return compute_contrast(series, config)
+
+
+def check_contrast_inputs(runs: Sequence[RunSeries], config: ContrastConfig) -> list[int]:
+    """The epochs every run has; a user error for a contrast that cannot be made.
+
+    Raises:
+        UserError: Fewer than 2 runs of either kind (naming the counts), no shared
+            checkpoint epoch, ``minority_amplification`` asked of a run at r = 0.5, or a
+            window holding none of the shared epochs.
+    """
+    leaving, staying = KINDS[config.by]
+    n_left = sum(run.left(config.by) for run in runs)
+    n_stayed = len(runs) - n_left
+    if n_left < 2 or n_stayed < 2:
+        raise UserError(f"a contrast needs at least 2 runs of each kind; by {config.by!r} these {len(runs)} runs "
+                        f"are {n_left} {leaving} and {n_stayed} {staying} (add runs, or try --by "
+                        f"{'phase2' if config.by == 'generalized' else 'generalized'})")
+    if "minority_amplification" in config.quantities:
+        balanced = [str(run.run_dir) for run in runs if run.r == 0.5]
+        if balanced:
+            raise UserError(f"minority_amplification is undefined at r = 0.5 (no minority) in {', '.join(balanced)}; "
+                            "compare --quantities grad_cos amplification instead")
+    shared = set(runs[0].epochs)
+    for run in runs[1:]:
+        shared &= set(run.epochs)
+    if not shared:
+        raise UserError("the runs share no checkpoint epoch: "
+                        + "; ".join(f"{run.run_dir}: {run.epochs[:3]}..{run.epochs[-1:]}" for run in runs))
+    epochs = sorted(shared)
+    if config.windows is not None:
+        for text in config.windows:
+            start, end = parse_window(text)
+            if not any(start <= e and (end is None or e < end) for e in epochs):
+                raise UserError(f"window {text} holds none of the runs' shared checkpoint epochs {epochs}")
+    return epochs
+
+
+def default_windows(runs: Sequence[RunSeries], epochs: Sequence[int],
+                    by: str) -> list[tuple[str, int, int | None]]:
+    """The shortcut phase and phase 2 on (see the module docstring), or the whole run.
+
+    The shortcut phase starts at the latest shortcut epoch of any run and ends before the
+    earliest phase-2 onset of the leaving runs (their generalization epoch where no onset
+    was detected); a window that would hold no shared epoch is left out.
+    """
+    shortcut = [run.outcome.get("shortcut_epoch") for run in runs]
+    starts = [run.outcome.get("phase2_onset_epoch") if run.outcome.get("phase2_onset_epoch") is not None
+              else run.outcome.get("first_generalized_epoch") for run in runs if run.left(by)]
+    whole: list[tuple[str, int, int | None]] = [("whole run", epochs[0], None)]
+    if any(s is None for s in shortcut) or any(s is None for s in starts):
+        return whole
+    begin, split = max(s for s in shortcut if s is not None), min(s for s in starts if s is not None)
+    windows: list[tuple[str, int, int | None]] = []
+    if any(begin <= e < split for e in epochs):
+        windows.append(("shortcut phase", int(begin), int(split)))
+    if any(e >= split for e in epochs):
+        windows.append(("phase 2 on", int(split), None))
+    return windows or whole
+
+
+def _stats(values: Sequence[float]) -> tuple[float, float, int]:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return math.nan, math.nan, 0
+    mean = sum(finite) / len(finite)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1)) if len(finite) > 1 else math.nan
+    return mean, sd, len(finite)
+
+
+def _median(values: Sequence[float]) -> float:
+    finite = sorted(v for v in values if math.isfinite(v))
+    if not finite:
+        return math.nan
+    mid = len(finite) // 2
+    return finite[mid] if len(finite) % 2 else (finite[mid - 1] + finite[mid]) / 2
+
+
+def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = None) -> ContrastResult:
+    """Compare stored series of runs that left the shortcut with those that did not.
+
+    Args:
+        runs: Every run's :class:`RunSeries` holding ``config.quantities``.
+        config: The settings (default :class:`ContrastConfig`).
+
+    Returns:
+        :class:`ContrastResult` (see the module docstring for what is computed).
+    """
+    from interp_toolkit.studies.statistics import holm_adjust, permutation_p, welch_interval
+
+    config = ContrastConfig() if config is None else config
+    runs = list(runs)
+    missing = [f"{run.run_dir}: {q}" for run in runs for q in config.quantities if q not in run.values]
+    if missing:
+        raise UserError(f"series lack the quantities asked for: {', '.join(missing)}")
+    epochs = check_contrast_inputs(runs, config)
+    kinds = KINDS[config.by]
+    left = [run for run in runs if run.left(config.by)]
+    stayed = [run for run in runs if not run.left(config.by)]
+
+    def value(run: RunSeries, quantity: str, epoch: int) -> float:
+        return run.values[quantity][run.epochs.index(epoch)]
+
+    def interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+        a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
+        if len(a) < 2 or len(b) < 2:
+            return math.nan, math.nan, math.nan
+        return welch_interval(a, b)
+
+    by_epoch = []
+    for quantity in config.quantities:
+        for epoch in epochs:
+            a = [value(run, quantity, epoch) for run in left]
+            b = [value(run, quantity, epoch) for run in stayed]
+            (mean_a, sd_a, n_a), (mean_b, sd_b, n_b) = _stats(a), _stats(b)
+            diff, low, high = interval(a, b)
+            by_epoch.append({"epoch": epoch, "quantity": quantity, "mean_leaving": mean_a, "sd_leaving": sd_a,
+                             "n_leaving": n_a, "mean_staying": mean_b, "sd_staying": sd_b, "n_staying": n_b,
+                             "difference": diff, "ci_low": low, "ci_high": high})
+
+    if config.windows is not None:
+        windows = []
+        for text in config.windows:
+            start, end = parse_window(text)
+            windows.append((f"epochs {_span(start, end)}", start, end))
+    else:
+        windows = default_windows(runs, epochs, config.by)
+
+    def medians(run: RunSeries, quantity: str, start: int, end: int | None) -> float:
+        return _median([value(run, quantity, e) for e in epochs if start <= e and (end is None or e < end)])
+
+    window_rows: list[dict[str, Any]] = []
+    for quantity in config.quantities:
+        for name, start, end in windows:
+            a = [medians(run, quantity, start, end) for run in left]
+            b = [medians(run, quantity, start, end) for run in stayed]
+            a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
+            (mean_a, sd_a, n_a), (mean_b, sd_b, n_b) = _stats(a), _stats(b)
+            diff, low, high = interval(a, b)
+            p, smallest = permutation_p(a, b) if n_a >= 2 and n_b >= 2 else (math.nan, math.nan)
+            window_rows.append({"quantity": quantity, "window": name, "start": start, "end": end,
+                                "n_leaving": n_a, "n_staying": n_b, "mean_leaving": mean_a, "sd_leaving": sd_a,
+                                "mean_staying": mean_b, "sd_staying": sd_b, "difference": diff, "ci_low": low,
+                                "ci_high": high, "p": p, "smallest_p": smallest})
+    testable = [i for i, row in enumerate(window_rows) if math.isfinite(row["p"])]
+    adjusted = holm_adjust([window_rows[i]["p"] for i in testable]) if testable else []
+    for tested in window_rows:
+        tested["p_holm"] = math.nan
+    for i, p_holm in zip(testable, adjusted, strict=True):
+        window_rows[i]["p_holm"] = p_holm
+    for tested in window_rows:
+        # Holm rejects nothing unless the family's smallest p is below alpha / m; a test whose
+        # group sizes cannot get there has no verdict either way
+        if not math.isfinite(tested["p"]) or tested["smallest_p"] * max(1, len(testable)) >= config.alpha:
+            tested["verdict"] = "too few runs"
+        else:
+            tested["verdict"] = "distinguishes" if tested["p_holm"] < config.alpha else "does not distinguish"
+
+    run_rows = []
+    for run in runs:
+        row: dict[str, Any] = {"run_dir": str(run.run_dir), "kind": kinds[0] if run.left(config.by) else kinds[1],
+                               "r": run.r, "n_layers": run.n_layers,
+                               "shortcut_epoch": run.outcome.get("shortcut_epoch"),
+                               "phase2_onset_epoch": run.outcome.get("phase2_onset_epoch"),
+                               "first_generalized_epoch": run.outcome.get("first_generalized_epoch"),
+                               "max_adv_acc": run.outcome.get("max_adv_acc")}
+        for quantity in config.quantities:
+            for name, start, end in windows:
+                row[f"{quantity}@{name}"] = medians(run, quantity, start, end)
+        run_rows.append(row)
+    return ContrastResult(config=config, runs=runs, kinds=kinds, epochs=epochs, windows=windows,
+                          by_epoch=by_epoch, window_rows=window_rows, run_rows=run_rows)
+
+
+# --------------------------------------------------------------------------- figure and files
+
+
+def plot_contrast(result: ContrastResult) -> Any:
+    """Per quantity, a column of two panels on one log-scaled epoch axis: every run (thin)
+    and each kind's mean with its run-to-run spread (band: +-1 sd) above; the difference of
+    the means with its 95% Welch interval below; the windows shaded, each with its verdict."""
+    from interp_toolkit.plotting import PALETTE, epoch_axis, figure
+
+    quantities = result.config.quantities
+    fig = figure(figsize=(4.6 * len(quantities), 6.4), layout="constrained")
+    axes = fig.subplots(2, len(quantities), sharex=True, squeeze=False, height_ratios=(3, 2))
+    colors = {result.kinds[0]: PALETTE[0], result.kinds[1]: PALETTE[1]}
+    shades = ("#eeeeee", "#dddddd")
+    for column, quantity in enumerate(quantities):
+        top, bottom = axes[0][column], axes[1][column]
+        for i, (_, start, end) in enumerate(result.windows):
+            for panel in (top, bottom):
+                panel.axvspan(start, end if end is not None else result.epochs[-1], color=shades[i % 2], zorder=0,
+                              lw=0)
+        for run in result.runs:
+            kind = result.kinds[0] if run.left(result.config.by) else result.kinds[1]
+            top.plot(run.epochs, run.values[quantity], color=colors[kind], lw=0.7, alpha=0.35)
+        rows = [row for row in result.by_epoch if row["quantity"] == quantity]
+        epochs = [row["epoch"] for row in rows]
+        for kind, key in zip(result.kinds, ("leaving", "staying"), strict=True):
+            mean = [row[f"mean_{key}"] for row in rows]
+            sd = [row[f"sd_{key}"] for row in rows]
+            n = max(row[f"n_{key}"] for row in rows)
+            top.plot(epochs, mean, color=colors[kind], lw=2, label=f"{kind} (n={n})")
+            top.fill_between(epochs, [m - s for m, s in zip(mean, sd, strict=True)],
+                             [m + s for m, s in zip(mean, sd, strict=True)], color=colors[kind], alpha=0.15, lw=0)
+        bottom.plot(epochs, [row["difference"] for row in rows], color="black", lw=1.5)
+        bottom.fill_between(epochs, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows],
+                            color="black", alpha=0.15, lw=0, label="95% Welch interval")
+        bottom.axhline(0, color="grey", lw=0.8, ls="--")
+        if quantity in RATIO_QUANTITIES:
+            top.set_yscale("log")
+        top.set_title(_LABELS[quantity], fontsize=10)
+        top.set_ylabel(quantity)
+        bottom.set_ylabel(f"{result.kinds[0]} - {result.kinds[1]}")
+        lines = [f"{row['window']}: {row['verdict']} (p {row['p']:.2g}, Holm {row['p_holm']:.2g})"
+                 for row in result.window_rows if row["quantity"] == quantity]
+        bottom.text(0.02, 0.03, "\n".join(lines), transform=bottom.transAxes, fontsize=7, va="bottom")
+        epoch_axis(bottom, result.epochs)
+        top.legend(fontsize=8, loc="best")
+    return fig
+
+
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    import csv
+    import io
+
+    from interp_toolkit.io import atomic_write_text
+
+    buffer = io.StringIO()
+    columns = list(rows[0]) if rows else []
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _cell(row.get(k)) for k in columns})
+    return atomic_write_text(path, buffer.getvalue())
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    return "" if value is None else value
+
+
+def write_contrast(result: ContrastResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write the figure, the per-epoch, per-window and per-run tables and the JSON summary
+    into ``out_dir`` (names: :data:`FILES`), each atomically.
+
+    Returns:
+        ``{name: path}`` for the keys of :data:`FILES`.
+    """
+    from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.plotting import save_figure
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file; expected a folder for the contrast's files")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {name: out_dir / filename for name, filename in FILES.items()}
+    save_figure(plot_contrast(result), paths["figure"])
+    _write_csv(paths["by_epoch"], result.by_epoch)
+    _write_csv(paths["windows"], result.window_rows)
+    _write_csv(paths["runs"], result.run_rows)
+    atomic_write_json(paths["summary"], result.summary())
+    return paths
+
+
+def read_contrast(path: str | Path) -> ContrastResult:
+    """Recompute a contrast from the JSON summary :func:`write_contrast` wrote (its series
+    and settings), so the figure and tables regenerate without the runs."""
+    import json
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / FILES["summary"]
+    if not path.is_file():
+        raise UserError(f"{path} does not exist (expected the {FILES['summary']} of interp-toolkit mechanism-contrast)")
+    data = json.loads(path.read_text())
+    return compute_contrast([RunSeries.from_dict(run) for run in data["runs"]],
+                            ContrastConfig.from_dict(data["config"]))
+
+
+__all__ = ["DEFAULT_QUANTITIES", "FILES", "KINDS", "QUANTITIES", "VERDICTS", "ContrastConfig", "ContrastResult",
+           "RunSeries", "check_contrast_inputs", "compute_contrast", "contrast_runs", "default_windows",
+           "expand_sources", "parse_window", "plot_contrast", "read_contrast", "write_contrast"]
