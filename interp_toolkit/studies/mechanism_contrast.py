@@ -18,8 +18,9 @@ the shortcut from those that stay. This module sets the two kinds of run side by
   means with a 95% Welch interval;
 * per window of epochs (default: the *shortcut phase*, from the last run's shortcut epoch to
   the first onset of phase 2 among the leaving runs, when every run is on the shortcut and
-  none has begun to leave, and *phase 2 on*, from that onset to the end; else the whole
-  run): each run's median over the window, the difference of the kinds' means with a 95%
+  none has begun to leave, or, where no checkpoint falls in that, from the first run's
+  shortcut epoch to that onset; and *phase 2 on*, from that onset to the end; the whole run where the runs
+  have no shortcut phase): each run's median over the window, the difference of the kinds' means with a 95%
   Welch interval, a two-sided permutation p (exact for small groups), Holm-corrected over
   every window and quantity read together, and a verdict: ``distinguishes``, ``does not
   distinguish``, or ``too few runs`` when the group sizes cannot reach the level at all.
@@ -370,7 +371,10 @@ def default_windows(runs: Sequence[RunSeries], epochs: Sequence[int],
 
     The shortcut phase starts at the latest shortcut epoch of any run and ends before the
     earliest phase-2 onset of the leaving runs (their generalization epoch where no onset
-    was detected); a window that would hold no shared epoch is left out.
+    was detected). Where no shared checkpoint falls in it (some runs learn the shortcut
+    after others leave it), the first window runs from the earliest shortcut epoch to that
+    onset instead, named so, and failing that from the first epoch. A window that would hold
+    no shared epoch is left out.
     """
     shortcut = [run.outcome.get("shortcut_epoch") for run in runs]
     starts = [run.outcome.get("phase2_onset_epoch") if run.outcome.get("phase2_onset_epoch") is not None
@@ -378,10 +382,15 @@ def default_windows(runs: Sequence[RunSeries], epochs: Sequence[int],
     whole: list[tuple[str, int, int | None]] = [("whole run", epochs[0], None)]
     if any(s is None for s in shortcut) or any(s is None for s in starts):
         return whole
-    begin, split = max(s for s in shortcut if s is not None), min(s for s in starts if s is not None)
+    split = min(s for s in starts if s is not None)
+    first_window = [("shortcut phase", max(s for s in shortcut if s is not None)),
+                    ("first shortcut to first onset", min(s for s in shortcut if s is not None)),
+                    ("before the first onset", epochs[0])]
     windows: list[tuple[str, int, int | None]] = []
-    if any(begin <= e < split for e in epochs):
-        windows.append(("shortcut phase", int(begin), int(split)))
+    for name, begin in first_window:
+        if any(begin <= e < split for e in epochs):
+            windows.append((name, int(begin), int(split)))
+            break
     if any(e >= split for e in epochs):
         windows.append(("phase 2 on", int(split), None))
     return windows or whole
@@ -507,6 +516,8 @@ def plot_contrast(result: ContrastResult) -> Any:
     """Per quantity, a column of two panels on one log-scaled epoch axis: every run (thin)
     and each kind's mean with its run-to-run spread (band: +-1 sd) above; the difference of
     the means with its 95% Welch interval below; the windows shaded, each with its verdict."""
+    from matplotlib.transforms import blended_transform_factory
+
     from interp_toolkit.plotting import PALETTE, epoch_axis, figure
 
     quantities = result.config.quantities
@@ -516,10 +527,12 @@ def plot_contrast(result: ContrastResult) -> Any:
     shades = ("#eeeeee", "#dddddd")
     for column, quantity in enumerate(quantities):
         top, bottom = axes[0][column], axes[1][column]
-        for i, (_, start, end) in enumerate(result.windows):
+        for i, (name, start, end) in enumerate(result.windows):
             for panel in (top, bottom):
                 panel.axvspan(start, end if end is not None else result.epochs[-1], color=shades[i % 2], zorder=0,
                               lw=0)
+            top.text(start, 1.0, f" {name}", transform=blended_transform_factory(top.transData, top.transAxes),
+                     fontsize=7, va="bottom", ha="left", color="dimgrey")
         for run in result.runs:
             kind = result.kinds[0] if run.left(result.config.by) else result.kinds[1]
             top.plot(run.epochs, run.values[quantity], color=colors[kind], lw=0.7, alpha=0.35)
@@ -538,7 +551,7 @@ def plot_contrast(result: ContrastResult) -> Any:
         bottom.axhline(0, color="grey", lw=0.8, ls="--")
         if quantity in RATIO_QUANTITIES:
             top.set_yscale("log")
-        top.set_title(_LABELS[quantity], fontsize=10)
+        top.set_title(_LABELS[quantity], fontsize=10, pad=14)
         top.set_ylabel(quantity)
         bottom.set_ylabel(f"{result.kinds[0]} - {result.kinds[1]}")
         lines = [f"{row['window']}: {row['verdict']} (p {row['p']:.2g}, Holm {row['p_holm']:.2g})"

@@ -56,6 +56,13 @@ def _series(n_left: int, n_stayed: int, r: float = 0.9, gap: float = 1.5, seed: 
 def test_default_windows_are_the_shortcut_phase_and_phase_2_on():
     runs = _series(5, 5)
     assert default_windows(runs, EPOCHS, "generalized") == [("shortcut phase", 10, ONSET), ("phase 2 on", ONSET, None)]
+    runs[0].outcome["shortcut_epoch"] = 60  # learned after the first onset: no common shortcut phase
+    assert default_windows(runs, EPOCHS, "generalized") == [("first shortcut to first onset", 10, ONSET),
+                                                           ("phase 2 on", ONSET, None)]
+    for run in runs:
+        run.outcome["shortcut_epoch"] = 55 if run.left("generalized") else 60  # every shortcut after the onset
+    assert default_windows(runs, EPOCHS, "generalized") == [("before the first onset", 0, ONSET),
+                                                           ("phase 2 on", ONSET, None)]
     runs[0].outcome["shortcut_epoch"] = None  # a run without a shortcut phase: no phase split
     assert default_windows(runs, EPOCHS, "generalized") == [("whole run", 0, None)]
 
