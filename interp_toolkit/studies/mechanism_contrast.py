@@ -515,7 +515,9 @@ def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = 
 def plot_contrast(result: ContrastResult) -> Any:
     """Per quantity, a column of two panels on one log-scaled epoch axis: every run (thin)
     and each kind's mean with its run-to-run spread (band: +-1 sd) above; the difference of
-    the means with its 95% Welch interval below; the windows shaded, each with its verdict."""
+    the means with its 95% Welch interval below (y limits hold every difference and the
+    interval's typical width, so one epoch's very wide interval runs off the panel); the
+    windows shaded and lettered, each with its verdict."""
     from matplotlib.transforms import blended_transform_factory
 
     from interp_toolkit.plotting import PALETTE, epoch_axis, figure
@@ -527,12 +529,13 @@ def plot_contrast(result: ContrastResult) -> Any:
     shades = ("#eeeeee", "#dddddd")
     for column, quantity in enumerate(quantities):
         top, bottom = axes[0][column], axes[1][column]
-        for i, (name, start, end) in enumerate(result.windows):
+        for i, (_, start, end) in enumerate(result.windows):
             for panel in (top, bottom):
                 panel.axvspan(start, end if end is not None else result.epochs[-1], color=shades[i % 2], zorder=0,
                               lw=0)
-            top.text(start, 1.0, f" {name}", transform=blended_transform_factory(top.transData, top.transAxes),
-                     fontsize=7, va="bottom", ha="left", color="dimgrey")
+            top.text(start, 1.0 - 0.05 * (i + 1), f" {chr(ord('a') + i)}",
+                     transform=blended_transform_factory(top.transData, top.transAxes), fontsize=8,
+                     va="bottom", ha="left", color="dimgrey")
         for run in result.runs:
             kind = result.kinds[0] if run.left(result.config.by) else result.kinds[1]
             top.plot(run.epochs, run.values[quantity], color=colors[kind], lw=0.7, alpha=0.35)
@@ -545,21 +548,37 @@ def plot_contrast(result: ContrastResult) -> Any:
             top.plot(epochs, mean, color=colors[kind], lw=2, label=f"{kind} (n={n})")
             top.fill_between(epochs, [m - s for m, s in zip(mean, sd, strict=True)],
                              [m + s for m, s in zip(mean, sd, strict=True)], color=colors[kind], alpha=0.15, lw=0)
-        bottom.plot(epochs, [row["difference"] for row in rows], color="black", lw=1.5)
+        differences = [row["difference"] for row in rows]
+        bottom.plot(epochs, differences, color="black", lw=1.5)
         bottom.fill_between(epochs, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows],
                             color="black", alpha=0.15, lw=0, label="95% Welch interval")
         bottom.axhline(0, color="grey", lw=0.8, ls="--")
+        _limit_to_typical(bottom, differences, [row["ci_low"] for row in rows] + [row["ci_high"] for row in rows])
         if quantity in RATIO_QUANTITIES:
             top.set_yscale("log")
         top.set_title(_LABELS[quantity], fontsize=10, pad=14)
         top.set_ylabel(quantity)
         bottom.set_ylabel(f"{result.kinds[0]} - {result.kinds[1]}")
-        lines = [f"{row['window']}: {row['verdict']} (p {row['p']:.2g}, Holm {row['p_holm']:.2g})"
-                 for row in result.window_rows if row["quantity"] == quantity]
+        lines = [f"{chr(ord('a') + i)}: {row['window']}, epochs {_span(row['start'], row['end'])}: {row['verdict']} "
+                 f"(p {row['p']:.2g}, Holm {row['p_holm']:.2g})"
+                 for i, row in enumerate(r for r in result.window_rows if r["quantity"] == quantity)]
         bottom.text(0.02, 0.03, "\n".join(lines), transform=bottom.transAxes, fontsize=7, va="bottom")
         epoch_axis(bottom, result.epochs)
         top.legend(fontsize=8, loc="best")
     return fig
+
+
+def _limit_to_typical(panel: Any, values: Sequence[float], bounds: Sequence[float]) -> None:
+    """y limits that hold every difference and the interval where it is typical: with 2 runs
+    of a kind the t interval is tens of times wider than the data and would flatten it."""
+    finite = [v for v in values if math.isfinite(v)]
+    edges = sorted(b for b in bounds if math.isfinite(b))
+    if not finite or not edges:
+        return
+    low = min(min(finite), edges[len(edges) // 10], 0.0)
+    high = max(max(finite), edges[(len(edges) * 9) // 10], 0.0)
+    pad = 0.08 * (high - low) if high > low else 1.0
+    panel.set_ylim(low - pad, high + pad)
 
 
 def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
