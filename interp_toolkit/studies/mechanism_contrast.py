@@ -19,9 +19,10 @@ the shortcut from those that stay. This module sets the two kinds of run side by
 * per window of epochs (default: the *shortcut phase*, from the last run's shortcut epoch to
   the first onset of phase 2 among the leaving runs, when every run is on the shortcut and
   none has begun to leave, or, where no checkpoint falls in that, from the first run's
-  shortcut epoch to that onset; and *phase 2 on*, from that onset to the end; the whole run where the runs
-  have no shortcut phase): each run's median over the window, the difference of the kinds' means with a 95%
-  Welch interval, a two-sided permutation p (exact for small groups), Holm-corrected over
+  shortcut epoch to that onset, or from the first epoch where runs have no shortcut (r =
+  1/m); and *phase 2 on*, from that onset to the end; the whole run where a leaving run has
+  no onset): each run's median over the window, the difference of the kinds' means with a
+  95% Welch interval, a two-sided permutation p (exact for small groups), Holm-corrected over
   every window and quantity read together, and a verdict: ``distinguishes``, ``does not
   distinguish``, or ``too few runs`` when the group sizes cannot reach the level at all.
 
@@ -78,8 +79,9 @@ class ContrastConfig(Config):
             amplification of the minority) and amplification (anti / consistent).
         windows: Epoch windows START:END (half-open; END empty: to the end), each one test
             of the family; default: the shortcut phase (from the last run's shortcut epoch
-            to the first phase-2 onset of a leaving run) and phase 2 on (from there to the
-            end), or the whole run where the runs have no shortcut phase.
+            to the first phase-2 onset of a leaving run; from the first epoch where runs
+            have no shortcut, at r = 1/m) and phase 2 on (from that onset to the end), or
+            the whole run where a leaving run has no onset.
         alpha: Family-wise level of the verdicts (Holm).
         grad_n: Training examples of the per-example gradients (the mechanism's default, so
             its cache serves).
@@ -373,19 +375,21 @@ def default_windows(runs: Sequence[RunSeries], epochs: Sequence[int],
     earliest phase-2 onset of the leaving runs (their generalization epoch where no onset
     was detected). Where no shared checkpoint falls in it (some runs learn the shortcut
     after others leave it), the first window runs from the earliest shortcut epoch to that
-    onset instead, named so, and failing that from the first epoch. A window that would hold
-    no shared epoch is left out.
+    onset instead, named so, and failing that (or where runs have no shortcut, at r = 1/m)
+    from the first epoch. A window that would hold no shared epoch is left out.
     """
     shortcut = [run.outcome.get("shortcut_epoch") for run in runs]
     starts = [run.outcome.get("phase2_onset_epoch") if run.outcome.get("phase2_onset_epoch") is not None
               else run.outcome.get("first_generalized_epoch") for run in runs if run.left(by)]
     whole: list[tuple[str, int, int | None]] = [("whole run", epochs[0], None)]
-    if any(s is None for s in shortcut) or any(s is None for s in starts):
+    if not starts or any(s is None for s in starts):
         return whole
     split = min(s for s in starts if s is not None)
-    first_window = [("shortcut phase", max(s for s in shortcut if s is not None)),
-                    ("first shortcut to first onset", min(s for s in shortcut if s is not None)),
-                    ("before the first onset", epochs[0])]
+    first_window: list[tuple[str, int]] = []
+    if all(s is not None for s in shortcut):  # at r = 1/m there is no shortcut phase
+        first_window += [("shortcut phase", max(s for s in shortcut if s is not None)),
+                         ("first shortcut to first onset", min(s for s in shortcut if s is not None))]
+    first_window.append(("before the first onset", epochs[0]))
     windows: list[tuple[str, int, int | None]] = []
     for name, begin in first_window:
         if any(begin <= e < split for e in epochs):
