@@ -519,8 +519,9 @@ def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = 
 def plot_contrast(result: ContrastResult) -> Any:
     """Per quantity, a column of two panels on one log-scaled epoch axis: every run (thin)
     and each kind's mean with its run-to-run spread (band: +-1 sd) above; the difference of
-    the means with its 95% Welch interval below (y limits hold every difference and the
-    interval's typical width, so one epoch's very wide interval runs off the panel); the
+    the means with its 95% Welch interval below (for ratios on a symmetric log axis; else y
+    limits hold every difference and the interval's typical width, so one epoch's very wide
+    interval runs off the panel); the
     windows shaded and lettered, each with its verdict."""
     from matplotlib.transforms import blended_transform_factory
 
@@ -557,7 +558,11 @@ def plot_contrast(result: ContrastResult) -> Any:
         bottom.fill_between(epochs, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows],
                             color="black", alpha=0.15, lw=0, label="95% Welch interval")
         bottom.axhline(0, color="grey", lw=0.8, ls="--")
-        _limit_to_typical(bottom, differences, [row["ci_low"] for row in rows] + [row["ci_high"] for row in rows])
+        if quantity in RATIO_QUANTITIES:
+            # one run's ratio can spike a hundredfold as its majority's gradient vanishes
+            bottom.set_yscale("symlog", linthresh=1.0)
+        else:
+            _limit_to_typical(bottom, differences, [row["ci_low"] for row in rows] + [row["ci_high"] for row in rows])
         if quantity in RATIO_QUANTITIES:
             top.set_yscale("log")
         top.set_title(_LABELS[quantity], fontsize=10, pad=14)
