@@ -87,8 +87,7 @@ def run_config(args: ContrastCommandConfig) -> int:
     if args.from_summary is not None:
         result = read_contrast(args.from_summary)
     else:
-        device = "cpu" if (args.device or "cpu") == "cpu" else args.device
-        result = contrast_runs(args.sources, args.settings, device=device, progress=args.progress,
+        result = contrast_runs(args.sources, args.settings, device=args.device, progress=args.progress,
                                n_threads=args.threads)
     written = write_contrast(result, out)
     leaving, staying = result.kinds

@@ -51,7 +51,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
@@ -294,7 +294,7 @@ def mechanism_over_checkpoints(
     outcome = compute_outcome(metrics, task.r, task.modulus)
 
     runs: dict[str, tuple[str, dict[str, Any]]] = {
-        "gradients": ("gradients", {"split": "train", "n": config.grad_n, "chunk_size": config.grad_chunk_size}),
+        "gradients": ("gradients", gradient_settings(config.grad_n, config.grad_chunk_size)),
         "fingerprints": ("fingerprints", {"split": "train", "n": config.fingerprint_n}),
         "patching_val_to_adv": ("patching", {"source": "val", "target": "adv", "n": config.patching_n,
                                              "kinds": ["head"], "positions": None}),
@@ -311,7 +311,7 @@ def mechanism_over_checkpoints(
     with torch_threads(n_threads):
         for name, (analysis, analysis_config) in runs.items():
             result = over_checkpoints(analysis, run_dir, splits=splits, epochs=available, config=analysis_config,
-                                      name=name, out_dir=run_dir / ANALYSES / "mechanism" / name, plot=False,
+                                      name=name, out_dir=analysis_dir(run_dir, name), plot=False,
                                       progress=progress, device=load_on)
             tables[name] = result.table
             computed[name], hits[name] = result.computed, result.cache_hits
@@ -376,7 +376,7 @@ def result_key(run_dir: str | Path, config: MechanismConfig, checkpoints: Sequen
 
 
 def _result_path(run_dir: Path, key: str) -> Path:
-    return run_dir / ANALYSES / "mechanism" / _RESULTS / f"{key}.json"
+    return analysis_dir(run_dir, _RESULTS) / f"{key}.json"
 
 
 def write_cached_result(result: MechanismResult) -> Path | None:
@@ -424,6 +424,36 @@ def read_cached_result(run_dir: str | Path, key: str) -> MechanismResult | None:
         return None
 
 
+def analysis_dir(run_dir: str | Path, name: str) -> Path:
+    """Where the mechanism keeps ``name`` (an analysis's cache and CSV, or its own records)
+    under ``run_dir``: ``RUN_DIR/analyses/mechanism/<name>``."""
+    return Path(run_dir) / ANALYSES / "mechanism" / name
+
+
+def gradient_settings(grad_n: int, chunk_size: int) -> dict[str, Any]:
+    """The mechanism's settings of the ``gradients`` analysis (part of its cache key): anyone
+    measuring the same quantities with these settings in :func:`analysis_dir` shares its cache."""
+    return {"split": "train", "n": grad_n, "chunk_size": chunk_size}
+
+
+def gradient_quantities(row: Mapping[str, Any], minority: str) -> dict[str, float]:
+    """The mechanism's gradient quantities of one row of the ``gradients`` analysis (one
+    parameter group at one checkpoint): ``grad_cos``, ``amplification`` (anti / consistent)
+    and, unless ``minority`` is ``"none"`` (r = 0.5), ``minority_amplification``.
+
+    Args:
+        row: A row of :func:`interp_toolkit.analyses.gradients.gradient_conflict`'s table.
+        minority: :func:`minority_of` the run's r.
+    """
+    from interp_toolkit.analyses.gradients import minority_amplification
+
+    out = {"grad_cos": float(row["conflict_cos"]), "amplification": float(row["amplification"])}
+    if minority != "none":
+        # from the group norms, so checkpoint caches written before this quantity existed serve too
+        out["minority_amplification"] = minority_amplification(row["norm_consistent"], row["norm_anti"], minority)
+    return out
+
+
 def minority_of(r: float) -> str:
     """The minority shortcut group of a training set with shortcut ratio ``r``: ``"anti"``
     above 0.5, ``"consistent"`` below, ``"none"`` at 0.5."""
@@ -435,7 +465,6 @@ def minority_of(r: float) -> str:
 def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any], minority: str) -> Any:
     """One ``(epoch, head, quantity, value)`` row per measured number (see PANEL_QUANTITIES)."""
     from interp_toolkit.analyses._common import Table
-    from interp_toolkit.analyses.gradients import minority_amplification
 
     rows: list[dict[str, Any]] = []
 
@@ -447,21 +476,15 @@ def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any], minority: str) 
             if f"{split}_acc" in m:
                 add(m["epoch"], ALL, f"acc_{split}", m[f"{split}_acc"])
     for r in tables["gradients"].rows:
-        group = r["group"]
-        # from the group norms, so checkpoint caches written before this quantity existed serve too
-        minority_ratio = minority_amplification(r["norm_consistent"], r["norm_anti"], minority)
-        if group == "all":
-            add(r["epoch"], ALL, "grad_cos", r["conflict_cos"])
-            add(r["epoch"], ALL, "amplification", r["amplification"])
-            if minority != "none":
-                add(r["epoch"], ALL, "minority_amplification", minority_ratio)
+        quantities = gradient_quantities(r, minority)
+        if r["group"] == "all":
+            for quantity, value in quantities.items():
+                add(r["epoch"], ALL, quantity, value)
             continue
-        head, _, kind = group.partition(".")
+        head, _, kind = r["group"].partition(".")
         if _HEAD_NAME.match(head) and kind in ("QK", "OV"):
-            add(r["epoch"], head, f"grad_cos_{kind.lower()}", r["conflict_cos"])
-            add(r["epoch"], head, f"amplification_{kind.lower()}", r["amplification"])
-            if minority != "none":
-                add(r["epoch"], head, f"minority_amplification_{kind.lower()}", minority_ratio)
+            for quantity, value in quantities.items():
+                add(r["epoch"], head, f"{quantity}_{kind.lower()}", value)
     for r in tables["fingerprints"].rows:
         for quantity in PANEL_QUANTITIES["QK fingerprint"] + PANEL_QUANTITIES["OV fingerprint"]:
             add(r["epoch"], r["component"], quantity, r[quantity])
@@ -725,7 +748,7 @@ def _written_files(result: MechanismResult, paths: dict[str, Path]) -> dict[str,
 
     if result.cache_key is None:
         return None
-    record = result.run_dir / ANALYSES / "mechanism" / _WRITTEN
+    record = analysis_dir(result.run_dir, _WRITTEN)
     try:
         entries = json.loads(record.read_text(encoding="utf-8"))
         entry = entries[str(paths["figure"].resolve())]
@@ -741,7 +764,7 @@ def _record_written_files(result: MechanismResult, paths: dict[str, Path]) -> No
 
     if result.cache_key is None or not (result.run_dir / ANALYSES).is_dir():
         return
-    record = result.run_dir / ANALYSES / "mechanism" / _WRITTEN
+    record = analysis_dir(result.run_dir, _WRITTEN)
     try:
         entries = json.loads(record.read_text(encoding="utf-8"))
         entries = entries if isinstance(entries, dict) else {}

@@ -42,6 +42,7 @@ Command line: ``interp-toolkit mechanism-contrast RUN_OR_STUDY... --out DIR``.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -253,8 +254,9 @@ def expand_sources(sources: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def _described(run_dir: Path) -> tuple[dict[str, Any], float, int, list[int]]:
-    """``(outcome, r, n_layers, checkpoint epochs)`` of a run, from its files (no torch)."""
+def _described(run_dir: Path) -> RunSeries:
+    """A run's outcome, r, layers and checkpoint epochs, from its files (no torch), with no
+    values yet."""
     from interp_toolkit.runs.record import task_config
     from interp_toolkit.studies.mechanism import check_run_dir
     from interp_toolkit.studies.outcomes import compute_outcome
@@ -263,7 +265,7 @@ def _described(run_dir: Path) -> tuple[dict[str, Any], float, int, list[int]]:
     task = task_config(run_dir)
     outcome = compute_outcome(metrics, task.r, task.modulus)
     n_layers = int((record.get("model_config") or {}).get("n_layers", 0))
-    return outcome, float(task.r), n_layers, [epoch for epoch, _ in checkpoints]
+    return RunSeries(run_dir, outcome, float(task.r), n_layers, [epoch for epoch, _ in checkpoints])
 
 
 def contrast_runs(
@@ -293,17 +295,17 @@ def contrast_runs(
     config = ContrastConfig() if config is None else config
     if not isinstance(config, ContrastConfig):
         raise UserError(f"config must be a ContrastConfig, got {type(config).__name__}")
-    run_dirs = expand_sources(sources)
-    described = {run_dir: _described(run_dir) for run_dir in run_dirs}
-    shells = [RunSeries(run_dir, outcome, r, n_layers, epochs, {})
-              for run_dir, (outcome, r, n_layers, epochs) in described.items()]
+    shells = [_described(run_dir) for run_dir in expand_sources(sources)]
     epochs = check_contrast_inputs(shells, config)
 
-    from interp_toolkit.analyses.gradients import minority_amplification
     from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
     from interp_toolkit.devices import resolve_device
-    from interp_toolkit.runs.layout import ANALYSES
-    from interp_toolkit.studies.mechanism import minority_of
+    from interp_toolkit.studies.mechanism import (
+        analysis_dir,
+        gradient_quantities,
+        gradient_settings,
+        minority_of,
+    )
     from interp_toolkit.threads import torch_threads
 
     device = resolve_device(device if device is not None else "cpu")
@@ -314,20 +316,13 @@ def contrast_runs(
             # the mechanism's gradient analysis, settings and folder: one cache for both
             result = over_checkpoints("gradients", shell.run_dir, splits=splits_from_run(shell.run_dir),
                                       epochs=epochs, name="gradients",
-                                      config={"split": "train", "n": config.grad_n,
-                                              "chunk_size": config.grad_chunk_size},
-                                      out_dir=shell.run_dir / ANALYSES / "mechanism" / "gradients", plot=False,
+                                      config=gradient_settings(config.grad_n, config.grad_chunk_size),
+                                      out_dir=analysis_dir(shell.run_dir, "gradients"), plot=False,
                                       progress=progress, device=load_on)
-            rows = {int(row["epoch"]): row for row in result.table.rows if row["group"] == "all"}
             minority = minority_of(shell.r)
-            values: dict[str, list[float]] = {q: [] for q in config.quantities}
-            for epoch in epochs:
-                row = rows[epoch]
-                measured = {"grad_cos": row["conflict_cos"], "amplification": row["amplification"],
-                            "minority_amplification": minority_amplification(row["norm_consistent"],
-                                                                             row["norm_anti"], minority)}
-                for quantity in config.quantities:
-                    values[quantity].append(float(measured[quantity]))
+            measured = {int(row["epoch"]): gradient_quantities(row, minority)
+                        for row in result.table.rows if row["group"] == "all"}
+            values = {q: [measured[epoch][q] for epoch in epochs] for q in config.quantities}
             series.append(RunSeries(shell.run_dir, shell.outcome, shell.r, shell.n_layers, list(epochs), values))
     return compute_contrast(series, config)
 
@@ -401,20 +396,16 @@ def default_windows(runs: Sequence[RunSeries], epochs: Sequence[int],
 
 
 def _stats(values: Sequence[float]) -> tuple[float, float, int]:
+    """``(mean, sd, n)`` of the finite values (sd NaN below 2 of them)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return math.nan, math.nan, 0
-    mean = sum(finite) / len(finite)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in finite) / (len(finite) - 1)) if len(finite) > 1 else math.nan
-    return mean, sd, len(finite)
+    return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else math.nan, len(finite)
 
 
 def _median(values: Sequence[float]) -> float:
-    finite = sorted(v for v in values if math.isfinite(v))
-    if not finite:
-        return math.nan
-    mid = len(finite) // 2
-    return finite[mid] if len(finite) % 2 else (finite[mid - 1] + finite[mid]) / 2
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan
 
 
 def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = None) -> ContrastResult:
@@ -591,18 +582,9 @@ def _limit_to_typical(panel: Any, values: Sequence[float], bounds: Sequence[floa
 
 
 def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    import csv
-    import io
+    from interp_toolkit.table import Table
 
-    from interp_toolkit.io import atomic_write_text
-
-    buffer = io.StringIO()
-    columns = list(rows[0]) if rows else []
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: _cell(row.get(k)) for k in columns})
-    return atomic_write_text(path, buffer.getvalue())
+    return Table([{k: _cell(v) for k, v in row.items()} for row in rows]).to_csv(path)
 
 
 def _cell(value: Any) -> Any:

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from scipy.stats import ttest_ind
 
-from interp_toolkit.cli import main
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism import MechanismConfig, mechanism_over_checkpoints
 from interp_toolkit.studies.mechanism_contrast import (
@@ -27,7 +26,7 @@ from interp_toolkit.studies.mechanism_contrast import (
     write_contrast,
 )
 from tests.studies.fakes import GEN, STUCK, curve
-from tests.studies.test_mechanism import _train
+from tests.studies.test_mechanism import _cli, _train
 
 EPOCHS = list(range(0, 110, 10))
 ONSET = 50
@@ -213,13 +212,6 @@ def test_series_are_the_mechanism_figures_own_and_share_its_cache(four_runs):
         assert epochs == result.runs[0].epochs
         assert values == pytest.approx(result.runs[0].values[quantity])
         assert all(math.isfinite(v) for v in values)
-
-
-def _cli(capsys, *argv):
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_cli_on_a_study_folder_writes_every_file_and_prints_the_verdicts(four_runs, tmp_path, capsys):
