@@ -20,7 +20,7 @@ the shortcut from those that stay. This module sets the two kinds of run side by
   the first onset of phase 2 among the leaving runs, when every run is on the shortcut and
   none has begun to leave, or, where no checkpoint falls in that, from the first run's
   shortcut epoch to that onset, or from the first epoch where runs have no shortcut (r =
-  1/m); and *phase 2 on*, from that onset to the end; the whole run where a leaving run has
+  1/m); and *phase 2 on* (at r = 1/m *from the first onset*), from that onset to the end; the whole run where a leaving run has
   no onset): each run's median over the window, the difference of the kinds' means with a
   95% Welch interval, a two-sided permutation p (exact for small groups), Holm-corrected over
   every window and quantity read together, and a verdict: ``distinguishes``, ``does not
@@ -381,7 +381,8 @@ def default_windows(runs: Sequence[RunSeries], epochs: Sequence[int],
         return whole
     split = min(s for s in starts if s is not None)
     first_window: list[tuple[str, int]] = []
-    if all(s is not None for s in shortcut):  # at r = 1/m there is no shortcut phase
+    has_shortcut = all(s is not None for s in shortcut)  # at r = 1/m there is no shortcut, so no phase 2
+    if has_shortcut:
         first_window += [("shortcut phase", max(s for s in shortcut if s is not None)),
                          ("first shortcut to first onset", min(s for s in shortcut if s is not None))]
     first_window.append(("before the first onset", epochs[0]))
@@ -391,7 +392,7 @@ def default_windows(runs: Sequence[RunSeries], epochs: Sequence[int],
             windows.append((name, int(begin), int(split)))
             break
     if any(e >= split for e in epochs):
-        windows.append(("phase 2 on", int(split), None))
+        windows.append(("phase 2 on" if has_shortcut else "from the first onset", int(split), None))
     return windows or whole
 
 
@@ -510,7 +511,8 @@ def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = 
 def plot_contrast(result: ContrastResult) -> Any:
     """Per quantity, a column of two panels on one log-scaled epoch axis: every run (thin)
     and each kind's mean with its run-to-run spread (band: +-1 sd) above; the difference of
-    the means with its 95% Welch interval below (for ratios on a symmetric log axis; else y
+    the means with its 95% Welch interval below (for ratios that differ by more than 10, on a
+    symmetric log axis; else y
     limits hold every difference and the interval's typical width, so one epoch's very wide
     interval runs off the panel); the
     windows shaded and lettered, each with its verdict."""
@@ -549,7 +551,7 @@ def plot_contrast(result: ContrastResult) -> Any:
         bottom.fill_between(epochs, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows],
                             color="black", alpha=0.15, lw=0, label="95% Welch interval")
         bottom.axhline(0, color="grey", lw=0.8, ls="--")
-        if quantity in RATIO_QUANTITIES:
+        if quantity in RATIO_QUANTITIES and max((abs(d) for d in differences if math.isfinite(d)), default=0) > 10:
             # one run's ratio can spike a hundredfold as its majority's gradient vanishes
             bottom.set_yscale("symlog", linthresh=1.0)
         else:

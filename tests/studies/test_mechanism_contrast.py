@@ -62,9 +62,9 @@ def test_default_windows_are_the_shortcut_phase_and_phase_2_on():
         run.outcome["shortcut_epoch"] = 55 if run.left("generalized") else 60  # every shortcut after the onset
     assert default_windows(runs, EPOCHS, "generalized") == [("before the first onset", 0, ONSET),
                                                            ("phase 2 on", ONSET, None)]
-    runs[0].outcome["shortcut_epoch"] = None  # no shortcut (r = 1/m): split at the first onset only
+    runs[0].outcome["shortcut_epoch"] = None  # no shortcut (r = 1/m), so no phase 2: split at the first onset
     assert default_windows(runs, EPOCHS, "generalized") == [("before the first onset", 0, ONSET),
-                                                           ("phase 2 on", ONSET, None)]
+                                                           ("from the first onset", ONSET, None)]
     runs[1].outcome["phase2_onset_epoch"] = runs[1].outcome["first_generalized_epoch"] = None
     assert default_windows(runs, EPOCHS, "generalized") == [("whole run", 0, None)]
 
