@@ -555,18 +555,23 @@ def _train_group(
         stopped[global_ids[i]] = stopped_at
         dispatch(callbacks, "on_run_end", run_dir, records[i]["final"])
 
-    def log_evaluation(epoch: int) -> list[dict[str, Any]]:
+    def log_evaluation(epoch: int, logged_before: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
+        """Evaluate every active member at ``epoch``, log and save it; members in
+        ``logged_before`` (positions in ``active``) already hold this evaluation and state."""
         results = evaluate_batched(stacked, splits, cfg.readout_position, cfg.eval_batch_size)
         logged = []
         for j, metrics in enumerate(results):  # all checked before any line is logged
             check_finite_evaluation({"epoch": epoch, **metrics}, cfg.lr, states[active[j]].run_dir)
         for j, metrics in enumerate(results):
             metrics = {"epoch": epoch, **metrics}
-            append_jsonl(states[active[j]].run_dir / METRICS, metrics)
-            save_member(j, epoch, metrics)
+            if j not in logged_before:
+                append_jsonl(states[active[j]].run_dir / METRICS, metrics)
+                save_member(j, epoch, metrics)
             logged.append(metrics)
         # After every member's state is saved: a callback that raises leaves all resumable.
         for j, metrics in enumerate(logged):
+            if j in logged_before:
+                continue
             run_dir = states[active[j]].run_dir
             dispatch(callbacks, "on_evaluation", run_dir, metrics)
             if epoch in ckpt_epochs:
@@ -574,7 +579,10 @@ def _train_group(
         return logged
 
     if start_epoch == 0:
-        log_evaluation(0)
+        # A member resuming from a state saved at epoch 0 (killed right after its first
+        # evaluation) keeps that evaluation and state; logging them again would write a
+        # second epoch-0 line, a history no uninterrupted run has.
+        log_evaluation(0, frozenset(i for i, state in enumerate(states) if state.status == "resume"))
 
     started = time.perf_counter()
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train x{len(states)} {states[0].run_dir.name}",

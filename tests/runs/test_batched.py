@@ -151,3 +151,39 @@ def test_early_stop_finishes_decided_members_only(tmp_path):
         assert result.finals[i]["epoch"] == 12
         for key, value in full.finals[i].items():
             assert result.finals[i][key] == pytest.approx(value, abs=2e-4), (i, key)
+
+
+class _KillAfterFirstEvaluation:
+    """A callback that stops training right after the epoch-0 evaluation is logged and saved,
+    where a kill -9 of the sweep leaves every run: one metrics line, a resume state at epoch 0."""
+
+    def on_evaluation(self, run_dir, metrics):
+        if metrics["epoch"] == 0:
+            raise KeyboardInterrupt("simulated kill after the first evaluation")
+
+
+def test_batched_resume_from_a_state_saved_at_epoch_0_matches_uninterrupted(tmp_path):
+    from safetensors.torch import load_file
+
+    task, splits, cfgs, train_cfg = _setup(epochs=12)
+    full_dirs = [tmp_path / f"full{i}" for i in range(3)]
+    train_batched(cfgs, splits, train_cfg, full_dirs)
+    dirs = [tmp_path / f"cut{i}" for i in range(3)]
+    with pytest.raises(KeyboardInterrupt):
+        train_batched(cfgs, splits, train_cfg, dirs, callbacks=[_KillAfterFirstEvaluation()])
+    for run_dir in dirs:
+        assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+        assert (run_dir / "resume.safetensors").is_file()
+    # the first member starts over alone; the other two resume from their epoch-0 state
+    (dirs[0] / "resume.safetensors").unlink()
+    (dirs[0] / "metrics.jsonl").unlink()
+    resumed = train_batched(cfgs, splits, train_cfg, dirs)
+    assert resumed.resumed_from == [None, 0, 0]
+    for run_dir, full in zip(dirs, full_dirs):
+        assert (run_dir / "metrics.jsonl").read_bytes() == (full / "metrics.jsonl").read_bytes()
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
+        ours, theirs = list_checkpoints(run_dir), list_checkpoints(full)
+        assert [e for e, _ in ours] == [e for e, _ in theirs]
+        for (_, a), (_, b) in zip(ours, theirs):
+            ta, tb = load_file(a), load_file(b)
+            assert sorted(ta) == sorted(tb) and all(torch.equal(ta[k], tb[k]) for k in ta)
