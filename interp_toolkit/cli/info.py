@@ -78,7 +78,15 @@ def run_config(args: InfoCommandConfig) -> int:
     print(f"metadata: {json.dumps(other, sort_keys=True)}")
     run_dir = find_run_dir(target)
     if run_dir is not None:
-        print(f"run {run_dir}  task: " + json.dumps(task_dict(read_record(run_dir)) or {}, sort_keys=True))
+        from interp_toolkit.errors import CheckpointError
+        from interp_toolkit.runs.record import check_checkpoint_belongs
+
+        try:
+            check_checkpoint_belongs(target, run_dir)
+        except CheckpointError as err:  # a planted or renamed file: never shown beside the run's task
+            print(f"run {run_dir}: this checkpoint does not belong to it ({' '.join(str(err).split())})")
+        else:
+            print(f"run {run_dir}  task: " + json.dumps(task_dict(read_record(run_dir)) or {}, sort_keys=True))
     if metrics:
         print("accuracies: " + format_metrics(metrics))
     return 0

@@ -218,13 +218,76 @@ def check_task_matches(run_dir: str | Path, requested: Any) -> None:
                              "drop the task config to use the run's own, or pass a checkpoint of that task")
 
 
+def _named_epoch(path: Path) -> int | None:
+    """The epoch a checkpoint's file name (``epoch_NNNNNN.safetensors``) says (None: no such name)."""
+    stem = path.stem
+    if not stem.startswith("epoch_"):
+        return None
+    try:
+        return int(stem[len("epoch_"):])
+    except ValueError:
+        return None
+
+
+def checkpoint_epochs_of_record(record: Mapping[str, Any]) -> set[int] | None:
+    """Every epoch at which the run of ``record`` saves a checkpoint: its training config's
+    schedule, an early stop and the last epoch of the run it was extended from (None when
+    the record holds no training config to tell)."""
+    from interp_toolkit.runs.config import TrainConfig
+
+    train = record.get("train_config")
+    if not isinstance(train, Mapping):
+        return None
+    try:
+        epochs = set(TrainConfig.from_dict(dict(train)).checkpoint_epochs())
+    except (ValueError, TypeError):  # a record of another version: its schedule cannot be told
+        return None
+    for value in (record.get("stopped_early_at"), (record.get("extended_from") or {}).get("epochs")
+                  if isinstance(record.get("extended_from"), Mapping) else None):
+        if isinstance(value, int) and not isinstance(value, bool):
+            epochs.add(value)
+    return epochs
+
+
+def check_checkpoint_epoch(path: str | os.PathLike, metadata: Mapping[str, Any],
+                           record: Mapping[str, Any] | None = None) -> None:
+    """Refuse a checkpoint whose header epoch is not the epoch of its file name, or (with the
+    run's ``record``) not an epoch the run saves a checkpoint at.
+
+    Raises:
+        CheckpointError: Naming the file, both epochs or the run's schedule.
+    """
+    from interp_toolkit.checkpoint import CheckpointError
+
+    path = Path(path)
+    named = _named_epoch(path)
+    stored = metadata.get("epoch")
+    if named is None or stored is None:
+        return  # a checkpoint outside a run's naming, or one that records no epoch
+    if isinstance(stored, bool) or not isinstance(stored, int) or stored != named:
+        raise CheckpointError(f"checkpoint {path} is named epoch {named} but its header records epoch {stored!r}: "
+                              f"it is another epoch's checkpoint copied or renamed; restore the run's own file")
+    if record is None:
+        return
+    scheduled = checkpoint_epochs_of_record(record)
+    if scheduled is not None and named not in scheduled:
+        shown = sorted(scheduled)
+        listing = ", ".join(map(str, shown)) if len(shown) <= 12 else \
+            f"{', '.join(map(str, shown[:6]))}, ..., {', '.join(map(str, shown[-3:]))}"
+        raise CheckpointError(f"checkpoint {path} is of epoch {named}, which is not on the schedule of the run it "
+                              f"sits in ({listing}): the run never saved it, so it is not this run's checkpoint")
+
+
 def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike) -> None:
     """Refuse a checkpoint that is not the run's at ``run_dir``, whatever its format.
 
-    Three checks, from the header alone: the run key it records (current checkpoints) is the
-    run's; its model config is the one the run record holds; and its vocabulary, context
-    and output sizes are those the run's task needs (a format-1 checkpoint records no run
-    key, so the last two are what tells a mod-3 model in a parity run). Checks whose
+    Four checks, from the header alone: the epoch it records is the one its file name says
+    and one the run saves a checkpoint at (its schedule, an early stop or the end of the run
+    it was extended from), so a checkpoint copied under another epoch's name is never read
+    as that epoch; the run key it records (current checkpoints) is the run's; its model
+    config is the one the run record holds; and its vocabulary, context and output sizes
+    are those the run's task needs (a format-1 checkpoint records no run key, so the last
+    two are what tells a mod-3 model in a parity run). Checks whose
     information a file or record lacks are skipped. Shared by every reader of a run's
     checkpoints (``analyze``, ``mechanism``, :func:`~interp_toolkit.analyses.over_checkpoints`).
 
@@ -239,6 +302,7 @@ def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike
     record = read_record(run_dir)
     config, metadata = read_checkpoint_header(path)
     source = record_path(run_dir)
+    check_checkpoint_epoch(path, metadata, record)
     key = metadata.get("run_key")
     if key is not None and record.get("key") and key != record.get("key"):
         raise CheckpointError(f"checkpoint {path} belongs to run {key}, but {source} records run "
@@ -262,7 +326,7 @@ def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike
                               f"{detail}")
 
 
-__all__ = ["check_checkpoint_belongs", "RECORD_NAME", "RunRecordError", "check_task_matches", "find_run_dir", "finish_record",
+__all__ = ["check_checkpoint_belongs", "check_checkpoint_epoch", "checkpoint_epochs_of_record", "RECORD_NAME", "RunRecordError", "check_task_matches", "find_run_dir", "finish_record",
            "has_record", "is_finished", "library_versions", "new_training_record", "read_record",
            "read_run_record", "record_path", "task_config", "task_dict", "write_record",
            "write_recovered_record"]

@@ -69,3 +69,57 @@ def test_format_1_copy_of_the_runs_own_checkpoint_is_analysed(runs, tmp_path, ca
     capsys.readouterr()
     assert main(COMMANDS["analyze"](run_dir)) == 0
     assert "6 checkpoint(s) computed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("target", ["epoch_000005", "epoch_000004"])  # off and on the run's schedule
+def test_checkpoint_renamed_to_another_epoch_is_refused(runs, tmp_path, command, target, capsys):
+    parity, _ = runs
+    run_dir = tmp_path / "parity"
+    shutil.copytree(parity, run_dir)
+    shutil.rmtree(run_dir / "analyses", ignore_errors=True)
+    shutil.copyfile(run_dir / "checkpoints" / "epoch_000003.safetensors",
+                    run_dir / "checkpoints" / f"{target}.safetensors")
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    capsys.readouterr()
+    assert main(COMMANDS[command](run_dir)) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+    assert f"{target}.safetensors is named epoch {int(target[6:])} but its header records epoch 3" in captured.err
+    assert sorted(p.name for p in run_dir.rglob("*")) == before  # refused before any work
+
+
+def test_checkpoint_off_the_runs_schedule_is_refused(runs, tmp_path):
+    from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
+    from interp_toolkit.errors import CheckpointError
+    from interp_toolkit.runs.record import check_checkpoint_belongs, read_record
+
+    parity, _ = runs
+    run_dir = tmp_path / "parity"
+    shutil.copytree(parity, run_dir)
+    model, metadata = load_checkpoint(run_dir / "checkpoints" / "epoch_000003.safetensors")
+    planted = save_checkpoint(model, run_dir / "checkpoints" / "epoch_000005.safetensors",
+                              metadata={**metadata, "epoch": 5})  # header and name agree: 5
+    with pytest.raises(CheckpointError, match="epoch 5, which is not on the schedule of the run it sits in "
+                                              r"\(0, 1, 2, 3, 4, 6\)"):
+        check_checkpoint_belongs(planted, run_dir)
+    check_checkpoint_belongs(run_dir / "checkpoints" / "epoch_000004.safetensors", run_dir)  # its own: fine
+    # an early stop's last checkpoint is on the schedule
+    record = read_record(run_dir)
+    (run_dir / "run.json").write_text(json.dumps({**record, "stopped_early_at": 5}))
+    check_checkpoint_belongs(planted, run_dir)
+
+
+def test_info_names_a_checkpoint_that_does_not_belong_to_the_run(runs, tmp_path, capsys):
+    parity, mod3 = runs
+    run_dir = tmp_path / "parity"
+    shutil.copytree(parity, run_dir)
+    planted = run_dir / "checkpoints" / "epoch_000006.safetensors"
+    shutil.copyfile(mod3 / "checkpoints" / "epoch_000006.safetensors", planted)
+    capsys.readouterr()
+    assert main(["info", str(planted)]) == 0
+    out = capsys.readouterr().out
+    assert f"run {run_dir}: this checkpoint does not belong to it" in out and "belongs to run" in out
+    assert "task: {" not in out  # the run's task is never shown beside a model that cannot serve it
+    assert main(["info", str(run_dir / "checkpoints" / "epoch_000003.safetensors")]) == 0
+    assert f"run {run_dir}  task: " in capsys.readouterr().out
