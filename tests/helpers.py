@@ -48,3 +48,28 @@ class KillWorkerOnce:
         if self.run_part in Path(run_dir).name and metrics["epoch"] >= 20 and not self.marker.exists():
             self.marker.write_text(str(os.getpid()))
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillProcessGroupAt:
+    """A training callback that kills its whole process group with SIGKILL (a ``kill -9`` of
+    a sweep's driver, whose workers die with it) at a chosen point of the first run to reach it:
+    ``"first_evaluation"`` (right after the epoch-0 evaluation and state are written),
+    ``"mid_run"`` (after the evaluation of epoch ``mid_epoch``) or ``"run_end"`` (after a run's
+    record says finished, before its outcome is written)."""
+
+    def __init__(self, stage: str, mid_epoch: int = 20) -> None:
+        if stage not in ("first_evaluation", "mid_run", "run_end"):
+            raise ValueError(f"unknown stage {stage!r}")
+        self.stage, self.mid_epoch = stage, mid_epoch
+
+    def _kill(self) -> None:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    def on_evaluation(self, run_dir: Any, metrics: dict[str, Any]) -> None:
+        if (self.stage == "first_evaluation" and metrics["epoch"] == 0) or \
+                (self.stage == "mid_run" and metrics["epoch"] == self.mid_epoch):
+            self._kill()
+
+    def on_run_end(self, run_dir: Any, final: dict[str, Any]) -> None:
+        if self.stage == "run_end":
+            self._kill()

@@ -8,7 +8,9 @@ and only parses, calls one library function and prints.
 Error contract of :func:`main`: a user error (:class:`interp_toolkit.errors.UserError`, any
 ``ValueError``, a missing file) prints one ``error: ...`` line on stderr and returns 2; an
 interrupt (Ctrl-C) prints one line and returns 130; output piped into a reader that stopped
-reading (``| head``) ends quietly with status 1; anything else is a bug: a short message
+reading (``| head``) ends quietly with status 1; SIGTERM (what schedulers and ``kill`` send)
+is handled as Ctrl-C is (the training loops save their state), prints one ``terminated;
+rerun ...`` line and returns 143 (128 + SIGTERM); anything else is a bug: a short message
 and the path of a log file holding the traceback, status 1. Only the chosen subcommand's
 module is imported, and heavy libraries (torch, TransformerLens) only inside handlers, so
 ``--help`` is fast.
@@ -20,6 +22,7 @@ import argparse
 import errno
 import importlib
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -51,6 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 INTERRUPTED = 130
+TERMINATED = 128 + int(signal.SIGTERM)  # 143, as a shell reports a process ended by SIGTERM
 _USER_OS_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS)
 USER_ERROR = 2
 BUG = 1
@@ -112,6 +116,50 @@ def _broken_pipe() -> int:
     return BROKEN_PIPE
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: raised in the main thread by :func:`_sigterm_as_interrupt`, so every
+    ``except KeyboardInterrupt`` that saves a resumable state (the trainers, the sweep's worker
+    cleanup) does so for SIGTERM too."""
+
+
+_terminated = False
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    global _terminated
+    _terminated = True
+    raise Terminated(f"signal {signum}")
+
+
+class _sigterm_as_interrupt:
+    """Within the block, SIGTERM raises :class:`Terminated` in the main thread (when SIGTERM
+    still has its default action: a host program's own handler is left alone)."""
+
+    def __enter__(self) -> None:
+        global _terminated
+        _terminated = False
+        self.previous = None
+        try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                self.previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        except ValueError:  # not the main thread: signals cannot be set here
+            self.previous = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def _interrupted(epoch: int | None) -> int:
+    """Print the one line of an interrupt (Ctrl-C or SIGTERM); returns its exit status."""
+    where = f" from epoch {epoch}" if epoch is not None else ""
+    if _terminated:
+        print(f"terminated (SIGTERM); rerun the same command to resume{where}", file=sys.stderr)
+        return TERMINATED
+    print(f"interrupted; rerun the same command to resume{where}", file=sys.stderr)
+    return INTERRUPTED
+
+
 def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command: str | None,
                        epoch_hint: Callable[[], int | None] = lambda: None) -> int:
     """Call ``handler`` under the CLI error contract (see the module docstring)."""
@@ -123,15 +171,9 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
     except BrokenPipeError:  # an OSError: caught before the OSError branch below
         return _broken_pipe()
     except TrainingInterrupted as err:
-        epoch = err.resume_epoch if err.resume_epoch is not None else epoch_hint()
-        where = f" from epoch {epoch}" if epoch is not None else ""
-        print(f"interrupted; rerun the same command to resume{where}", file=sys.stderr)
-        return INTERRUPTED
+        return _interrupted(err.resume_epoch if err.resume_epoch is not None else epoch_hint())
     except KeyboardInterrupt:
-        epoch = epoch_hint()
-        where = f" from epoch {epoch}" if epoch is not None else ""
-        print(f"interrupted; rerun the same command to resume{where}", file=sys.stderr)
-        return INTERRUPTED
+        return _interrupted(epoch_hint())
     except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as err:
         message = str(err) if not isinstance(err, OSError) or not err.filename else (
             f"{err.strerror}: {err.filename}")
@@ -168,7 +210,8 @@ def _flushed(status: int) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 bug, 2 user error, 130 interrupt).
+    """Run the command line; returns the exit status (0 ok, 1 bug, 2 user error, 130 interrupt,
+    143 SIGTERM).
 
     The chosen command's module turns the arguments after its name into its config
     (``parse``: flags generated from config dataclasses, plus ``--config FILE``) and runs it
@@ -195,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = getattr(module, "interrupted_at", None)
         return where(parsed["config"]) if where is not None and "config" in parsed else None
 
-    return _run_with_contract(handler, argv, chosen, epoch_hint)
+    with _sigterm_as_interrupt():
+        return _run_with_contract(handler, argv, chosen, epoch_hint)
 
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "INTERRUPTED", "TERMINATED", "Terminated", "build_parser", "main"]
