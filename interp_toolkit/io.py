@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -140,6 +141,50 @@ def verify_header_digest(path: str | os.PathLike, header: Mapping[str, Any], req
     if recorded != header_digest(header):
         raise CheckpointError(f"{path}: its header (metadata) does not match its recorded digest (corrupted "
                               f"file)")
+
+
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, +-inf) replaced by None, so that it is
+    written as strict JSON (``null``), which every JSON reader accepts, never as a bare
+    ``NaN`` token."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def read_digested_json(path: str | os.PathLike, expected: str) -> dict[str, Any]:
+    """A JSON object written with :func:`with_header_digest`, verified.
+
+    Args:
+        path: The file.
+        expected: What it should be, for the error (e.g. "the contrast.json of ...").
+
+    Raises:
+        UserError: Naming the file when it is unreadable, not UTF-8, not JSON, not an object,
+            written without a digest, or its content does not match the digest.
+    """
+    from interp_toolkit.errors import UserError
+
+    path = Path(path)
+    text = read_utf8(path, expected, UserError)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path} is not JSON ({err.msg} at line {err.lineno} column {err.colno}); expected "
+                        f"{expected}") from err
+    if not isinstance(data, dict):
+        raise UserError(f"{path} holds a JSON {type(data).__name__}, not {expected}")
+    if HEADER_DIGEST_KEY not in data:
+        raise UserError(f"{path} records no content digest ({HEADER_DIGEST_KEY}), so an edit cannot be told from "
+                        f"what was written; it is not {expected} as this version writes it (regenerate it)")
+    if data[HEADER_DIGEST_KEY] != header_digest(data):
+        raise UserError(f"{path}: its content does not match the digest written with it (the file was edited or "
+                        f"corrupted); regenerate it")
+    return data
 
 
 def read_utf8(path: Path, expected: str, error: type[Exception]) -> str:

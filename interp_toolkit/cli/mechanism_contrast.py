@@ -26,7 +26,10 @@ DESCRIPTION = ("Mechanism with controls: sort MPSP runs (run or study directorie
                "checkpoint epoch they share, and compare the two kinds per epoch (means, run-to-run spread, "
                "difference with a 95% Welch interval) and per window of epochs (each run's median; difference, "
                "permutation p, Holm-corrected, and a verdict: distinguishes / does not distinguish / too few runs). "
-               "Writes contrast.png, by_epoch.csv, windows.csv, runs.csv and contrast.json into --out.")
+               "Runs that differ in anything but their seeds (task, r, n, model, training settings) are refused, "
+               "naming the setting, unless --allow-differing names it (then recorded as a confounder). "
+               "Writes contrast.png, by_epoch.csv, windows.csv, runs.csv and contrast.json (strict JSON with a "
+               "content digest, checked when --from-summary reads it back) into --out.")
 
 
 @dataclass

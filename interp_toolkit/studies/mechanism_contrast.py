@@ -26,6 +26,13 @@ the shortcut from those that stay. This module sets the two kinds of run side by
   every window and quantity read together, and a verdict: ``distinguishes``, ``does not
   distinguish``, or ``too few runs`` when the group sizes cannot reach the level at all.
 
+A contrast is of outcomes only when the runs share every setting but their seeds
+(:func:`run_settings`: task, r, n, model, training settings): runs that differ in more are
+refused, naming the setting, unless ``allow_differing`` names it, and the result then lists
+it as a confounder (:attr:`ContrastResult.confounders`, first line of the verdicts). The
+JSON summary is strict (NaN as null) and carries a digest of its content, so an edited
+value is refused on read, never redrawn.
+
 Two levels, as elsewhere: :func:`contrast_runs` on run directories (computes what is not
 cached), :func:`compute_contrast` on stored series (:class:`RunSeries`, no torch).
 :func:`write_contrast` saves the figure (:func:`plot_contrast`: per quantity, every run and
@@ -87,6 +94,10 @@ class ContrastConfig(Config):
         grad_n: Training examples of the per-example gradients (the mechanism's default, so
             its cache serves).
         grad_chunk_size: Examples per vmap chunk (bounds memory; part of the cache key).
+        allow_differing: Settings the runs may differ in besides their seeds (names as the
+            refusal prints them, e.g. ``task.n_train``). A contrast of runs of different
+            settings compares settings, not outcomes, so it is refused unless every setting
+            that differs is named here; the result then records them as confounders.
     """
 
     by: Literal["generalized", "phase2"] = "generalized"
@@ -95,8 +106,10 @@ class ContrastConfig(Config):
     alpha: float = 0.05
     grad_n: int = 2048
     grad_chunk_size: int = 256
+    allow_differing: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        self.allow_differing = tuple(self.allow_differing)
         self.check("by", self.by in KINDS, f"one of {', '.join(KINDS)}")
         self.quantities = tuple(self.quantities)
         self.check("quantities", bool(self.quantities) and all(q in QUANTITIES for q in self.quantities)
@@ -146,6 +159,9 @@ class RunSeries:
         n_layers: Its layers (for the figure's labels).
         epochs: Checkpoint epochs, ascending.
         values: Quantity -> one value per epoch.
+        settings: Everything the run was trained with but its seeds, flat (``task.r``,
+            ``model.n_layers``, ``train.lr``, ...: :func:`run_settings`); None in series
+            stored before it was recorded.
     """
 
     run_dir: Path
@@ -154,6 +170,7 @@ class RunSeries:
     n_layers: int
     epochs: list[int]
     values: dict[str, list[float]] = field(default_factory=dict)
+    settings: dict[str, Any] | None = None
 
     def left(self, by: str) -> bool:
         """Whether the run counts as leaving the shortcut under ``by``."""
@@ -162,14 +179,27 @@ class RunSeries:
         return self.outcome.get("phase2_onset_epoch") is not None or bool(self.outcome["generalized"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_dir": str(self.run_dir), "outcome": self.outcome, "r": self.r, "n_layers": self.n_layers,
-                "epochs": self.epochs, "values": self.values}
+        """JSON-able; a NaN value is stored as null (strict JSON) and read back as NaN."""
+        data = {"run_dir": str(self.run_dir), "outcome": self.outcome, "r": self.r, "n_layers": self.n_layers,
+                "epochs": self.epochs,
+                "values": {k: [None if math.isnan(v) else v for v in vs] for k, vs in self.values.items()}}
+        if self.settings is not None:
+            data["settings"] = self.settings
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSeries:
+        """The inverse of :meth:`to_dict`; ``ValueError`` / ``KeyError`` / ``TypeError`` on
+        what it cannot have written (a value list of another length than the epochs)."""
+        epochs = [int(e) for e in data["epochs"]]
+        values = {str(k): [math.nan if v is None else float(v) for v in vs] for k, vs in data["values"].items()}
+        for name, series in values.items():
+            if len(series) != len(epochs):
+                raise ValueError(f"run {data['run_dir']}: {len(series)} values of {name} for {len(epochs)} epochs")
+        settings = data.get("settings")
         return cls(run_dir=Path(data["run_dir"]), outcome=dict(data["outcome"]), r=float(data["r"]),
-                   n_layers=int(data["n_layers"]), epochs=[int(e) for e in data["epochs"]],
-                   values={k: [float(v) for v in vs] for k, vs in data["values"].items()})
+                   n_layers=int(data["n_layers"]), epochs=epochs, values=values,
+                   settings=dict(settings) if settings is not None else None)
 
 
 @dataclass
@@ -200,10 +230,19 @@ class ContrastResult:
     window_rows: list[dict[str, Any]]
     run_rows: list[dict[str, Any]]
 
+    @property
+    def confounders(self) -> dict[str, list[Any]]:
+        """Settings the runs differ in besides their seeds (allowed by ``allow_differing``)."""
+        return differing_settings(self.runs)
+
     def verdicts(self) -> list[str]:
-        """One line per window and quantity: the verdict with the numbers behind it."""
+        """One line per window and quantity: the verdict with the numbers behind it (and,
+        first, the settings the runs differ in, when they do)."""
         leaving, staying = self.kinds
         lines = []
+        if self.confounders:
+            lines.append("confounded: the runs also differ in " + "; ".join(
+                f"{name} ({', '.join(repr(v) for v in values)})" for name, values in self.confounders.items()))
         for row in self.window_rows:
             lines.append(f"{row['quantity']} in {row['window']} (epochs {_span(row['start'], row['end'])}): "
                          f"{leaving} {row['mean_leaving']:.3g} (sd {row['sd_leaving']:.2g}, n {row['n_leaving']}) "
@@ -265,7 +304,45 @@ def _described(run_dir: Path) -> RunSeries:
     task = task_config(run_dir)
     outcome = compute_outcome(metrics, task.r, task.modulus)
     n_layers = int((record.get("model_config") or {}).get("n_layers", 0))
-    return RunSeries(run_dir, outcome, float(task.r), n_layers, [epoch for epoch, _ in checkpoints])
+    return RunSeries(run_dir, outcome, float(task.r), n_layers, [epoch for epoch, _ in checkpoints],
+                     settings=run_settings(record))
+
+
+#: Training-config fields that say how a run was computed, not what (never a confounder).
+_RUNTIME_FIELDS = frozenset({"seed", "progress", "device", "engine", "eval_batch_size"})
+
+
+def run_settings(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything a run was trained with but its seeds, flat: ``task.<field>`` (its data, r
+    and sizes; not the data seed), ``model.<field>`` (not the init seed) and ``train.<field>``
+    (not the seed, device, engine or progress), from its ``run.json``."""
+    from interp_toolkit.runs.record import task_dict
+
+    out: dict[str, Any] = {}
+    sections = (("task", task_dict(record) or {}), ("model", record.get("model_config") or {}),
+                ("train", record.get("train_config") or {}))
+    for prefix, section in sections:
+        for key, value in sorted(section.items()):
+            if key in _RUNTIME_FIELDS:
+                continue
+            out[f"{prefix}.{key}"] = value
+    return out
+
+
+def differing_settings(runs: Sequence[RunSeries]) -> dict[str, list[Any]]:
+    """Settings (:func:`run_settings`) whose value is not the same in every run that records
+    them: name -> the distinct values, in the order the runs give them."""
+    recorded = [run.settings for run in runs if run.settings is not None]
+    out: dict[str, list[Any]] = {}
+    for name in sorted({key for settings in recorded for key in settings}):
+        values: list[Any] = []
+        for settings in recorded:
+            value = settings.get(name)
+            if value not in values:
+                values.append(value)
+        if len(values) > 1:
+            out[name] = values
+    return out
 
 
 def contrast_runs(
@@ -323,7 +400,8 @@ def contrast_runs(
             measured = {int(row["epoch"]): gradient_quantities(row, minority)
                         for row in result.table.rows if row["group"] == "all"}
             values = {q: [measured[epoch][q] for epoch in epochs] for q in config.quantities}
-            series.append(RunSeries(shell.run_dir, shell.outcome, shell.r, shell.n_layers, list(epochs), values))
+            series.append(RunSeries(shell.run_dir, shell.outcome, shell.r, shell.n_layers, list(epochs), values,
+                                    settings=shell.settings))
     return compute_contrast(series, config)
 
 
@@ -335,6 +413,13 @@ def check_contrast_inputs(runs: Sequence[RunSeries], config: ContrastConfig) -> 
             checkpoint epoch, ``minority_amplification`` asked of a run at r = 0.5, or a
             window holding none of the shared epochs.
     """
+    differ = differing_settings(runs)
+    refused = {name: values for name, values in differ.items() if name not in config.allow_differing}
+    if refused:
+        detail = "; ".join(f"{name}: {', '.join(repr(v) for v in values)}" for name, values in refused.items())
+        raise UserError(f"the runs differ in more than their seeds ({detail}): a contrast of them would compare "
+                        f"settings, not outcomes; give runs of one setting, or name what may differ with "
+                        f"--allow-differing {' '.join(refused)} (recorded as confounders)")
     leaving, staying = KINDS[config.by]
     n_left = sum(run.left(config.by) for run in runs)
     n_stayed = len(runs) - n_left
@@ -602,7 +687,7 @@ def write_contrast(result: ContrastResult, out_dir: str | Path) -> dict[str, Pat
     Returns:
         ``{name: path}`` for the keys of :data:`FILES`.
     """
-    from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.io import atomic_write_json, strict_json, with_header_digest
     from interp_toolkit.plotting import save_figure
 
     out_dir = Path(out_dir)
@@ -614,25 +699,39 @@ def write_contrast(result: ContrastResult, out_dir: str | Path) -> dict[str, Pat
     _write_csv(paths["by_epoch"], result.by_epoch)
     _write_csv(paths["windows"], result.window_rows)
     _write_csv(paths["runs"], result.run_rows)
-    atomic_write_json(paths["summary"], result.summary())
+    atomic_write_json(paths["summary"], with_header_digest(strict_json(result.summary())))
     return paths
 
 
 def read_contrast(path: str | Path) -> ContrastResult:
     """Recompute a contrast from the JSON summary :func:`write_contrast` wrote (its series
-    and settings), so the figure and tables regenerate without the runs."""
-    import json
+    and settings), so the figure and tables regenerate without the runs.
+
+    Raises:
+        UserError: Naming the file when it is missing, not UTF-8 JSON, not a contrast
+            summary (e.g. a run.json), fails the digest written with it (an edited value), or
+            holds series that cannot have been written (a list of another length).
+    """
+    from interp_toolkit.io import read_digested_json
 
     path = Path(path)
     if path.is_dir():
         path = path / FILES["summary"]
+    expected = f"the {FILES['summary']} of interp-toolkit mechanism-contrast"
     if not path.is_file():
-        raise UserError(f"{path} does not exist (expected the {FILES['summary']} of interp-toolkit mechanism-contrast)")
-    data = json.loads(path.read_text())
-    return compute_contrast([RunSeries.from_dict(run) for run in data["runs"]],
-                            ContrastConfig.from_dict(data["config"]))
+        raise UserError(f"{path} does not exist (expected {expected})")
+    data = read_digested_json(path, expected)
+    if not isinstance(data.get("runs"), list) or not isinstance(data.get("config"), dict):
+        raise UserError(f"{path} is not {expected}: it has no runs and config (keys: {', '.join(sorted(data))})")
+    try:
+        runs = [RunSeries.from_dict(run) for run in data["runs"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise UserError(f"{path} holds a run series that mechanism-contrast cannot have written ({err!s}); "
+                        f"it is not {expected} as written") from err
+    return compute_contrast(runs, ContrastConfig.from_dict(data["config"]))
 
 
 __all__ = ["DEFAULT_QUANTITIES", "FILES", "KINDS", "QUANTITIES", "VERDICTS", "ContrastConfig", "ContrastResult",
            "RunSeries", "check_contrast_inputs", "compute_contrast", "contrast_runs", "default_windows",
+           "differing_settings", "run_settings",
            "expand_sources", "parse_window", "plot_contrast", "read_contrast", "write_contrast"]

@@ -254,3 +254,98 @@ def test_cli_bad_input_is_one_error_line_and_nothing_is_computed(argv, needle, f
     assert needle in err, err
     assert not (tmp_path / "out").exists()
     assert {run: sorted(p.relative_to(run) for p in run.rglob("*")) for run in four_runs} == before
+
+
+# ----------------------------------------------------------------------------- settings, files read back
+
+
+@pytest.fixture(scope="module")
+def other_r_run(tmp_path_factory):
+    """A run of the four's setting but r = 0.7, with a stuck history."""
+    run_dir = _train(tmp_path_factory.mktemp("other_r"), 1, r=0.7)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({**m, "epoch": 10 * i}) + "\n"
+                                                   for i, m in enumerate(curve(STUCK))))
+    return run_dir
+
+
+def test_runs_of_other_settings_are_refused_naming_the_setting(four_runs, other_r_run, tmp_path, capsys):
+    before = sorted(p.relative_to(other_r_run) for p in other_r_run.rglob("*"))
+    code, _, err = _cli(capsys, "mechanism-contrast", *four_runs[:3], other_r_run, "--out", tmp_path / "out",
+                        "--no-progress")
+    assert code == 2, err
+    assert err.count("error:") == 1 and "differ in more than their seeds (task.r: 0.9, 0.7)" in err, err
+    assert "--allow-differing task.r" in err
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.relative_to(other_r_run) for p in other_r_run.rglob("*")) == before  # nothing computed
+    # named, the contrast is made and says what confounds it
+    code, out, err = _cli(capsys, "mechanism-contrast", *four_runs[:3], other_r_run, "--out", tmp_path / "out",
+                          "--no-progress", "--grad-n", "128", "--grad-chunk-size", "64",
+                          "--quantities", "grad_cos", "--allow-differing", "task.r")
+    assert code == 0, err
+    assert "confounded: the runs also differ in task.r (0.9, 0.7)" in out
+    summary = json.loads((tmp_path / "out" / FILES["summary"]).read_text())
+    assert [run["settings"]["task.r"] for run in summary["runs"]] == [0.9, 0.9, 0.9, 0.7]
+    assert "train.seed" not in summary["runs"][0]["settings"] and "model.seed" not in summary["runs"][0]["settings"]
+
+
+def _summary_file(tmp_path):
+    result = compute_contrast(_series(5, 4), ContrastConfig())
+    result.runs[0].values["grad_cos"][1] = math.nan
+    return write_contrast(result, tmp_path / "out")["summary"]
+
+
+def test_summary_is_strict_json_and_nan_reads_back_as_nan(tmp_path):
+    path = _summary_file(tmp_path)
+    text = path.read_text()
+    assert "NaN" not in text and "header_digest" in text
+    json.loads(text, parse_constant=lambda token: pytest.fail(f"bare {token} in {path}"))
+    again = read_contrast(path)
+    assert math.isnan(again.runs[0].values["grad_cos"][1])
+    assert len(again.runs[0].values["grad_cos"]) == len(again.runs[0].epochs)
+
+
+def _edit_value(data):
+    data["runs"][0]["values"]["grad_cos"][0] += 1.0
+
+
+def _shorten_list(data):
+    data["runs"][0]["values"]["grad_cos"].pop()
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (_edit_value, "does not match the digest written with it"),
+    (lambda data: data.pop("header_digest"), "records no content digest"),
+])
+def test_an_edited_summary_is_refused_by_name(edit, needle, tmp_path, capsys):
+    path = _summary_file(tmp_path)
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    code, _, err = _cli(capsys, "mechanism-contrast", "--from-summary", path, "--out", tmp_path / "redrawn")
+    assert code == 2 and err.count("error:") == 1 and str(path) in err and needle in err, err
+    assert not (tmp_path / "redrawn").exists()
+
+
+@pytest.mark.parametrize("make, needle", [
+    ("run_json", "is not the contrast.json of interp-toolkit mechanism-contrast: it has no runs"),
+    ("short_list", "holds a run series that mechanism-contrast cannot have written"),
+    ("not_json", "is not JSON"),
+    ("not_utf8", "is not UTF-8 text"),
+])
+def test_malformed_summaries_are_user_errors_naming_the_file(make, needle, four_runs, tmp_path, capsys):
+    from interp_toolkit.io import with_header_digest
+
+    path = tmp_path / "contrast.json"
+    if make == "run_json":
+        path.write_text(json.dumps(with_header_digest(json.loads((four_runs[0] / "run.json").read_text()))))
+    elif make == "short_list":
+        data = json.loads(_summary_file(tmp_path).read_text())
+        _shorten_list(data)
+        path.write_text(json.dumps(with_header_digest(data)))  # re-digested: the digest cannot catch it
+    elif make == "not_json":
+        path.write_text('{"runs": [')
+    else:
+        path.write_bytes(b'{"runs": "\xff"}')
+    code, _, err = _cli(capsys, "mechanism-contrast", "--from-summary", path, "--out", tmp_path / "redrawn")
+    assert code == 2, err
+    assert err.count("error:") == 1 and str(path) in err and needle in err and "internal error" not in err, err
