@@ -31,11 +31,10 @@ from interp_toolkit import __version__
 from interp_toolkit.checkpoint import load_checkpoint
 from interp_toolkit.errors import notice
 from interp_toolkit.io import (
-    HEADER_DIGEST_KEY,
     atomic_write_json,
     config_hash,
     file_digest,
-    header_digest,
+    read_verified_entry,
     with_header_digest,
 )
 from interp_toolkit.runs import layout
@@ -347,19 +346,10 @@ def read_cache_entry(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     entry, ``(None, None)`` when there is none, ``(None, reason)`` when the file is torn, not
     UTF-8 JSON, or fails the digest of its content written with it (an edited number is
     recomputed, never served)."""
-    if not path.is_file():
-        return None, None
-    try:
-        entry = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        return None, f"unreadable: {err}"
-    if not isinstance(entry, dict) or not isinstance(entry.get("rows"), list):
+    entry, problem = read_verified_entry(path)
+    if entry is not None and not isinstance(entry.get("rows"), list):
         return None, "not a cache entry"
-    if HEADER_DIGEST_KEY not in entry:
-        return None, "written without a content digest"
-    if entry[HEADER_DIGEST_KEY] != header_digest(entry):
-        return None, "content does not match its digest"
-    return entry, None
+    return entry, problem
 
 
 def _in_column_order(rows: list[dict[str, Any]], columns: Sequence[str] | None) -> list[dict[str, Any]]:

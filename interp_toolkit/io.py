@@ -156,6 +156,27 @@ def strict_json(obj: Any) -> Any:
     return obj
 
 
+def read_verified_entry(path: str | os.PathLike) -> tuple[dict[str, Any] | None, str | None]:
+    """A cache entry (a JSON object written with :func:`with_header_digest`) and, when it
+    cannot be served, why: ``(entry, None)`` for a verified entry, ``(None, None)`` when
+    there is none, ``(None, reason)`` when the file is torn, not UTF-8 JSON, not an object,
+    written without a digest or fails it (an edited number is recomputed, never served)."""
+    path = Path(path)
+    if not path.is_file():
+        return None, None
+    try:
+        entry = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return None, f"unreadable: {err}"
+    if not isinstance(entry, dict):
+        return None, "not a cache entry"
+    if HEADER_DIGEST_KEY not in entry:
+        return None, "written without a content digest"
+    if entry[HEADER_DIGEST_KEY] != header_digest(entry):
+        return None, "content does not match its digest"
+    return entry, None
+
+
 def read_digested_json(path: str | os.PathLike, expected: str) -> dict[str, Any]:
     """A JSON object written with :func:`with_header_digest`, verified.
 

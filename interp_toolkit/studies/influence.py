@@ -461,7 +461,6 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
         UserError: A missing run directory, checkpoints or evaluations, or unknown epochs
             (all before any sampling).
     """
-    import json
 
     from tqdm.auto import tqdm
 
@@ -471,7 +470,15 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     )
     from interp_toolkit.checkpoint import load_checkpoint
     from interp_toolkit.devices import resolve_device
-    from interp_toolkit.io import atomic_write_json, config_hash, file_digest
+    from interp_toolkit.errors import notice
+    from interp_toolkit.io import (
+        HEADER_DIGEST_KEY,
+        atomic_write_json,
+        config_hash,
+        file_digest,
+        read_verified_entry,
+        with_header_digest,
+    )
     from interp_toolkit.plotting import save_figure
     from interp_toolkit.studies.outcomes import describe_phases
 
@@ -491,25 +498,29 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     rows: list[dict[str, Any]] = []
     records: dict[int, dict[str, Any]] = {}
     computed, hits = [], []
+    rejected: list[str] = []  # cache entries that failed their digest or did not parse
     for epoch, path in tqdm(checkpoints, desc="influence over checkpoints", disable=not progress):
         key = config_hash({"checkpoint": file_digest(path), **settings})
         cache_path = out / "cache" / f"epoch_{epoch:06d}_{key}.json"
-        record = None
-        if cache_path.is_file():
-            try:
-                record = json.loads(cache_path.read_text())
-                hits.append(epoch)
-            except json.JSONDecodeError:
-                record = None
-        if record is None:
+        record, problem = read_verified_entry(cache_path)
+        if problem is not None:
+            rejected.append(f"epoch {epoch} ({problem})")
+        if record is not None:
+            record = {k: v for k, v in record.items() if k != HEADER_DIGEST_KEY}
+            hits.append(epoch)
+        else:
             model, _ = load_checkpoint(path, device=device)
             record = checkpoint_influence(model, splits, args.sampler, threshold, args.n_query, args.n_consistent,
                                           args.amplification_n, cache_dir=out / "bif", device=device)
             record = {"epoch": epoch, "checkpoint": path.name, **record}
-            atomic_write_json(cache_path, record)
+            # the digest makes an edited or flipped number a recomputation, never a result
+            atomic_write_json(cache_path, with_header_digest(record))
             computed.append(epoch)
         records[epoch] = record
         rows.extend(influence_rows(epoch, training_phase(epoch, outcome), record))
+    if rejected:
+        notice(f"influence: recomputed {len(rejected)} cache entr{'y' if len(rejected) == 1 else 'ies'} in "
+               f"{out / 'cache'} that failed their check: {'; '.join(rejected)}")
     csv_path = _write_csv(out / "influence.csv", rows)
     figure_path = save_figure(plot_influence(rows, outcome, title=run_dir.name), out / f"influence.{args.format}")
     phases = describe_phases(outcome, metrics)

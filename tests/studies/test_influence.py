@@ -110,3 +110,38 @@ def test_onset_examples_find_a_planted_feature_and_not_a_random_one():
     assert all(i in torch.nonzero(anti).flatten().tolist() for i in found["top_index"])
     with pytest.raises(ValueError, match="k must be in"):
         onset_examples(values, anti, planted, k=0)
+
+
+@pytest.mark.parametrize("corrupt, why", [
+    ("flip_digit", "content does not match its digest"),
+    ("torn", "unreadable"),
+    ("no_digest", "written without a content digest"),
+])
+def test_a_corrupted_cache_entry_is_recomputed_with_a_note(tiny_run, tmp_path, capsys, corrupt, why):
+    import re
+
+    out = tmp_path / "out"
+    args = ["influence", str(tiny_run), "--out", str(out), "--epochs", "10", *TINY]
+    assert main(args) == 0
+    written = (out / "influence.csv").read_text()
+    (entry,) = (out / "cache").glob("epoch_000010_*.json")
+    text = entry.read_text()
+    if corrupt == "flip_digit":  # one digit of a stored amplification, as a bit flip would leave it
+        match = re.search(r'"amplification": (\d)', text)
+        assert match is not None
+        digit = match.group(1)
+        text = text[:match.start(1)] + str((int(digit) + 8) % 10) + text[match.end(1):]
+    elif corrupt == "torn":
+        text = text[: len(text) // 2]
+    else:
+        data = json.loads(text)
+        data.pop("header_digest")
+        text = json.dumps(data)
+    entry.write_text(text)
+    capsys.readouterr()
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "computed 1 checkpoint(s), 0 from the cache" in captured.out
+    notes = [line for line in captured.err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "recomputed 1 cache entry" in notes[0] and why in notes[0], captured.err
+    assert (out / "influence.csv").read_text() == written  # the corrupted number never reaches a result
