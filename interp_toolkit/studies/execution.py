@@ -37,16 +37,27 @@ def _job_threads(job: Mapping[str, Any], threads: int = 1, *rest: Any, **kwargs:
 
 
 class _ProgressEvents:
-    """Callback that forwards evaluations and run ends to a queue the sweep's bar reads."""
+    """Callback that forwards evaluations and run ends to a queue the sweep's bar reads.
+
+    Progress is a view, never a reason to stop training: a queue that fails (Ray's queue
+    actor killed, a closed pipe) is dropped, and the runs go on without reporting to it."""
 
     def __init__(self, queue: Any) -> None:
         self.queue = queue
 
+    def _put(self, item: tuple[str, str]) -> None:
+        if self.queue is None:
+            return
+        try:
+            self.queue.put(item)
+        except Exception:  # noqa: BLE001 - any failure of the queue: stop reporting, keep training
+            self.queue = None
+
     def on_evaluation(self, run_dir: Path, metrics: dict[str, Any]) -> None:
-        self.queue.put(("evaluation", str(run_dir)))
+        self._put(("evaluation", str(run_dir)))
 
     def on_run_end(self, run_dir: Path, final: dict[str, Any]) -> None:
-        self.queue.put(("run_end", str(run_dir)))
+        self._put(("run_end", str(run_dir)))
 
 
 def _clock_text(seconds: float) -> str:
@@ -74,6 +85,7 @@ class SweepProgress:
         self.total = initial + sum(self.expected.values())  # evaluations done before + those to come
         self.initial = self.done = initial
         self.started = self.last_log = clock()
+        self.queue_lost = False  # the events queue failed: drain no more
 
     def event(self, kind: str, run_dir: str) -> None:
         if run_dir not in self.expected or run_dir in self.ended:
@@ -112,14 +124,28 @@ class SweepProgress:
             self.last_log = now
 
     def drain(self, queue: Any) -> None:
+        """Take every event waiting on ``queue``. A queue that fails otherwise than by being
+        empty (Ray's queue actor killed) is given up, with one ``note:``: the bar then moves
+        as jobs end (:meth:`job_done`), and the sweep goes on."""
         import queue as queue_module
 
+        if self.queue_lost:
+            self.maybe_log()
+            return
         while True:
             try:
-                self.event(*queue.get_nowait())
+                item = queue.get_nowait()
             except queue_module.Empty:
                 self.maybe_log()
                 return
+            except Exception as err:  # noqa: BLE001 - the queue itself failed: progress is a view only
+                from interp_toolkit.errors import notice
+
+                self.queue_lost = True
+                notice(f"the sweep's progress queue failed ({type(err).__name__}); training goes on, and progress "
+                       "now advances as jobs end")
+                return
+            self.event(*item)
 
     def job_done(self, job: Mapping[str, Any]) -> None:
         """A job returned: count its runs (also those already finished before this sweep)."""
@@ -351,17 +377,19 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress: SweepProgress,
-               callbacks: Sequence[Any], gpu_slots: Sequence[str] | None = None,
-               placements: list[dict[str, Any]] | None = None, retries: int = 3) -> list[dict[str, Any]]:
+              callbacks: Sequence[Any], gpu_slots: Sequence[str] | None = None,
+              placements: list[dict[str, Any]] | None = None, retries: int = 3) -> list[dict[str, Any]]:
     """Run ``jobs`` in this process (``workers == 1`` and no GPU slots) or a spawned pool.
 
     A job that raises fails alone: its runs come back as ``error`` rows (:func:`failed_rows`)
     and the other jobs go on. A worker that dies (killed, out of memory) breaks the pool, and
-    with it the jobs running beside it: those jobs run again in a fresh pool, each at most
-    ``retries`` times, resuming their runs from their directories; past that they are
-    reported as failed too. With ``gpu_slots``
-    (:func:`local_gpu_slots`), each worker takes one ``CUDA_VISIBLE_DEVICES`` value at start.
-    ``placements`` receives one entry per job: where it ran (:func:`placement`) and its device.
+    with it every job in flight there, and which of them was on the dead worker cannot be
+    told: those jobs run again, each in a pool of its own (still ``workers`` at a time), where
+    a death is the job's own and counts against its ``retries``; past them it is reported as
+    failed. So a job that kills its worker fails alone, never its neighbours, and every rerun
+    resumes its runs from their directories. With ``gpu_slots`` (:func:`local_gpu_slots`),
+    each worker takes one ``CUDA_VISIBLE_DEVICES`` value at start. ``placements`` receives
+    one entry per job: where it ran (:func:`placement`) and its device.
     """
     from concurrent.futures.process import BrokenProcessPool
 
@@ -378,42 +406,59 @@ def run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress: 
     # Per-evaluation progress comes back on a plain queue handed to each worker at start (no
     # Manager process: nothing but the workers, which die with this process, is spawned).
     events = context.Queue()
-    tries = [0] * len(jobs)
-    todo = list(range(len(jobs)))
-    while todo:
+    deaths = [0] * len(jobs)  # worker deaths while the job ran alone: its own
+
+    def new_pool(size: int) -> ProcessPoolExecutor:
         slots = None
         if gpu_slots:
             slots = context.Queue()
-            for i in range(workers):
+            for i in range(size):
                 slots.put(gpu_slots[i % len(gpu_slots)])
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
-                                   initializer=_init_local_worker, initargs=(os.getpid(), events, slots))
+        return ProcessPoolExecutor(max_workers=size, mp_context=context, initializer=_init_local_worker,
+                                   initargs=(os.getpid(), events, slots))
+
+    def finish(index: int, job_rows: list[dict[str, Any]], where: dict[str, Any]) -> None:
+        rows.extend(job_rows)
+        placements.append({**where, "runs": [r["run_dir"] for r in jobs[index]["runs"]]})
+        progress.job_done(jobs[index])
+
+    def run_round(pools: list[tuple[ProcessPoolExecutor, list[int]]], alone: bool) -> list[int]:
+        """Run each pool's jobs; returns the jobs a dead worker broke (to run again, alone)."""
         broken: list[int] = []
         try:
-            futures = {pool.submit(_run_job_in_worker, jobs[i], threads, callbacks): i for i in todo}
+            futures = {pool.submit(_run_job_in_worker, jobs[i], threads, callbacks): i
+                       for pool, indices in pools for i in indices}
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                 progress.drain(events)
                 for future in done:
                     index = futures[future]
-                    job = jobs[index]
-                    tries[index] += 1
                     try:
                         job_rows, where = future.result()
-                    except BrokenProcessPool as err:  # a worker died: this job may have been on it
-                        if tries[index] <= retries:
+                    except BrokenProcessPool as err:  # a worker died: this job's, if it ran alone
+                        if alone:
+                            deaths[index] += 1
+                        if deaths[index] <= retries:
                             broken.append(index)
                             continue
-                        job_rows, where = failed_rows(job, err), {"error": f"{type(err).__name__}: {err}"}
-                    rows.extend(job_rows)
-                    placements.append({**where, "runs": [r["run_dir"] for r in job["runs"]]})
-                    progress.job_done(job)
+                        job_rows, where = failed_rows(jobs[index], err), {"error": f"{type(err).__name__}: {err}"}
+                    finish(index, job_rows, where)
         except BaseException:
-            _stop_workers(pool)  # Ctrl-C: no worker goes on alone
+            for pool, _ in pools:
+                _stop_workers(pool)  # Ctrl-C: no worker goes on alone
             raise
-        pool.shutdown(wait=True)
-        todo = sorted(broken)
+        for pool, _ in pools:
+            pool.shutdown(wait=True)
+        progress.drain(events)
+        return broken
+
+    # First every job in one shared pool; whatever a worker death broke there runs again
+    # alone, in rounds of up to ``workers`` single-worker pools.
+    todo = run_round([(new_pool(min(workers, len(jobs))), list(range(len(jobs))))], alone=False) if jobs else []
+    while todo:
+        batch, todo = sorted(todo)[:workers], sorted(todo)[workers:]
+        todo += run_round([(new_pool(1), [i]) for i in batch], alone=True)
     events.close()
     return rows
 

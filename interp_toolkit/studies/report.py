@@ -172,7 +172,8 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     table = rate_table(rows)
     shown = varying_fields(table)
     comparisons = []
-    unfinished = sum(not row_finished(row) for row in rows)
+    failed = sum(row.get("status") == "failed" for row in rows)
+    unfinished = sum(not row_finished(row) for row in rows) - failed
     for spec_a, spec_b in compare:
         try:
             cell_a, cell_b = find_cell(table, spec_a), find_cell(table, spec_b)
@@ -181,6 +182,9 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
                 raise ValueError(f"{err} (runs still training: {unfinished}; a cell has a rate once one "
                                  "of its runs has finished)") from err
             raise
+        if cell_a is cell_b:
+            raise UserError(f"--compare {spec_a} {spec_b}: both specs name the same cell, so its difference is 0 by "
+                            "construction; name two different cells")
         comparisons += [compare_cells(cell_a, cell_b, "generalized", shown),
                         compare_cells(cell_a, cell_b, "rule_learned", shown)]
     contrasts = contrasts_table(table)
@@ -228,6 +232,9 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
         shared = shared_settings(table)
         if shared:
             print(f"(every cell: {shared})")
+        if failed:
+            print(f"({failed} runs failed (their sweep job raised or its worker died; failure.json in the run "
+                  "says why) and are not counted in the rates; rerun the sweep to resume them)")
         if unfinished and table:
             print(f"({unfinished} runs still training are not counted in the rates (column running): a run's "
                   "outcome is known once it finishes)")

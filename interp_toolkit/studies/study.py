@@ -147,6 +147,32 @@ def write_outcome(run_dir: str | Path, outcome: Mapping[str, Any]) -> None:
     atomic_write_json(outcome_path(run_dir), dict(outcome))
 
 
+#: Written by a sweep into a run whose job failed (its worker raised or died past its
+#: retries): the report calls the run "failed", not "training"; removed when a sweep starts
+#: the run again.
+FAILURE = "failure.json"
+
+
+def write_failure(run_dir: str | Path, error: str) -> None:
+    """Record (atomically) that a sweep's job failed this run, with the error."""
+    if Path(run_dir).is_dir():
+        atomic_write_json(Path(run_dir) / FAILURE, {"status": "failed", "error": str(error)})
+
+
+def clear_failure(run_dir: str | Path) -> None:
+    """Forget a recorded failure (the run is being trained again)."""
+    (Path(run_dir) / FAILURE).unlink(missing_ok=True)
+
+
+def run_status(run_dir: str | Path, record: Mapping[str, Any]) -> str | None:
+    """A run's status for a report: its record's, or ``"failed"`` for a run recorded
+    running whose sweep job failed (:data:`FAILURE`)."""
+    status = record.get("status")
+    if status == "running" and (Path(run_dir) / FAILURE).is_file():
+        return "failed"
+    return status
+
+
 def report_paths(out_dir: str | Path, figure_format: str = "png") -> dict[str, Path]:
     """Every file a report writes into ``out_dir`` (``outcomes_csv``, ``table_csv``, ``table_md``,
     ``contrasts_csv``, ``paper_csv``, ``rate_png``, ``curves_png``, ``clock_csv``, ``clock_png``; the
@@ -278,7 +304,7 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
             if fresh != cached:
                 write_outcome(run_dir, fresh)
         row = {
-            **run_settings(record, thresholds), "study": study_name, "status": record.get("status"),
+            **run_settings(record, thresholds), "study": study_name, "status": run_status(run_dir, record),
             "run_dir": str(run_dir),
             **{k: outcome.get(k) for k in OUTCOME_FIELDS + NEAR_MISS_FIELDS}, "source": str(study_dir),
             "has_metrics": True,

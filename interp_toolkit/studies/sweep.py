@@ -36,6 +36,7 @@ from interp_toolkit.studies import execution
 from interp_toolkit.studies.execution import SweepProgress
 from interp_toolkit.studies.study import (
     check_study_dir,
+    clear_failure,
     default_study_dir,
     has_outcome,
     is_study_dir,
@@ -44,6 +45,7 @@ from interp_toolkit.studies.study import (
     read_recorded_runs,
     runs_dir,
     study_record_path,
+    write_failure,
     write_recorded,
 )
 from interp_toolkit.studies.sweep_config import (
@@ -316,6 +318,9 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     tracker = SweepProgress(bar, to_train, cfg.n_runs(), n_cached + n_recorded, log_every=log_every, name=cfg.name,
                              initial=(n_cached + n_recorded) * evaluations)
     placements: list[dict[str, Any]] = []
+    for job in to_train:  # trained again: a failure recorded by an earlier sweep no longer holds
+        for run in job["runs"]:
+            clear_failure(run["run_dir"])
     if todo:
         if ray is not None:
             rows.extend(execution.run_ray(ray, todo, tracker, callbacks, resources.num_gpus, retries, placements))
@@ -328,6 +333,8 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
         tracker.maybe_log(force=True)
     bar.close()
     failed = [row for row in rows if "error" in row]
+    for row in failed:  # so the report says "failed", not "training"
+        write_failure(row["run_dir"], row["error"])
     rows = [row for row in rows if "error" not in row]
     rows.sort(key=lambda row: (row["task"], row["n_layers"], row["n_heads"], row["weight_decay"],
                                row["r"], row["seed"], row["run_dir"]))
@@ -389,6 +396,10 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
 
     jobs = []
     chunk = seeds if seeds is not None else seeds_per_job(cfg)
+    # One plain copy of the settings, not one per job: a copy per job (each holding every
+    # seed) grew planning with the square of the seed count (20,000 seeds planned for minutes).
+    sweep = cfg.to_dict()
+    sweep_class = f"{type(cfg).__module__}:{type(cfg).__qualname__}"
     for start in range(0, len(cfg.seeds), chunk):
         for cell in cfg.cells():
             runs = []
@@ -401,7 +412,8 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
                     if source is not None:
                         run["extend_from"] = str(source)
                 runs.append(run)
-            jobs.append({"sweep": cfg.to_dict(), "sweep_class": f"{type(cfg).__module__}:{type(cfg).__qualname__}",
+            # the job's own seeds only: a worker rebuilds its runs' configs from the cell and seed
+            jobs.append({"sweep": {**sweep, "seeds": [run["seed"] for run in runs]}, "sweep_class": sweep_class,
                          "cell": cell, "runs": runs})
     return jobs
 

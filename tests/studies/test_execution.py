@@ -3,6 +3,7 @@ job sizing, failures collected while the other jobs finish, the shared-storage c
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from interp_toolkit.cli import main
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies import execution
 from interp_toolkit.studies.execution import (
@@ -127,10 +129,69 @@ def test_a_killed_local_worker_is_retried_in_a_fresh_pool_and_ends_byte_identica
     by_name = {Path(row["run_dir"]).name: Path(row["run_dir"]) for row in reference.rows}
     for row in result.rows:
         assert _files(Path(row["run_dir"])) == _files(by_name[Path(row["run_dir"]).name])
-    # with no retries, the jobs the dead worker broke the pool under (its own, and any running
-    # beside it) are reported with their run directories; the sweep itself ends normally
-    marker.unlink()
-    again = run_sweep(cfg.replace(epochs=60), tmp_path / "no_retry", workers=2, progress=False, report=False,
-                      callbacks=[KillWorkerOnce(marker, "_s0_")], retries=0)
-    assert 0 in [row["seed"] for row in again.failed]
-    assert all("BrokenProcessPool" in row["error"] and Path(row["run_dir"]).is_dir() for row in again.failed)
+
+
+def test_a_job_whose_worker_always_dies_fails_alone_and_its_neighbour_finishes(tmp_path, capsys):
+    from tests.helpers import KillWorkerAlways
+
+    # with no retries, only the job whose worker died while it ran alone is reported failed,
+    # with its run directory; the job that ran beside it when the pool broke finishes
+    cfg = preset("smoke", device="cpu", seeds_per_process=1, ratios=[0.9])
+    result = run_sweep(cfg, tmp_path / "no_retry", workers=2, progress=False, report=False,
+                       callbacks=[KillWorkerAlways("_s0_")], retries=0)
+    assert [row["seed"] for row in result.failed] == [0]
+    assert all("BrokenProcessPool" in row["error"] and Path(row["run_dir"]).is_dir() for row in result.failed)
+    (neighbour,) = [row for row in result.rows if row["seed"] == 1]
+    assert not neighbour.get("error") and neighbour["final_epoch"] == cfg.epochs
+    # the report calls the failed run failed, not training
+    failed_dir = Path(result.failed[0]["run_dir"])
+    assert json.loads((failed_dir / "failure.json").read_text())["error"] == result.failed[0]["error"]
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "no_retry")]) == 0
+    out = capsys.readouterr().out
+    assert "(1 runs failed (their sweep job raised or its worker died" in out and "still training" not in out
+    outcomes = (tmp_path / "no_retry" / "outcomes.csv").read_text().splitlines()
+    assert sum(",failed," in line for line in outcomes) == 1
+
+
+class _DeadQueue:
+    """A progress queue whose actor is gone (as Ray's is once killed): every call raises."""
+
+    def put(self, item):
+        raise RuntimeError("The actor died unexpectedly before finishing this task")
+
+    def get_nowait(self):
+        raise RuntimeError("The actor died unexpectedly before finishing this task")
+
+
+def test_a_dead_progress_queue_stops_neither_training_nor_the_sweep(tmp_path, capsys):
+    import queue as queue_module
+
+    from interp_toolkit.studies.execution import SweepProgress
+
+    class Bar:
+        updates = 0
+
+        def update(self, n):
+            Bar.updates += n
+
+        def set_postfix_str(self, text):
+            pass
+
+    # on a worker: a run reports to a dead queue and trains on
+    cfg = preset("smoke", ratios=[0.9], seeds=[0])
+    job = plan_jobs(cfg, tmp_path / "study")[0]
+    rows = execution.run_job(job, 1, [], _DeadQueue())
+    assert len(rows) == 1 and not rows[0].get("error") and rows[0]["final_epoch"] == cfg.epochs
+    # on the driver: the bar gives the queue up with one note and still moves as jobs end
+    jobs = [{"evaluations_per_run": 4, "runs": [{"run_dir": "a"}]}]
+    tracker = SweepProgress(Bar(), jobs, n_runs=1, n_cached=0)
+    tracker.drain(_DeadQueue())
+    tracker.drain(_DeadQueue())
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "progress queue failed (RuntimeError); training goes on" in notes[0]
+    tracker.job_done(jobs[0])
+    assert Bar.updates == 4 and tracker.runs_done == 1
+    empty = queue_module.Queue()
+    SweepProgress(Bar(), jobs, n_runs=1, n_cached=0).drain(empty)  # an empty queue is no failure
+    assert capsys.readouterr().err == ""

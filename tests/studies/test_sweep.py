@@ -651,3 +651,17 @@ def test_bad_recorded_outcomes_are_refused_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
+
+
+def test_planning_copies_the_settings_once_and_each_job_holds_its_own_seeds(tmp_path, monkeypatch):
+    # a copy of every seed per job made planning quadratic in the seed count (20,000 seeds: minutes)
+    cfg = preset("smoke", seeds=list(range(40)), seeds_per_process=4)
+    calls = []
+    original = SweepConfig.to_dict
+    monkeypatch.setattr(SweepConfig, "to_dict", lambda self: calls.append(1) or original(self))
+    jobs = plan_jobs(cfg, tmp_path / "study")
+    assert len(calls) == 1 and len(jobs) == 20
+    for job in jobs:
+        assert job["sweep"]["seeds"] == [run["seed"] for run in job["runs"]] and len(job["runs"]) == 4
+        assert {k: v for k, v in job["sweep"].items() if k != "seeds"} == \
+            {k: v for k, v in original(cfg).items() if k != "seeds"}
