@@ -73,3 +73,16 @@ class KillProcessGroupAt:
     def on_run_end(self, run_dir: Any, final: dict[str, Any]) -> None:
         if self.stage == "run_end":
             self._kill()
+
+
+class KillWorkerAlways:
+    """A training callback that kills its own worker process (SIGKILL) at epoch 20 of every
+    run whose directory name contains ``run_part``, every time: a job that always dies (as one
+    that runs out of memory does)."""
+
+    def __init__(self, run_part: str) -> None:
+        self.run_part = run_part
+
+    def on_evaluation(self, run_dir: Any, metrics: dict[str, Any]) -> None:
+        if self.run_part in Path(run_dir).name and metrics["epoch"] >= 20:
+            os.kill(os.getpid(), signal.SIGKILL)
