@@ -111,6 +111,13 @@ def check_split(name: str, split: Any, n_ctx: int | None = None, d_vocab: int | 
             f"split {name!r}: expected tokens [n, pos] and labels [n] with the same n >= 1, got "
             f"{tuple(tokens.shape)} and {tuple(labels.shape)}"
         )
+    for what, tensor in (("tokens", tokens), ("labels", labels)):
+        # float ids would be cast silently (or fail deep in an embedding); meta tensors hold no data
+        if tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dtype == torch.bool:
+            raise ValueError(f"split {name!r}: {what} have dtype {tensor.dtype}; expected integer ids (torch.long)")
+        if tensor.device.type == "meta":
+            raise ValueError(f"split {name!r}: {what} are on the meta device (shapes without data); expected "
+                             f"tensors holding the data, on the CPU or a GPU")
     if n_ctx is not None and tokens.shape[1] > n_ctx:
         raise ValueError(f"split {name!r}: sequence length {tokens.shape[1]} exceeds the model's n_ctx {n_ctx}")
     if d_vocab is not None:
@@ -125,10 +132,29 @@ def check_splits(splits: Mapping[str, Any], names: Iterable[str], model: HookedM
         raise ValueError(f"splits must be a non-empty mapping name -> split, got {type(splits).__name__}")
     n_ctx = model_shape(model)["n_ctx"] if model is not None else None
     d_vocab = int(model.cfg.d_vocab) if model is not None and hasattr(model, "cfg") else None
+    n_out = getattr(getattr(model, "cfg", None), "d_vocab_out", None) if model is not None else None
+    toolkit_model = getattr(model, "interp_config", None) is not None  # built from a ModelConfig for a task
+    if model is not None:
+        parameter = next(iter(model.parameters()), None)
+        if parameter is not None and parameter.device.type == "meta":
+            raise ValueError("the model is on the meta device (parameters without values); load a checkpoint "
+                             "(interp_toolkit.load_checkpoint) or build it on the CPU or a GPU")
     for name in names:
         if name not in splits:
             raise ValueError(f"split {name!r} not found; available splits: {sorted(splits)}")
         check_split(name, splits[name], n_ctx, d_vocab)
+        task = getattr(splits[name], "task", None)
+        classes = getattr(task, "modulus", None)
+        if toolkit_model and isinstance(n_out, int) and isinstance(classes, int) and n_out != classes:
+            # a mod-3 model on parity splits runs without an error and measures nothing meaningful
+            # (a Hugging Face model reads the classes off its whole vocabulary: not compared)
+            raise ValueError(f"split {name!r} is of a task with {classes} classes ({getattr(task, 'label', '?')}), "
+                             f"but the model has {n_out} outputs (d_vocab_out); the data and the model are of "
+                             f"different tasks")
+        if isinstance(n_out, int):
+            from interp_toolkit.runs.trainer import check_label_ids
+
+            check_label_ids(name, splits[name].labels, n_out)
 
 
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:

@@ -19,7 +19,13 @@ from typing import Any
 import torch
 
 from interp_toolkit.errors import CheckpointError
-from interp_toolkit.io import ARTIFACT_KEY, load_artifact, read_safetensors_header, save_artifact
+from interp_toolkit.io import (
+    ARTIFACT_KEY,
+    load_artifact,
+    other_file_kind,
+    read_safetensors_header,
+    save_artifact,
+)
 from interp_toolkit.model import ModelConfig, build_model, model_config_of, move_model
 
 # Format 1 (read only): the config and metadata as separate header keys, no digests.
@@ -63,6 +69,10 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, tor
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     raw = path.read_bytes()
+    kind = other_file_kind(raw[:16])
+    if kind is not None:  # named for what it is, never "truncated or corrupted"
+        raise CheckpointError(f"checkpoint {path} is {kind}; expected a .safetensors checkpoint written by "
+                              f"interp_toolkit (save_checkpoint, train or sweep)")
     try:
         header = read_safetensors_header(raw)
     except Exception as err:  # noqa: BLE001 - a file too short or not JSON

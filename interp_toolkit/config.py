@@ -26,6 +26,10 @@ from interp_toolkit.errors import UserError
 
 C = TypeVar("C", bound="Config")
 
+#: Seeds are integers in [0, SEED_LIMIT): torch generators take 64-bit seeds, and the
+#: toolkit derives further seeds by adding offsets, so a margin is kept below 2**63.
+SEED_LIMIT = 2**62
+
 
 def reject_unknown_keys(cls: type, data: Mapping[str, Any]) -> None:
     """Raise ``UserError`` naming every key of ``data`` that is not a field of ``cls``."""

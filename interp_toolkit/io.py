@@ -301,8 +301,39 @@ def save_artifact(path: str | os.PathLike, tensors: Mapping[str, "torch.Tensor"]
     return atomic_write_bytes(path, save(cpu, metadata={ARTIFACT_KEY: text}))
 
 
+#: Leading bytes of file kinds that are given as safetensors by mistake, and their names.
+_OTHER_KINDS = (
+    (b"PK\x03\x04", "a zip archive (what torch.save writes by default), not safetensors"),
+    (b"\x93NUMPY", "a NumPy .npy file, not safetensors"),
+    (b"\x1f\x8b", "a gzip file, not safetensors"),
+)
+
+
+def other_file_kind(raw: bytes) -> str | None:
+    """What a file that is not safetensors is, from its first bytes ("a pickle file (what
+    torch.save writes with _use_new_zipfile_serialization=False), not safetensors", ...), or
+    None when it could be safetensors (or is of no kind recognized here)."""
+    if not raw:
+        return "an empty file, not safetensors"
+    for magic, name in _OTHER_KINDS:
+        if raw.startswith(magic):
+            return name
+    if raw[0] == 0x80 and len(raw) > 1 and 2 <= raw[1] <= 5:  # PROTO opcode of pickle protocols 2-5
+        return ("a pickle file (torch.save's legacy format, or pickle.dump), not safetensors; interp_toolkit never "
+                "unpickles, since that can run arbitrary code")
+    return None
+
+
 def read_safetensors_header(raw: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file's bytes (``{}`` if none)."""
+    """The ``__metadata__`` of a safetensors file's bytes (``{}`` if none).
+
+    Raises:
+        ValueError: Saying what the file is when it is recognizably another kind (a pickle,
+            a zip archive, ...); json or other errors for a truncated or corrupted file.
+    """
+    kind = other_file_kind(raw[:16])
+    if kind is not None:
+        raise ValueError(f"it is {kind}")
     header_len = int.from_bytes(raw[:8], "little")
     return json.loads(raw[8 : 8 + header_len]).get("__metadata__", {}) or {}
 

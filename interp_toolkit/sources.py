@@ -352,4 +352,15 @@ def resolve_checkpoints(specs: Sequence[str | Path]) -> list[CheckpointRef]:
             raise CheckpointLoadError(
                 f"checkpoint spec {text!r} is neither an existing file/directory nor hub:NAME@REV"
             )
+    # Before any checkpoint is loaded: a checkpoint listed twice would be measured (and plotted) twice.
+    seen: dict[tuple[str, str, str | None], int] = {}
+    for ref in refs:
+        where = str(Path(ref.location).resolve()) if ref.kind != "hub" else ref.location
+        identity = (ref.kind, where, ref.revision)
+        seen[identity] = seen.get(identity, 0) + 1
+    repeated = [f"{location}{'@' + revision if revision else ''}" for (_, location, revision), count in seen.items()
+                if count > 1]
+    if repeated:
+        raise CheckpointLoadError(f"checkpoints given more than once: {', '.join(repeated)}; expected each "
+                                  f"checkpoint once (the specs {[str(s) for s in specs]} overlap)")
     return refs

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from jaxtyping import Bool, Int
 
-from interp_toolkit.config import Config, reject_unknown_keys
+from interp_toolkit.config import SEED_LIMIT, Config, reject_unknown_keys
 
 if TYPE_CHECKING:  # torch is imported where splits are made: MPSPConfig (parsed by --help) needs none
     from torch import Tensor
@@ -110,8 +110,9 @@ class MPSPConfig(Config):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"MPSPConfig.{name} must be a positive integer, got {value!r}")
         _check_ratio(self.r)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"MPSPConfig.seed must be an integer, got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"MPSPConfig.seed (the data seed) must be an integer in "
+                             f"[0, 2**62), got {self.seed!r}")
         if self.extreme_train is not None and (
                 isinstance(self.extreme_train, bool) or not isinstance(self.extreme_train, int)
                 or not 0 <= self.extreme_train <= self.n_train):
@@ -357,11 +358,44 @@ def make_split(cfg: MPSPConfig, r: float, n: int, seed: int) -> MPSPSplit:
     return MPSPSplit(values, tokens, labels, feature, agrees, float(agrees.float().mean()), cfg)
 
 
+#: Bytes per sampled token while a split is built: int64 values, a pilot sample of 4x the
+#: split, and the features and masks computed on it (a bound, not a measurement).
+_BYTES_PER_SPLIT_TOKEN = 8 * 4 * 3
+
+
+def check_data_size(cfg: MPSPConfig, free: int | None = None) -> None:
+    """Refuse, before any sampling, splits whose construction cannot fit in memory (as
+    :func:`interp_toolkit.model.check_model_size` refuses a model): the three splits'
+    tokens with the sampler's working copies, against the host's available memory.
+
+    Args:
+        cfg: The task.
+        free: Bytes available (default: read from the host).
+
+    Raises:
+        UserError: Naming n_train, n_eval and seq_len, the bytes needed and available.
+    """
+    from interp_toolkit.errors import UserError
+    from interp_toolkit.model import available_memory
+
+    free = available_memory("cpu") if free is None else free
+    tokens = (cfg.n_train + 2 * cfg.n_eval) * cfg.seq_len
+    needed = tokens * _BYTES_PER_SPLIT_TOKEN
+    if free is not None and needed > free:
+        raise UserError(f"the task's splits (n_train {cfg.n_train:,}, n_eval {cfg.n_eval:,} x 2, seq_len "
+                        f"{cfg.seq_len}) need ~{needed / 2**30:,.1f} GiB to build, more than the "
+                        f"{free / 2**30:.1f} GiB available; choose a smaller --task.n-train / --task.n-eval")
+
+
 def make_splits(cfg: MPSPConfig) -> dict[str, MPSPSplit]:
     """The standard splits: ``train`` (at ``cfg.r``), ``val`` (r = 1) and ``adv`` (r = 0).
 
     Each split has its own fixed seed derived from ``cfg.seed``.
+
+    Raises:
+        UserError: If building them cannot fit in memory (:func:`check_data_size`).
     """
+    check_data_size(cfg)
     train = make_split(cfg, cfg.r, cfg.n_train, cfg.seed + _SPLIT_SEED_OFFSETS["train"])
     if cfg.extreme_train is not None:
         train = with_extreme_count(train, cfg, cfg.extreme_train, cfg.seed + _SPLIT_SEED_OFFSETS["extreme"])

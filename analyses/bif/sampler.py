@@ -50,16 +50,32 @@ class SamplerDiagnostics:
     distance_trace: Float[Tensor, "chains steps"] | None = None
 
 
+def _checkpoint_names(model: nn.Module) -> dict[int, str]:
+    """Parameter (by identity) -> its name in the model's ``state_dict`` (a bridge's
+    TransformerLens-style ``blocks.0.attn.q.weight``, the names a checkpoint holds), where
+    that differs from the module path ``named_parameters`` gives."""
+    try:
+        state = model.state_dict(keep_vars=True)
+    except Exception:  # noqa: BLE001 - a module whose state_dict cannot keep vars: module paths only
+        return {}
+    return {id(value): name for name, value in state.items() if isinstance(value, nn.Parameter)}
+
+
 def _select_parameters(model: nn.Module, patterns: tuple[str, ...] | None) -> list[tuple[str, nn.Parameter]]:
+    """Parameters whose module path or checkpoint (``state_dict``) name matches a pattern."""
     named = [(n, p) for n, p in model.named_parameters()]
     if patterns is None:
-        selected = named
-    else:
-        selected = [(n, p) for n, p in named if any(fnmatch.fnmatchcase(n, pat) for pat in patterns)]
+        return named
+    aliases = _checkpoint_names(model)
+    selected = [(n, p) for n, p in named
+                if any(fnmatch.fnmatchcase(n, pat) or fnmatch.fnmatchcase(aliases.get(id(p), n), pat)
+                       for pat in patterns)]
     if not selected:
+        shown = [aliases.get(id(p), n) for n, p in named]
         raise ValueError(
-            f"SamplerConfig.param_patterns {patterns!r} match no parameter; names look like "
-            f"{[n for n, _ in named[:6]]}"
+            f"SamplerConfig.param_patterns {list(patterns)!r} match no parameter of the model; its parameters are "
+            f"{', '.join(shown[:12])}{f' and {len(shown) - 12} more' if len(shown) > 12 else ''} (fnmatch "
+            f"patterns, e.g. 'blocks.0.*')"
         )
     return selected
 

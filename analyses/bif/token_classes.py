@@ -97,7 +97,10 @@ def load_documents(source: Any, text_column: str = "text") -> list[str] | list[l
         path = Path(source)
         if not path.is_file():
             raise UserError(f"text file {str(path)!r} does not exist (expected a UTF-8 file, one document per line)")
-        docs: list = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        from interp_toolkit.io import read_utf8
+
+        text = read_utf8(path, "a UTF-8 text file, one document per line (--text)", UserError)
+        docs: list = [line for line in text.splitlines() if line.strip()]
     elif hasattr(source, "column_names") and hasattr(source, "__getitem__"):  # datasets.Dataset
         columns = list(source.column_names)
         if "input_ids" in columns:

@@ -173,6 +173,10 @@ def run_config(args: AnalyzeCommandConfig) -> int:
     from interp_toolkit.runs.record import read_record, task_dict
 
     run_dir, analysis = args.run_and_analysis()
+    if args.out_dir is not None:
+        from interp_toolkit.userfiles import check_output_dir
+
+        check_output_dir(args.out_dir, "--out-dir")  # a file there fails now, not after the analysis
     config = _config(args)
     device = resolve_device(args.device or "cpu")
     record = read_record(run_dir)  # a missing or foreign directory fails here, before any work

@@ -86,6 +86,10 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit mechanism") -> Mechan
 
 def figure_path(args: MechanismCommandConfig) -> tuple[Path, str]:
     """``(path, format)`` of the figure: --out and --format reconciled (UserError if they disagree)."""
+    from interp_toolkit.userfiles import check_output_file
+
+    if args.out is not None:  # x.gif would silently become x.png; a file in the way fails after the work
+        check_output_file(args.out, "--out", FORMATS)
     suffix = args.out.suffix[1:].lower() if args.out is not None else ""
     if args.format is not None and suffix in FORMATS and suffix != args.format:
         raise UserError(f"--out {args.out} has suffix .{suffix} but --format is {args.format}; drop one or make "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from interp_toolkit.config import Config
+from interp_toolkit.config import SEED_LIMIT, Config
 from interp_toolkit.devices import check_device_name
 
 #: Training forwards: the lean readout-only engine (:mod:`interp_toolkit.runs.engine`) or
@@ -71,8 +71,9 @@ class TrainConfig(Config):
     device: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"TrainConfig.seed must be an integer, got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"TrainConfig.seed (the shuffling seed) must be an integer in [0, 2**62), "
+                             f"got {self.seed!r}")
         betas = tuple(float(b) for b in self.betas)  # JSON gives lists
         self.betas = betas  # type: ignore[assignment]  # its length is checked below, by name
         check_engine_name(self.engine)
@@ -87,8 +88,10 @@ class TrainConfig(Config):
                 raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr!r}")
-        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
-            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and not isinstance(self.weight_decay, bool)
+                and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"TrainConfig.weight_decay must be a finite number >= 0, "
+                             f"got {self.weight_decay!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
 

@@ -277,6 +277,11 @@ class RunDirContents:
             return "it has checkpoints that record no run key, so they may be another run's"
         if self.has_metrics and not self.checkpoint_keys and self.resume_key is None:
             return "it has a metrics.jsonl but no run.json, checkpoints or resume file to tell whose it is"
+        own = [name for name in self.entries if not name.startswith(".")]
+        if own and not self.has_metrics and not self.checkpoint_keys and self.resume_key is None \
+                and not (self.run_dir / RESUME_NAME).exists():
+            shown = ", ".join(own[:5]) + (f" and {len(own) - 5} more" if len(own) > 5 else "")
+            return f"it holds files that are no run's ({shown}): a folder of other files, not a run directory"
         return None
 
 
@@ -439,7 +444,7 @@ def move_aside(run_dir: str | os.PathLike, keep: Sequence[str] = ()) -> Path | N
     ``RUN_DIR.old-TIMESTAMP``; nothing is deleted. Returns the new folder (None if empty)."""
     from interp_toolkit.runs.lock import LOCK_NAME
 
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()  # "." has no name to derive the folder aside from
     if not run_dir.is_dir():
         return None
     entries = [p for p in run_dir.iterdir() if p.name != LOCK_NAME and p.name not in keep]
@@ -464,7 +469,7 @@ def refuse_foreign(contents: RunDirContents, key: str) -> None:
         raise ForeignRunDirectoryError(
             f"run directory {contents.run_dir} holds a different run's files ({reason}); nothing was changed. "
             f"Choose another run directory, or rerun with --overwrite (overwrite=True) to move its "
-            f"files aside to {contents.run_dir.name}.old-TIMESTAMP"
+            f"files aside to {contents.run_dir.resolve().name}.old-TIMESTAMP"
         )
 
 

@@ -423,6 +423,11 @@ def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
         if base:
             raise UserError("token-class options need a text: pass --text FILE_OR_DATASET_DIR (or 'text' in --classes-config)")
         return None
+    text = Path(str(base["text"]))
+    if text.is_file():  # a text that is not UTF-8 is named now, before a tokenizer or checkpoint loads
+        from interp_toolkit.io import read_utf8
+
+        read_utf8(text, "a UTF-8 text file, one document per line (--text)", UserError)
     return TextClassesConfig.from_dict(base)
 
 

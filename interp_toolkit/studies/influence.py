@@ -429,7 +429,11 @@ def _selected_checkpoints(args: InfluenceConfig) -> list[tuple[int, Path]]:
         if missing:
             raise UserError(f"no checkpoint for epochs {missing} in {run_dir}; available: {sorted(available)}")
         return [(e, available[e]) for e in sorted(set(args.epochs))]
-    return [(e, p) for e, p in checkpoints if e >= args.min_epoch]
+    chosen = [(e, p) for e, p in checkpoints if e >= args.min_epoch]
+    if not chosen:
+        raise UserError(f"--min-epoch {args.min_epoch} leaves no checkpoint of {run_dir} (its last is epoch "
+                        f"{checkpoints[-1][0]}); expected a --min-epoch at most {checkpoints[-1][0]}, or --epochs")
+    return chosen
 
 
 @dataclass
@@ -481,11 +485,13 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     )
     from interp_toolkit.plotting import save_figure
     from interp_toolkit.studies.outcomes import describe_phases
+    from interp_toolkit.userfiles import check_output_dir
 
     if args.run_dir is None or not Path(args.run_dir).is_dir():
         raise UserError(f"run directory {args.run_dir} does not exist (expected an MPSP run directory)")
     run_dir = Path(args.run_dir)
     out = args.output_dir()
+    check_output_dir(out, "--out")
     checkpoints = _selected_checkpoints(args)
     check_checkpoints_belong_to_run(run_dir, checkpoints)
     outcome, metrics, _ = run_outcome(run_dir)

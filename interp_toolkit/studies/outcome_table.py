@@ -157,11 +157,33 @@ def _read_outcomes_csv(path: Path) -> list[dict[str, Any]]:
             row.update({k: _parse_csv_value(path, line, k, v or "") for k, v in raw.items() if k is not None})
             if row["r"] is None:
                 raise UserError(f"{path} line {line}: column r is empty; every run needs its ratio r")
+            _check_text_cells(path, line, row)
             row["r"] = float(row["r"])
             derived = run_clock(row)
             row.update({k: derived[k] for k in CLOCK_FIELDS if row.get(k) is None})
             rows.append({**row, "source": str(path), "has_metrics": False})
     return rows
+
+
+#: Leading characters a spreadsheet reads as a formula (CSV injection): never in a text cell.
+_FORMULA_STARTS = ("=", "+", "@", "\t", "\r")
+
+
+def _check_text_cells(path: Path, line: int, row: Mapping[str, Any]) -> None:
+    """Refuse a row whose task is not a known MPSP task, or whose text cell starts as a
+    spreadsheet formula would: such a row was not written by ``report``, and it would be
+    copied verbatim into the tables this report writes."""
+    from interp_toolkit.tasks.mpsp import TASKS
+
+    task = row.get("task")
+    if task not in TASKS:
+        raise UserError(f"{path} line {line}: column task is {task!r}, expected one of {', '.join(sorted(TASKS))}; "
+                        "the row was not written by `interp-toolkit report`")
+    for name in _TEXT_FIELDS:
+        value = row.get(name)
+        if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+            raise UserError(f"{path} line {line}: column {name} is {value!r}, which a spreadsheet would run as a "
+                            "formula; the row was not written by `interp-toolkit report`")
 
 
 def _run_identity(row: Mapping[str, Any]) -> tuple[Any, ...] | None:

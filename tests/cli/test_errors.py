@@ -47,6 +47,27 @@ def trained(tmp_path_factory):
     }.items():
         (inputs / name).write_text(json.dumps(data))
     (inputs / "sweep_malformed.yaml").write_text("ratios: [0.5, 0.9\n")
+    (inputs / "duplicate_key.json").write_text('{"train": {"lr": 0.001, "lr": 0.002}}')
+    (inputs / "duplicate_key.yaml").write_text("train:\n  lr: 1e-3\n  epochs: 2\n  lr: 2e-3\n")
+    (inputs / "sweep_duplicate_key.yaml").write_text("ratios: [0.5]\nratios: [0.9]\n")
+    (inputs / "latin1.txt").write_bytes(b"caf\xe9 au lait\n")
+    import pickle
+
+    (inputs / "pickle.safetensors").write_bytes(pickle.dumps({"embed.weight": [0.0]}, protocol=4))
+    user_folder = root / "user_folder"
+    user_folder.mkdir()
+    (user_folder / "notes.txt").write_text("my own notes")
+    header = ("task,n_layers,n_heads,weight_decay,r,seed,status,generalized,first_generalized_epoch,rule_learned,"
+              "first_rule_learned_epoch,transient,max_adv_acc,max_val_acc,final_adv_acc,final_val_acc,"
+              "shortcut_epoch,final_epoch,run_dir")
+    row = "max_parity_sum_parity,1,2,0.1,{r},{seed},finished,True,10,True,10,False,1.0,1.0,1.0,1.0,5,20,{run}"
+    good = [row.format(r=r, seed=s, run=f"runs/r{r}_s{s}") for r in (0.5, 0.9) for s in (0, 1)]
+    (inputs / "outcomes.csv").write_text("\n".join([header, *good]) + "\n")
+    (inputs / "outcomes_task.csv").write_text("\n".join([header, *good[:3],
+                                                        "=HYPERLINK(1)" + good[3][len("max_parity_sum_parity"):]])
+                                             + "\n")
+    (inputs / "outcomes_formula.csv").write_text("\n".join([header, *good[:3], good[3].replace("runs/", "=cmd|")])
+                                                + "\n")
     (inputs / "corpus_truncated.json").write_text('{"vocab_size": ')
     (inputs / "garbage.safetensors").write_bytes(b"not a checkpoint at all")
     (inputs / "a_file").write_text("x")
@@ -179,6 +200,45 @@ CASES = [
     ("bif-lm-corpus-config-truncated", lambda p: ["bif-lm", str(p["run"]), "--corpus-config",
                                                    str(p["inputs"] / "corpus_truncated.json"),
                                                    "--out", str(p["work"] / "o")], ["corpus_truncated.json"]),
+    # inputs checked before any work: sizes, infinities, seeds, duplicate keys, folders, file kinds
+    ("train-n-train-beyond-memory", _train("--n-train", "99999999999999"), ["n_train 99,999,999,999,999", "GiB"]),
+    ("train-weight-decay-inf", _train("--weight-decay", "inf"), ["weight_decay", "finite", "inf"]),
+    ("train-data-seed-overflow", _train("--data-seed", "99999999999999999999"),
+     ["MPSPConfig.seed", "data seed", "99999999999999999999"]),
+    ("train-model-seed-negative", _train("--model-seed", "-1"), ["ModelConfig.seed", "-1"]),
+    ("config-duplicate-key-json", _config("duplicate_key.json"), ["duplicate_key.json", "'lr' appears twice"]),
+    ("config-duplicate-key-yaml", _config("duplicate_key.yaml"), ["duplicate_key.yaml", "'lr' appears twice",
+                                                                  "line 4"]),
+    ("sweep-config-duplicate-key", _sweep("--config", "{inputs}/sweep_duplicate_key.yaml"),
+     ["sweep_duplicate_key.yaml", "'ratios' appears twice"]),
+    ("sweep-weight-decay-inf", _sweep("--weight-decays", "inf"), ["weight_decay", "inf"]),
+    ("train-run-dir-folder-of-user-files", lambda p: ["train", *TINY, "--epochs", "2", "--run-dir",
+                                                      str(p["root"] / "user_folder")],
+     ["user_folder", "files that are no run's (notes.txt)", "--overwrite"]),
+    ("analyze-out-dir-is-file", _analyze("weight_norms", "--out-dir", "{inputs}/a_file"),
+     ["--out-dir", "a_file", "is a file, not a folder"]),
+    ("mechanism-out-unknown-suffix", lambda p: ["mechanism", str(p["run"]), "--out", str(p["work"] / "x.gif"),
+                                                "--no-progress"], ["--out", "x.gif", ".png, .svg, .pdf"]),
+    ("influence-min-epoch-beyond-run", lambda p: ["influence", str(p["run"]), "--min-epoch", "999", "--no-progress",
+                                                  "--out", str(p["work"] / "influence")],
+     ["--min-epoch 999", "its last is epoch 2"]),
+    ("info-pickle", lambda p: ["info", str(p["inputs"] / "pickle.safetensors")],
+     ["pickle.safetensors", "a pickle file", "not safetensors"]),
+    ("analyze-pickle-checkpoint", lambda p: ["analyze", str(p["inputs"] / "pickle.safetensors"), "--analysis",
+                                             "weight_norms"], ["pickle.safetensors"]),
+    ("bif-param-patterns-unknown", _bif("--param-patterns", "nope*"),
+     ["param_patterns", "'nope*'", "embed.weight", "blocks.0.attn"]),
+    ("bif-lm-same-checkpoint-twice", lambda p: ["bif-lm", "{checkpoint}", "{checkpoint}", "--out", str(p["work"] / "o")],
+     ["given more than once", "epoch_000002.safetensors"]),
+    ("bif-lm-text-not-utf8", lambda p: ["bif-lm", str(p["run"]), "--text", "{inputs}/latin1.txt", "--tokenizer",
+                                        "{inputs}/no_record", "--out", str(p["work"] / "o")],
+     ["latin1.txt", "not UTF-8"]),
+    ("report-unknown-task", lambda p: ["report", "{inputs}/outcomes_task.csv", "--out", str(p["work"] / "r")],
+     ["outcomes_task.csv line 5", "column task", "'=HYPERLINK(1)'"]),
+    ("report-formula-cell", lambda p: ["report", "{inputs}/outcomes_formula.csv", "--out", str(p["work"] / "r")],
+     ["outcomes_formula.csv line 5", "column run_dir", "formula"]),
+    ("report-compare-cell-with-itself", lambda p: ["report", "{inputs}/outcomes.csv", "--out", str(p["work"] / "r"),
+                                                   "--compare", "r=0.9", "r=0.9"], ["same cell", "r=0.9"]),
     # demo
     ("demo-epochs-0", lambda p: ["demo", "--epochs", "0", "--out", str(p["work"] / "demo")], ["epochs", "0"]),
     ("demo-n-train-0", lambda p: ["demo", "--n-train", "0", "--out", str(p["work"] / "demo")], ["n_train", "0"]),
