@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from interp_toolkit.analyses.bif import SamplerConfig
 from interp_toolkit.analyses.bif.claims import DEFAULT_CLAIMS, claim_influences
 from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
 from interp_toolkit.analyses.induction import induction_score
+from interp_toolkit.cli import run_script
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json
 from interp_toolkit.studies.bif_lm_series import corpus_sets
 from interp_toolkit.studies.lm_claims import (
@@ -40,6 +43,7 @@ from interp_toolkit.studies.lm_claims import (
 )
 from interp_toolkit.studies.lm_testbed import TestbedConfig, induction_phases, train_testbed
 from interp_toolkit.tasks.induction_corpus import CorpusConfig, repeated_random_tokens
+from interp_toolkit.userfiles import check_output_dir
 
 SIZES = {"n_posterior": 512, "n_train": 16, "n_query": 16}
 
@@ -114,7 +118,8 @@ def run(args: argparse.Namespace) -> None:
     planned = testbed_config(0).checkpoint_steps  # the same schedule for every seed
     missing = [step for step in args.steps or () if step not in planned]
     if missing:
-        raise SystemExit(f"error: --steps {missing}: the testbed has no checkpoint there (it has {planned})")
+        raise UserError(f"--steps {missing}: the testbed has no checkpoint there (it has {planned[:4]} ... "
+                        f"{planned[-2:]}, every {planned[-1] - planned[-2]} steps)")
     print(f"sampler: {config.sampler.to_dict()}", flush=True)
     for seed in args.seeds:
         rows = earlier_rows(args.out / f"seed{seed}", config)
@@ -186,7 +191,11 @@ def calibrate(args: argparse.Namespace) -> None:
 
 
 def report(args: argparse.Namespace) -> None:
-    rows = [row for path in sorted(args.out.glob("seed*/claims.csv")) for row in read_claims_csv(path)]
+    found = sorted(args.out.glob("seed*/claims.csv"))
+    if not found:
+        raise UserError(f"--out {args.out} holds no seed*/claims.csv to report; run --stage run --out {args.out} "
+                        f"first")
+    rows = [row for path in found for row in read_claims_csv(path)]
     args.docs.mkdir(parents=True, exist_ok=True)
     write_claims_csv(rows, args.docs / "claims.csv")
     for path in write_claim_figures(rows, args.docs):
@@ -208,27 +217,51 @@ def report(args: argparse.Namespace) -> None:
     atomic_write_json(args.docs / "verdicts.json", verdicts)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+    return parse
+
+
+def _positive_number(text: str) -> float:
+    value = float(text)
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one error: line and exit 2, as the commands do
+        raise UserError(f"{message} (see --help)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stage", choices=["cost", "calibrate", "run", "report"], required=True)
     parser.add_argument("--out", type=Path, default=Path("runs/lm_bif_claims"))
     parser.add_argument("--docs", type=Path, default=Path("docs/lm_bif"))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--chains", type=int, default=8)
-    parser.add_argument("--draws", type=int, default=200)
-    parser.add_argument("--burn-in", type=int, default=200)
-    parser.add_argument("--eps", type=float, default=None, help="default: calibration.json's, else 1e-4")
-    parser.add_argument("--gamma", type=float, default=None, help="default: calibration.json's, else 100")
-    parser.add_argument("--coarse", type=int, default=100, help="BIF every this many steps outside the transition")
-    parser.add_argument("--steps", type=int, nargs="+", default=None,
+    parser.add_argument("--seeds", type=_at_least(0), nargs="+", default=[0, 1, 2])
+    parser.add_argument("--chains", type=_at_least(2), default=8)
+    parser.add_argument("--draws", type=_at_least(2), default=200)
+    parser.add_argument("--burn-in", type=_at_least(0), default=200)
+    parser.add_argument("--eps", type=_positive_number, default=None, help="default: calibration.json's, else 1e-4")
+    parser.add_argument("--gamma", type=_positive_number, default=None, help="default: calibration.json's, else 100")
+    parser.add_argument("--coarse", type=_at_least(1), default=100, help="BIF every this many steps outside the transition")
+    parser.add_argument("--steps", type=_at_least(0), nargs="+", default=None,
                         help="only these checkpoint steps, in this order (default: the transition first, then --coarse)")
-    parser.add_argument("--cost-draws", type=int, default=10, help="draws (and burn-in) of the cost / calibration runs")
-    parser.add_argument("--calibrate-eps", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3])
-    parser.add_argument("--calibrate-gamma", type=float, nargs="+", default=[100.0, 300.0])
-    args = parser.parse_args()
+    parser.add_argument("--cost-draws", type=_at_least(2), default=10, help="draws (and burn-in) of the cost / calibration runs")
+    parser.add_argument("--calibrate-eps", type=_positive_number, nargs="+", default=[1e-4, 3e-4, 1e-3])
+    parser.add_argument("--calibrate-gamma", type=_positive_number, nargs="+", default=[100.0, 300.0])
+    args = parser.parse_args(argv)
+    check_output_dir(args.out, "--out")  # /dev/null or a file: refused before any training
+    if args.stage == "report":
+        check_output_dir(args.docs, "--docs")
     torch.set_num_threads(1)
     {"cost": cost, "calibrate": calibrate, "run": run, "report": report}[args.stage](args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))  # the commands' contract: one error: line and exit 2 on bad input

@@ -209,6 +209,31 @@ def _flushed(status: int) -> int:
     return status
 
 
+def run_script(handler: Callable[[], int | None], argv: Sequence[str] | None = None,
+               name: str | None = None) -> int:
+    """Run a script's work under the command line's error contract (module docstring): a user
+    error is one ``error:`` line and exit 2, Ctrl-C 130, SIGTERM 143, a bug 1 with a log.
+
+    For example scripts and users' own study scripts, so that they fail as the commands do::
+
+        if __name__ == "__main__":
+            sys.exit(run_script(lambda: main(sys.argv[1:])))
+
+    Args:
+        handler: The work; returns an exit status or None (0).
+        argv: The script's arguments (for the crash log; default ``sys.argv[1:]``).
+        name: The script's name in the crash log (default ``sys.argv[0]``).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def status() -> int:
+        result = handler()
+        return 0 if result is None else result
+
+    with _sigterm_as_interrupt():
+        return _run_with_contract(status, [name or sys.argv[0], *argv], name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 bug, 2 user error, 130 interrupt,
     143 SIGTERM).
@@ -242,4 +267,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_with_contract(handler, argv, chosen, epoch_hint)
 
 
-__all__ = ["COMMANDS", "INTERRUPTED", "TERMINATED", "Terminated", "build_parser", "main"]
+__all__ = ["COMMANDS", "INTERRUPTED", "TERMINATED", "Terminated", "build_parser", "main", "run_script"]

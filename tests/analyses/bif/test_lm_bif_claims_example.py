@@ -86,6 +86,32 @@ def test_steps_not_on_the_checkpoint_schedule_are_refused_before_any_work(tmp_pa
     example = _example()
     args = argparse.Namespace(out=tmp_path, eps=None, gamma=None, chains=8, draws=200, burn_in=200, steps=[375, 380],
                               seeds=[0], coarse=100)
-    with pytest.raises(SystemExit, match=r"--steps \[380\]: the testbed has no checkpoint there"):
+    from interp_toolkit.errors import UserError
+
+    with pytest.raises(UserError, match=r"--steps \[380\]: the testbed has no checkpoint there"):
         example.run(args)
     assert list(tmp_path.iterdir()) == []  # nothing trained, nothing written
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--stage", "run", "--coarse", "0"], "argument --coarse: expected an integer >= 1, got 0"),
+    (["--stage", "run", "--chains", "0"], "argument --chains: expected an integer >= 2, got 0"),
+    (["--stage", "run", "--eps", "inf"], "argument --eps: expected a positive finite number, got inf"),
+    (["--stage", "run", "--out", "/dev/null"], "--out /dev/null is a file, not a folder"),
+    (["--stage", "run", "--steps", "99999", "--out", "OUT"], "--steps [99999]: the testbed has no checkpoint there"),
+    (["--stage", "report", "--out", "OUT", "--docs", "DOCS"], "holds no seed*/claims.csv to report"),
+    (["--stage", "bogus"], "argument --stage: invalid choice: 'bogus'"),
+])
+def test_bad_arguments_exit_2_with_one_error_line_before_any_work(argv, needle, tmp_path):
+    import subprocess
+    import sys
+
+    argv = [str(tmp_path / "out") if a == "OUT" else str(tmp_path / "docs") if a == "DOCS" else a for a in argv]
+    (tmp_path / "out").mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "lm_bif_claims.py"), *argv],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["out"]  # nothing trained, nothing written
