@@ -281,10 +281,10 @@ def check_checkpoint_epoch(path: str | os.PathLike, metadata: Mapping[str, Any],
 def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike) -> None:
     """Refuse a checkpoint that is not the run's at ``run_dir``, whatever its format.
 
-    Four checks, from the header alone: the epoch it records is the one its file name says
-    and one the run saves a checkpoint at (its schedule, an early stop or the end of the run
-    it was extended from), so a checkpoint copied under another epoch's name is never read
-    as that epoch; the run key it records (current checkpoints) is the run's; its model
+    Four checks, from the header alone: the run key it records (current checkpoints) is the
+    run's; the epoch it records is the one its file name says and one the run saves a
+    checkpoint at (its schedule, an early stop or the end of the run it was extended from),
+    so a checkpoint copied under another epoch's name is never read as that epoch; its model
     config is the one the run record holds; and its vocabulary, context and output sizes
     are those the run's task needs (a format-1 checkpoint records no run key, so the last
     two are what tells a mod-3 model in a parity run). Checks whose
@@ -302,12 +302,12 @@ def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike
     record = read_record(run_dir)
     config, metadata = read_checkpoint_header(path)
     source = record_path(run_dir)
-    check_checkpoint_epoch(path, metadata, record)
     key = metadata.get("run_key")
     if key is not None and record.get("key") and key != record.get("key"):
         raise CheckpointError(f"checkpoint {path} belongs to run {key}, but {source} records run "
                               f"{record.get('key')}: it was trained on another task or config, so this run's "
                               f"data does not fit it")
+    check_checkpoint_epoch(path, metadata, record)
     recorded = record.get("model_config")
     if isinstance(recorded, dict):
         differ = sorted(k for k in set(config) & set(recorded) if config[k] != recorded[k])
