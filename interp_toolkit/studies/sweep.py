@@ -398,7 +398,7 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
     chunk = seeds if seeds is not None else seeds_per_job(cfg)
     # One plain copy of the settings, not one per job: a copy per job (each holding every
     # seed) grew planning with the square of the seed count (20,000 seeds planned for minutes).
-    sweep = cfg.to_dict()
+    sweep: dict[str, Any] = cfg.to_dict()
     sweep_class = f"{type(cfg).__module__}:{type(cfg).__qualname__}"
     for start in range(0, len(cfg.seeds), chunk):
         for cell in cfg.cells():
@@ -413,8 +413,8 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
                         run["extend_from"] = str(source)
                 runs.append(run)
             # the job's own seeds only: a worker rebuilds its runs' configs from the cell and seed
-            jobs.append({"sweep": {**sweep, "seeds": [run["seed"] for run in runs]}, "sweep_class": sweep_class,
-                         "cell": cell, "runs": runs})
+            job_sweep: dict[str, Any] = {**sweep, "seeds": [run["seed"] for run in runs]}
+            jobs.append({"sweep": job_sweep, "sweep_class": sweep_class, "cell": cell, "runs": runs})
     return jobs
 
 
