@@ -10,7 +10,8 @@ Error contract of :func:`main`: a user error (:class:`interp_toolkit.errors.User
 interrupt (Ctrl-C) prints one line and returns 130; output piped into a reader that stopped
 reading (``| head``) ends quietly with status 1; SIGTERM (what schedulers and ``kill`` send)
 is handled as Ctrl-C is (the training loops save their state), prints one ``terminated;
-rerun ...`` line and returns 143 (128 + SIGTERM); anything else is a bug: a short message
+rerun ...`` line and returns 143 (128 + SIGTERM); Python warnings print as one
+``warning: ...`` line each (no file path or source line); anything else is a bug: a short message
 and the path of a log file holding the traceback, status 1. Only the chosen subcommand's
 module is imported, and heavy libraries (torch, TransformerLens) only inside handlers, so
 ``--help`` is fast.
@@ -131,6 +132,30 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(f"signal {signum}")
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: object = None, line: str | None = None) -> None:
+    """A Python warning as the command line shows it: one ``warning: ...`` line on stderr,
+    without the file path and source line of the code that raised it."""
+    text = " ".join(str(message).split())
+    kind = "" if category is UserWarning else f"({category.__name__}) "
+    print(f"warning: {kind}{text}", file=sys.stderr, flush=True)
+
+
+class _terminal_warnings:
+    """Within the block, warnings print as one ``warning:`` line each (:func:`_one_line_warning`)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self.previous = warnings.showwarning
+        warnings.showwarning = _one_line_warning
+
+    def __exit__(self, *exc: object) -> None:
+        import warnings
+
+        warnings.showwarning = self.previous
+
+
 class _sigterm_as_interrupt:
     """Within the block, SIGTERM raises :class:`Terminated` in the main thread (when SIGTERM
     still has its default action: a host program's own handler is left alone)."""
@@ -230,7 +255,7 @@ def run_script(handler: Callable[[], int | None], argv: Sequence[str] | None = N
         result = handler()
         return 0 if result is None else result
 
-    with _sigterm_as_interrupt():
+    with _sigterm_as_interrupt(), _terminal_warnings():
         return _run_with_contract(status, [name or sys.argv[0], *argv], name)
 
 
@@ -263,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = getattr(module, "interrupted_at", None)
         return where(parsed["config"]) if where is not None and "config" in parsed else None
 
-    with _sigterm_as_interrupt():
+    with _sigterm_as_interrupt(), _terminal_warnings():
         return _run_with_contract(handler, argv, chosen, epoch_hint)
 
 

@@ -385,7 +385,7 @@ def run_dir_state(run_dir: str | os.PathLike, key: str, epochs: int | None = Non
     """
     run_dir = Path(run_dir)
     contents = inspect_run_dir(run_dir)
-    refuse_foreign(contents, key)
+    refuse_foreign(contents, key, epochs)
     refuse_legacy_resume(run_dir)
     record = contents.record
     resume_path = run_dir / RESUME_NAME
@@ -462,14 +462,22 @@ def move_aside(run_dir: str | os.PathLike, keep: Sequence[str] = ()) -> Path | N
     return target
 
 
-def refuse_foreign(contents: RunDirContents, key: str) -> None:
-    """Raise :class:`ForeignRunDirectoryError` if ``contents`` are another run's files."""
+def refuse_foreign(contents: RunDirContents, key: str, epochs: int | None = None) -> None:
+    """Raise :class:`ForeignRunDirectoryError` if ``contents`` are another run's files; when
+    they are a finished run of other ``epochs`` (the same run trained longer, most often),
+    the error says how to continue it with ``--extend-from``."""
     reason = contents.foreign_reason(key)
     if reason is not None:
+        hint = ""
+        record = contents.record or {}
+        trained = ((record.get("identity") or {}).get("train") or {}).get("epochs")
+        if epochs is not None and isinstance(trained, int) and trained != epochs and is_finished(record):
+            hint = (f" It holds a finished run of {trained} epochs: to continue it to {epochs}, train into a new "
+                    f"run directory with --extend-from {contents.run_dir} (extend_from=).")
         raise ForeignRunDirectoryError(
             f"run directory {contents.run_dir} holds a different run's files ({reason}); nothing was changed. "
             f"Choose another run directory, or rerun with --overwrite (overwrite=True) to move its "
-            f"files aside to {contents.run_dir.resolve().name}.old-TIMESTAMP"
+            f"files aside to {contents.run_dir.resolve().name}.old-TIMESTAMP.{hint}"
         )
 
 

@@ -215,6 +215,9 @@ CASES = [
     ("train-run-dir-folder-of-user-files", lambda p: ["train", *TINY, "--epochs", "2", "--run-dir",
                                                       str(p["root"] / "user_folder")],
      ["user_folder", "files that are no run's (notes.txt)", "--overwrite"]),
+    ("train-more-epochs-into-a-finished-run", lambda p: ["train", *TINY, "--epochs", "3", "--eval-every", "1",
+                                                         "--run-dir", str(p["run"])],
+     ["holds a different run's files", "finished run of 2 epochs", "to 3", "--extend-from"]),
     ("analyze-out-dir-is-file", _analyze("weight_norms", "--out-dir", "{inputs}/a_file"),
      ["--out-dir", "a_file", "is a file, not a folder"]),
     ("mechanism-out-unknown-suffix", lambda p: ["mechanism", str(p["run"]), "--out", str(p["work"] / "x.gif"),
@@ -311,3 +314,24 @@ def test_a_bug_exits_1_with_a_log_of_the_traceback(monkeypatch, capsys):
     log = Path(err.rsplit("traceback in ", 1)[1].strip())
     assert "ZeroDivisionError" in log.read_text() and "Traceback" in log.read_text()
     log.unlink()
+
+
+def test_a_warning_is_one_line_without_a_source_path(monkeypatch, capsys):
+    import warnings
+
+    import interp_toolkit.cli.info as info_command
+
+    def warns(args):
+        warnings.warn("BIF not converged:\n  chains disagree", UserWarning, stacklevel=1)
+        warnings.warn("an older format", DeprecationWarning, stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(info_command, "run_config", warns)
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["info", "anything"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["warning: BIF not converged: chains disagree",
+                                "warning: (DeprecationWarning) an older format"], err
+    assert warnings.showwarning is before  # restored once the command returns
