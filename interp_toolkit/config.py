@@ -250,9 +250,9 @@ def parse_config(
             if config_file is None:
                 raise
             raise UserError(f"config file {config_file}: {err}") from err
-    stderr = io.StringIO()
+    stderr, stdout = io.StringIO(), _Capture(sys.stdout)
     try:
-        with contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
             # tyro types its result ``C | None`` for an optional default; it never returns None
             return cast(C, tyro.cli(cls, args=rest, default=start, prog=prog, description=description,
                                     config=() if prefixes else (tyro.conf.OmitArgPrefixes,)))
@@ -263,8 +263,49 @@ def parse_config(
                 message = message.replace(new, f"{old} ({new})")
             print(f"error: {message}", file=sys.stderr)
         else:
-            sys.stdout.write(stderr.getvalue())
+            sys.stdout.write(clean_help(stdout.getvalue() + stderr.getvalue()))
         raise
+
+
+
+class _Capture(io.StringIO):
+    """Captured standard output that looks like the real one to tyro's help formatter (its
+    encoding decides box drawing, ``isatty`` colours), so ``--help`` renders as it would."""
+
+    def __init__(self, real: Any) -> None:
+        super().__init__()
+        self._real = real
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self._real, "encoding", None) or "utf-8")
+
+    def isatty(self) -> bool:
+        try:
+            return bool(self._real.isatty())
+        except (AttributeError, ValueError):
+            return False
+
+
+#: What tyro's help shows of an optional field that no user types: ``{None}|INT`` is ``INT``,
+#: ``{None,a,b}`` is ``{a,b}``; docstring markup (````name````) is plain ``name``.
+_HELP_NOISE = (("{None}|", ""), ("{None,", "{"), ("``", ""))
+
+
+def clean_help(text: str) -> str:
+    """``--help`` text without what tyro derives from ``Optional`` annotations and docstring
+    markup (see :data:`_HELP_NOISE`); a boxed line keeps its right border where it was."""
+    out = []
+    for line in text.split("\n"):
+        cleaned = line
+        for noise, plain in _HELP_NOISE:
+            cleaned = cleaned.replace(noise, plain)
+        removed = len(line) - len(cleaned)
+        if removed and cleaned.rstrip().endswith("│"):
+            body = cleaned.rstrip()
+            cleaned = body[:-1] + " " * removed + "│"
+        out.append(cleaned)
+    return "\n".join(out)
 
 
 def _field_defaults(cls: type) -> dict[str, Any]:

@@ -120,3 +120,22 @@ def test_bif_takes_a_run_directory_as_its_last_checkpoint(capsys, tiny_run, tmp_
     assert code == 2 and err.strip() == (f"error: {empty} is a directory without checkpoints; expected a "
                                          f".safetensors checkpoint or a run directory with "
                                          f"{empty}/checkpoints/epoch_*.safetensors")
+
+
+@pytest.mark.parametrize("command", ["train", "sweep", "analyze", "mechanism", "mechanism-contrast", "bif", "bif-lm",
+                                     "influence", "report", "info", "demo"])
+def test_help_offers_no_none_choice_and_no_docstring_markup(capsys, command):
+    code, out, err = run_cli(capsys, command, "--help")
+    assert code == 0, err
+    assert "{None" not in out and "``" not in out, [line for line in out.splitlines() if "None" in line or "``" in line]
+    assert "--" in out and len(out.splitlines()) > 5  # the help itself is still there
+    boxed = [line for line in out.splitlines() if line.startswith("│")]
+    assert len({len(line) for line in boxed}) <= 1  # every boxed line keeps its right border in place
+
+
+def test_clean_help_keeps_a_box_border_in_place():
+    from interp_toolkit.config import clean_help
+
+    line = "│ --n {None}|INT   Examples, see ``n``. │"
+    cleaned = clean_help(line)
+    assert cleaned == "│ --n INT   Examples, see n." + " " * 12 + "│" and len(cleaned) == len(line)
