@@ -75,9 +75,9 @@ def run_config(config: BIFCommandConfig) -> int:
         report = calibrate_checkpoint(config)
         for row in report["rows"]:
             state = "diverged" if row["diverged"] else ("converged" if row["converged"] else "not converged")
-            print(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {row['n_beta']}: {state}, "
-                  f"max R-hat {row['max_rhat']}, min ESS {row['min_ess_bulk']} / {row['min_ess_tail']}, "
-                  f"loss drift {row['loss_drift']}")
+            print(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {_num(row['n_beta'])}: {state}, "
+                  f"max R-hat {_num(row['max_rhat'], 4)}, min ESS {_num(row['min_ess_bulk'])} / "
+                  f"{_num(row['min_ess_tail'])}, loss drift {_num(row['loss_drift'])}")
         print(f"recommended: {report['reason']}")
         print(f"wrote {report['path']}")
         return 0
@@ -89,6 +89,11 @@ def run_config(config: BIFCommandConfig) -> int:
     print("converged" if convergence["converged"] else "NOT converged: " + "; ".join(convergence["warnings"]))
     print(f"wrote {summary['result_dir']}")
     return 0
+
+
+def _num(value: object, digits: int = 3) -> str:
+    """A diagnostic at a readable precision (``492.43990729009954`` -> ``492``)."""
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

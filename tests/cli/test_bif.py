@@ -72,6 +72,13 @@ def test_bif_reports_convergence_and_calibrates(tmp_path, capsys):
     report = json.loads((tmp_path / "cal" / "calibration.json").read_text())
     assert [row["eps"] for row in report["rows"]] == [1e-5, 1e-3]
     assert report["recommended_setting"]["eps"] in (1e-5, 1e-3) and (tmp_path / "cal" / "calibration.png").exists()
-    assert "recommended:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "recommended:" in printed
+    import re
+
+    for line in (line for line in printed.splitlines() if line.startswith("eps ")):
+        # diagnostics at a readable precision: no number with more than 4 significant digits
+        for number in re.findall(r"\d+\.\d+", line.split("e-")[0] + line.split(":", 1)[1]):
+            assert len(number.replace(".", "").lstrip("0")) <= 4, (number, line)
     assert main([*common, "--calibrate", "--calibrate-eps", "-1"]) == 2
     assert "calibrate_eps" in capsys.readouterr().err
