@@ -2,7 +2,7 @@
 
 ``interp-toolkit bif ...`` (flags from :class:`BIFCommandConfig`), or run standalone::
 
-    python -m interp_toolkit.cli.bif CHECKPOINT --task-config task.json --out runs/bif
+    python -m interp_toolkit.cli.bif CHECKPOINT --task-config task.json   # results in RUN_DIR/analyses/bif
     python -m interp_toolkit.cli.bif CHECKPOINT --calibrate --calibrate-eps 1e-5 1e-4 1e-3
 
 The data is the task the checkpoint was trained on, read from its run record
@@ -84,6 +84,7 @@ def run_config(config: BIFCommandConfig) -> int:
     print(f"checkpoint: {config.checkpoint}")
     summary = compute_bif_summary(config)
     print(f"task ({summary['task_source']}): {json.dumps(summary['task'], sort_keys=True)}")
+    print(f"mean BIF of the training examples on {summary['query']}:")
     print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))
     convergence = summary["convergence"]
     print("converged" if convergence["converged"] else "NOT converged: " + "; ".join(convergence["warnings"]))

@@ -34,7 +34,8 @@ class BIFCommandConfig(Config):
     Attributes:
         checkpoint: A .safetensors checkpoint (interp_toolkit format), or a run directory (its last).
         task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
-        out: Output / cache directory.
+        out: Output / cache directory (default: beside the checkpoint's run,
+            RUN_DIR/analyses/bif; for a checkpoint outside a run, analyses/bif beside it).
         n_attribution: Training examples scored (rows). More than the task's training set
             holds uses the whole set, says so in a note: line, and summary.json
             records the number used (command_config) and the one asked (clipped_from).
@@ -53,7 +54,7 @@ class BIFCommandConfig(Config):
 
     checkpoint: Annotated[Path | None, tyro.conf.Positional, required_positional("CHECKPOINT")] = None
     task_config: Path | None = None
-    out: Path = Path("runs/bif")
+    out: Path | None = None
     n_attribution: int = 256
     n_query: int = 64
     query_split: Literal["train", "val", "adv"] = "adv"
@@ -84,6 +85,22 @@ class BIFCommandConfig(Config):
         for name in ("checkpoint", "task_config", "out"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
+
+
+    def output_dir(self) -> Path:
+        """``--out``, else ``RUN_DIR/analyses/bif`` of the checkpoint's run (or, for a
+        checkpoint outside a run, ``analyses/bif`` beside it): results live with what they
+        measure, not in the folder the command was started from."""
+        from interp_toolkit.runs.layout import ANALYSES
+        from interp_toolkit.runs.record import find_run_dir, has_record
+
+        if self.out is not None:
+            return Path(self.out)
+        if self.checkpoint is None:
+            raise UserError("a BIF needs a checkpoint (a .safetensors file); got none")
+        checkpoint = Path(self.checkpoint)
+        run_dir = checkpoint if checkpoint.is_dir() and has_record(checkpoint) else find_run_dir(checkpoint)
+        return (run_dir if run_dir is not None else checkpoint.parent) / ANALYSES / "bif"
 
 
 def readout_example_loss(model: Any, batch: tuple[Any, Any]) -> Any:
@@ -208,7 +225,9 @@ def bif_summary(args: BIFCommandConfig, inputs: dict[str, Any], result: Any) -> 
         "task_source": inputs["task_source"],
         "query_split": args.query_split,
         "cache_key": result.cache_key,
-        "result_dir": str(Path(args.out) / f"bif_{result.cache_key}"),
+        "result_dir": str(args.output_dir() / f"bif_{result.cache_key}"),
+        "query": f"the mean readout cross-entropy over {inputs.get('used', {}).get('n_query', args.n_query)} "
+                 f"{args.query_split} examples",
         "mean_bif_on_query_loss": {
             "shortcut_consistent_train_examples": float(per_row[agrees].mean()) if agrees.any() else None,
             "shortcut_inconsistent_train_examples": float(per_row[~agrees].mean()) if (~agrees).any() else None,
@@ -227,10 +246,10 @@ def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
     inputs = checkpoint_bif_inputs(args)
     result = bif(
         inputs["model"], inputs["train"], inputs["query"], readout_example_loss, inputs["sampler"],
-        attribution_data=inputs["attribution"], cache_dir=args.out, cache_tag="mpsp-readout-ce",
+        attribution_data=inputs["attribution"], cache_dir=args.output_dir(), cache_tag="mpsp-readout-ce",
     )
     summary = bif_summary(args, inputs, result)
-    atomic_write_json(Path(args.out) / f"bif_{result.cache_key}" / "summary.json", summary)
+    atomic_write_json(args.output_dir() / f"bif_{result.cache_key}" / "summary.json", summary)
     from interp_toolkit.analyses.bif import plot_bif
     from interp_toolkit.plotting import save_figure
 
@@ -244,11 +263,12 @@ def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
 def calibrate_checkpoint(args: BIFCommandConfig) -> dict[str, Any]:
     """The sampler calibration sweep at the checkpoint (``interp-toolkit bif --calibrate``).
 
-    Writes ``OUT/calibration.json`` (every setting's diagnostics, the recommendation) and
-    ``OUT/calibration.<format>``; returns the JSON plus ``path``.
+    Writes ``OUT/calibration_<key>.json`` (every setting's diagnostics, the recommendation)
+    and ``OUT/calibration_<key>.<format>``, ``key`` a hash of the checkpoint and the sweep, so
+    calibrations of other settings are kept side by side; returns the JSON plus ``path``.
     """
     from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
-    from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.io import atomic_write_json, config_hash, file_digest
     from interp_toolkit.plotting import save_figure
 
     inputs = checkpoint_bif_inputs(args)
@@ -261,7 +281,12 @@ def calibrate_checkpoint(args: BIFCommandConfig) -> dict[str, Any]:
     )
     report = {"checkpoint": str(inputs["checkpoint"]), "task_source": inputs["task_source"],
               **calibration.to_dict()}
-    out = Path(args.out)
-    atomic_write_json(out / "calibration.json", report)
-    save_figure(plot_calibration(calibration), out / "calibration", args.format)
-    return {**report, "path": str(out / "calibration.json")}
+    # One file per checkpoint and sweep: a later calibration of other settings keeps this one.
+    key = config_hash({"checkpoint": file_digest(inputs["checkpoint"]), "eps": list(eps),
+                       "gamma": list(args.calibrate_gamma), "n_beta": list(args.calibrate_n_beta),
+                       "sampler": base.to_dict(), "used": inputs.get("used", {}), "query": args.query_split}, 10)
+    out = args.output_dir()
+    path = out / f"calibration_{key}.json"
+    atomic_write_json(path, report)
+    save_figure(plot_calibration(calibration), out / f"calibration_{key}", args.format)
+    return {**report, "path": str(path)}

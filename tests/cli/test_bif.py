@@ -69,9 +69,10 @@ def test_bif_reports_convergence_and_calibrates(tmp_path, capsys):
     assert summary["convergence"]["converged"] is False and summary["convergence"]["warnings"]
     assert "NOT converged" in printed and (folder / "diagnostics.png").exists()
     assert main([*common, "--out", str(tmp_path / "cal"), "--calibrate", "--calibrate-eps", "1e-5", "1e-3"]) == 0
-    report = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    (calibration,) = (tmp_path / "cal").glob("calibration_*.json")
+    report = json.loads(calibration.read_text())
     assert [row["eps"] for row in report["rows"]] == [1e-5, 1e-3]
-    assert report["recommended_setting"]["eps"] in (1e-5, 1e-3) and (tmp_path / "cal" / "calibration.png").exists()
+    assert report["recommended_setting"]["eps"] in (1e-5, 1e-3) and calibration.with_suffix(".png").exists()
     printed = capsys.readouterr().out
     assert "recommended:" in printed
     import re
@@ -82,3 +83,29 @@ def test_bif_reports_convergence_and_calibrates(tmp_path, capsys):
             assert len(number.replace(".", "").lstrip("0")) <= 4, (number, line)
     assert main([*common, "--calibrate", "--calibrate-eps", "-1"]) == 2
     assert "calibrate_eps" in capsys.readouterr().err
+
+
+def test_bif_writes_beside_the_run_keeps_every_calibration_and_names_its_query(tmp_path, capsys, monkeypatch):
+    from interp_toolkit.runs.config import TrainConfig
+    from interp_toolkit.runs.mpsp import train_mpsp
+
+    task = MPSPConfig(seq_len=4, n_values=5, r=0.75, n_train=64, n_eval=16)
+    run_dir = tmp_path / "run"
+    train_mpsp(task, ModelConfig(n_layers=1, n_heads=1, d_model=16, d_mlp=16, **task.model_dims()),
+               TrainConfig(epochs=2, eval_every=1, progress=False), run_dir)
+    monkeypatch.chdir(tmp_path)  # nothing lands where the command was started from
+    common = [str(run_dir / "checkpoints" / "epoch_000002.safetensors"), "--n-attribution", "8", "--n-query", "4",
+              "--chains", "2", "--draws", "3", "--burn-in", "1", "--batch-size", "32", "--no-progress"]
+    capsys.readouterr()
+    assert main(common) == 0
+    out = capsys.readouterr().out
+    (folder,) = (run_dir / "analyses" / "bif").glob("bif_*")
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["query"] == "the mean readout cross-entropy over 4 adv examples"
+    assert "mean BIF of the training examples on the mean readout cross-entropy over 4 adv examples:" in out
+    assert not (tmp_path / "runs").exists()
+    for grid in (["1e-5", "1e-4"], ["1e-3"]):
+        assert main([*common, "--calibrate", "--calibrate-eps", *grid]) == 0
+    kept = sorted((run_dir / "analyses" / "bif").glob("calibration_*.json"))
+    assert len(kept) == 2  # the second calibration did not overwrite the first
+    assert sorted(len(json.loads(p.read_text())["rows"]) for p in kept) == [1, 2]
