@@ -24,5 +24,46 @@ Each works on any TransformerLens model (the toolkit's ``boot_native`` bridges a
 * ``over_checkpoints``: any of them over a run's checkpoints, cached, as CSV + a figure
   (png, svg or pdf); the ``analyze`` subcommand lives in :mod:`interp_toolkit.cli.analyze`.
 
-Submodules are imported on use, so ``import interp_toolkit.analyses`` stays cheap.
+Submodules are imported on use, so ``import interp_toolkit.analyses`` stays cheap. Every
+public name of every module imports from the package itself (``from interp_toolkit.analyses
+import gradient_conflict, ablation``). A module named as its high-level function
+(``ablation``, ``fingerprints``, ``near_misses``) is callable as that function, so whether a
+name resolves to the module or the function, ``ablation(model, splits)`` works.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Modules whose public names (``__all__``) the package exports, in lookup order (a name in
+#: two modules comes from the first: ``KINDS`` is ablation's).
+_MODULES = ("ablation", "patching", "fingerprints", "gradients", "weights", "near_misses", "over_checkpoints",
+            "induction")
+_exports: dict[str, str] | None = None
+
+
+def _export_table() -> dict[str, str]:
+    global _exports
+    if _exports is None:
+        table: dict[str, str] = {}
+        for module in _MODULES:
+            for name in importlib.import_module(f"{__name__}.{module}").__all__:
+                table.setdefault(name, module)
+        _exports = table
+    return _exports
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    if name in _MODULES or name in ("bif",):
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _export_table().get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULES, "bif", *_export_table()})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, overload
@@ -93,6 +95,20 @@ def model_shape(model: HookedModel) -> dict[str, Any]:
         "d_vocab_out": int(getattr(cfg, "d_vocab_out", cfg.d_vocab)),
         "positional_embedding_type": getattr(cfg, "positional_embedding_type", "standard"),
     }
+
+
+class _CallableModule(types.ModuleType):
+    """An analysis module that is also its high-level function: ``ablation(model, splits)``
+    works on ``interp_toolkit.analyses.ablation`` (the module) as on the function of that name
+    in it, so importing the module by its function's name is never a trap."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self, self.__name__.rpartition(".")[2])(*args, **kwargs)
+
+
+def callable_module(name: str) -> None:
+    """Make the module ``name`` (pass ``__name__``) callable as its function of the same name."""
+    sys.modules[name].__class__ = _CallableModule
 
 
 def model_device(model: HookedModel) -> torch.device:

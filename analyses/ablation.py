@@ -27,6 +27,7 @@ from ._common import (
     METRICS,
     AnalysisResult,
     Table,
+    callable_module,
     check_choice,
     check_positions,
     check_positive_int,
@@ -275,3 +276,5 @@ resample_ablation = functools.partial(ablation, method="resample")
 __all__ = ["Component", "METHODS", "KINDS", "list_components", "resolve_components", "compute_replacement",
            "replace_hook", "compute_ablation_table", "ablation", "zero_ablation", "mean_ablation",
            "resample_ablation"]
+
+callable_module(__name__)  # ``from interp_toolkit.analyses import ablation`` is callable either way

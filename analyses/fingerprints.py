@@ -47,6 +47,7 @@ from interp_toolkit.model import HookedModel
 from ._common import (
     AnalysisResult,
     Table,
+    callable_module,
     check_positions,
     check_positive_int,
     check_splits,
@@ -278,3 +279,5 @@ def fingerprints(
 
 __all__ = ["VALUE_COLUMNS", "pre_softmax_scores", "compute_qk_fingerprint", "compute_ov_fingerprint",
            "qk_circuit", "ov_circuit", "full_ov_circuit", "full_qk_circuit", "fingerprints"]
+
+callable_module(__name__)  # ``from interp_toolkit.analyses import fingerprints`` is callable either way

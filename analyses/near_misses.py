@@ -36,7 +36,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from ._common import AnalysisResult, Table, check_positive_int, check_splits
+from ._common import AnalysisResult, Table, callable_module, check_positive_int, check_splits
 
 #: Residue-count features the over-checkpoints figure draws (one per task family).
 PLOT_FEATURES = ("n_odd", "n_mod3_0")
@@ -212,3 +212,5 @@ def describe_groups(groups: Sequence[Mapping[str, Any]], max_groups: int = 4) ->
 
 
 __all__ = ["PLOT_FEATURES", "describe_groups", "failing_groups", "group_rows", "near_misses", "predictions"]
+
+callable_module(__name__)  # ``from interp_toolkit.analyses import near_misses`` is callable either way

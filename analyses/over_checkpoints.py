@@ -42,7 +42,7 @@ from interp_toolkit.runs.layout import metrics_path
 from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
-from ._common import AnalysisResult, Table
+from ._common import AnalysisResult, Table, callable_module
 from .ablation import ablation
 from .fingerprints import fingerprints
 from .gradients import gradient_conflict
@@ -596,3 +596,5 @@ def over_checkpoints_panel_count(table: Table, spec: AnalysisSpec) -> int:
 __all__ = ["ANALYSES", "MAX_COLUMNS", "MAX_LINES_PER_PANEL", "MAX_PANELS", "AnalysisSpec", "CheckpointsResult",
            "check_checkpoints_belong_to_run", "over_checkpoints", "over_checkpoints_panel_count",
            "plot_over_checkpoints", "plotted_series", "series_key", "splits_from_run"]
+
+callable_module(__name__)  # ``from interp_toolkit.analyses import over_checkpoints`` is callable either way
