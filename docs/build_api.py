@@ -59,8 +59,35 @@ def main(argv: list[str] | None = None) -> int:
                 specs.append(name)
         # A walked package can still bring its private modules along: drop them.
         pdoc.pdoc(*specs, r"!.*\._", output_directory=out)
+    write_index(out, public_modules())
     print(f"API reference: {out / 'index.html'}")
     return 0
+
+
+def write_index(out: Path, modules: list[str]) -> Path:
+    """The landing page: every documented module (a page pdoc wrote under ``out``) with the
+    first line of its docstring, grouped by package, instead of pdoc's redirect to the top
+    package (which lists none of them)."""
+    import html
+
+    rows = []
+    for name in modules:
+        page = out / (name.replace(".", "/") + ".html")
+        if not page.is_file():
+            continue
+        doc = (importlib.import_module(name).__doc__ or "").strip().split("\n\n", 1)[0]
+        summary = " ".join(doc.split())
+        depth = name.count(".")
+        rows.append(f'<li style="margin-left:{1.5 * depth}em"><a href="{page.relative_to(out).as_posix()}">'
+                    f"<code>{html.escape(name)}</code></a> {html.escape(summary)}</li>")
+    text = ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>interp-toolkit API reference</title>"
+            "</head>\n<body style=\"font-family:sans-serif;max-width:60em;margin:2em auto\">\n"
+            "<h1>interp-toolkit API reference</h1>\n<p>Every public module, with the first line of its "
+            "docstring. Search is on each module's page.</p>\n<ul style=\"list-style:none;padding:0\">\n"
+            + "\n".join(rows) + "\n</ul>\n</body></html>\n")
+    path = out / "index.html"
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 if __name__ == "__main__":

@@ -51,5 +51,9 @@ def test_api_reference_builds_without_warnings(tmp_path):
                  "interp_toolkit/analyses/bif/sampler.html", "interp_toolkit/tasks/mpsp.html"):
         assert page in pages, sorted(pages)
     assert not any("/_" in page for page in pages)  # private modules stay out
+    index = (tmp_path / "api" / "index.html").read_text()
+    for page in ("interp_toolkit/runs/trainer.html", "interp_toolkit/analyses/bif/sampler.html",
+                 "interp_toolkit/tasks/mpsp.html"):
+        assert f'href="{page}"' in index  # the landing page lists the modules
     trainer = (tmp_path / "api" / "interp_toolkit" / "runs" / "trainer.html").read_text()
     assert "callbacks" in trainer and "plot_training_curves" in trainer
