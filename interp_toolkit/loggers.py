@@ -15,7 +15,7 @@ TensorBoard groups the splits of a quantity together (see :func:`metric_tag`).
 Each run's TensorBoard directory also gets its hyperparameters (the run's task, model and
 training configs, flattened: ``task.r``, ``model.n_layers``, ``train.lr`` ...) when the run
 ends, so the HPARAMS tab of a sweep's ``--logdir`` tabulates every run against its final
-accuracies and losses (:func:`log_hparams`).
+accuracies and losses (:func:`log_hparams`). A W&B run gets the same names as its config.
 
 Weights & Biases is optional (``pip install 'interp-toolkit[wandb]'``) and off unless you
 create a :class:`WandbLogger`; its default ``mode="offline"`` writes the run under the run
@@ -253,7 +253,8 @@ class WandbLogger(Callback):
             import wandb
 
             data = _read_record(directory)
-            config = {k: data.get(k) for k in ("train_config", "model_config", "run_info", "key")} if data else {}
+            # the names TensorBoard's hyperparameters have (task.r, model.n_layers, train.lr, ...)
+            config: dict[str, Any] = {**hparams_of_record(data), "key": data.get("key")} if data else {}
             key = data.get("key")
             directory.mkdir(parents=True, exist_ok=True)
             try:
@@ -330,7 +331,12 @@ class WandbLogger(Callback):
 
     def _sgld_run(self) -> Any:
         directory = self.log_dir if self.log_dir is not None else Path("runs/sgld")
-        return self._run(directory, directory.name)
+        fresh = directory not in self._runs
+        run = self._run(directory, directory.name)
+        if fresh:  # the draws' curves against the SGLD step, not W&B's own log-call counter
+            run.define_metric("sgld/step")
+            run.define_metric("sgld/*", step_metric="sgld/step")
+        return run
 
     def on_draw(self, chain: int, draw: int, info: dict[str, float]) -> None:
         self._sgld_run().log({f"sgld/loss_chain{chain}": info["loss"], "sgld/step": info["step"]})

@@ -342,3 +342,29 @@ def test_cli_analyze_and_mechanism_log_their_files_to_the_runs_wandb_run(tmp_pat
                 artifacts[artifact.name] = sorted(entry.path for entry in artifact.manifest.contents)
     assert artifacts == {f"{key}-fingerprints": ["fingerprints.csv", "fingerprints.png"],
                          f"{key}-mechanism": ["mechanism.csv", "mechanism.json", "mechanism.png"]}
+
+
+def test_wandb_config_uses_tensorboards_hyperparameter_names_and_sgld_steps(tmp_path, splits, small_model_cfg,
+                                                                           monkeypatch):
+    pytest.importorskip("wandb")
+    from interp_toolkit.loggers import hparams_of_record
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    train(build_model(small_model_cfg), splits, TrainConfig(**THREE_EVALS, lr=3e-3), run_dir,
+          callbacks=[WandbLogger(project="test", mode="offline")])
+    (records,) = _wandb_run_records(run_dir)
+    config = {item.key: json.loads(item.value_json)
+              for source in [*_of_type(records, "config"), *(r.config for r in _of_type(records, "run"))]
+              for item in source.update}
+    expected = hparams_of_record(json.loads((run_dir / "run.json").read_text()))
+    assert {k: config[k]["value"] if isinstance(config[k], dict) else config[k] for k in expected} == expected
+    assert "train.lr" in config and "train_config" not in config
+    # SGLD draws are plotted against the SGLD step
+    sgld = tmp_path / "sgld"
+    logger = WandbLogger(project="test", mode="offline", log_dir=sgld)
+    logger.on_draw(0, 0, {"loss": 1.5, "step": 10})
+    logger.close()
+    (sgld_records,) = _wandb_run_records(sgld)
+    metrics = {m.name or m.glob_name: m.step_metric for m in _of_type(sgld_records, "metric")}
+    assert metrics.get("sgld/*") == "sgld/step" and "sgld/step" in metrics, metrics
