@@ -232,11 +232,12 @@ def _named_epoch(path: Path) -> int | None:
 def checkpoint_epochs_of_record(record: Mapping[str, Any]) -> set[int] | None:
     """Every epoch at which the run of ``record`` saves a checkpoint: its training config's
     schedule, an early stop and the last epoch of the run it was extended from (None when
-    the record holds no training config to tell)."""
+    the record's training config does not state its schedule)."""
     from interp_toolkit.runs.config import TrainConfig
 
     train = record.get("train_config")
-    if not isinstance(train, Mapping):
+    # a schedule is told only by a record that states it, not filled in from the defaults
+    if not isinstance(train, Mapping) or not {"epochs", "checkpoint_every", "checkpoint_log_spaced"} <= set(train):
         return None
     try:
         epochs = set(TrainConfig.from_dict(dict(train)).checkpoint_epochs())
