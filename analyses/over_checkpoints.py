@@ -70,6 +70,9 @@ class AnalysisSpec:
             (default: :func:`interp_toolkit.plotting.label` of the column name).
         plot_relative: Plot each series over its value at the first checkpoint (a quantity
             whose relative change is the signal, e.g. weight norms).
+        heatmaps: Draw the values as component x position heatmaps at chosen checkpoints
+            (:func:`~interp_toolkit.analyses.heatmaps.plot_heatmaps_over_checkpoints`)
+            instead of one line per series (patching: too many series for lines).
     """
 
     name: str
@@ -80,6 +83,7 @@ class AnalysisSpec:
     version: int = 1
     value_labels: Mapping[str, str] = field(default_factory=dict)
     plot_relative: bool = False
+    heatmaps: bool = False
 
 
 ANALYSES: dict[str, AnalysisSpec] = {
@@ -87,12 +91,16 @@ ANALYSES: dict[str, AnalysisSpec] = {
                                  ("qk_rho", "ov_rho", "ov_data_rho", "first_share"), ("component",)),
     "ablation": AnalysisSpec("ablation", ablation, ("delta",), ("component", "split"),
                              {"metric": "accuracy"}),
-    # version 2: a gap column, and normalized is NaN where |gap| is under the patching tolerance
-    "patching": AnalysisSpec("patching", minimal_pair_patching, ("normalized",), ("component", "position"),
-                             version=2, value_labels={"normalized": "minimal-pair patching effect\n(0 none, 1 full)"}),
+    # version 2: a gap column, and normalized is NaN where |gap| is under the patching tolerance;
+    # version 3: the raw change in the metric (patched - target), drawn beside normalized
+    "patching": AnalysisSpec("patching", minimal_pair_patching, ("change", "normalized"), ("component", "position"),
+                             version=3, heatmaps=True, value_labels={
+                                 "change": "change in the pair logit difference\n(patched - target)",
+                                 "normalized": "minimal-pair patching effect\n(0 none, 1 full)"}),
     "resample_ablation_damage": AnalysisSpec(
-        "resample_ablation_damage", resample_ablation_damage, ("normalized",), ("component", "position"), version=2,
-        value_labels={"normalized": "resample-ablation damage:\nmetric shift toward source (0 none, 1 full)"}),
+        "resample_ablation_damage", resample_ablation_damage, ("change", "normalized"), ("component", "position"),
+        version=3, heatmaps=True, value_labels={"change": "change in the metric\n(patched - target)",
+                                 "normalized": "resample-ablation damage:\nmetric shift toward source (0 none, 1 full)"}),
     "gradients": AnalysisSpec("gradients", gradient_conflict,
                               ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
                               ("group",), version=2),  # 2: minority / minority_amplification columns
@@ -447,7 +455,9 @@ def _value_label(spec: AnalysisSpec, column: str, relative: bool) -> str:
 
 
 def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec, ax: Any = None) -> Any:
-    """Accuracy curves of the run on top, then the analysis's values, on a shared epoch axis.
+    """Accuracy curves of the run on top, then the analysis's values, on a shared epoch axis
+    (an analysis with ``spec.heatmaps``, without ``ax``: component x position heatmaps at
+    chosen checkpoints instead).
 
     Every series of the table is drawn: one panel per value column and component kind
     (heads, attention layers, MLPs, whole model ...; per position when the rows vary in
@@ -470,6 +480,10 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
     """
+    if spec.heatmaps and ax is None:
+        from .heatmaps import plot_heatmaps_over_checkpoints
+
+        return plot_heatmaps_over_checkpoints(table, run_dir, spec)
     from interp_toolkit.plotting import (
         component_colors,
         epoch_axis,

@@ -112,7 +112,7 @@ def normalize_patching(patched: Float[Tensor, "component position"], source: flo
     warnings.warn(
         f"patching: source and target metrics differ by {gap:.3g} ({source:.4g} vs {target:.4g}), under the "
         f"tolerance {tolerance:.3g} (max(gap_atol={gap_atol:g}, gap_rtol={gap_rtol:g} * max |metric|)); "
-        f"normalized is NaN for all {patched.numel()} entries (see the gap and patched columns)",
+        f"normalized is NaN for all {patched.numel()} entries (the change column holds the raw change, patched - target)",
         stacklevel=4,  # the caller of activation_patching / minimal_pair_patching
     )
     return torch.full_like(patched, float("nan"))
@@ -229,7 +229,8 @@ def _patch_and_tabulate(model: HookedModel, source_tokens: Tensor, target_tokens
                 "component": comp.name, "kind": comp.kind, "layer": comp.layer,
                 "head": -1 if comp.head is None else comp.head, "position": p, "metric": metric_name,
                 "source": source_value, "target": target_value, "gap": gap, "patched": float(patched[i, j]),
-                "normalized": float(normalized[i, j]),
+                # the raw change in the metric: defined (and shown) where normalized is blank
+                "change": float(patched[i, j]) - target_value, "normalized": float(normalized[i, j]),
             })
     return rows, patched, normalized
 

@@ -192,13 +192,30 @@ def check_format(fmt: str) -> str:
     return fmt.lower()
 
 
+#: The longest side of a saved raster figure, in pixels (:func:`save_figure`).
+MAX_PIXELS = 2000
+
+
+def _saved_inches(fig: Any) -> float:
+    """The longer side, in inches, of ``fig`` as saved: with ``savefig.bbox: tight`` the
+    page grows to hold what sits outside the axes (legends, notes), so it is measured."""
+    size = float(max(fig.get_size_inches()))
+    try:
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+    except Exception:  # noqa: BLE001 - a backend without a renderer: the figure's own size
+        return size
+    pad = 2 * float(STYLE.get("savefig.pad_inches", 0.1))
+    return max(size, float(box.width) + pad, float(box.height) + pad)
+
+
 def save_figure(fig: Any, path: str | Path, fmt: str | None = None) -> Path:
     """Write ``fig`` atomically; returns the path written.
 
     Args:
         fig: A matplotlib figure.
         path: Destination. Its suffix is replaced by the format's when ``fmt`` is given.
-        fmt: ``png``, ``svg`` or ``pdf`` (default: the path's suffix, else ``png``).
+        fmt: ``png``, ``svg`` or ``pdf`` (default: the path's suffix, else ``png``). A png
+            is at most :data:`MAX_PIXELS` on its longer side (its dpi lowered if needed).
     """
     from interp_toolkit.io import atomic_write_bytes
 
@@ -209,7 +226,16 @@ def save_figure(fig: Any, path: str | Path, fmt: str | None = None) -> Path:
     path = path.with_suffix(f".{fmt}")
     buffer = io.BytesIO()
     with style():
-        fig.savefig(buffer, format=fmt)
+        # a raster figure keeps the style's dpi up to MAX_PIXELS on its longer side: a grid of
+        # many panels is drawn smaller, never as an image no screen shows whole
+        dpi = min(float(STYLE["savefig.dpi"]), MAX_PIXELS / _saved_inches(fig))
+        fig.savefig(buffer, format=fmt, dpi=dpi)
+        if fmt == "png":  # a tight bounding box can still add a few pixels: measured, then fixed
+            width, height = (int.from_bytes(buffer.getvalue()[16:20], "big"),
+                             int.from_bytes(buffer.getvalue()[20:24], "big"))
+            if max(width, height) > MAX_PIXELS:
+                buffer = io.BytesIO()
+                fig.savefig(buffer, format=fmt, dpi=dpi * MAX_PIXELS / max(width, height) * 0.995)
     return atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -376,7 +402,7 @@ def epoch_axis(ax: Any, epochs: Sequence[float] | None = None) -> None:
     ax.set_xlabel("epoch (log scale)")
 
 
-__all__ = ["COMPONENT_PALETTE", "FORMATS", "LABELS", "MPSP_SPLIT_ROLES", "NOT_SHOWN", "PALETTE", "SPLIT_LINESTYLES", "STYLE",
+__all__ = ["COMPONENT_PALETTE", "FORMATS", "LABELS", "MAX_PIXELS", "MPSP_SPLIT_ROLES", "NOT_SHOWN", "PALETTE", "SPLIT_LINESTYLES", "STYLE",
            "check_format", "component_colors", "component_kind", "drawn_series", "epoch_axis", "figure", "label",
            "legend_outside", "mpsp_split_label", "new_figure", "new_panels", "not_shown_notes", "note_not_shown",
            "save_figure", "split_colors", "split_linestyle", "style", "tag_series"]

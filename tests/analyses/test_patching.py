@@ -93,13 +93,52 @@ def test_plot_breaks_lines_at_blank_normalized_values(tmp_path):
     rows = [{"epoch": e, "component": c, "position": -1, "normalized": v}
             for e, values in ((1, (0.1, nan)), (2, (nan, nan)), (4, (0.9, nan)), (8, (1.0, nan)))
             for c, v in zip(("L0H0", "L0H1"), values)]
-    fig = plot_over_checkpoints(Table(rows), tmp_path, ANALYSES["patching"])
+    import dataclasses
+
+    # the line renderer (patching draws heatmaps by default; see the next test)
+    fig = plot_over_checkpoints(Table(rows), tmp_path, dataclasses.replace(ANALYSES["patching"], heatmaps=False,
+                                                                            value_columns=("normalized",)))
     panel = fig.axes[1]
     lines = {line.get_label(): line for line in panel.get_lines() if not line.get_label().startswith("_")}
     assert set(lines) == {"L0H0 -1"}  # a component blank at every checkpoint draws nothing
     ys = list(lines["L0H0 -1"].get_ydata())
     assert len(ys) == 4 and math.isnan(ys[1])  # the blank epoch breaks the line, not bridged
     fig.savefig(tmp_path / "patching.png")
+
+
+def test_patching_figure_draws_every_cell_of_the_chosen_checkpoints(tmp_path):
+    import numpy as np
+
+    from interp_toolkit.analyses._common import Table
+    from interp_toolkit.analyses.heatmaps import chosen_epochs
+    from interp_toolkit.analyses.over_checkpoints import ANALYSES, plot_over_checkpoints
+    from interp_toolkit.io import append_jsonl
+    from interp_toolkit.plotting import MAX_PIXELS, save_figure
+
+    epochs = [0, 1, 2, 4, 8, 16, 32, 64, 100]
+    for epoch in epochs:
+        append_jsonl(tmp_path / "metrics.jsonl", {"epoch": epoch, "val_acc": 0.5, "adv_acc": 0.5})
+    components = [f"L{layer}H{head}" for layer in range(2) for head in range(2)] + ["attn0", "mlp0"]
+    rows = [{"epoch": e, "component": c, "position": p, "change": e + 10 * i + 0.1 * p,
+             "normalized": float("nan") if e >= 64 else 0.01 * (i + p)}
+            for e in epochs for i, c in enumerate(components) for p in range(11)]
+    fig = plot_over_checkpoints(Table(rows), tmp_path, ANALYSES["patching"])
+    assert fig.heatmap_epochs == chosen_epochs(epochs) and len(fig.heatmap_epochs) == 6
+    assert fig.heatmap_epochs[0] == 0 and fig.heatmap_epochs[-1] == 100
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 2 * 6  # change and normalized, at every chosen checkpoint: no series left out
+    first = np.ma.getdata(images[0].get_array())
+    assert first.shape == (6, 11) and first[2, 3] == 0 + 10 * 2 + 0.3  # rows: components, columns: positions
+    last_normalized = images[-1].get_array()
+    assert np.ma.getmaskarray(last_normalized).all()  # blank cells stay blank, not 0
+    titles = [ax.get_title() for ax in fig.axes if ax.images]
+    assert titles[-1] == "epoch 100\n(blank: |gap| under the tolerance)"
+    limits = {image.get_clim() for image in images[:6]}
+    assert len(limits) == 1 and limits.pop()[0] < 0  # one symmetric scale per row
+    from PIL import Image
+
+    path = save_figure(fig, tmp_path / "patching.png")
+    assert max(Image.open(path).size) <= MAX_PIXELS
 
 
 def test_minimal_pair_patching_bad_input(hand_parity_model, splits):
