@@ -65,10 +65,18 @@ COMPONENTS = [(f"L{layer}H{head}", "head") for layer in range(2) for head in ran
     ("attn0", "attn"), ("attn1", "attn"), ("mlp0", "mlp"), ("mlp1", "mlp")]
 
 
+def _lines(name: str):
+    """The analysis drawn as lines of ``normalized`` (patching's default is heatmaps): the line
+    renderer's rules are tested on its many series."""
+    import dataclasses
+
+    return dataclasses.replace(ANALYSES[name], heatmaps=False, value_columns=("normalized",))
+
+
 def test_every_csv_series_is_drawn_beyond_sixteen_lines(tmp_path):
     # 12 components x 3 positions = 36 series: the old figure drew 16 and dropped attn and mlp
     _metrics(tmp_path)
-    spec = ANALYSES["patching"]
+    spec = _lines("patching")
     table = Table(_patching_rows(COMPONENTS, positions=(0, 2, 4)))
     fig = plot_over_checkpoints(table, tmp_path, spec)
     drawn = drawn_series(fig)
@@ -86,7 +94,7 @@ def test_every_csv_series_is_drawn_beyond_sixteen_lines(tmp_path):
 
 def test_left_out_series_are_named_in_the_figure(tmp_path):
     _metrics(tmp_path)
-    spec = ANALYSES["patching"]
+    spec = _lines("patching")
     nan = float("nan")
     rows = _patching_rows(COMPONENTS[:2], positions=(-1,))
     rows += [{"epoch": e, "component": "L1H0", "kind": "head", "position": -1, "normalized": nan} for e in EPOCHS]
@@ -101,7 +109,7 @@ def test_left_out_series_are_named_in_the_figure(tmp_path):
 
 def test_panels_beyond_the_cap_are_named_not_dropped(tmp_path):
     _metrics(tmp_path)
-    spec = ANALYSES["patching"]
+    spec = _lines("patching")
     positions = tuple(range(MAX_PANELS + 3))  # one head panel per position: 3 panels too many
     table = Table(_patching_rows(COMPONENTS[:1], positions))
     fig = plot_over_checkpoints(table, tmp_path, spec)
@@ -131,8 +139,8 @@ def test_split_is_line_style_component_is_colour(tmp_path):
 def test_axis_labels_name_the_metric(tmp_path):
     _metrics(tmp_path)
     table = Table(_patching_rows(COMPONENTS[:2], positions=(-1,)))
-    resample = plot_over_checkpoints(table, tmp_path, ANALYSES["resample_ablation_damage"]).axes[1].get_ylabel()
-    patching = plot_over_checkpoints(table, tmp_path, ANALYSES["patching"]).axes[1].get_ylabel()
+    resample = plot_over_checkpoints(table, tmp_path, _lines("resample_ablation_damage")).axes[1].get_ylabel()
+    patching = plot_over_checkpoints(table, tmp_path, _lines("patching")).axes[1].get_ylabel()
     assert "resample-ablation damage" in resample and "patching" not in resample
     assert "minimal-pair patching" in patching
 
