@@ -273,8 +273,21 @@ def fingerprints(
         model.train(was_training)
     config = {"split": split, "modulus": m, "value_positions": vpos, "readout_position": readout,
               "value_tokens": vt, "classes": classes, "layers": layer_list, "n": n}
+    _warn_undefined(rows)
     return AnalysisResult(Table(rows), {"scores": torch.stack(all_scores), "ov_weights": torch.stack(all_ov)},
                           config)
+
+
+def _warn_undefined(rows: list[dict[str, Any]]) -> None:
+    """A NaN correlation is a constant input (a head whose scores or outputs do not vary over
+    the examples, or data with one value): said once, never left to a silent blank table."""
+    blank = [f"{row['component']}.{column}" for row in rows for column in ("qk_rho", "ov_rho", "ov_data_rho")
+             if isinstance(row.get(column), float) and math.isnan(row[column])]
+    if blank:
+        shown = ", ".join(blank[:8]) + (f" and {len(blank) - 8} more" if len(blank) > 8 else "")
+        warnings.warn(f"fingerprints: {shown} are NaN: a Spearman correlation is undefined where one of its "
+                      "inputs is constant over the examples (a head whose scores or outputs do not vary, or "
+                      "data with a single value)", UserWarning, stacklevel=3)
 
 
 __all__ = ["VALUE_COLUMNS", "pre_softmax_scores", "compute_qk_fingerprint", "compute_ov_fingerprint",

@@ -61,3 +61,21 @@ def test_a_model_of_another_task_is_refused(model_and_splits, analysis):
     mod3 = build_model(ModelConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=16, **mod3_task.model_dims()))
     with pytest.raises(ValueError, match=r"task with 2 classes \(sum_parity\), but the model has 3 outputs"):
         ANALYSES[analysis](mod3, parity)
+
+
+def test_fingerprints_of_constant_data_say_why_they_are_blank(model_and_splits):
+    import math
+
+    model, splits = model_and_splits
+    tokens = splits["train"].tokens.clone()
+    tokens[:, :-1] = 3  # every value the same: no correlation is defined
+    constant = {**splits, "train": dataclasses.replace(splits["train"], tokens=tokens)}
+    with pytest.warns(UserWarning, match=r"L0H0.qk_rho.* are NaN: a Spearman correlation is undefined where one "
+                                         r"of its inputs is constant"):
+        result = fingerprints(model, constant, n=16)
+    assert all(math.isnan(row["qk_rho"]) for row in result.rows)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # ordinary data: no such warning
+        fingerprints(model, splits, n=16)
