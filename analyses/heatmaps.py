@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from interp_toolkit.runs.layout import metrics_path
 from interp_toolkit.runs.metrics import read_metrics
 
 from ._common import Table
-
-if TYPE_CHECKING:
-    from .over_checkpoints import AnalysisSpec
 
 #: Most checkpoints drawn side by side (chosen log-spaced when a run has more).
 MAX_EPOCHS = 6
@@ -49,14 +46,15 @@ def _grid(table: Table, column: str, epoch: int, components: Sequence[str],
     return [[cells.get((c, p), math.nan) for p in positions] for c in components]
 
 
-def plot_heatmaps_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec) -> Any:
+def plot_heatmaps_over_checkpoints(table: Table, run_dir: str | Path, spec: Any) -> Any:
     """The figure of the module docstring.
 
     Args:
         table: Rows of :func:`~interp_toolkit.analyses.over_checkpoints.over_checkpoints`
             with ``epoch``, ``component``, ``position`` and ``spec.value_columns``.
         run_dir: The run (its ``metrics.jsonl`` gives the accuracy panel).
-        spec: The analysis (its value columns and their labels).
+        spec: The analysis, an :class:`~interp_toolkit.analyses.over_checkpoints.AnalysisSpec`
+            (its name, value columns and their labels; typed loosely: that module imports this one).
 
     Returns:
         The :class:`matplotlib.figure.Figure`; ``fig.heatmap_epochs`` lists the checkpoints drawn.
