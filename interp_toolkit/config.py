@@ -31,6 +31,13 @@ C = TypeVar("C", bound="Config")
 SEED_LIMIT = 2**62
 
 
+def check_seed(name: str, value: Any, what: str) -> None:
+    """``ValueError`` naming ``name`` (e.g. ``MPSPConfig.seed``) and ``what`` it seeds unless
+    ``value`` is an integer in [0, :data:`SEED_LIMIT`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < SEED_LIMIT:
+        raise ValueError(f"{name} ({what}) must be an integer in [0, 2**62), got {value!r}")
+
+
 def reject_unknown_keys(cls: type, data: Mapping[str, Any]) -> None:
     """Raise ``UserError`` naming every key of ``data`` that is not a field of ``cls``."""
     if not isinstance(data, Mapping):
@@ -359,4 +366,5 @@ def _one_line(text: str) -> str:
     return text or "invalid arguments (see --help)"
 
 
-__all__ = ["Config", "load_config_file", "parse_config", "reject_unknown_keys", "split_config_flag"]
+__all__ = ["SEED_LIMIT", "Config", "check_seed", "load_config_file", "parse_config", "reject_unknown_keys",
+           "split_config_flag"]

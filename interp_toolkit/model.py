@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 
-from interp_toolkit.config import SEED_LIMIT, Config
+from interp_toolkit.config import Config, check_seed
 
 if TYPE_CHECKING:  # torch is imported by build_model's TransformerLens, not here: a config needs no torch
     import torch
@@ -179,9 +179,7 @@ class ModelConfig(Config):
             )
         if not isinstance(self.attn_only, bool):
             raise ValueError(f"ModelConfig.attn_only must be a bool, got {self.attn_only!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
-            raise ValueError(f"ModelConfig.seed (the init seed) must be an integer in "
-                             f"[0, 2**62), got {self.seed!r}")
+        check_seed("ModelConfig.seed", self.seed, "the init seed")
         if self.init not in _INITS:
             raise ValueError(f"ModelConfig.init must be one of {_INITS}, got {self.init!r}")
         if (isinstance(self.init_scale, bool) or not isinstance(self.init_scale, (int, float))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from jaxtyping import Bool, Int
 
-from interp_toolkit.config import SEED_LIMIT, Config, reject_unknown_keys
+from interp_toolkit.config import Config, check_seed, reject_unknown_keys
 
 if TYPE_CHECKING:  # torch is imported where splits are made: MPSPConfig (parsed by --help) needs none
     from torch import Tensor
@@ -110,9 +110,7 @@ class MPSPConfig(Config):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"MPSPConfig.{name} must be a positive integer, got {value!r}")
         _check_ratio(self.r)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
-            raise ValueError(f"MPSPConfig.seed (the data seed) must be an integer in "
-                             f"[0, 2**62), got {self.seed!r}")
+        check_seed("MPSPConfig.seed", self.seed, "the data seed")
         if self.extreme_train is not None and (
                 isinstance(self.extreme_train, bool) or not isinstance(self.extreme_train, int)
                 or not 0 <= self.extreme_train <= self.n_train):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from interp_toolkit.config import SEED_LIMIT, Config
+from interp_toolkit.config import Config, check_seed
 from interp_toolkit.devices import check_device_name
 
 #: Training forwards: the lean readout-only engine (:mod:`interp_toolkit.runs.engine`) or
@@ -71,9 +71,7 @@ class TrainConfig(Config):
     device: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < SEED_LIMIT:
-            raise ValueError(f"TrainConfig.seed (the shuffling seed) must be an integer in [0, 2**62), "
-                             f"got {self.seed!r}")
+        check_seed("TrainConfig.seed", self.seed, "the shuffling seed")
         betas = tuple(float(b) for b in self.betas)  # JSON gives lists
         self.betas = betas  # type: ignore[assignment]  # its length is checked below, by name
         check_engine_name(self.engine)

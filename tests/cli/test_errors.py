@@ -206,6 +206,8 @@ CASES = [
     ("train-data-seed-overflow", _train("--data-seed", "99999999999999999999"),
      ["MPSPConfig.seed", "data seed", "99999999999999999999"]),
     ("train-model-seed-negative", _train("--model-seed", "-1"), ["ModelConfig.seed", "-1"]),
+    ("train-shuffling-seed-beyond-limit", _train("--train.seed", str(2**62)), ["TrainConfig.seed", "shuffling seed",
+                                                                               str(2**62)]),
     ("config-duplicate-key-json", _config("duplicate_key.json"), ["duplicate_key.json", "'lr' appears twice"]),
     ("config-duplicate-key-yaml", _config("duplicate_key.yaml"), ["duplicate_key.yaml", "'lr' appears twice",
                                                                   "line 4"]),
