@@ -408,12 +408,12 @@ def run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress: 
     events = context.Queue()
     deaths = [0] * len(jobs)  # worker deaths while the job ran alone: its own
 
-    def new_pool(size: int) -> ProcessPoolExecutor:
+    def new_pool(size: int, first_slot: int = 0) -> ProcessPoolExecutor:
         slots = None
-        if gpu_slots:
+        if gpu_slots:  # pools side by side take different slots: ``first_slot`` is this pool's first
             slots = context.Queue()
             for i in range(size):
-                slots.put(gpu_slots[i % len(gpu_slots)])
+                slots.put(gpu_slots[(first_slot + i) % len(gpu_slots)])
         return ProcessPoolExecutor(max_workers=size, mp_context=context, initializer=_init_local_worker,
                                    initargs=(os.getpid(), events, slots))
 
@@ -458,7 +458,7 @@ def run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress: 
     todo = run_round([(new_pool(min(workers, len(jobs))), list(range(len(jobs))))], alone=False) if jobs else []
     while todo:
         batch, todo = sorted(todo)[:workers], sorted(todo)[workers:]
-        todo += run_round([(new_pool(1), [i]) for i in batch], alone=True)
+        todo += run_round([(new_pool(1, k), [i]) for k, i in enumerate(batch)], alone=True)
     events.close()
     return rows
 

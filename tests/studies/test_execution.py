@@ -195,3 +195,15 @@ def test_a_dead_progress_queue_stops_neither_training_nor_the_sweep(tmp_path, ca
     empty = queue_module.Queue()
     SweepProgress(Bar(), jobs, n_runs=1, n_cached=0).drain(empty)  # an empty queue is no failure
     assert capsys.readouterr().err == ""
+
+
+def test_jobs_rerun_alone_after_a_worker_death_take_different_gpu_slots(tmp_path, monkeypatch):
+    # both jobs broke in the shared pool; rerun side by side in pools of their own, each pool
+    # takes its own GPU slot (not every one the first)
+    monkeypatch.setattr(execution, "local_gpu_slots", lambda device, jobs_per_gpu: ["7", "9"])
+    cfg = preset("smoke", seeds_per_process=1, epochs=30, ratios=[0.9])
+    marker = tmp_path / "killed"
+    result = run_sweep(cfg, tmp_path / "study", workers=2, progress=False, report=False,
+                       callbacks=[KillWorkerOnce(marker, "_s0_")])
+    assert marker.exists() and not result.failed and len(result.rows) == 2
+    assert sorted(where["cuda_visible_devices"] for where in result.placements) == ["7", "9"]
