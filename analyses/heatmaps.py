@@ -59,9 +59,10 @@ def plot_heatmaps_over_checkpoints(table: Table, run_dir: str | Path, spec: Any)
     Returns:
         The :class:`matplotlib.figure.Figure`; ``fig.heatmap_epochs`` lists the checkpoints drawn.
     """
+    import matplotlib
     import numpy as np
 
-    from interp_toolkit.plotting import figure, label, split_colors, split_linestyle, style
+    from interp_toolkit.plotting import figure, label, plot_accuracies, style
 
     components = list(dict.fromkeys(str(r["component"]) for r in table.rows))
     positions = sorted({int(r["position"]) for r in table.rows})
@@ -75,21 +76,17 @@ def plot_heatmaps_over_checkpoints(table: Table, run_dir: str | Path, spec: Any)
         grid = fig.add_gridspec(1 + len(columns), ncols + 1, width_ratios=[1] * ncols + [0.06],
                                 height_ratios=[1.5] + [cell_h] * len(columns))
         top = fig.add_subplot(grid[0, :ncols])
-        for key in sorted({k for m in metrics for k in m if k.endswith("_acc")}):
-            split = key[:-4]
-            xs = [m["epoch"] for m in metrics if key in m]
-            top.plot(xs, [m[key] for m in metrics if key in m], label=label(split), color=split_colors().get(split),
-                     ls=split_linestyle(split))
+        plot_accuracies(top, metrics)
         for epoch in epochs:
             top.axvline(epoch, color="0.6", lw=0.8, ls=":")
-        top.set(ylabel="accuracy", ylim=(-0.02, 1.02), xlabel="epoch (dotted: the checkpoints drawn below)",
+        top.set(xlabel="epoch (dotted: the checkpoints drawn below)",
                 title=f"{spec.name} over checkpoints: {Path(run_dir).name}")
         if metrics and max(m["epoch"] for m in metrics) > 10:
             top.set_xscale("symlog", linthresh=1)
         if metrics:
             top.set_xlim(0, max(m["epoch"] for m in metrics))
         top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
-        cmap = __import__("matplotlib").colormaps["RdBu_r"].copy()
+        cmap = matplotlib.colormaps["RdBu_r"].copy()
         cmap.set_bad("0.85")
         for row, column in enumerate(columns, start=1):
             grids = {e: np.array(_grid(table, column, e, components, positions)) for e in epochs}

@@ -487,11 +487,10 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
     from interp_toolkit.plotting import (
         component_colors,
         epoch_axis,
-        label,
         legend_outside,
         new_panels,
         note_not_shown,
-        split_colors,
+        plot_accuracies,
         split_linestyle,
         style,
         tag_series,
@@ -519,14 +518,8 @@ def plot_over_checkpoints(table: Table, run_dir: str | Path, spec: AnalysisSpec,
             fig, axes = new_panels(len(panels) + 1, ax)
             below = {i: i < len(panels) for i in range(len(panels) + 1)}  # one column: each panel above the next
         top = axes[0]
-        epochs_seen: list[float] = []
-        for key in sorted({k for m in metrics for k in m if k.endswith("_acc")}):
-            split = key[:-4]
-            xs = [m["epoch"] for m in metrics if key in m]
-            epochs_seen += xs
-            top.plot(xs, [m[key] for m in metrics if key in m], label=label(split),
-                     color=split_colors().get(split), ls=split_linestyle(split))
-        top.set(ylabel="accuracy", ylim=(-0.02, 1.02), title=f"{spec.name} over checkpoints: {Path(run_dir).name}")
+        epochs_seen: list[float] = plot_accuracies(top, metrics)
+        top.set_title(f"{spec.name} over checkpoints: {Path(run_dir).name}")
         zero_start: list[str] = []  # no relative change to show: named in the figure, not dropped silently
         for panel, info in zip(axes[1:], panels, strict=True):
             for key, xs, ys in info.lines:

@@ -37,7 +37,7 @@ import io
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence, cast
+from typing import Any, Iterable, Iterator, Mapping, Sequence, cast
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -196,18 +196,6 @@ def check_format(fmt: str) -> str:
 MAX_PIXELS = 2000
 
 
-def _saved_inches(fig: Any) -> float:
-    """The longer side, in inches, of ``fig`` as saved: with ``savefig.bbox: tight`` the
-    page grows to hold what sits outside the axes (legends, notes), so it is measured."""
-    size = float(max(fig.get_size_inches()))
-    try:
-        box = fig.get_tightbbox(fig.canvas.get_renderer())
-    except Exception:  # noqa: BLE001 - a backend without a renderer: the figure's own size
-        return size
-    pad = 2 * float(STYLE.get("savefig.pad_inches", 0.1))
-    return max(size, float(box.width) + pad, float(box.height) + pad)
-
-
 def save_figure(fig: Any, path: str | Path, fmt: str | None = None) -> Path:
     """Write ``fig`` atomically; returns the path written.
 
@@ -228,9 +216,9 @@ def save_figure(fig: Any, path: str | Path, fmt: str | None = None) -> Path:
     with style():
         # a raster figure keeps the style's dpi up to MAX_PIXELS on its longer side: a grid of
         # many panels is drawn smaller, never as an image no screen shows whole
-        dpi = min(float(STYLE["savefig.dpi"]), MAX_PIXELS / _saved_inches(fig))
+        dpi = min(float(STYLE["savefig.dpi"]), MAX_PIXELS / float(max(fig.get_size_inches())))
         fig.savefig(buffer, format=fmt, dpi=dpi)
-        if fmt == "png":  # a tight bounding box can still add a few pixels: measured, then fixed
+        if fmt == "png":  # a tight bounding box can add what sits outside the axes: measured, then fixed
             width, height = (int.from_bytes(buffer.getvalue()[16:20], "big"),
                              int.from_bytes(buffer.getvalue()[20:24], "big"))
             if max(width, height) > MAX_PIXELS:
@@ -388,6 +376,21 @@ def split_colors() -> dict[str, str]:
     return {"train": PALETTE[0], "val": PALETTE[2], "adv": PALETTE[3]}
 
 
+def plot_accuracies(ax: Any, metrics: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Every split's accuracy of a run's evaluations (``metrics.jsonl`` lines) on ``ax``, one
+    line per split in its colour and line style, the y axis from 0 to 1; returns the epochs
+    drawn (for the caller's epoch axis)."""
+    epochs: list[float] = []
+    for key in sorted({k for m in metrics for k in m if k.endswith("_acc")}):
+        split = key[:-4]
+        xs = [m["epoch"] for m in metrics if key in m]
+        epochs += xs
+        ax.plot(xs, [m[key] for m in metrics if key in m], label=label(split), color=split_colors().get(split),
+                ls=split_linestyle(split))
+    ax.set(ylabel="accuracy", ylim=(-0.02, 1.02))
+    return epochs
+
+
 def epoch_axis(ax: Any, epochs: Sequence[float] | None = None) -> None:
     """Log-scale an epoch x axis, keeping epoch 0 visible (symmetric log, linear below 1).
 
@@ -405,4 +408,4 @@ def epoch_axis(ax: Any, epochs: Sequence[float] | None = None) -> None:
 __all__ = ["COMPONENT_PALETTE", "FORMATS", "LABELS", "MAX_PIXELS", "MPSP_SPLIT_ROLES", "NOT_SHOWN", "PALETTE", "SPLIT_LINESTYLES", "STYLE",
            "check_format", "component_colors", "component_kind", "drawn_series", "epoch_axis", "figure", "label",
            "legend_outside", "mpsp_split_label", "new_figure", "new_panels", "not_shown_notes", "note_not_shown",
-           "save_figure", "split_colors", "split_linestyle", "style", "tag_series"]
+           "plot_accuracies", "save_figure", "split_colors", "split_linestyle", "style", "tag_series"]

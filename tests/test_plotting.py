@@ -192,3 +192,16 @@ def test_curves_by_cell_names_a_cell_without_evaluations(run, tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_plot_accuracies_draws_each_split_and_returns_its_epochs():
+    from interp_toolkit.plotting import figure, plot_accuracies, split_linestyle
+
+    metrics = [{"epoch": 0, "val_acc": 0.5, "adv_acc": 0.4, "val_loss": 1.0},
+               {"epoch": 10, "val_acc": 0.9, "adv_acc": 0.1}]
+    ax = figure().add_subplot()
+    epochs = plot_accuracies(ax, metrics)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"validation", "adversarial"} and sorted(epochs) == [0, 0, 10, 10]
+    assert list(lines["adversarial"].get_ydata()) == [0.4, 0.1]
+    assert lines["validation"].get_linestyle() == split_linestyle("val") and ax.get_ylim() == (-0.02, 1.02)
