@@ -170,11 +170,19 @@ def read_verified_entry(path: str | os.PathLike) -> tuple[dict[str, Any] | None,
         return None, f"unreadable: {err}"
     if not isinstance(entry, dict):
         return None, "not a cache entry"
-    if HEADER_DIGEST_KEY not in entry:
-        return None, "written without a content digest"
-    if entry[HEADER_DIGEST_KEY] != header_digest(entry):
-        return None, "content does not match its digest"
-    return entry, None
+    problem = digest_problem(entry)
+    return (None, problem) if problem is not None else (entry, None)
+
+
+def digest_problem(data: Mapping[str, Any]) -> str | None:
+    """Why ``data`` (a JSON object written with :func:`with_header_digest`) fails its content
+    digest: ``"written without a content digest"`` or ``"content does not match its digest"``;
+    None when it passes."""
+    if HEADER_DIGEST_KEY not in data:
+        return "written without a content digest"
+    if data[HEADER_DIGEST_KEY] != header_digest(data):
+        return "content does not match its digest"
+    return None
 
 
 def read_digested_json(path: str | os.PathLike, expected: str) -> dict[str, Any]:
@@ -199,10 +207,11 @@ def read_digested_json(path: str | os.PathLike, expected: str) -> dict[str, Any]
                         f"{expected}") from err
     if not isinstance(data, dict):
         raise UserError(f"{path} holds a JSON {type(data).__name__}, not {expected}")
-    if HEADER_DIGEST_KEY not in data:
+    problem = digest_problem(data)
+    if problem == "written without a content digest":
         raise UserError(f"{path} records no content digest ({HEADER_DIGEST_KEY}), so an edit cannot be told from "
                         f"what was written; it is not {expected} as this version writes it (regenerate it)")
-    if data[HEADER_DIGEST_KEY] != header_digest(data):
+    if problem is not None:
         raise UserError(f"{path}: its content does not match the digest written with it (the file was edited or "
                         f"corrupted); regenerate it")
     return data
