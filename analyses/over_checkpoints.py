@@ -140,13 +140,14 @@ class CheckpointsResult:
 
 
 def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
-    """Rebuild a run's MPSP splits from ``run.json`` (``run_info["task"]``) and check that
-    they are the data the run was trained on (same fingerprints)."""
+    """Rebuild a run's splits from ``run.json`` (``run_info["task"]``: an MPSP task or a
+    custom task's factory and settings) and check that they are the data the run was
+    trained on (same fingerprints)."""
     from interp_toolkit.runs.record import read_record, record_path, task_config
-    from interp_toolkit.tasks.mpsp import make_splits
+    from interp_toolkit.tasks.custom import task_splits
 
     record = read_record(run_dir)
-    splits = make_splits(task_config(run_dir))
+    splits = dict(task_splits(task_config(run_dir)))
     expected = record.get("identity", {}).get("data", {})
     for name, split in splits.items():
         if name in expected and expected[name] != fingerprint(split):

@@ -336,9 +336,10 @@ def minimal_pair_patching(
     kinds_of = {}
     for name, split in ((source, src), (target, tgt)):
         agrees = getattr(split, "agrees", None)
-        if agrees is None or getattr(split, "task", None) is None:
-            raise ValueError(f"split {name!r} must be an MPSP split made by make_split (with agrees and task) "
-                             "for minimal pairs")
+        if agrees is None:
+            raise ValueError(f"split {name!r} has no .agrees (which examples follow the shortcut): minimal-pair "
+                             "patching needs it on both splits (an MPSP split, or a custom task's split with "
+                             ".agrees; docs/custom_tasks.md)")
         if bool(agrees.all()):
             kinds_of[name] = "consistent"
         elif not bool(agrees.any()):
@@ -353,7 +354,14 @@ def minimal_pair_patching(
     # validate positions and components before building pairs (pairs keep the source's shape)
     pos = _check_patching_inputs(src.tokens, src.tokens, positions, readout_position)
     comps = resolve_components(model, components, kinds)
-    pairs = minimal_pairs(src, seed=seed)
+    if getattr(src, "task", None) is not None:
+        pairs = minimal_pairs(src, seed=seed)
+    elif callable(getattr(src, "minimal_pairs", None)):  # a custom task's own pairs
+        pairs = src.minimal_pairs(seed=seed)
+    else:
+        raise ValueError(f"split {source!r} provides no minimal pairs: minimal-pair patching needs an MPSP split "
+                         "(make_split) or a split with a minimal_pairs(seed) method returning pairs one token "
+                         "apart whose shortcut agreement flips (docs/custom_tasks.md)")
     if n is not None:
         pairs = pairs.head(n)
     source_tokens, target_tokens = pairs.source.tokens, pairs.target.tokens

@@ -83,7 +83,27 @@ def plot_bif(result: BIFResult, ax: Any = None, row_groups: Mapping[str, Any] | 
             axes[2].axvline(burn, color="k", ls="--", lw=0.8, label="end of burn-in")
             axes[2].set(title="SGLD minibatch loss", xlabel="SGLD step", ylabel="loss")
             legend_outside(axes[2])
+        verdict = convergence_label(result.convergence)
+        if verdict:
+            fig.suptitle(verdict, color="firebrick" if verdict.startswith("NOT") else "black", fontsize="medium")
     return fig
+
+
+def convergence_label(convergence: Any) -> str:
+    """What a BIF figure says of its chains: ``NOT converged (max R-hat 1.07, min ESS 43)``
+    when they failed the R-hat / ESS rule, ``converged (...)`` when they passed, ``""``
+    without diagnostics."""
+    if convergence is None:
+        return ""
+    summary = convergence.summary()
+    rhat, bulk, tail = summary["max_rhat"], summary["min_ess_bulk"], summary["min_ess_tail"]
+    ess = None if bulk is None or tail is None else min(bulk, tail)
+    numbers = (f"max R-hat {'n/a' if rhat is None else f'{rhat:.3f}'}, "
+               f"min ESS {'n/a' if ess is None else f'{ess:.0f}'}")
+    if summary["converged"]:
+        return f"converged ({numbers})"
+    return (f"NOT converged ({numbers}; needs R-hat <= {summary['rhat_max_threshold']} and ESS >= "
+            f"{summary['ess_min_threshold']:.0f}): the estimates are not yet reliable")
 
 
 def plot_diagnostics(

@@ -71,15 +71,9 @@ def run_config(config: BIFCommandConfig) -> int:
     verdict (or, with ``--calibrate``, the sweep and its recommendation); returns 0."""
     if config.calibrate:
         from interp_toolkit.studies.bif_checkpoint import calibrate_checkpoint
+        from interp_toolkit.studies.bif_lm_series import calibration_lines
 
-        report = calibrate_checkpoint(config)
-        for row in report["rows"]:
-            state = "diverged" if row["diverged"] else ("converged" if row["converged"] else "not converged")
-            print(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {_num(row['n_beta'])}: {state}, "
-                  f"max R-hat {_num(row['max_rhat'], 4)}, min ESS {_num(row['min_ess_bulk'])} / "
-                  f"{_num(row['min_ess_tail'])}, loss drift {_num(row['loss_drift'])}")
-        print(f"recommended: {report['reason']}")
-        print(f"wrote {report['path']}")
+        print(calibration_lines(calibrate_checkpoint(config)))
         return 0
     print(f"checkpoint: {config.checkpoint}")
     summary = compute_bif_summary(config)
@@ -87,14 +81,11 @@ def run_config(config: BIFCommandConfig) -> int:
     print(f"mean BIF of the training examples on {summary['query']}:")
     print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))
     convergence = summary["convergence"]
-    print("converged" if convergence["converged"] else "NOT converged: " + "; ".join(convergence["warnings"]))
+    print(summary["verdict"])
+    if not convergence["converged"]:
+        print("; ".join(convergence["warnings"]))
     print(f"wrote {summary['result_dir']}")
     return 0
-
-
-def _num(value: object, digits: int = 3) -> str:
-    """A diagnostic at a readable precision (``492.43990729009954`` -> ``492``)."""
-    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

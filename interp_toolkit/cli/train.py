@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.mpsp import default_run_dir, format_metrics, last_logged_epoch, run_mpsp
 
 # The names of interp_toolkit.tasks.mpsp.TASKS, spelled out so that importing this module needs no torch.
@@ -65,11 +66,20 @@ def command_config_class() -> type:
     def post_init(self: Any) -> None:
         if isinstance(self.task, dict):
             self.task = MPSPConfig.from_dict(self.task)
+        self.custom_task = None
+        if isinstance(self.task_settings, dict):  # a config file's mapping
+            import json
+
+            self.task_settings = json.dumps(self.task_settings)
+        if self.task_factory is not None:
+            self.custom_task = custom_task_of(self.task_factory, self.task_settings)
+        elif self.task_settings is not None:
+            raise UserError("--task-settings applies to a custom task: give --task-factory MODULE:FUNCTION too")
         if self.task_name is not None:
             self.task = MPSPConfig.from_task(self.task_name, **{
                 k: v for k, v in self.task.to_dict().items() if k not in ("label", "shortcut")})
         model = dict(self.model) if isinstance(self.model, dict) else self.model.to_dict()
-        self.model = ModelConfig.from_dict({**model, **self.task.model_dims()})
+        self.model = ModelConfig.from_dict({**model, **self.data_task().model_dims()})
         if isinstance(self.train, dict):
             self.train = TrainConfig.from_dict(self.train)
         if isinstance(self.run_dir, str):
@@ -77,11 +87,17 @@ def command_config_class() -> type:
         if isinstance(self.extend_from, str):
             self.extend_from = Path(self.extend_from)
 
+    def data_task(self: Any) -> Any:
+        """The task trained on: the custom task when --task-factory is given, else ``task``."""
+        return self.custom_task if self.custom_task is not None else self.task
+
     task_name = Literal[tuple(TASK_NAMES)]  # type: ignore[valid-type]
     cls = dataclasses.make_dataclass(
         "TrainCommandConfig",
         [("task_name", Optional[task_name], dataclasses.field(default=None)),  # noqa: UP007 - read by tyro
          ("task", MPSPConfig, dataclasses.field(default_factory=MPSPConfig)),
+         ("task_factory", Optional[str], dataclasses.field(default=None)),  # noqa: UP007
+         ("task_settings", Optional[str], dataclasses.field(default=None)),  # noqa: UP007
          ("model", ModelConfig, dataclasses.field(default_factory=default_model)),
          ("train", TrainConfig, dataclasses.field(default_factory=TrainConfig)),
          ("run_dir", Optional[Path], dataclasses.field(default=None)),  # noqa: UP007
@@ -94,11 +110,17 @@ def command_config_class() -> type:
          ("wandb_entity", Optional[str], dataclasses.field(default=None)),  # noqa: UP007
          ("wandb_group", Optional[str], dataclasses.field(default=None))],  # noqa: UP007
         bases=(Config,),
-        namespace={"__post_init__": post_init, "__module__": __name__, "__doc__": """Settings of ``interp-toolkit train``.
+        namespace={"__post_init__": post_init, "data_task": data_task, "__module__": __name__,
+                   "__doc__": """Settings of ``interp-toolkit train``.
 
     Attributes:
         task_name: Task variant (sets task.label and task.shortcut); default: from them.
         task: The MPSP data.
+        task_factory: Your own task instead of MPSP: a function returning its splits, as
+            package.module:function, path/to/file.py:function or an installed entry point
+            (docs/custom_tasks.md). The run records it, so every command rebuilds its data.
+        task_settings: Keyword arguments of the task factory, a JSON object (in a config
+            file: a mapping).
         model: The architecture (vocabulary and context sizes always follow the task).
         train: Optimization and bookkeeping, and where to train (``train.device``, also
             spelled ``--device``: cpu, cuda, cuda:N or auto; default cpu).
@@ -120,6 +142,31 @@ def command_config_class() -> type:
     )
     _COMMAND_CONFIG.append(cls)
     return cls
+
+
+def custom_task_of(factory: str, settings: str | None) -> Any:
+    """The :class:`~interp_toolkit.tasks.custom.CustomTask` of ``--task-factory`` and
+    ``--task-settings`` (a JSON object), its splits built and checked (UserError naming
+    the bad value)."""
+    import json
+
+    from interp_toolkit.tasks.custom import CustomTask
+
+    values: Any = {}
+    if settings is not None:
+        try:
+            values = json.loads(settings)
+        except json.JSONDecodeError as err:
+            raise UserError(f"--task-settings {settings!r} is not JSON ({err.msg}); expected an object such as "
+                            "'{\"n_train\": 512}'") from None
+        if not isinstance(values, dict):
+            raise UserError(f"--task-settings {settings!r}: expected a JSON object of factory keyword -> value")
+    try:
+        task = CustomTask(factory, values)
+        task.model_dims()  # builds and checks the splits: a bad factory fails before any training
+    except (ValueError, TypeError) as err:
+        raise UserError(str(err)) from err
+    return task
 
 
 def _prepare(data: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +201,13 @@ def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
     if not from_file and not any(t.split("=")[0] == "--model.d-head" for t in rest):
         cfg.model = dataclasses.replace(cfg.model, d_head=None)
     file_data = load_config_file(config_file) if config_file is not None else {}
+    if cfg.custom_task is not None:
+        mpsp_flags = [t.split("=")[0] for t in rest if t.split("=")[0].startswith("--task.")
+                      or str(ALIASES.get(t.split("=")[0], "")).startswith(("--task.", "--task-name"))]
+        if file_data.get("task") or mpsp_flags:
+            given = mpsp_flags[0] if mpsp_flags else "the config file's task section"
+            raise UserError(f"{given} sets the MPSP task, but --task-factory {cfg.task_factory} trains a custom "
+                            "task; its settings go in --task-settings (task_settings in a config file)")
     refuse_conflicts(cfg, _explicit_values(rest, file_data))
     return cfg
 
@@ -192,14 +246,16 @@ def refuse_conflicts(cfg: Any, explicit: dict[str, tuple[str, Any]]) -> None:
     model's ``d_vocab``, ``n_ctx`` and ``d_vocab_out`` follow the task (a value the task
     does not need would otherwise be silently replaced), and ``--task-name`` fixes the
     task's label and shortcut."""
-    from interp_toolkit.errors import UserError
-
-    dims = cfg.task.model_dims()
+    if cfg.custom_task is not None and cfg.task_name is not None:
+        raise UserError(f"--task-name {cfg.task_name} sets the MPSP task, but --task-factory {cfg.task_factory} "
+                        "trains a custom task; its settings go in --task-settings")
+    dims = cfg.data_task().model_dims()
     for name in _DERIVED_MODEL:
         where, value = explicit.get(f"model.{name}", (None, None))
         if where is not None and str(value) != str(dims[name]):
-            raise UserError(f"{where} conflicts with the task: {cfg.task.name} (seq_len {cfg.task.seq_len}, "
-                            f"n_values {cfg.task.n_values}) needs model.{name} = {dims[name]}; the model's "
+            about = (f"{cfg.task.name} (seq_len {cfg.task.seq_len}, n_values {cfg.task.n_values})"
+                     if cfg.custom_task is None else f"the custom task {cfg.custom_task.name} (by its data)")
+            raise UserError(f"{where} conflicts with the task: {about} needs model.{name} = {dims[name]}; the model's "
                             f"vocabulary, context and output sizes follow the task, so leave the flag out "
                             f"(or change the task)")
     if cfg.task_name is not None:
@@ -217,7 +273,7 @@ def run_config(cfg: Any) -> int:
     """``interp-toolkit train``: returns 0; bad input raises a user error (exit 2 in ``main``)."""
     from interp_toolkit.loggers import loggers_from_flags
 
-    run = run_mpsp(cfg.task, cfg.model, cfg.train, cfg.run_dir, overwrite=cfg.overwrite,
+    run = run_mpsp(cfg.data_task(), cfg.model, cfg.train, cfg.run_dir, overwrite=cfg.overwrite,
                    callbacks=loggers_from_flags(cfg), extend_from=cfg.extend_from, figure_format=cfg.format)
     result, origin = run.result, run.extended_from
     status = "already finished (nothing retrained)" if result.already_finished else (
@@ -231,7 +287,7 @@ def run_config(cfg: Any) -> int:
 
 def interrupted_at(cfg: Any) -> int | None:
     """The epoch an interrupted ``train`` resumes from: its last logged (and saved) evaluation."""
-    return last_logged_epoch(cfg.run_dir or default_run_dir(cfg.task, cfg.model, cfg.train))
+    return last_logged_epoch(cfg.run_dir or default_run_dir(cfg.data_task(), cfg.model, cfg.train))
 
 
 __all__ = ["ALIASES", "DESCRIPTION", "TASK_NAMES", "command_config_class", "interrupted_at", "parse", "run_config"]

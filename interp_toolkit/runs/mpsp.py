@@ -29,9 +29,12 @@ def default_run_dir(task_cfg: MPSPConfig, model_cfg: ModelConfig, train_cfg: Tra
     not what, it computes: not part of the name.
     """
     from interp_toolkit.io import config_hash
+    from interp_toolkit.tasks.custom import CustomTask
 
     train = {k: v for k, v in train_cfg.to_dict().items() if k not in ("device", "engine")}
     key = config_hash({"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), "train": train}, 8)
+    if isinstance(task_cfg, CustomTask):  # its r is a property of its data, not a setting
+        return Path(f"runs/{task_cfg.name}_{model_cfg.n_layers}L{model_cfg.n_heads}H_s{model_cfg.seed}_{key}")
     return Path(f"runs/{task_cfg.name}_{model_cfg.n_layers}L{model_cfg.n_heads}H_r{task_cfg.r:g}"
                 f"_s{model_cfg.seed}_{key}")
 
@@ -39,10 +42,12 @@ def default_run_dir(task_cfg: MPSPConfig, model_cfg: ModelConfig, train_cfg: Tra
 def train_mpsp(task_cfg: MPSPConfig, model_cfg: ModelConfig, train_cfg: TrainConfig, run_dir: str | Path,
                device: str | None = None, overwrite: bool = False, callbacks: Sequence[Any] | None = None,
                extend_from: str | Path | None = None) -> TrainResult:
-    """Build the splits and model for an MPSP run and train it (resuming if possible).
+    """Build the splits and model for a run and train it (resuming if possible).
 
     Args:
-        task_cfg: The data.
+        task_cfg: The data: an ``MPSPConfig`` or a
+            :class:`~interp_toolkit.tasks.custom.CustomTask` (recorded either way, so the
+            commands that read the run rebuild its splits).
         model_cfg: The architecture (its vocabulary and context sizes must fit the task).
         train_cfg: Optimization and bookkeeping.
         run_dir: Run directory.
@@ -56,13 +61,13 @@ def train_mpsp(task_cfg: MPSPConfig, model_cfg: ModelConfig, train_cfg: TrainCon
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.model import build_model
     from interp_toolkit.runs.trainer import train
-    from interp_toolkit.tasks.mpsp import make_splits
+    from interp_toolkit.tasks.custom import task_splits
 
     device = device if device is not None else (train_cfg.device or "cpu")
     resolved = resolve_device(device)  # a bad or unavailable device fails before any work
     if train_cfg.device != device:
         train_cfg = dataclasses.replace(train_cfg, device=device)
-    splits = make_splits(task_cfg)
+    splits = task_splits(task_cfg)
     model = build_model(model_cfg, device=resolved)
     return train(model, splits, train_cfg, run_dir, run_info={"task": {"name": task_cfg.name, **task_cfg.to_dict()}},
                  overwrite=overwrite, callbacks=callbacks, extend_from=extend_from)
@@ -144,5 +149,9 @@ def format_metrics(metrics: Mapping[str, Any]) -> str:
     return "  ".join(parts)
 
 
-__all__ = ["MPSPRun", "default_run_dir", "format_metrics", "last_logged_epoch", "run_mpsp", "train_mpsp",
-           "write_curves"]
+#: The same functions under task-neutral names (they train MPSP and custom tasks alike).
+train_task = train_mpsp
+run_task = run_mpsp
+
+__all__ = ["MPSPRun", "default_run_dir", "format_metrics", "last_logged_epoch", "run_mpsp", "run_task",
+           "train_mpsp", "train_task", "write_curves"]

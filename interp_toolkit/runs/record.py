@@ -180,22 +180,44 @@ def find_run_dir(checkpoint: str | Path) -> Path | None:
 
 
 def task_config(run_dir: str | Path) -> Any:
-    """The ``MPSPConfig`` a run was trained on, read from its record.
+    """The task a run was trained on, read from its record: an ``MPSPConfig``, or a
+    :class:`~interp_toolkit.tasks.custom.CustomTask` for a run of a task factory.
 
     Raises:
-        RunRecordError: If the record is missing or names no MPSP task.
+        RunRecordError: If the record is missing or names no task (saying how a run gets one).
     """
+    from interp_toolkit.tasks.custom import CustomTask, is_custom_record
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
     record = read_record(run_dir)
     task = task_dict(record)
     if not task:
-        raise RunRecordError(f"{record_path(run_dir)} records no task (run_info.task)")
+        raise RunRecordError(
+            f"{record_path(run_dir)} records no task (run_info.task), so its data cannot be rebuilt: pass the "
+            "splits to the library function (splits=...), or train with a task the run records "
+            "(an MPSP task, or --task-factory / CustomTask for your own: see docs/custom_tasks.md)")
+    if is_custom_record(task):
+        try:
+            return CustomTask.from_dict(task)
+        except (TypeError, ValueError) as err:
+            raise RunRecordError(f"{record_path(run_dir)} holds a custom task that cannot be read: {err}") from err
     task.pop("name", None)
     try:
         return MPSPConfig.from_dict(task)
     except (TypeError, ValueError) as err:
         raise RunRecordError(f"{record_path(run_dir)} holds a task that is not an MPSP config: {err}") from err
+
+
+def mpsp_task_config(run_dir: str | Path, needed_by: str) -> Any:
+    """The run's ``MPSPConfig``; RunRecordError naming ``needed_by`` (what needs MPSP data)
+    for a run of a custom task."""
+    from interp_toolkit.tasks.custom import CustomTask
+
+    task = task_config(run_dir)
+    if isinstance(task, CustomTask):
+        raise RunRecordError(f"{needed_by} needs an MPSP task (its sequence values and features), but the run at "
+                             f"{run_dir} was trained on the custom task {task.name!r} ({task.factory})")
+    return task
 
 
 def check_task_matches(run_dir: str | Path, requested: Any) -> None:
@@ -316,6 +338,10 @@ def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike
             detail = ", ".join(f"{k} {config[k]!r} (run: {recorded[k]!r})" for k in differ)
             raise CheckpointError(f"checkpoint {path} is of another model than the run at {run_dir}: {detail}; "
                                   f"it is not this run's checkpoint")
+    from interp_toolkit.tasks.custom import is_custom_record
+
+    if is_custom_record(task_dict(record)):
+        return  # a custom task's sizes follow its data: the fingerprints check it (building it here would not)
     try:
         dims = task_config(run_dir).model_dims()
     except RunRecordError:
@@ -327,7 +353,7 @@ def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike
                               f"{detail}")
 
 
-__all__ = ["check_checkpoint_belongs", "check_checkpoint_epoch", "checkpoint_epochs_of_record", "RECORD_NAME", "RunRecordError", "check_task_matches", "find_run_dir", "finish_record",
+__all__ = ["check_checkpoint_belongs", "check_checkpoint_epoch", "checkpoint_epochs_of_record", "RECORD_NAME", "RunRecordError", "check_task_matches", "find_run_dir", "finish_record", "mpsp_task_config",
            "has_record", "is_finished", "library_versions", "new_training_record", "read_record",
            "read_run_record", "record_path", "task_config", "task_dict", "write_record",
            "write_recovered_record"]

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
+from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.config import Config, required_positional
 from interp_toolkit.errors import UserError, notice
@@ -50,6 +51,9 @@ class BIFCommandConfig(Config):
         sampler: SGLD settings (flags without prefix: --eps, --chains, ...). --chains is at
             least 2: the BIF's standard error is a leave-one-chain-out jackknife, which one chain
             cannot give (it would be NaN everywhere).
+        convergence: Adaptive chain length (--adaptive, the default: draws and burn-in double
+            until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per chain would be
+            exceeded; summary.json records every round and which stopped it).
     """
 
     checkpoint: Annotated[Path | None, tyro.conf.Positional, required_positional("CHECKPOINT")] = None
@@ -64,7 +68,8 @@ class BIFCommandConfig(Config):
     calibrate_eps: tuple[float, ...] = ()
     calibrate_gamma: tuple[float, ...] = ()
     calibrate_n_beta: tuple[float, ...] = ()
-    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(batch_size=256))
+    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(eps=1e-3, batch_size=256))
+    convergence: AdaptiveConfig = field(default_factory=AdaptiveConfig)
 
     def __post_init__(self) -> None:
         for name in ("n_attribution", "n_query"):
@@ -143,6 +148,10 @@ def task_for_checkpoint(checkpoint: Path, task_config: Path | None) -> tuple[Any
 
 
 def _check_model_fits(model_cfg: Any, task: Any, checkpoint: Path) -> None:
+    from interp_toolkit.tasks.custom import CustomTask
+
+    if isinstance(task, CustomTask):  # its sizes follow its data: the token and label checks below decide
+        return
     dims = task.model_dims()
     wrong = {k: (getattr(model_cfg, k), v) for k, v in dims.items() if getattr(model_cfg, k) != v}
     if wrong:
@@ -166,7 +175,7 @@ def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
     from interp_toolkit.model import model_config_of
     from interp_toolkit.runs.record import find_run_dir, read_record, record_path
     from interp_toolkit.runs.trainer import check_label_ids, check_token_ids
-    from interp_toolkit.tasks.mpsp import make_splits
+    from interp_toolkit.tasks.custom import task_splits
 
     if args.checkpoint is None:
         raise UserError("a BIF needs a checkpoint (a .safetensors file); got none")
@@ -180,7 +189,9 @@ def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
     if run_dir is not None and metadata.get("run_key") not in (None, read_record(run_dir).get("key")):
         raise UserError(f"checkpoint {checkpoint} belongs to run {metadata['run_key']}, but {record_path(run_dir)} "
                         f"records run {read_record(run_dir).get('key')}")
-    splits = make_splits(task)
+    splits = task_splits(task)
+    if args.query_split not in splits:
+        raise UserError(f"--query-split {args.query_split!r}: the task of {task_source} has splits {sorted(splits)}")
     try:  # a task config of another model: refuse before any file is written
         for name, split in splits.items():
             check_token_ids(name, split.tokens, int(model.cfg.d_vocab))
@@ -206,13 +217,16 @@ def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
         "train": (train.tokens.to(device), train.labels.to(device)),
         "query": (query.tokens[: args.n_query].to(device), query.labels[: args.n_query].to(device)),
         "attribution": (train.tokens[rows].to(device), train.labels[rows].to(device)),
-        "agrees": train.agrees[rows],
+        # which rows follow the shortcut (None: a custom task that does not say)
+        "agrees": train.agrees[rows] if getattr(train, "agrees", None) is not None else None,
         "used": used, "clipped_from": clipped_from,
     }
 
 
-def bif_summary(args: BIFCommandConfig, inputs: dict[str, Any], result: Any) -> dict[str, Any]:
-    """The ``summary.json`` of ``interp-toolkit bif`` (its schema, in one place)."""
+def bif_summary(args: BIFCommandConfig, inputs: dict[str, Any], result: Any,
+                adaptive: Any = None) -> dict[str, Any]:
+    """The ``summary.json`` of ``interp-toolkit bif`` (its schema, in one place); ``adaptive``
+    is the :class:`~interp_toolkit.analyses.bif.adaptive.AdaptiveRecord` of the rounds."""
     per_row = result.bif.mean(1).cpu()
     agrees = inputs["agrees"]
     task = inputs["task"]
@@ -231,32 +245,54 @@ def bif_summary(args: BIFCommandConfig, inputs: dict[str, Any], result: Any) -> 
         "mean_bif_on_query_loss": {
             "shortcut_consistent_train_examples": float(per_row[agrees].mean()) if agrees.any() else None,
             "shortcut_inconsistent_train_examples": float(per_row[~agrees].mean()) if (~agrees).any() else None,
-        },
+        } if agrees is not None else {"all_train_examples": float(per_row.mean())},
         "stderr_method": "jackknife (leave one chain out); per_chain_stderr in the result",
         "convergence": result.convergence.summary() if result.convergence is not None else None,
+        "adaptive": adaptive.to_dict() if adaptive is not None else None,
+        "verdict": adaptive.describe() if adaptive is not None else None,
+        "sampler_used": result.config,
         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
     }
+
+
+def round_notice(summary: dict[str, Any]) -> None:
+    """One ``note:`` line per adaptive round that did not converge (long work shows progress)."""
+    if summary["diverged"]:
+        notice(f"SGLD diverged at eps {summary['eps']:.3g}; rerunning at a third of it")
+    elif not summary["converged"]:
+        rhat, bulk, tail = (summary[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail"))
+        notice(f"BIF at {summary['draws']} draws after {summary['burn_in']} burn-in steps per chain: not converged "
+               f"(max R-hat {'n/a' if rhat is None else f'{rhat:.3f}'}, min ESS "
+               f"{'n/a' if bulk is None else f'{bulk:.0f}'} / {'n/a' if tail is None else f'{tail:.0f}'})")
 
 
 def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
     """Run ``bif`` at the checkpoint and return (and write) its summary."""
     from interp_toolkit.analyses.bif import bif
+    from interp_toolkit.analyses.bif.adaptive import ROUNDS_DIR, keep_final_round, until_converged
     from interp_toolkit.io import atomic_write_json
 
     inputs = checkpoint_bif_inputs(args)
-    result = bif(
-        inputs["model"], inputs["train"], inputs["query"], readout_example_loss, inputs["sampler"],
-        attribution_data=inputs["attribution"], cache_dir=args.output_dir(), cache_tag="mpsp-readout-ce",
-    )
-    summary = bif_summary(args, inputs, result)
+    # adaptive rounds are cached under OUT/rounds; the last one is the result, copied to OUT
+    rounds_dir = args.output_dir() / ROUNDS_DIR if args.convergence.adaptive else args.output_dir()
+
+    def one_round(sampler: SamplerConfig) -> Any:
+        return bif(inputs["model"], inputs["train"], inputs["query"], readout_example_loss, sampler,
+                   attribution_data=inputs["attribution"], cache_dir=rounds_dir, cache_tag="mpsp-readout-ce")
+
+    result, adaptive = until_converged(one_round, inputs["sampler"], args.convergence, on_round=round_notice)
+    if rounds_dir != args.output_dir():
+        keep_final_round(rounds_dir, args.output_dir(), f"bif_{result.cache_key}")
+    summary = bif_summary(args, inputs, result, adaptive)
     atomic_write_json(args.output_dir() / f"bif_{result.cache_key}" / "summary.json", summary)
     from interp_toolkit.analyses.bif import plot_bif
     from interp_toolkit.plotting import save_figure
 
     # bif() caches an ungrouped bif.png; the MPSP figure groups its rows by the shortcut
-    agrees = inputs["agrees"].cpu().numpy()
-    save_figure(plot_bif(result, row_groups={"shortcut-consistent": agrees, "anti-shortcut": ~agrees}),
-                Path(summary["result_dir"]) / "bif", args.format)
+    agrees = inputs["agrees"]
+    groups = None if agrees is None else {"shortcut-consistent": agrees.cpu().numpy(),
+                                          "anti-shortcut": ~agrees.cpu().numpy()}
+    save_figure(plot_bif(result, row_groups=groups), Path(summary["result_dir"]) / "bif", args.format)
     return summary
 
 

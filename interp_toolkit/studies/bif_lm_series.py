@@ -13,15 +13,17 @@ Writes one cached ``lm_bif_<hash>/`` per checkpoint, ``per_class.csv``, ``per_cl
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Sequence
 
 import tyro
 
+from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
@@ -85,6 +87,7 @@ def bif_over_checkpoints(
     figure_format: str = "png",
     claims: Sequence[str] = (),
     training_seed: int = 0,
+    adaptive: AdaptiveConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Token-level BIF and induction score at every checkpoint; writes CSV, PNG and JSON.
 
@@ -110,20 +113,28 @@ def bif_over_checkpoints(
             ``claim_<series>.<format>`` figure each. Checked against the recorded tokens'
             classes before any sampling.
         training_seed: The ``seed`` column of ``claims.csv`` (the checkpoints' training seed).
+        adaptive: Chain length per checkpoint: by default draws and burn-in double until the
+            chains converge or ``max_steps`` SGLD steps per chain would be exceeded
+            (:mod:`interp_toolkit.analyses.bif.adaptive`); ``summary.json`` records each
+            checkpoint's rounds and verdict. ``AdaptiveConfig(adaptive=False)``: one round.
 
     Returns:
         The CSV rows (also in ``per_class.csv``).
     """
     from tqdm.auto import tqdm
 
+    from interp_toolkit.analyses.bif.adaptive import ROUNDS_DIR, keep_final_round, until_converged
     from interp_toolkit.analyses.bif.claims import claim_influences
     from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
     from interp_toolkit.analyses.induction import induction_scores
     from interp_toolkit.plotting import check_format, save_figure
+    from interp_toolkit.studies.bif_checkpoint import round_notice
     from interp_toolkit.studies.lm_claims import claim_rows, write_claim_figures, write_claims_csv
     from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
 
     figure_format = check_format(figure_format)
+    adaptive = AdaptiveConfig() if adaptive is None else adaptive
+    rounds_dir = Path(out_dir) / ROUNDS_DIR if adaptive.adaptive else Path(out_dir)
     if not refs:
         raise ValueError("no checkpoints given")
     if "class:all" not in config.reductions:
@@ -154,7 +165,14 @@ def bif_over_checkpoints(
             raise ValueError(f"checkpoint {ref.label} has vocabulary {model.cfg.d_vocab} < corpus vocabulary {corpus.vocab_size}")
         heads = induction_scores(model, probe, half)
         score = float(heads.max())
-        result = lm_bif(model, posterior, train, query, config, cache_dir=out, cache_identity=ref.identity())
+
+        def one_round(sampler: Any, model: Any = model, ref: Any = ref) -> Any:
+            return lm_bif(model, posterior, train, query, dataclasses.replace(config, sampler=sampler),
+                          cache_dir=rounds_dir, cache_identity=ref.identity())
+
+        result, record = until_converged(one_round, config.sampler, adaptive, on_round=round_notice)
+        if rounds_dir != out:
+            keep_final_round(rounds_dir, out, f"lm_bif_{result.cache_key}")
         step = ref.step if ref.step is not None else index
         if claims:
             claim_table.extend(claim_rows(claim_influences(result, claims), step=step, seed=training_seed,
@@ -171,13 +189,16 @@ def bif_over_checkpoints(
                         "induction_scores_per_head": heads.tolist(), "result_dir": str(out / f"lm_bif_{result.cache_key}"),
                         "query_mean_loss": float(result.query_mean_loss.mean()),
                         "convergence": result.convergence.summary() if result.convergence is not None else None,
+                        "adaptive": record.to_dict(), "verdict": record.describe(),
                         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else []})
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS)
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(out / "per_class.csv", buffer.getvalue())
-    save_figure(plot_per_class(rows, pearson=config.sampler.pearson), out / f"per_class.{figure_format}")
+    converged = {int(entry["step"]): bool((entry["convergence"] or {}).get("converged", False)) for entry in summary}
+    save_figure(plot_per_class(rows, pearson=config.sampler.pearson, converged=converged),
+                out / f"per_class.{figure_format}")
     if claims:
         write_claims_csv(claim_table, out / "claims.csv")
         write_claim_figures(claim_table, out, figure_format)
@@ -222,7 +243,8 @@ def default_claims(train: TokenSet, query: TokenSet) -> tuple[str, ...]:
     return tuple(out)
 
 
-def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool = False) -> Any:
+def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool = False,
+                   converged: Mapping[int, bool] | None = None) -> Any:
     """Per-class BIF on the mean query loss over checkpoints (+-stderr), induction score on
     a twin axis; x is the training step on a symlog axis (log-spaced early checkpoints,
     linear later ones).
@@ -231,6 +253,8 @@ def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool
         rows: Rows of ``per_class.csv``.
         ax: Optional axes to draw into (the twin axis is added beside it).
         pearson: Label the y axis as a correlation.
+        converged: Step -> whether that checkpoint's chains passed the R-hat / ESS rule;
+            the estimates of a checkpoint that did not are drawn hollow and named in the legend.
 
     Returns:
         The :class:`matplotlib.figure.Figure` drawn on.
@@ -252,6 +276,13 @@ def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool
             ax.plot(steps, vals, marker="o", ms=3, label=f"train {cls} tokens", color=colors[cls])
             ax.fill_between(steps, [v - e for v, e in zip(vals, errs)], [v + e for v, e in zip(vals, errs)],
                             alpha=0.2, color=colors[cls])
+            bad = [i for i, step in enumerate(steps) if converged is not None and not converged.get(step, True)]
+            if bad:
+                ax.plot([steps[i] for i in bad], [vals[i] for i in bad], ls="none", marker="o", ms=6, mfc="white",
+                        mec=colors[cls], mew=1.2)
+        if converged is not None and not all(converged.values()):
+            ax.plot([], [], ls="none", marker="o", ms=6, mfc="white", mec="gray", mew=1.2,
+                    label="not converged (R-hat > 1.01 or ESS < 100)")
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xscale("symlog", linthresh=1)
         ax.set_xlabel("training step (log scale)")
@@ -315,6 +346,9 @@ class LMBIFCommandConfig(Config):
         device: cpu, cuda, cuda:N or auto (checked before any work).
         format: Figure file format (png, svg or pdf).
         sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
+        convergence: Adaptive chain length (--adaptive, the default: draws and burn-in double
+            per checkpoint until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per
+            chain would be exceeded; summary.json records every round and which stopped it).
         classes_config: Real text instead of the synthetic corpus: TextClassesConfig as
             JSON/YAML (the text flags below override it).
         text: Real text: a text file (one document per line) or a datasets.Dataset saved
@@ -335,6 +369,12 @@ class LMBIFCommandConfig(Config):
             from its testbed.json, else 0).
         replot: Only redraw the claim figures under --out from this claims.csv (no sampling,
             no checkpoints needed).
+        calibrate: Instead of the series: sweep eps x gamma (x n_beta) at the first checkpoint
+            given, on the same posterior (the mean next-token loss of the posterior sequences),
+            and recommend a setting (calibration_<key>.json and .png under --out).
+        calibrate_eps: Step sizes of the sweep (default: eps / 10, eps, eps * 10).
+        calibrate_gamma: Localization strengths of the sweep (default: gamma).
+        calibrate_n_beta: n * beta of the sweep (default: n_beta).
     """
 
     checkpoints: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINTS", help_behavior_hint="(one or more; required)")] = ()
@@ -349,7 +389,8 @@ class LMBIFCommandConfig(Config):
     device: str = "cpu"
     format: Literal["png", "svg", "pdf"] = "png"
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(
-        eps=1e-4, chains=2, draws=50, burn_in=50, steps_between_draws=1, batch_size=32))
+        eps=1e-4, chains=4, draws=50, burn_in=50, steps_between_draws=1, batch_size=32))
+    convergence: AdaptiveConfig = field(default_factory=lambda: AdaptiveConfig(max_steps=1600))
     classes_config: Path | None = None
     text: str | None = None
     tokenizer: str | None = None
@@ -363,6 +404,10 @@ class LMBIFCommandConfig(Config):
     claims: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
     training_seed: int | None = None
     replot: Path | None = None
+    calibrate: bool = False
+    calibrate_eps: tuple[float, ...] = ()
+    calibrate_gamma: tuple[float, ...] = ()
+    calibrate_n_beta: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         self.claims = tuple(self.claims)
@@ -386,6 +431,12 @@ class LMBIFCommandConfig(Config):
         self.check("pearson_convention", self.pearson_convention in ("token_mean", "group_means"),
                    "'token_mean' or 'group_means'")
         self.check("stderr_method", self.stderr_method in ("jackknife", "per_chain"), "'jackknife' or 'per_chain'")
+        for name in ("calibrate_eps", "calibrate_gamma", "calibrate_n_beta"):
+            values = tuple(getattr(self, name))
+            setattr(self, name, values)
+            self.check(name, all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= 0
+                                 and (v > 0 or name == "calibrate_gamma") for v in values),
+                       "numbers > 0 (gamma: >= 0)")
 
 
 def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
@@ -431,6 +482,57 @@ def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
     return TextClassesConfig.from_dict(base)
 
 
+def sequence_loss(model: Any, tokens: Any) -> Any:
+    """Per-sequence mean next-token loss: a BIF ``loss_fn`` whose mean over the posterior
+    sequences is the posterior loss :func:`~interp_toolkit.analyses.bif.lm.lm_bif` samples."""
+    from interp_toolkit.analyses.bif.lm import next_token_losses
+
+    return next_token_losses(model, tokens).mean(1)
+
+
+def calibrate_lm_checkpoint(args: LMBIFCommandConfig, ref: Any, sets: Any) -> dict[str, Any]:
+    """The sampler calibration sweep of ``bif-lm --calibrate`` at checkpoint ``ref``: the same
+    posterior as the series (``calibrate_sampler`` with :func:`sequence_loss`), the recorded
+    training sequences as rows and the query sequences as columns. Writes
+    ``OUT/calibration_<key>.json`` and its figure; returns the JSON plus ``path``."""
+    from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
+    from interp_toolkit.io import config_hash
+    from interp_toolkit.plotting import save_figure
+
+    posterior, train, query = sets
+    base = args.sampler
+    eps = args.calibrate_eps or (base.eps / 10, base.eps, base.eps * 10)
+    model = ref.load()
+    calibration = calibrate_sampler(model, posterior, query.tokens, sequence_loss, base, eps=eps,
+                                    gamma=args.calibrate_gamma or None, n_beta=args.calibrate_n_beta or None,
+                                    attribution_data=train.tokens)
+    report = {"checkpoint": ref.label, **calibration.to_dict()}
+    key = config_hash({"checkpoint": ref.identity(), "eps": list(eps), "gamma": list(args.calibrate_gamma),
+                       "n_beta": list(args.calibrate_n_beta), "sampler": base.to_dict(),
+                       "sets": [args.n_posterior, args.n_train, args.n_query]}, 10)
+    path = Path(args.out) / f"calibration_{key}.json"
+    atomic_write_json(path, report)
+    save_figure(plot_calibration(calibration), Path(args.out) / f"calibration_{key}", args.format)
+    return {**report, "path": str(path)}
+
+
+def calibration_lines(report: dict[str, Any]) -> str:
+    """What ``bif --calibrate`` and ``bif-lm --calibrate`` print: one line per setting, the
+    recommendation and the file written."""
+    def num(value: object, digits: int = 3) -> str:
+        return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+    lines = []
+    for row in report["rows"]:
+        state = "diverged" if row["diverged"] else ("converged" if row["converged"] else "not converged")
+        lines.append(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {num(row['n_beta'])}: {state}, "
+                     f"max R-hat {num(row['max_rhat'], 4)}, min ESS {num(row['min_ess_bulk'])} / "
+                     f"{num(row['min_ess_tail'])}, loss drift {num(row['loss_drift'])}")
+    lines.append(f"recommended: {report['reason']}")
+    lines.append(f"wrote {report['path']}")
+    return "\n".join(lines)
+
+
 def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
     """Everything ``interp-toolkit bif-lm`` does: validate every input, then compute and write;
     returns the line the command prints."""
@@ -455,10 +557,13 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
         tokenizer = load_tokenizer(text_config.tokenizer or refs[0].location)
         classes = text_config.classes(tokenizer, max_sequences=args.n_posterior + args.n_query)
         sets = classes.bif_sets(args.n_posterior, args.n_train, args.n_query)
+        if args.calibrate:
+            return calibration_lines(calibrate_lm_checkpoint(args, refs[0], sets))
         claims = args.claims or default_claims(sets[1], sets[2])
         rows = bif_over_checkpoints(refs, None, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
                                     n_query=args.n_query, progress=args.sampler.progress, sets=sets,
                                     probe_vocab=(0, len(tokenizer)), figure_format=args.format, claims=claims,
+                                    adaptive=args.convergence,
                                     training_seed=args.training_seed if args.training_seed is not None else 0)
         return (f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} checkpoints, "
                 f"{len(rows)} rows, classes {classes.names})")
@@ -472,11 +577,13 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
         if corpus is None:
             raise UserError("no corpus config: pass --corpus-config corpus.json (a CorpusConfig as JSON) "
                             "or checkpoints of a testbed run (with testbed.json)")
-    _, train, query = corpus_sets(corpus, args.n_posterior, args.n_train, args.n_query)
+    posterior, train, query = corpus_sets(corpus, args.n_posterior, args.n_train, args.n_query)
+    if args.calibrate:
+        return calibration_lines(calibrate_lm_checkpoint(args, refs[0], (posterior, train, query)))
     claims = args.claims or default_claims(train, query)
     training_seed = args.training_seed if args.training_seed is not None else _find_testbed_seed(refs)
     rows = bif_over_checkpoints(refs, corpus, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
                                 n_query=args.n_query, progress=args.sampler.progress, figure_format=args.format,
-                                claims=claims, training_seed=training_seed)
+                                claims=claims, training_seed=training_seed, adaptive=args.convergence)
     return (f"wrote {args.out / 'per_class.csv'} and {args.out / ('per_class.' + args.format)} ({len(refs)} checkpoints, "
             f"{len(rows)} rows)")

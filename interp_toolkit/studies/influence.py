@@ -133,13 +133,12 @@ def run_outcome(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], fl
     from interp_toolkit.runs.metrics import read_metrics
     from interp_toolkit.runs.record import task_config
     from interp_toolkit.studies.outcomes import compute_outcome
-    from interp_toolkit.tasks.mpsp import task_modulus
 
     task = task_config(run_dir)
     metrics = read_metrics(metrics_path(run_dir))
     if not metrics:
         raise UserError(f"run directory {run_dir} has no evaluations in metrics.jsonl; train it first")
-    return compute_outcome(metrics, task.r, task_modulus(task.name)), metrics, float(task.r)
+    return compute_outcome(metrics, task.r, task.modulus), metrics, float(task.r)
 
 
 def training_phase(epoch: int, outcome: Mapping[str, Any]) -> str:
@@ -282,6 +281,7 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
     from interp_toolkit.analyses.bif.groups import group_loss_fn
     from interp_toolkit.analyses.gradients import gradient_conflict
     from interp_toolkit.studies.bif_checkpoint import readout_example_loss
+    from interp_toolkit.tasks.custom import split_subset
 
     train = splits["train"]
     queries = {name: (splits[name].tokens[:n_query].to(device), splits[name].labels[:n_query].to(device))
@@ -289,7 +289,7 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
     batch = sampler.eval_batch_size
     accuracy = {name: float(_accuracy_fn(*queries[name], batch)(model)) for name in QUERY_SETS}
     rows = attribution_rows(train.agrees, n_consistent, sampler.seed)
-    scored = train.subset(rows)
+    scored = split_subset(train, rows)
     groups = training_groups(model, scored, accuracy["adv"], batch)
     train_data = (train.tokens.to(device), train.labels.to(device))
     if sampler.batch_size is not None and sampler.batch_size > len(train):
@@ -494,9 +494,15 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     check_output_dir(out, "--out")
     checkpoints = _selected_checkpoints(args)
     check_checkpoints_belong_to_run(run_dir, checkpoints)
+    splits = splits_from_run(run_dir)
+    missing = [name for name in ("train", *QUERY_SETS) if name not in splits]
+    if missing or getattr(splits["train"], "agrees", None) is None:
+        raise UserError(f"the task of {run_dir} " + (f"has no split {missing}" if missing else
+                        "has no .agrees on its train split") + f": the influence study needs splits train, "
+                        f"{' and '.join(QUERY_SETS)} and train.agrees (which examples follow the shortcut; "
+                        "docs/custom_tasks.md)")
     outcome, metrics, _ = run_outcome(run_dir)
     threshold = draw_phase_threshold(outcome, metrics)
-    splits = splits_from_run(run_dir)
     device = str(resolve_device(args.device or "cpu"))
     settings = {"sampler": {k: v for k, v in args.sampler.to_dict().items() if k != "progress"},
                 "n_query": args.n_query, "n_consistent": args.n_consistent, "amplification_n": args.amplification_n, "threshold": round(threshold, 9),

@@ -90,8 +90,9 @@ def claim_figure_data(rows: Sequence[Mapping[str, Any]], series: str) -> dict[st
     """Everything :func:`plot_claim` draws for one claim, from CSV rows.
 
     Returns:
-        ``{"series", "seeds": {seed: {"steps", "bif", "stderr", "induction_score",
-        "transition": (start, end) | None}}}``; ``transition`` is the 10%-90% window of the
+        ``{"series", "seeds": {seed: {"steps", "bif", "stderr", "induction_score", "converged",
+        "transition": (start, end) | None}}}``; ``converged`` is each point's R-hat <= 1.01 and
+        ESS >= 100 (the toolkit's rule); ``transition`` is the 10%-90% window of the
         induction score's rise (:func:`~interp_toolkit.studies.lm_testbed.induction_phases`)
         where the rise is at least :data:`MIN_MEASURED_RISE`.
 
@@ -105,8 +106,8 @@ def claim_figure_data(rows: Sequence[Mapping[str, Any]], series: str) -> dict[st
         raise ValueError(f"no rows of series {series!r}; the rows have {sorted({r['series'] for r in rows})}")
     seeds: dict[int, dict[str, Any]] = {}
     for seed in sorted({int(r["seed"]) for r in selected}):
-        points = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"]), float(r["induction_score"]))
-                        for r in selected if int(r["seed"]) == seed)
+        points = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"]), float(r["induction_score"]),
+                         _converged(r)) for r in selected if int(r["seed"]) == seed)
         steps = [p[0] for p in points]
         scores = [p[3] for p in points]
         transition = None
@@ -115,8 +116,16 @@ def claim_figure_data(rows: Sequence[Mapping[str, Any]], series: str) -> dict[st
             if phases["rise"] >= MIN_MEASURED_RISE:
                 transition = (phases["start"], phases["end"])
         seeds[seed] = {"steps": steps, "bif": [p[1] for p in points], "stderr": [p[2] for p in points],
-                       "induction_score": scores, "transition": transition}
+                       "induction_score": scores, "transition": transition, "converged": [p[4] for p in points]}
     return {"series": series, "seeds": seeds}
+
+
+def _converged(row: Mapping[str, Any]) -> bool:
+    """R-hat <= 1.01 and ESS >= 100 (a NaN fails)."""
+    from interp_toolkit.analyses.bif.diagnostics import ESS_MIN, RHAT_MAX
+
+    rhat, ess = float(row["rhat"]), float(row["ess"])
+    return bool(rhat <= RHAT_MAX and ess >= ESS_MIN)
 
 
 def _metric_label(series: str) -> str:
@@ -152,6 +161,11 @@ def plot_claim(data: Mapping[str, Any], ax: Any = None) -> Any:
             high = [b + (0.0 if math.isnan(e) else e) for b, e in zip(s["bif"], s["stderr"])]
             ax.plot(s["steps"], s["bif"], marker="o", ms=3, lw=1.3, color=color, label=f"BIF, training seed {seed}")
             ax.fill_between(s["steps"], low, high, color=color, alpha=0.2, lw=0)
+            unconverged = [i for i, ok in enumerate(s.get("converged") or []) if not ok]
+            if unconverged:  # an estimate whose chains failed the R-hat / ESS rule is drawn hollow
+                ax.plot([s["steps"][i] for i in unconverged], [s["bif"][i] for i in unconverged], ls="none",
+                        marker="o", ms=6, mfc="white", mec=color, mew=1.2,
+                        label=f"not converged (R-hat > 1.01 or ESS < 100), seed {seed}")
             twin.plot(s["steps"], s["induction_score"], ls="--", lw=1.1, color=color,
                       label=f"induction score, seed {seed}")
             if s["transition"] is not None:

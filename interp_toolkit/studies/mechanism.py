@@ -229,6 +229,20 @@ def check_run_dir(run_dir: str | Path) -> tuple[dict[str, Any], list[tuple[int, 
     return record, checkpoints, metrics
 
 
+def check_mechanism_splits(run_dir: str | Path, splits: Mapping[str, Any]) -> None:
+    """UserError naming what a run's splits lack for the mechanism figure: ``train`` with
+    ``.agrees``, and ``val`` / ``adv`` splits (shortcut-consistent and conflicting) for
+    cross-split patching (an MPSP task has them all; a custom task must provide them)."""
+    missing = [name for name in ("train", "val", "adv") if name not in splits]
+    if missing:
+        raise UserError(f"the task of {run_dir} has no split {missing} (it has {sorted(splits)}): the mechanism "
+                        "figure needs train, val (every example follows the shortcut) and adv (none does)")
+    lacking = [name for name in ("train", "val", "adv") if getattr(splits[name], "agrees", None) is None]
+    if lacking:
+        raise UserError(f"splits {lacking} of the task of {run_dir} have no .agrees (which examples follow the "
+                        "shortcut): the gradient-conflict and patching panels need it (docs/custom_tasks.md)")
+
+
 def mechanism_over_checkpoints(
     run_dir: str | Path,
     config: MechanismConfig | None = None,
@@ -286,6 +300,7 @@ def mechanism_over_checkpoints(
     device = resolve_device(device if device is not None else "cpu")
     task = task_config(run_dir)
     splits = splits_from_run(run_dir)
+    check_mechanism_splits(run_dir, splits)
     agrees = splits["train"].agrees[: config.grad_n]
     if bool(agrees.all()) or not bool(agrees.any()):
         raise UserError(f"the first {min(config.grad_n, len(splits['train'].agrees))} training examples of {run_dir} "
@@ -321,7 +336,9 @@ def mechanism_over_checkpoints(
                    key=lambda h: tuple(int(x) for x in re.findall(r"\d+", h)))
     table = _tidy(metrics, tables, minority_of(task.r))
     near_miss: dict[str, Any] = {}
-    if not outcome["generalized"]:
+    from interp_toolkit.tasks.custom import CustomTask
+
+    if not outcome["generalized"] and not isinstance(task, CustomTask):  # residue-count groups: MPSP only
         from interp_toolkit.studies.near_miss import near_miss_of_run
 
         split = outcome["generalization_split"] if outcome["generalization_split"] in ("adv", "val") else "adv"

@@ -172,7 +172,7 @@ def near_miss_of_run(run_dir: str | Path, split: str = "adv", threshold: float =
     """
     from interp_toolkit.runs.layout import metrics_path as layout_metrics_path
     from interp_toolkit.runs.metrics import read_metrics
-    from interp_toolkit.runs.record import read_record, task_config
+    from interp_toolkit.runs.record import mpsp_task_config, read_record
     from interp_toolkit.runs.resume import list_checkpoints
 
     for name, value in (("threshold", threshold), ("margin", margin), ("group_margin", group_margin)):
@@ -180,7 +180,7 @@ def near_miss_of_run(run_dir: str | Path, split: str = "adv", threshold: float =
             raise UserError(f"near_miss_of_run: {name} must be a number in [0, 1], got {value!r}")
     run_dir = Path(run_dir)
     record = read_record(run_dir)
-    task = task_config(run_dir)
+    task = mpsp_task_config(run_dir, "the near-miss view (wrong examples grouped by residue counts)")
     metrics_path = layout_metrics_path(run_dir)
     key = f"{split}_acc"
     metrics = [m for m in (read_metrics(metrics_path) if metrics_path.is_file() else []) if key in m]

@@ -34,7 +34,7 @@ def test_bif_refuses_a_single_chain(checkpoint, tmp_path, capsys):
 def test_bif_records_the_rows_it_used(checkpoint, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["bif", str(checkpoint), "--task-config", str(tmp_path / "task.json"), "--out", str(out),
-                 "--n-attribution", "100000", "--n-query", "100000", "--chains", "2", "--draws", "2",
+                 "--n-attribution", "100000", "--n-query", "100000", "--no-adaptive", "--chains", "2", "--draws", "2",
                  "--burn-in", "1", "--batch-size", "32", "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "note: --n-attribution 100000 exceeds the 64 examples of the task's train split; using 64" in err

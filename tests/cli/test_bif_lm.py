@@ -28,7 +28,7 @@ def test_testbed_and_cli_end_to_end(tmp_path, capsys):
     assert [r.step for r in refs] == [0, 1, 2, 4]
     assert train_testbed(cfg, tmp_path / "tb", progress=False) == refs  # cache hit
     argv = [str(tmp_path / "tb" / "checkpoints"), "--out", str(tmp_path / "out"), "--n-posterior", "32",
-            "--n-train", "4", "--n-query", "3", "--chains", "2", "--draws", "4", "--burn-in", "1",
+            "--n-train", "4", "--n-query", "3", "--no-adaptive", "--chains", "2", "--draws", "4", "--burn-in", "1",
             "--batch-size", "8", "--eps", "1e-4", "--no-progress"]
     assert main(argv) == 0
     table_text = (tmp_path / "out" / "per_class.csv").read_text()
@@ -102,7 +102,7 @@ def _rows(out_dir):
 
 def test_cli_token_classes_on_text_from_flags_and_config_file(tmp_path, capsys):
     model_dir, tokenizer = _text_model(tmp_path)
-    sampler = ["--n-posterior", "12", "--n-train", "3", "--n-query", "3", "--chains", "2", "--draws", "3",
+    sampler = ["--n-posterior", "12", "--n-train", "3", "--n-query", "3", "--no-adaptive", "--chains", "2", "--draws", "3",
                "--burn-in", "1", "--batch-size", "4", "--eps", "1e-4", "--no-progress"]
     cat = tokenizer.convert_tokens_to_ids("cat")
     assert cli_main(["bif-lm", str(model_dir), "--text", str(tmp_path / "text.txt"), "--seq-len", "16",
@@ -148,3 +148,51 @@ def test_text_flags_override_classes_config_and_repeat(tmp_path):
     assert text.user_classes == {"x": [1], "y": [2, 3], "z": [4]} and text.user_class_regex == {"w": "^a$"}
     assert (args.pearson_convention, args.stderr_method) == ("group_means", "per_chain")
     assert text_classes_config(parse(["ckpt"])) is None
+
+
+def test_bif_lm_extends_chains_reports_and_calibrates(tmp_path, capsys):
+    """Adaptive by default: every checkpoint's rounds and verdict are in summary.json, its
+    result sits at the top of --out (the rounds under rounds/), the figure marks unconverged
+    checkpoints; --calibrate sweeps eps on the same posterior."""
+    corpus = CorpusConfig(n_sequences=64, seq_len=16, n_ordinary=10, chunk_min=3, chunk_max=5)
+    cfg = TestbedConfig(corpus=corpus, n_layers=1, n_heads=2, d_model=16, d_mlp=32, total_steps=2, linear_every=2,
+                        batch_size=8, warmup_steps=1)
+    train_testbed(cfg, tmp_path / "tb", progress=False)
+    common = [str(tmp_path / "tb" / "checkpoints"), "--n-posterior", "32", "--n-train", "4", "--n-query", "3",
+              "--draws", "4", "--burn-in", "2", "--batch-size", "8", "--no-progress"]
+    capsys.readouterr()
+    assert main([*common, "--out", str(tmp_path / "out"), "--max-steps", "24"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for entry in summary["checkpoints"]:
+        rounds = entry["adaptive"]["rounds"]
+        assert [r["steps_per_chain"] for r in rounds] == [6, 12, 24][: len(rounds)]
+        assert entry["adaptive"]["stopped"] in ("converged", "budget")
+        assert entry["verdict"].startswith("converged" if entry["adaptive"]["converged"] else "NOT converged")
+        result = tmp_path / "out" / entry["result_dir"].split("/")[-1]
+        assert (result / "lm_bif.safetensors").is_file()
+    assert list((tmp_path / "out" / "rounds").glob("lm_bif_*"))
+    assert "note: BIF at" in capsys.readouterr().err
+    # the defaults themselves: 4 chains (R-hat needs several), adaptive, a stated budget
+    from interp_toolkit.cli.bif_lm import parse
+
+    defaults = parse([str(tmp_path / "tb" / "checkpoints")])
+    assert defaults.sampler.chains >= 4 and defaults.convergence.adaptive and defaults.convergence.max_steps > 0
+    assert main([*common, "--out", str(tmp_path / "cal"), "--calibrate", "--calibrate-eps", "1e-4", "1e-3"]) == 0
+    printed = capsys.readouterr().out
+    (calibration,) = (tmp_path / "cal").glob("calibration_*.json")
+    assert [row["eps"] for row in json.loads(calibration.read_text())["rows"]] == [1e-4, 1e-3]
+    assert "recommended:" in printed and calibration.with_suffix(".png").is_file()
+
+
+def test_per_class_figure_marks_unconverged_checkpoints():
+    from interp_toolkit.studies.bif_lm_series import plot_per_class
+
+    rows = [{"step": s, "checkpoint": str(s), "induction_score": 0.1, "reduction": "class:all", "train_group": g,
+             "query_group": "all", "bif": 0.01 * s, "stderr": 0.001} for s in (0, 1, 2) for g in ("induction", "random")]
+    fig = plot_per_class(rows, converged={0: True, 1: False, 2: True})
+    hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white" and len(line.get_xdata())]
+    assert sorted({float(x) for line in hollow for x in line.get_xdata()}) == [1.0]
+    labels = [line.get_label() for line in fig.axes[0].lines]
+    assert "not converged (R-hat > 1.01 or ESS < 100)" in labels
+    fig = plot_per_class(rows, converged={0: True, 1: True, 2: True})
+    assert "not converged (R-hat > 1.01 or ESS < 100)" not in [line.get_label() for line in fig.axes[0].lines]

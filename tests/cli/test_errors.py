@@ -96,7 +96,7 @@ def _analyze(analysis, *extra):
 
 
 def _bif(*extra, checkpoint="{checkpoint}"):
-    return lambda p: ["bif", checkpoint, "--out", str(p["work"] / "bif"), "--no-progress", "--draws", "2",
+    return lambda p: ["bif", checkpoint, "--out", str(p["work"] / "bif"), "--no-progress", "--no-adaptive", "--draws", "2",
                       "--burn-in", "1", "--chains", "2", *extra]
 
 

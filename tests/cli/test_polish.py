@@ -109,7 +109,7 @@ def test_bif_lm_positional_is_named(capsys):
 def test_bif_takes_a_run_directory_as_its_last_checkpoint(capsys, tiny_run, tmp_path):
     run_dir, _ = tiny_run
     code, out, err = run_cli(capsys, "bif", run_dir, "--out", tmp_path / "bif", "--n-attribution", "8",
-                             "--n-query", "4", "--chains", "2", "--draws", "4", "--burn-in", "0",
+                             "--n-query", "4", "--no-adaptive", "--chains", "2", "--draws", "4", "--burn-in", "0",
                              "--no-progress")
     assert code == 0, err
     assert "does not exist" not in err

@@ -63,7 +63,7 @@ def test_readme_run_works_with_analyze_mechanism_and_bif(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 0, err
     code = main(["bif", str(run_dir), "--out", str(tmp_path / "bif"), "--n-attribution", "8", "--n-query", "4",
-                 "--chains", "2", "--draws", "4", "--burn-in", "0", "--no-progress"])
+                 "--no-adaptive", "--chains", "2", "--draws", "4", "--burn-in", "0", "--no-progress"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert '"r": 0.9' in captured.out and 'checkpoint: ' in captured.out

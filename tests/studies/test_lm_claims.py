@@ -59,8 +59,18 @@ def test_figures_regenerate_from_the_csv(tmp_path):
     assert data["seeds"][0]["transition"] == (200, 300) and data["seeds"][1]["transition"] is None
     lines, bands, spans = _plotted(plot_claim(data))
     assert spans == ["induction transition (10-90% of rise), seed 0"]  # only where one was measured
+    # every estimate that fails R-hat <= 1.01 / ESS >= 100 is drawn again, hollow (30 draws: all of them)
+    hollow = [f"not converged (R-hat > 1.01 or ESS < 100), seed {seed}" for seed in (0, 1)]
     assert [label for label, _, _ in lines if not label.startswith("_")] == [
-        "BIF, training seed 0", "BIF, training seed 1", "induction score, seed 0", "induction score, seed 1"]
+        "BIF, training seed 0", hollow[0], "BIF, training seed 1", hollow[1], "induction score, seed 0",
+        "induction score, seed 1"]
+    for seed in (0, 1):
+        mine = sorted((r for r in back if r["series"] == "open->close - close->open" and r["seed"] == seed),
+                      key=lambda r: r["step"])
+        unconverged = [(r["step"], r["bif"]) for r in mine if not (r["rhat"] <= 1.01 and r["ess"] >= 100)]
+        assert unconverged
+        marked = next((xs, ys) for label, xs, ys in lines if label == hollow[seed])
+        assert list(zip(*marked)) == unconverged
     assert len(bands) == 2
     diff_rows = [r for r in back if r["series"] == "open->close - close->open"]
     assert all(r["minus"] == "close->open" and r["source_class"] == "open" for r in diff_rows)
