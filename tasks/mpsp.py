@@ -66,10 +66,10 @@ _SPLIT_SEED_OFFSETS = {"train": 0, "val": 1_000_003, "adv": 2_000_003, "extreme"
 class MPSPConfig(Config):
     """Validated description of an MPSP task and its standard splits.
 
-    Defaults (see README, "MPSP defaults"): sum parity with the max-parity shortcut,
+    Defaults (see docs/tasks.md, "Defaults and why"): sum parity with the max-parity shortcut,
     sequences of 10 values in 0..9, 16,384 training examples, 2,048 per evaluation split.
     Length 10 (rather than 5) because at length 5 a 1-layer model learns the true rule at
-    any r and a 2-layer model can memorize 4k examples (measured calibration runs; see README).
+    any r and a 2-layer model can memorize 4k examples (measured calibration runs; see docs/tasks.md).
 
     Attributes:
         label: ``"sum_parity"`` (m = 2) or ``"sum_mod3"`` (m = 3).

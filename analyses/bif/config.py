@@ -16,7 +16,7 @@ class SamplerDivergenceError(ValueError):
 # --------------------------------------------------------------------------- config
 
 # devinterp's name (``sample``, ``SamplerConfig``, the ``SGLD`` optimizer's keywords) -> this
-# toolkit's SamplerConfig field, for the same SGLD update (README: "Coming from TransformerLens 3
+# toolkit's SamplerConfig field, for the same SGLD update (docs/migrating.md: "Coming from TransformerLens 3
 # / devinterp").
 DEVINTERP_NAMES: dict[str, str] = {
     "lr": "eps",
