@@ -1,0 +1,451 @@
+"""Every claim of both papers, judged by the verdict engine from the committed tables.
+
+``python -m interp_toolkit.studies.claims_table`` (or :func:`write_verdicts`) recomputes
+``docs/reproduction/verdicts.csv`` (shortcut saturation) and ``docs/bif/verdicts.csv``
+(stagewise attribution) and the verdict tables in docs/reproduction.md and docs/bif.md
+(between ``<!-- verdicts:begin -->`` and ``<!-- verdicts:end -->``) from:
+
+- ``docs/reproduction/outcomes.csv``: one row per run (the rate claims);
+- ``docs/reproduction/mechanism_contrast/*/``: the length-5 mechanism runs (R2);
+- ``docs/bif/remeasure_pairs.csv`` and ``docs/bif/eps1.6e-3/remeasure_pairs.csv``: the
+  hierarchy toy at two step sizes, with R-hat / ESS per pair and step;
+- ``docs/lm_bif/claims.csv``: the language-model claims per checkpoint and seed;
+- ``docs/influence/seed*.csv``: the joined study.
+
+Each row: the paper, the claim (the paper's wording), the regime and its settings, the
+cells with k/n, the difference and its interval, p, the power, the verdict with "in R", why,
+and the files it was computed from. The rules are :mod:`interp_toolkit.studies.verdicts`'.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from interp_toolkit.studies import verdicts as rules
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELDS = ["paper", "claim", "regime", "settings", "cells", "difference", "low", "high", "p", "power", "verdict",
+          "why", "files"]
+BEGIN, END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
+
+#: The paper's headline counts (30 seeds per cell, from its rounded percentages).
+HEADLINE = {"1L": (10 / 30, 0.0), "2L": (0.0, 23 / 30)}  # (r = 0.5, r = 0.9)
+
+# Run settings that make two outcomes.csv rows the same computation (with the seed).
+_SETTING_COLUMNS = ("task", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "n_layers", "n_heads",
+                    "d_model", "d_mlp", "weight_decay", "lr", "epochs", "batch_size", "early_stop", "model.init",
+                    "train.betas", "r")
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A named set of run settings (a filter on outcomes.csv) and how to describe it."""
+
+    name: str
+    where: Mapping[str, str]
+    text: str
+
+
+R0 = Regime("R0", {"task": "max_parity_sum_parity", "seq_len": "8", "n_train": "16384", "weight_decay": "0.1",
+                   "lr": "0.001", "batch_size": "", "epochs": "1000", "n_heads": "2", "study": "reproduce"},
+            "length 8, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 1,000 epochs = 1,000 steps "
+            "= 0.1 decay clocks (the paper: 15,000 epochs), early stop once generalized")
+R0_WD04 = Regime("R0, wd 0.4", {**R0.where, "weight_decay": "0.4"},
+                 "R0 with weight decay 0.4, no early stop: 1,000 epochs = 0.4 decay clocks")
+R0_WD04_LONG = Regime("R0, wd 0.4, 3,000 epochs", {**R0.where, "weight_decay": "0.4", "epochs": "3000"},
+                      "R0 with weight decay 0.4, no early stop, 3,000 epochs = 1.2 decay clocks")
+R1 = Regime("R1", {"task": "max_parity_sum_parity", "seq_len": "8", "n_train": "16384", "weight_decay": "0.7",
+                   "lr": "0.001", "batch_size": "512", "epochs": "300", "n_heads": "2"},
+            "length 8, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
+            "6.72 decay clocks, no early stop")
+R1_1HEAD = Regime("R1, 1 head", {**R1.where, "n_heads": "1"}, "R1 with 1 head")
+R1_FIRST = Regime("R1, first-element shortcut", {**R1.where, "task": "first_parity_sum_parity"},
+                  "R1 on first_parity_sum_parity")
+R1_MOD3 = Regime("R1, mod 3", {**R1.where, "task": "max_mod3_sum_mod3"}, "R1 on max_mod3_sum_mod3")
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def read_outcomes(path: Path) -> list[dict[str, str]]:
+    """outcomes.csv rows, one per distinct run (a run listed by two studies counts once)."""
+    seen: dict[tuple[str, ...], dict[str, str]] = {}
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("status") != "finished":
+                continue
+            seen.setdefault(tuple(row.get(c, "") for c in _SETTING_COLUMNS) + (row["seed"],), row)
+    return list(seen.values())
+
+
+def cell(rows: Sequence[Mapping[str, str]], regime: Regime, n_layers: int, r: float) -> tuple[int, int]:
+    """``(k, n)``: generalized runs and runs of ``regime`` with ``n_layers`` layers at ratio ``r``."""
+    mine = [row for row in rows if all(row.get(k) == v for k, v in regime.where.items())
+            and row["n_layers"] == str(n_layers) and math.isclose(float(row["r"]), r, rel_tol=1e-9)]
+    return sum(row["generalized"] == "True" for row in mine), len(mine)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _row(paper: str, claim: str, regime: str, settings: str, cells: str, verdict: str, why: str,
+         files: Sequence[str], result: Mapping[str, Any] | None = None) -> dict[str, str]:
+    result = result or {}
+    return {"paper": paper, "claim": claim, "regime": regime, "settings": settings, "cells": cells,
+            "difference": _fmt(result.get("difference")), "low": _fmt(result.get("low")),
+            "high": _fmt(result.get("high")), "p": _fmt(result.get("p", result.get("fisher_p"))),
+            "power": _fmt(result.get("power"), 2), "verdict": rules.in_regime(verdict, regime), "why": why,
+            "files": " ".join(files)}
+
+
+def rate_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: Regime, n_layers: int, r_a: float,
+               r_b: float, paper: tuple[float, float], files: Sequence[str], powered_at: str = "the paper's rates",
+               min_runs: int = 1) -> dict[str, str]:
+    """One rate contrast: cell a (ratio ``r_a``) against cell b, judged by rule 2."""
+    k_a, n_a = cell(rows, regime, n_layers, r_a)
+    k_b, n_b = cell(rows, regime, n_layers, r_b)
+    cells = f"{n_layers}L r = {r_a:g}: {k_a}/{n_a}; r = {r_b:g}: {k_b}/{n_b}"
+    if n_a < min_runs or n_b < min_runs:
+        return _row("A", claim, regime.name, regime.text, cells, "not tested",
+                    f"no {n_layers}-layer runs of both cells in {regime.name}", files)
+    result = rules.rate_verdict(k_a, n_a, k_b, n_b, *paper)
+    why = result["why"] + f" (powered at {powered_at}: {paper[0]:.2f} vs {paper[1]:.2f})"
+    if result["verdict"] == "inconclusive":
+        needed = rules.seeds_for_power(*paper)
+        why += f"; {needed} seeds per cell would give 80% power" if needed else ""
+    return _row("A", claim, regime.name, regime.text, cells, result["verdict"], why, files, result)
+
+
+def observability_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: Regime, n_layers: int, r: float,
+                        files: Sequence[str], what: str) -> dict[str, str]:
+    """A claim about what generalizing runs do (rule 5): inconclusive when none generalized."""
+    k, n = cell(rows, regime, n_layers, r)
+    cells = f"{n_layers}L r = {r:g}: {k}/{n} generalized"
+    if n == 0:
+        return _row("A", claim, regime.name, regime.text, cells, "not tested", f"no {n_layers}-layer run at r = {r:g}",
+                    files)
+    if not rules.observed(k):
+        return _row("A", claim, regime.name, regime.text, cells, "inconclusive",
+                    f"no run generalized, so {what} cannot be observed", files)
+    mine = [row for row in rows if all(row.get(c) == v for c, v in regime.where.items())
+            and row["n_layers"] == str(n_layers) and math.isclose(float(row["r"]), r)]
+    transient = sum(row["transient"] == "True" for row in mine if row["generalized"] == "True")
+    verdict = "reproduced" if transient else "not reproduced"
+    return _row("A", claim, regime.name, regime.text, f"{cells}, {transient} transient", verdict,
+                f"{transient} of {k} generalizing runs fell back", files)
+
+
+# --------------------------------------------------------------------------- R2 (length 5)
+
+
+def _contrast_runs(folder: Path) -> list[dict[str, str]]:
+    with open(folder / "runs.csv", newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def r2_rows(root: Path) -> list[dict[str, str]]:
+    """The length-5 claims (R2) from the mechanism-contrast runs: the 2-layer contrast at
+    n = 4,096, the two phases, gradient conflict, amplification and the contrast family."""
+    base = root / "docs" / "reproduction" / "mechanism_contrast"
+    out: list[dict[str, str]] = []
+    text = ("length 5, values 0..9, full batch, lr 1e-3, wd 0.1, 2 heads, 600 epochs (400 at n = 16,384), no early "
+            "stop; n = 4,096 unless stated")
+    two = _contrast_runs(base / "2L_r0.9") if (base / "2L_r0.9").is_dir() else []
+    half = _contrast_runs(base / "2L_r0.5") if (base / "2L_r0.5").is_dir() else []
+    files = [_rel(base / "2L_r0.9" / "runs.csv"), _rel(base / "2L_r0.5" / "runs.csv")]
+    small = [r for r in two if "n16k" not in r["run_dir"]]
+    large = [r for r in two if "n16k" in r["run_dir"]]
+    if small and half:
+        k_a, n_a = sum(r["kind"] == "generalized" for r in small), len(small)
+        k_b, n_b = sum(r["kind"] == "generalized" for r in half), len(half)
+        result = rules.rate_verdict(k_a, n_a, k_b, n_b, HEADLINE["2L"][1], HEADLINE["2L"][0])
+        k_l = sum(r["kind"] == "generalized" for r in large)
+        out.append(_row("A", "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 "
+                        "(0% -> 77%)", "R2", text,
+                        f"2L n = 4,096: r = 0.9 {k_a}/{n_a}; r = 0.5 {k_b}/{n_b} (r = 0.9 at n = 16,384: "
+                        f"{k_l}/{len(large)}, no r = 0.5 cell there)", result["verdict"],
+                        result["why"] + "; at n = 16,384 there is no r = 0.5 cell to contrast", files, result))
+    generalizing = [r for r in two if r["kind"] == "generalized" and float(r["r"]) == 0.9]
+    ordered = [r for r in generalizing if r["shortcut_epoch"] and r["first_generalized_epoch"]
+               and float(r["shortcut_epoch"]) < float(r["first_generalized_epoch"])]
+    verdict = "inconclusive" if not generalizing else ("reproduced" if len(ordered) == len(generalizing)
+                                                        else "not reproduced")
+    out.append(_row("A", "a shortcut phase comes first, then a second phase in which the rule takes over", "R2", text,
+                    f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first",
+                    verdict, "qualitative: the order of the shortcut epoch and the first generalized epoch",
+                    [_rel(base / "2L_r0.9" / "runs.csv")]))
+    windows = []
+    folders = sorted(p for p in base.iterdir() if (p / "windows.csv").is_file()) if base.is_dir() else []
+    for folder in folders:
+        with open(folder / "windows.csv", newline="", encoding="utf-8") as handle:
+            for w in csv.DictReader(handle):
+                windows.append({**w, "contrast": folder.name})
+    ratio = [w for w in windows if w["contrast"] in ("1L_r0.9", "2L_r0.9")]
+    conflict = [w for w in ratio if w["quantity"] == "grad_cos" and w["window"] == "shortcut phase"]
+    after = [w for w in ratio if w["quantity"] == "grad_cos" and w["window"] == "phase 2 on"]
+    if conflict:
+        means = [float(w[k]) for w in conflict for k in ("mean_leaving", "mean_staying")]
+        toward = all(float(w["mean_leaving"]) > float(c["mean_leaving"]) for w, c in zip(after, conflict))
+        out.append(_row("A", "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut examples "
+                        "point apart in the shortcut phase, and move toward 0 once the run leaves it", "R2", text,
+                        "r = 0.9, 1 and 2 layers: shortcut-phase cosine " + ", ".join(f"{m:+.2f}" for m in means)
+                        + "; after leaving " + ", ".join(f"{float(w['mean_leaving']):+.2f} (leaving) vs "
+                                                         f"{float(w['mean_staying']):+.2f}" for w in after),
+                        "reproduced" if max(means) < 0 and toward else "not reproduced",
+                        "the sign of the group means in the shortcut phase, and their change after leaving",
+                        sorted({_rel(base / w["contrast"] / "windows.csv") for w in conflict + after})))
+    amplified = [w for w in ratio if w["quantity"] == "minority_amplification" and w["window"] == "shortcut phase"]
+    if amplified:
+        values = [float(w[k]) for w in amplified for k in ("mean_leaving", "mean_staying")]
+        inside = [v for v in values if 9.0 <= v <= 17.0]
+        out.append(_row("A", "the minority's gradients are amplified about 9-17x at r = 0.9", "R2", text,
+                        "shortcut-phase group means " + ", ".join(f"{v:.1f}x" for v in values),
+                        "reproduced" if inside else "not reproduced",
+                        f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the toolkit's "
+                        "minority_amplification over the shortcut-phase window)",
+                        sorted({_rel(base / w["contrast"] / "windows.csv") for w in amplified})))
+    if windows:
+        family = [w for w in windows if w["p"] not in ("", "nan")]
+        holm = rules.holm_family(family, key="p")
+        significant = [f"{w['contrast']} {w['quantity']} {w['window']}" for w, p in zip(family, holm) if p < rules.ALPHA]
+        shortcut = [w for w, p in zip(family, holm) if "shortcut" in w["window"] or "before" in w["window"]]
+        before = [w for w in shortcut if holm[family.index(w)] < rules.ALPHA]
+        out.append(_row("A", "(this project's test, not a claim of the paper) gradient conflict and amplification "
+                        "mark the runs that leave the shortcut before they leave", "R2", text,
+                        f"{len(family)} tests in {len({w['contrast'] for w in family})} groupings; Holm over all: "
+                        f"{len(significant)} below 0.05 ({'; '.join(significant) or 'none'})",
+                        "not reproduced" if not before else "reproduced",
+                        f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm over "
+                        "the whole family; groups differ in n where stated (2L: 16,384 vs 4,096), a confounder",
+                        sorted({_rel(base / w["contrast"] / "windows.csv") for w in family})))
+    return out
+
+
+# --------------------------------------------------------------------------- paper B
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def toy_rows(root: Path) -> list[dict[str, str]]:
+    """The hierarchy toy: dog -> sparrow helpful early, harmful while mammal vs bird is
+    learned, at each step size, gated on convergence (rule 3)."""
+    out = []
+    sources = [("eps 2e-5", root / "docs" / "bif" / "remeasure_pairs.csv"),
+               ("eps 1.6e-3", root / "docs" / "bif" / "eps1.6e-3" / "remeasure_pairs.csv")]
+    for label, path in sources:
+        if not path.is_file():
+            continue
+        rows = [r for r in _read(path) if r["pair"] == "dog->sparrow"]
+        # the windows: before the first (animal vs plant) mode's half-step, then up to the second's
+        # (mammal vs bird), each the mean over the initializations of the trained network's own modes
+        import json
+
+        timelines = json.loads((path.parent / "remeasure_summary.json").read_text(encoding="utf-8"))["timelines"]
+        first = statistics.fmean(t["mode_half_steps"][0] for t in timelines.values())
+        second = statistics.fmean(t["mode_half_steps"][1] for t in timelines.values())
+        settings = (f"2-layer deep linear network, animals and plants, SGLD {label}, gamma 100, n_beta 400; "
+                    "3 initializations x 3 sampler seeds")
+        early = [r for r in rows if float(r["step"]) < first]
+        late = [r for r in rows if first <= float(r["step"]) < second]
+        settings += f"; animal vs plant learned by step {first:.0f}, mammal vs bird by {second:.0f}"
+        for claim, part, sign in (("a dog sample helps a sparrow sample while animal vs plant is learned", early, -1),
+                                  ("a dog sample hurts a sparrow sample while mammal vs bird is learned", late, +1)):
+            gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
+                                          for r in part)
+            signed = [r for r in part if float(r["z"]) * sign >= 2.0]
+            cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction; converged "
+                     f"{gate['n_converged']}/{gate['n']} (max R-hat {_fmt(gate['max_rhat'])}, min ESS "
+                     f"{_fmt(gate['min_ess'])})")
+            if not part:
+                out.append(_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", [_rel(path)]))
+            elif not gate["passed"]:
+                out.append(_row("B", claim, label, settings, cells, "inconclusive",
+                                "the chains did not converge on the checkpoints the claim rests on",
+                                [_rel(path), _rel(path.parent / "remeasure_summary.json")]))
+            else:
+                out.append(_row("B", claim, label, settings, cells, "reproduced" if signed else "not reproduced",
+                                "converged chains; the sign at |z| >= 2",
+                                [_rel(path), _rel(path.parent / "remeasure_summary.json")]))
+    return out
+
+
+def lm_rows(root: Path) -> list[dict[str, str]]:
+    """The language-model claims: the induction rise and fall (rule 4 and 3) and the delimiter
+    sign change (rule 3), from claims.csv."""
+    path = root / "docs" / "lm_bif" / "claims.csv"
+    if not path.is_file():
+        return []
+    rows = _read(path)
+    settings = "the toolkit's GPTNeoX testbed (1,000 steps, 3 training seeds), 8 chains x 200 draws per checkpoint"
+    out = []
+    series = [r for r in rows if r["series"] == "induction->induction"]
+    observable, gates = [], []
+    for seed in sorted({r["seed"] for r in series}):
+        mine = sorted((r for r in series if r["seed"] == seed), key=lambda r: int(r["step"]))
+        peak = rules.after_peak([int(r["step"]) for r in mine], [float(r["bif"]) for r in mine])
+        observable.append(peak["observable"])
+        at_peak = next(r for r in mine if int(r["step"]) == peak["peak_step"])
+        gates.append((float(at_peak["rhat"]), float(at_peak["ess"])))
+    gate = rules.convergence_gate(gates)
+    cells = (f"{len(observable)} seeds; peak before the last checkpoint in {sum(observable)}; converged at the peak "
+             f"{gate['n_converged']}/{gate['n']}")
+    if not all(observable):
+        verdict, why = "inconclusive", "a peak at the last checkpoint measured cannot show a fall: train past the peak"
+    elif not gate["passed"]:
+        verdict, why = "inconclusive", "the chains at the peaks did not converge"
+    else:
+        verdict, why = "reproduced", "a peak with checkpoints after it, converged"
+    out.append(_row("B", "induction tokens' influence rises and falls as induction heads form", "testbed", settings,
+                    cells, verdict, why, [_rel(path)]))
+    diff = [r for r in rows if r["series"] == "open->close - close->open"]
+    gate = rules.convergence_gate((float(r["rhat"]), float(r["ess"])) for r in diff)
+    out.append(_row("B", "the influence between delimiters changes sign across checkpoints", "testbed", settings,
+                    f"{gate['n']} rows; {gate['n_converged']} converged", "inconclusive" if not gate["passed"] else
+                    "reproduced", "an SGLD verdict needs converged chains on every row it reads" if not gate["passed"]
+                    else "converged", [_rel(path)]))
+    return out
+
+
+def joined_rows(root: Path) -> list[dict[str, str]]:
+    """The joined study (which training examples drive a run out of its shortcut): rule 3."""
+    paths = sorted((root / "docs" / "influence").glob("seed*.csv"))
+    if not paths:
+        return []
+    rows = [r for p in paths for r in _read(p)]
+    gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"])) for r in rows
+                                  if r.get("max_rhat") not in (None, ""))
+    return [_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes when a "
+                 "run leaves the shortcut", "R2 influence runs",
+                 "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
+                 f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
+                 f"{_fmt(gate['max_rhat'])}, min ESS {_fmt(gate['min_ess'])})",
+                 "inconclusive" if not gate["passed"] else "reproduced",
+                 "unconverged chains, no Gaussian null, and per-draw phase labels that do not separate solutions"
+                 if not gate["passed"] else "converged", [_rel(p) for p in paths])]
+
+
+# --------------------------------------------------------------------------- the tables
+
+
+def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
+    """Every shortcut-saturation claim, in the order of the report."""
+    path = root / "docs" / "reproduction" / "outcomes.csv"
+    rows = read_outcomes(path)
+    files = [_rel(path)]
+    one, two = HEADLINE["1L"], HEADLINE["2L"]
+    headline_1l = "1-layer models: fewer seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 (33% -> 0%)"
+    headline_2l = "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 (0% -> 77%)"
+    out = [rate_claim(rows, headline_1l, R0, 1, 0.5, 0.9, one, files),
+           rate_claim(rows, headline_1l, R1, 1, 0.5, 0.9, one, files),
+           rate_claim(rows, headline_2l, R0, 2, 0.9, 0.5, (two[1], two[0]), files),
+           rate_claim(rows, headline_2l, R1, 2, 0.9, 0.5, (two[1], two[0]), files)]
+    out += r2_rows(root)
+    at = "the 2-layer headline's effect (this project's choice: the paper gives no rates)"
+    below = "r below chance (1/m) helps too: more seeds generalize at r = 0.1 than at r = 1/m = 0.5"
+    out += [rate_claim(rows, below, R0, 2, 0.1, 0.5, (two[1], two[0]), files, powered_at=at),
+            rate_claim(rows, "(1-layer variant, this project's) " + below, R0, 1, 0.1, 0.5, (one[0], one[1]), files,
+                       powered_at="the 1-layer headline's effect (this project's choice)")]
+    suppress = "r = 1/m suppresses: fewer seeds generalize at r = 0.5 than at r = 0.3 or 0.7"
+    for r in (0.3, 0.7):
+        out.append(rate_claim(rows, suppress, R0, 2, r, 0.5, (two[1], two[0]), files, powered_at=at))
+        out.append(rate_claim(rows, "(1-layer variant, this project's) " + suppress, R0, 1, r, 0.5, (one[0], one[1]),
+                              files, powered_at="the 1-layer headline's effect (this project's choice)"))
+    transient = "weight decay 0.4 gives transient generalization"
+    out += [observability_claim(rows, transient, R0_WD04_LONG, 2, 0.9, files, "transient generalization"),
+            observability_claim(rows, "(1-layer variant, this project's) " + transient, R0_WD04, 1, 0.9, files,
+                                "transient generalization")]
+    variant_at = "the 1-layer headline's effect (this project's choice)"
+    out += [rate_claim(rows, "the 1-layer contrast with 1-head models", R1_1HEAD, 1, 0.5, 0.9, one, files,
+                       powered_at=variant_at),
+            rate_claim(rows, "the 1-layer contrast with the first element's parity as the shortcut", R1_FIRST, 1, 0.5,
+                       0.9, one, files, powered_at=variant_at),
+            rate_claim(rows, "the 1-layer contrast on a mod-3 task (r = 1/3 vs 0.9)", R1_MOD3, 1, 1 / 3, 0.9, one,
+                       files, powered_at=variant_at)]
+    out.append(observability_claim(rows, "more heads speed up the second phase", R1_1HEAD, 1, 0.9, files,
+                                   "the second phase's timing"))
+    return out
+
+
+def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:
+    """Every stagewise-attribution claim."""
+    return toy_rows(root) + lm_rows(root) + joined_rows(root)
+
+
+def to_csv(rows: Sequence[Mapping[str, str]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def to_markdown(rows: Sequence[Mapping[str, str]]) -> str:
+    """The verdict table the docs show (claim, regime, cells, interval and p, power, verdict)."""
+    lines = ["| claim (paper) | regime | cells | difference [95%], p | power | verdict |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        interval = (f"{row['difference']} [{row['low']}, {row['high']}], p = {row['p']}" if row["difference"] else
+                    (f"p = {row['p']}" if row["p"] else ""))
+        lines.append(f"| {row['claim']} | {row['regime']} | {row['cells']} | {interval} | {row['power']} | "
+                     f"**{row['verdict']}**: {row['why']} |")
+    return "\n".join(lines) + "\n"
+
+
+def splice(text: str, table: str, where: str) -> str:
+    """``text`` with the part between the verdict markers replaced by ``table``."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{where} has no {BEGIN} ... {END} markers")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{table}{END}{tail}"
+
+
+TARGETS: dict[str, tuple[Callable[[Path], list[dict[str, str]]], str, str]] = {
+    "A": (paper_a_rows, "docs/reproduction/verdicts.csv", "docs/reproduction.md"),
+    "B": (paper_b_rows, "docs/bif/verdicts.csv", "docs/bif.md"),
+}
+
+
+def rendered(root: Path = ROOT) -> dict[str, str]:
+    """Relative path -> the text every verdict file and page should have."""
+    out = {}
+    for build, csv_path, page in TARGETS.values():
+        rows = build(root)
+        out[csv_path] = to_csv(rows)
+        page_text = (root / page).read_text(encoding="utf-8")
+        out[page] = splice(page_text, to_markdown(rows), page)
+    return out
+
+
+def write_verdicts(root: Path = ROOT) -> list[Path]:
+    """Write every verdict file and table (atomically); returns the paths written."""
+    from interp_toolkit.io import atomic_write_text
+
+    written = []
+    for relative, text in rendered(root).items():
+        written.append(atomic_write_text(root / relative, text))
+    return written
+
+
+def main() -> int:
+    for path in write_verdicts():
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
