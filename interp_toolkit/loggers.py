@@ -211,7 +211,7 @@ class WandbLogger(Callback):
 
     The W&B run id is the run's key (``run.json``'s ``key``) and W&B is told
     ``resume="allow"``: a run resumed after an interruption logs into the same W&B run
-    (offline, each sitting writes its own directory under that id; ``wandb sync`` uploads
+    (offline, each invocation writes its own directory under that id; ``wandb sync`` uploads
     them to the one run). The run's ``run.json`` configs become the W&B run config,
     and its name is the run directory's name. Needs ``pip install 'interp-toolkit[wandb]'``.
     """

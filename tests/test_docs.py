@@ -57,3 +57,39 @@ def test_api_reference_builds_without_warnings(tmp_path):
         assert f'href="{page}"' in index  # the landing page lists the modules
     trainer = (tmp_path / "api" / "interp_toolkit" / "runs" / "trainer.html").read_text()
     assert "callbacks" in trainer and "plot_training_curves" in trainer
+
+
+#: Words of a work diary, not of a report: the project speaks of its studies, never of when or
+#: by whom they were run, or what machines were lent.
+DIARY = re.compile(r"\bsittings?\b|\blent\b|\bno GPU was\b", re.IGNORECASE)
+MACHINE_PATH = re.compile(r"(^|[\s,\"'=(])/(work|tmp|home|root|Users)/")
+
+
+def _tracked(pattern: str) -> list[Path]:
+    out = subprocess.run(["git", "ls-files", pattern], capture_output=True, text=True, cwd=ROOT, check=False)
+    return [ROOT / line for line in out.stdout.splitlines() if line]
+
+
+def test_the_docs_speak_of_studies_not_of_sittings_or_lent_machines():
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [f"{page.relative_to(ROOT)}:{n}: {line.strip()}" for page in pages
+             for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1) if DIARY.search(line)]
+    assert not found, "\n".join(found)
+    names = [p for p in _tracked("*") if "sitting" in p.name.lower()]
+    assert not names, names
+
+
+def test_no_committed_table_holds_a_path_of_the_machine_that_wrote_it():
+    tables = [p for pattern in ("docs/*.csv", "docs/*.json") for p in _tracked(pattern)]
+    if not tables:  # not a git checkout (an sdist): read the folder
+        tables = [*(ROOT / "docs").rglob("*.csv"), *(ROOT / "docs").rglob("*.json")]
+    assert any(p.name == "outcomes.csv" for p in tables)
+    found = [str(p.relative_to(ROOT)) for p in tables if MACHINE_PATH.search(p.read_text(encoding="utf-8"))]
+    assert not found, found
+
+
+def test_the_reproduction_report_is_a_report():
+    lines = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 450, len(lines)
+    headings = [line for line in lines if line.startswith("## ")]
+    assert "## Verdicts" in headings and len(headings) <= 12, headings

@@ -30,7 +30,7 @@ draws, not minus one), so that the phase decomposition (within-phase + between-p
 adds up *exactly* to the total. The standard error of each entry is the leave-one-chain-out
 jackknife of the pooled estimate (NaN with one chain); the spread of the per-chain estimates
 divided by ``sqrt(chains)`` stays available as ``per_chain_stderr`` (it misses the part of the
-pooled covariance that comes from chains sitting at different places). Every result carries
+pooled covariance that comes from chains that sit at different places). Every result carries
 convergence diagnostics (:mod:`.diagnostics`: split R-hat, bulk/tail ESS, between-chain share)
 and warns when they fail.
 

@@ -202,7 +202,7 @@ def between_chain_share(total: Tensor, per_chain: Tensor) -> Tensor:
     With equal draws per chain the pooled ``-Cov`` is the mean of the chains' own ``-Cov``
     plus the between-chain term ``-(1/C) sum_c (mu_c - mu)(nu_c - nu)``; the share is that term
     over the pooled value (``(total - mean_c per_chain) / total``; NaN where the total is 0).
-    Near 0: the chains agree on their means; large: the pooled value is mostly chains sitting
+    Near 0: the chains agree on their means; large: the pooled value is mostly chains that sit
     at different places, which the per-chain spread does not see.
     """
     between = total - per_chain.mean(0)

@@ -93,7 +93,7 @@ class BIFResult:
         bif: ``-Cov(loss_i, phi_j)`` (or ``-Corr`` if ``pearson``), ``n_train x n_query``.
         stderr: Standard error per entry: the leave-one-chain-out jackknife of the pooled
             estimate (NaN for 1 chain). It includes the between-chain part of the pooled
-            covariance (chains sitting at different places).
+            covariance (chains that sit at different places).
         per_chain: The estimate from each chain alone.
         per_chain_stderr: Std of the per-chain estimates / sqrt(chains) (NaN for 1 chain):
             the spread of the chains' own estimates, blind to the between-chain part.

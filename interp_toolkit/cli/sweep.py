@@ -10,7 +10,7 @@ Settings come from a preset (``--preset``, default ``smoke`` unless ``--config``
 then ``--config FILE`` (JSON/YAML of ``SweepConfig`` fields, or of command fields with a
 ``sweep`` section), then flags. With neither ``--preset`` nor ``--config``, ``--out DIR`` of
 an existing study starts from the study itself (its ``study.json``: the latest settings over
-its whole grid, and its sittings' ``--extend-from`` and ``--recorded`` paths), so
+its whole grid, and its invocations' ``--extend-from`` and ``--recorded`` paths), so
 ``interp-toolkit sweep --out DIR`` resumes a study with nothing else at hand. Earlier
 spellings keep working: comma-separated lists (``--ratios 0.1,0.5``), ``--layers``/``--heads``,
 and ``--seeds N`` as a count (seeds ``0..N-1``).
@@ -52,7 +52,7 @@ class SweepCommandConfig(Config):
         out: Study directory (default runs/sweeps/<name>_<hash of the non-grid settings>, so a
             sweep grown by more seeds or ratios lands in the study it grows). With neither
             --preset nor --config, an existing study here supplies the settings: its latest
-            ones over its whole grid, and its sittings' --extend-from and --recorded paths.
+            ones over its whole grid, and its invocations' --extend-from and --recorded paths.
         backend: Local process pool or Ray.
         address: Ray cluster address (default: start a local Ray; on a cluster: auto, or
             HEAD_IP:6379). Every node must mount --out at the same path (checked first).
@@ -63,7 +63,7 @@ class SweepCommandConfig(Config):
         retries: Times a job whose worker (or Ray node) died is run again (it resumes its runs).
         dry_run: Print the grid, its study directory and what a run would do (runs finished
             there, finished in recorded outcomes, to resume, to extend, to start), then exit.
-            It also says where a study spread over sittings stands: the process running a
+            It also says where a study spread over several invocations stands: the process running a
             sweep on it now, and each run with a directory there (finished and generalized
             or not, running, or the epoch it resumes from; its last evaluation), and the
             expected cost: jobs, hours per job, core-hours on CPUs and GPU-hours on GPUs.
@@ -76,7 +76,7 @@ class SweepCommandConfig(Config):
         wandb_entity: W&B entity (team or user); unset: your default entity.
         wandb_group: W&B group of the runs; unset: the study directory's name, so a study's runs
             are one group.
-        recorded: Outcome tables of earlier sittings (outcomes.csv files, e.g.
+        recorded: Outcome tables of earlier invocations (outcomes.csv files, e.g.
             docs/reproduction/outcomes.csv): runs of this grid they list as finished are not
             trained again; the study's report includes them.
         extend_from: Study directories of this sweep at fewer epochs: a run not started here

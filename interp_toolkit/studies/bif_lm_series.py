@@ -340,7 +340,7 @@ class LMBIFCommandConfig(Config):
         n_query: Recorded held-out query sequences.
         reductions: Reductions of the token-level BIF matrix (class:class, class:all, ...).
         pearson_convention: -Corr of a group (with --pearson): token_mean = mean of token
-            correlations (devinterp's, the paper's), group_means = correlation of group means.
+            correlations (devinterp's; the paper does not say which), group_means = correlation of group means.
         stderr_method: Standard error of the pooled estimate: jackknife (leave-one-chain-out)
             or per_chain (std of the chains' estimates / sqrt(chains)).
         device: cpu, cuda, cuda:N or auto (checked before any work).

@@ -95,6 +95,29 @@ from interp_toolkit.studies.tables import (
 )
 
 
+def portable_run_dir(run_dir: Any, study_dir: Any = None) -> Any:
+    """A run folder as an outcomes table stores it: relative to its study (``runs/NAME``).
+
+    A path under ``study_dir`` is made relative to it; another absolute path (a table written
+    before tables stored relative paths) keeps its part from the last ``runs/`` folder on, the
+    study layout's; anything else is kept as given.
+    """
+    if not run_dir:
+        return run_dir
+    path = Path(str(run_dir))
+    if study_dir:
+        try:
+            return path.relative_to(Path(str(study_dir))).as_posix()
+        except ValueError:
+            pass
+    if path.is_absolute():
+        parts = path.parts
+        if "runs" in parts:
+            last = len(parts) - 1 - parts[::-1].index("runs")
+            return Path(*parts[last:]).as_posix()
+    return str(run_dir)
+
+
 def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, print_table: bool = True,
                          compare: Sequence[tuple[str, str]] = (), max_printed_contrasts: int = 20,
                          figure_format: str = "png", rate_axis: str = "full",
@@ -209,7 +232,9 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
                          "n_train and a final_epoch above 0)")
     if not clock:
         paths["clock_csv"] = paths["clock_png"] = None
-    atomic_write_text(written["outcomes_csv"], csv_text(rows, run_fields(rows)))
+    # a table's run folders are relative to their study, never a path of the machine that wrote it
+    portable = [{**row, "run_dir": portable_run_dir(row.get("run_dir"), row.get("source"))} for row in rows]
+    atomic_write_text(written["outcomes_csv"], csv_text(portable, run_fields(rows)))
     atomic_write_text(written["table_csv"], csv_text(table, table_fields(table)))
     atomic_write_text(written["table_md"], format_markdown(table, contrasts, comparisons, references))
     atomic_write_text(written["contrasts_csv"], csv_text(contrasts, contrast_fields(table)))
@@ -301,7 +326,7 @@ def write_report(study_dir: str | Path, out_dir: str | Path | None = None, print
     sources = [study_dir]
     recorded = study_dir / RECORDED_OUTCOMES
     if study_dir.is_dir() and recorded.is_file():
-        sources.append(recorded)  # runs of this grid taken from earlier sittings' tables
+        sources.append(recorded)  # runs of this grid taken from earlier invocations' tables
     return write_report_sources(sources, out_dir, print_table=print_table, compare=compare,
                                 max_printed_contrasts=max_printed_contrasts, figure_format=figure_format,
                                 rate_axis=rate_axis, against_paper=against_paper, where=where, prefer=prefer,

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 #: Seconds per seed-epoch on one CPU core (one torch thread, full batch, fast engine), by
 #: layer count (deeper models use the 2-layer figure), measured at :data:`CPU_REFERENCE`:
 #: the ``reproduce`` preset's shape, 2L ~1.2-1.3 s and 1L ~0.2 s per seed-epoch on these
-#: machines' AMD EPYC cores (docs/reproduction.md, calibration sitting).
+#: machines' AMD EPYC cores (docs/reproduction.md, calibration study).
 CPU_SECONDS_PER_SEED_EPOCH = {1: 0.2, 2: 1.3}
 #: The shape those seconds were measured at.
 CPU_REFERENCE = {"n_train": 16_384, "seq_len": 8, "n_values": 10, "d_model": 64, "d_mlp": 128, "n_heads": 2}
@@ -41,8 +41,8 @@ CPU_JOB_HOURS = 4.0
 CPU_MAX_SEEDS_PER_JOB = 4
 #: Most seeds one GPU job stacks.
 GPU_MAX_SEEDS_PER_JOB = 256
-#: Assumed sustained FLOP/s of one GPU on these small models (not measured: no GPU has been
-#: lent yet; ``benchmarks/gpu_slice.py`` measures it). About 15% of an H100/H200's fp32 peak.
+#: Assumed sustained FLOP/s of one GPU on these small models (an assumption, not a
+#: measurement; ``benchmarks/gpu_slice.py`` measures it). About 15% of an H100/H200's fp32 peak.
 GPU_EFFECTIVE_FLOP_PER_S = 10e12
 #: FLOPs per optimizer step (all jobs on a GPU together) below which a GPU idles between kernels.
 GPU_SATURATING_STEP_FLOP = 1e12
@@ -153,8 +153,9 @@ class SweepCost:
         ]
 
 
-#: The paper's headline slice: one task, r in {0.5, 0.9}, 1L and 2L, 2 heads, wd 0.1, 30 seeds,
-#: 15,000 epochs (the ``paper`` preset's settings otherwise).
+#: The headline slice: the paper's task, r in {0.5, 0.9}, 1L and 2L, wd 0.1, 30 seeds and 15,000
+#: epochs, with 2 heads (this project's choice: the paper names 1 and 2) and the ``paper``
+#: preset's settings otherwise.
 HEADLINE_SLICE = {"tasks": ["max_parity_sum_parity"], "ratios": [0.5, 0.9], "n_heads": [2], "weight_decays": [0.1]}
 
 

@@ -6,12 +6,12 @@ A study directory holds::
       study.json        the latest SweepConfig, its key and the outcome_thresholds every
                         outcome of the study is scored with; a sweep whose shared settings
                         differ is refused here (one that only grows the grid is welcome);
-                        the study's whole grid (the union of every sitting's) and one entry
-                        per sitting (when, where, its grid, --extend-from, --recorded), so the
+                        the study's whole grid (the union of every invocation's) and one entry
+                        per invocation (when, where, its grid, --extend-from, --recorded), so the
                         directory alone resumes the study (study_sweep, ``sweep --out DIR``)
       runs/<task>_<L>L<H>H_r<r>_wd<wd>_s<seed>_<hash>/
           the run's files (interp_toolkit.runs.layout) and outcome.json, its outcome record
-      recorded_outcomes.csv   runs taken from earlier sittings' outcome tables
+      recorded_outcomes.csv   runs taken from earlier invocations' outcome tables
       outcomes.csv, table.csv, table.md, contrasts.csv, generalization_rate.png,
       curves_by_cell.png   (the report: interp_toolkit.studies.report)
 
@@ -55,7 +55,7 @@ from interp_toolkit.studies.sweep_config import (
 )
 
 #: The study record: the latest sweep config, its key, the outcome thresholds, the whole grid
-#: and one entry per sitting (see :func:`new_study_record`).
+#: and one entry per invocation (see :func:`new_study_record`).
 STUDY_RECORD = "study.json"
 #: Folder of a study's run directories.
 RUNS = "runs"
@@ -63,7 +63,7 @@ RUNS = "runs"
 OUTCOME = "outcome.json"
 #: One row per run: its settings, seed, status and outcome (``report`` regenerates every table from it).
 OUTCOMES_CSV = "outcomes.csv"
-#: Outcome rows of runs taken from earlier sittings' outcome tables (``run_sweep(recorded=...)``);
+#: Outcome rows of runs taken from earlier invocations' outcome tables (``run_sweep(recorded=...)``);
 #: the study's report pools it with the runs.
 RECORDED_OUTCOMES = "recorded_outcomes.csv"
 #: Report outputs: the rate table (CSV and markdown), contrasts, the comparison with published
@@ -422,7 +422,7 @@ def shared_settings_differing(recorded: Any, cfg: SweepConfig) -> list[str] | No
     return sorted(k for k in set(ours) | set(recorded) if k not in ignored and ours.get(k) != recorded.get(k))
 
 
-#: GRID_FIELDS that list values: a study's whole grid is their union over its sittings.
+#: GRID_FIELDS that list values: a study's whole grid is their union over its invocations.
 _LISTED_GRID_FIELDS = tuple(name for name in GRID_FIELDS if name not in ("seeds_per_process", "grid"))
 
 
@@ -470,15 +470,15 @@ def read_study_record(study_dir: str | Path) -> dict[str, Any]:
 def study_sweep(study_dir: str | Path) -> dict[str, Any]:
     """The sweep a study directory holds, for resuming or growing it with nothing else at hand.
 
-    A study spread over sittings may have run a few seeds or cells at a time; its
-    ``study.json`` keeps the union of their grids and each sitting's ``--extend-from`` and
+    A study spread over several invocations may have run a few seeds or cells at a time; its
+    ``study.json`` keeps the union of their grids and each invocation's ``--extend-from`` and
     ``--recorded`` paths. (A study last run before these were recorded knows only its last
-    sitting's grid and none of its paths.)
+    invocation's grid and none of its paths.)
 
     Returns:
         ``{"config": SweepConfig, "extend_from": [Path], "recorded": [Path]}``: the latest
-        sitting's settings over the study's whole grid (``seeds_per_process`` as last run),
-        and every path the sittings extended from or took recorded outcomes from, in order.
+        invocation's settings over the study's whole grid (``seeds_per_process`` as last run),
+        and every path the invocations extended from or took recorded outcomes from, in order.
 
     Raises:
         UserError: No readable study record, or a config in it that is not a valid
@@ -492,16 +492,16 @@ def study_sweep(study_dir: str | Path) -> dict[str, Any]:
     except (TypeError, ValueError) as err:
         raise UserError(f"study record {study_record_path(study_dir)}: {err}") from err
     paths: dict[str, list[Path]] = {"extend_from": [], "recorded": []}
-    for sitting in record.get("sittings") or []:
+    for invocation in invocations_of(record):
         for key, found in paths.items():
-            found += [Path(p) for p in (sitting.get(key) or []) if Path(p) not in found]
+            found += [Path(p) for p in (invocation.get(key) or []) if Path(p) not in found]
     return {"config": cfg, **paths}
 
 
 def new_study_record(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[Path],
                   recorded: Sequence[str | Path]) -> dict[str, Any]:
-    """``study.json`` after this sitting: ``cfg`` as the latest config, the grid grown by its
-    values, and this sitting appended to the earlier ones."""
+    """``study.json`` after this invocation: ``cfg`` as the latest config, the grid grown by its
+    values, and this invocation appended to the earlier ones."""
     import socket
     from datetime import datetime, timezone
 
@@ -510,13 +510,19 @@ def new_study_record(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[Pa
     if study_path.is_file():  # check_study_dir has read it: the same sweep but for its grid
         earlier = _parse_study_json(study_path)
     ours = _grid_of(json.loads(json.dumps(cfg.to_dict())))  # tuples as lists, as the record stores them
-    sitting = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": socket.gethostname(),
+    invocation = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": socket.gethostname(),
                "grid": ours,
                "extend_from": [str(Path(p).resolve()) for p in extend_from],
                "recorded": [str(Path(p).resolve()) for p in recorded]}
     return {"key": cfg.key(), "config": cfg.to_dict(), "format": 1,
             "outcome_thresholds": cfg.outcome_thresholds().to_dict(),
-            "grid": _merged_grid(_recorded_grid(earlier), ours), "sittings": [*(earlier.get("sittings") or []), sitting]}
+            "grid": _merged_grid(_recorded_grid(earlier), ours), "invocations": [*invocations_of(earlier), invocation]}
+
+
+def invocations_of(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A study record's ``sweep`` invocations, in order (records of earlier versions named
+    the list ``sittings``: read as the same)."""
+    return list(record.get("invocations") or record.get("sittings") or [])
 
 
 def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:

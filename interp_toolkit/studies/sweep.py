@@ -59,7 +59,7 @@ BACKENDS = ("local", "ray")
 
 
 def _run_status(run: Mapping[str, Any], recorded_runs: Mapping[str, Any]) -> str:
-    """``"finished"`` (its outcome is here), ``"recorded"`` (an earlier sitting's table lists it
+    """``"finished"`` (its outcome is here), ``"recorded"`` (an earlier invocation's table lists it
     as finished), ``"resume"`` (started here), ``"extend"`` (continues a shorter run) or
     ``"new"``: what a sweep does with the run (an entry of a job's ``runs``)."""
     run_dir = Path(run["run_dir"])
@@ -109,7 +109,7 @@ def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
                recorded: Sequence[str | Path] = (), extend_from: Sequence[str | Path] = ()) -> dict[str, Any]:
     """What :func:`run_sweep` would do with these arguments, touching nothing.
 
-    Also where a study spread over sittings stands: which process is running it now, and
+    Also where a study spread over several invocations stands: which process is running it now, and
     how far each run that has a directory here got.
 
     Returns:
@@ -179,7 +179,7 @@ def run_sweep(
         callbacks: :class:`interp_toolkit.callbacks.Callback` objects given to every run's
             trainer, e.g. ``[TensorBoardLogger()]`` (``tensorboard --logdir STUDY_DIR`` then
             shows every run). Process-pool and Ray workers get pickled copies.
-        recorded: Outcome tables of earlier sittings (``outcomes.csv`` of ``report``, e.g.
+        recorded: Outcome tables of earlier invocations (``outcomes.csv`` of ``report``, e.g.
             ``docs/reproduction/outcomes.csv``): a run of this grid listed there as finished
             is not trained again (unless its directory is here already); its row is kept in
             ``study_dir/recorded_outcomes.csv``, which the study's report pools with the runs.
@@ -387,7 +387,7 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
     for CPUs: ``cfg.seeds_per_process`` if set, else a few hours of one core).
 
     Jobs run in this order: every cell's first chunk of seeds, then every cell's second, ...
-    So a study stopped part-way (a sitting's budget spent) has its cells at balanced seed
+    So a study stopped part-way (an invocation's budget spent) has its cells at balanced seed
     counts, each one comparable with the others, rather than some cells done and others empty.
     With ``extend_from`` (study directories), a run whose directory does not exist yet
     gets ``extend_from``: the finished run there it continues (:func:`extension_source`).

@@ -453,7 +453,7 @@ PRESET_NOTES = {
                  "epochs (1/15 of the paper's), a run stopped once it has generalized (so its wd 0.4 cells cannot "
                  "show transience: examples/reproduction/final_1L_wd04.yaml trains them without early stop). "
                  "320 runs: ~65 core-hours "
-                 "on these CPUs (2L ~1.3 s, 1L ~0.2 s per seed-epoch); resumable across sittings.",
+                 "on these CPUs (2L ~1.3 s, 1L ~0.2 s per seed-epoch); resumable across invocations.",
     "paper": "The paper where it is stated, this project's choices elsewhere. Stated by the paper: the "
              "four task variants, 16,384 examples, r in {0.1, 0.3, 1/m, 0.5, 0.7, 0.9} (1/m per task), "
              "1L/2L x 1/2 heads, d_model 64, d_mlp 128, AdamW with wd 0.1 and 0.4, 15,000 epochs, 30 seeds, "

@@ -1,5 +1,5 @@
 """The committed mechanism contrasts (docs/reproduction/mechanism_contrast/) regenerate byte for
-byte from their own contrast.json, and docs/reproduction.md gives the command of each."""
+byte from their own contrast.json, and docs/reproduction.md and its study pages give the command of each."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def test_committed_contrast_tables_regenerate_from_their_summary(folder, tmp_pat
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_docs_give_the_command_of_every_committed_contrast(folder):
-    text = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    pages = [ROOT / "docs" / "reproduction.md", *sorted((ROOT / "docs" / "reproduction" / "studies").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages).replace("\\\n", " ")
     out = folder.relative_to(ROOT).as_posix()
     assert any(line.lstrip().startswith("interp-toolkit mechanism-contrast ") and f"--out {out}" in line
                for line in text.splitlines()), out

@@ -1,5 +1,5 @@
 """The committed reproduction tables (the regime search's clock table included) regenerate byte
-for byte from the committed outcomes.csv, with the report commands docs/reproduction.md gives
+for byte from the committed outcomes.csv, with the report commands docs/reproduction.md and its study pages give
 for them."""
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ TABLES = (OUTCOMES_CSV, TABLE_CSV, TABLE_MD, CONTRASTS_CSV, PAPER_COMPARISON_CSV
 
 
 def _documented_commands() -> dict[str, list[str]]:
-    """``{output folder: report arguments}`` of every command in docs/reproduction.md that
+    """``{output folder: report arguments}`` of every command in docs/reproduction.md (and its study pages) that
     reports the committed outcomes.csv alone into a folder under docs/reproduction."""
-    text = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    pages = [ROOT / "docs" / "reproduction.md", *sorted((ROOT / "docs" / "reproduction" / "studies").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages).replace("\\\n", " ")
     commands = {}
     for line in text.splitlines():
         match = re.match(r"\s*interp-toolkit report (.*)$", line)

@@ -261,7 +261,7 @@ def test_dry_run_says_what_a_sweep_would_do(smoke_local, tmp_path, capsys):
 
 
 def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
-    """A study spread over sittings: the dry run names the sweep running on it and, per run
+    """A study spread over several invocations: the dry run names the sweep running on it and, per run
     with a directory, finished (generalized or not), running, or the epoch it resumes from,
     with its last evaluation read from metrics.jsonl; it touches nothing."""
     import shutil
@@ -421,7 +421,7 @@ def test_a_longer_sweep_extends_a_shorter_one_and_ends_as_from_scratch(smoke_loc
 
 
 def test_study_record_keeps_the_whole_grid_and_every_sitting(smoke_local, tmp_path, capsys):
-    """A study run a few seeds at a time: study.json keeps the union of the sittings' grids
+    """A study run a few seeds at a time: study.json keeps the union of the invocations' grids
     and one entry per sitting, so `sweep --out DIR` alone resumes or inspects all of it."""
     import socket
 
@@ -432,15 +432,15 @@ def test_study_record_keeps_the_whole_grid_and_every_sitting(smoke_local, tmp_pa
     shutil.copytree(smoke_local.study_dir, study)
     first = json.loads((study / "study.json").read_text())
     assert first["grid"]["seeds"] == [0, 1]  # (earlier tests reran this study: a sitting each)
-    assert all(s["host"] == socket.gethostname() and s["extend_from"] == [] for s in first["sittings"])
-    assert first["sittings"][0]["grid"] == first["grid"]
+    assert all(s["host"] == socket.gethostname() and s["extend_from"] == [] for s in first["invocations"])
+    assert first["invocations"][0]["grid"] == first["grid"]
 
     run_sweep(preset("smoke", seeds=[2], seeds_per_process=1), study, workers=2, progress=False, report=False)
     record = json.loads((study / "study.json").read_text())
     assert record["config"]["seeds"] == [2]  # the latest sitting's settings ...
     assert record["grid"]["seeds"] == [0, 1, 2]  # ... and the study's whole grid
-    assert [s["grid"]["seeds"] for s in record["sittings"]] == [[0, 1]] * len(first["sittings"]) + [[2]]
-    assert record["sittings"][:-1] == first["sittings"]  # earlier sittings are kept as they were
+    assert [s["grid"]["seeds"] for s in record["invocations"]] == [[0, 1]] * len(first["invocations"]) + [[2]]
+    assert record["invocations"][:-1] == first["invocations"]  # earlier invocations are kept as they were
     resumed = study_sweep(study)["config"]
     assert resumed.seeds == [0, 1, 2]
     assert resumed.key() == preset("smoke", seeds=[0, 1, 2], seeds_per_process=1).key()
@@ -580,7 +580,7 @@ def test_sweep_tensorboard_events_in_every_run_dir(smoke_local):
 
 
 def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
-    """A study spread over sittings: runs listed as finished in an earlier outcomes.csv are
+    """A study spread over several invocations: runs listed as finished in an earlier outcomes.csv are
     taken from it, the others trained, and the study's report holds both."""
     import csv
 
@@ -606,7 +606,7 @@ def test_recorded_outcomes_are_not_trained_again(smoke_local, tmp_path, capsys):
     assert len(result.rows) == 2 and {row["r"] for row in result.rows} == {0.9}  # only the other cell trained
     assert len(list((study / "runs").iterdir())) == 2
     assert len(read_outcomes_csv(study / RECORDED_OUTCOMES)) == 2
-    pooled = read_outcomes_csv(study / "outcomes.csv")  # the study's report: both sittings
+    pooled = read_outcomes_csv(study / "outcomes.csv")  # the study's report: both invocations
     assert sorted((row["r"], row["seed"]) for row in pooled) == sorted(
         (row["r"], row["seed"]) for row in smoke_local.rows)
     assert _summary(sorted(pooled, key=lambda r: (r["r"], r["seed"]))) == _summary(smoke_local.rows)
@@ -665,3 +665,12 @@ def test_planning_copies_the_settings_once_and_each_job_holds_its_own_seeds(tmp_
         assert job["sweep"]["seeds"] == [run["seed"] for run in job["runs"]] and len(job["runs"]) == 4
         assert {k: v for k, v in job["sweep"].items() if k != "seeds"} == \
             {k: v for k, v in original(cfg).items() if k != "seeds"}
+
+
+def test_study_records_of_earlier_versions_name_their_invocations_sittings():
+    from interp_toolkit.studies.study import invocations_of
+
+    old = {"sittings": [{"grid": {"seeds": [0]}, "extend_from": ["a"]}]}
+    assert invocations_of(old) == old["sittings"]
+    new = {"invocations": [{"grid": {"seeds": [1]}}]}
+    assert invocations_of(new) == new["invocations"] and invocations_of({}) == []

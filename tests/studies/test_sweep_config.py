@@ -155,7 +155,7 @@ def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
                                                              ("final_2L_below_chance.yaml", 16, ())])
 def test_reproduce_slices_are_runs_of_the_reproduce_preset(slice_file, n_runs, extra_seeds, tmp_path):
     """The slice configs train a subset of the preset's runs, in the same run directories
-    (so slices, sittings and the full preset pool in one report). The 1-layer slice grew to the
+    (so slices, invocations and the full preset pool in one report). The 1-layer slice grew to the
     paper's 30 seeds per cell: its extra seeds are the preset's runs at more seeds, nothing else."""
     from interp_toolkit.cli.sweep import parse
 
