@@ -398,6 +398,15 @@ def train_batched(
         raise ValueError(f"train_batched chunk_size must be a positive integer or None, got {chunk_size!r}")
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train_batched expects a TrainConfig, got {type(cfg).__name__}")
+    if cfg.schedules_lr or cfg.grad_clip is not None:
+        from interp_toolkit.errors import UserError
+
+        given = ", ".join(f"{k} {v!r}" for k, v in (("warmup_steps", cfg.warmup_steps),
+                                                    ("lr_schedule", cfg.lr_schedule),
+                                                    ("grad_clip", cfg.grad_clip))
+                          if v not in (0, "constant", None))
+        raise UserError(f"the batched trainer (sweeps) trains at a constant learning rate without clipping; got "
+                        f"{given}: train such runs one at a time with `interp-toolkit train` or train()")
     _check_same_architecture(model_cfgs)
     validate_splits(splits, cfg, model_cfgs[0])
     device = resolve_device(device if device is not None else (cfg.device or "cpu"))

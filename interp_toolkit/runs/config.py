@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from interp_toolkit.config import Config, check_seed
 from interp_toolkit.devices import check_device_name
@@ -16,6 +17,11 @@ from interp_toolkit.devices import check_device_name
 #: Training forwards: the lean readout-only engine (:mod:`interp_toolkit.runs.engine`) or
 #: the TransformerBridge's full forward.
 ENGINES = ("fast", "bridge")
+#: Learning-rate schedules after the warmup (:meth:`TrainConfig.lr_at`).
+LR_SCHEDULES = ("constant", "cosine", "linear")
+#: Fields added after run keys (which hash ``to_dict()``) were first issued: left out of the
+#: dict at their defaults, so every earlier run keeps its key and folder name.
+_LATER_FIELDS = {"warmup_steps": 0, "lr_schedule": "constant", "min_lr_ratio": 0.0, "grad_clip": None}
 
 
 def check_engine_name(engine: str) -> None:
@@ -52,6 +58,11 @@ class TrainConfig(Config):
             "rounding"): compare rates over seeds, not single seeds, across engines.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA if available); the
             model is moved there before training. ``None``: train where the model is.
+        warmup_steps: Optimizer steps of linear warmup from lr / warmup_steps to lr (0: none).
+        lr_schedule: After the warmup: constant, cosine or linear decay to min_lr_ratio x lr
+            at the last step.
+        min_lr_ratio: The schedule's floor as a fraction of lr, in [0, 1].
+        grad_clip: Clip the gradient's global norm to this before each step (None: no clipping).
     """
 
     epochs: int = 2_000
@@ -69,6 +80,10 @@ class TrainConfig(Config):
     progress: bool = True
     engine: str = "fast"
     device: str | None = None
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.0
+    grad_clip: float | None = None
 
     def __post_init__(self) -> None:
         check_seed("TrainConfig.seed", self.seed, "the shuffling seed")
@@ -92,6 +107,57 @@ class TrainConfig(Config):
                              f"got {self.weight_decay!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"TrainConfig.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"TrainConfig.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if not (isinstance(self.min_lr_ratio, (int, float)) and not isinstance(self.min_lr_ratio, bool)
+                and 0.0 <= self.min_lr_ratio <= 1.0):
+            raise ValueError(f"TrainConfig.min_lr_ratio must be a number in [0, 1], got {self.min_lr_ratio!r}")
+        if self.min_lr_ratio and self.lr_schedule == "constant":
+            raise ValueError(f"TrainConfig.min_lr_ratio {self.min_lr_ratio!r} is the floor of a decaying schedule; "
+                             "set lr_schedule to cosine or linear (or leave min_lr_ratio at 0)")
+        if self.grad_clip is not None and not (isinstance(self.grad_clip, (int, float))
+                                               and not isinstance(self.grad_clip, bool)
+                                               and math.isfinite(self.grad_clip) and self.grad_clip > 0):
+            raise ValueError(f"TrainConfig.grad_clip must be a positive number or None, got {self.grad_clip!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, except the warmup, schedule and clipping fields at their defaults: they
+        were added after run keys (which hash this dict) were first issued."""
+        data = super().to_dict()
+        for name, default in _LATER_FIELDS.items():
+            if data[name] == default:
+                del data[name]
+        return data
+
+    @property
+    def schedules_lr(self) -> bool:
+        """Whether the learning rate changes over training (warmup or a decaying schedule)."""
+        return self.warmup_steps > 0 or self.lr_schedule != "constant"
+
+    def steps_per_epoch(self, n_train: int) -> int:
+        """Optimizer steps per epoch on ``n_train`` examples (1 at full batch)."""
+        return 1 if self.batch_size is None else -(-int(n_train) // self.batch_size)
+
+    def lr_at(self, step: int, total_steps: int) -> float:
+        """The learning rate of optimizer step ``step`` (1-based) of ``total_steps``.
+
+        Linear warmup ``lr * step / warmup_steps`` for the first ``warmup_steps`` steps, then
+        the schedule over the remaining steps: constant ``lr``; cosine
+        ``lr * (m + (1 - m) * (1 + cos(pi * t)) / 2)``; linear ``lr * (m + (1 - m) * (1 - t))``,
+        with ``m = min_lr_ratio`` and ``t`` the fraction of the post-warmup steps done before
+        this one (0 at the first, reaching ``(n - 1) / n`` at the last).
+        """
+        if step <= self.warmup_steps:
+            return self.lr * step / self.warmup_steps
+        if self.lr_schedule == "constant":
+            return self.lr
+        decay_steps = max(1, total_steps - self.warmup_steps)
+        t = min(1.0, (step - self.warmup_steps - 1) / decay_steps)
+        m = self.min_lr_ratio
+        shape = (1.0 + math.cos(math.pi * t)) / 2.0 if self.lr_schedule == "cosine" else 1.0 - t
+        return self.lr * (m + (1.0 - m) * shape)
 
     def checkpoint_epochs(self) -> list[int]:
         """Every epoch at which a checkpoint is saved, sorted."""
@@ -111,4 +177,4 @@ class TrainConfig(Config):
         return sorted(epochs)
 
 
-__all__ = ["ENGINES", "TrainConfig", "check_engine_name"]
+__all__ = ["ENGINES", "LR_SCHEDULES", "TrainConfig", "check_engine_name"]

@@ -159,6 +159,11 @@ def check_extension_source(source_dir: str | os.PathLike, identity: Mapping[str,
     if differing:
         raise ExtensionError(f"cannot extend from {source_dir}: it is another run, not this run at fewer "
                              f"epochs (fields that differ: {', '.join(differing)})")
+    schedule = (identity.get("train") or {}).get("lr_schedule", "constant")
+    if schedule != "constant":
+        raise ExtensionError(f"cannot extend from {source_dir}: with lr_schedule {schedule!r} the learning rate "
+                             "at every step depends on the run's length, so a longer run is not the shorter "
+                             "one continued; train this run from scratch")
     have = int(source_identity["train"]["epochs"])
     want = int(identity["train"]["epochs"])
     if have >= want:

@@ -516,12 +516,22 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     forward = ReadoutForward(model, cfg.readout_position, cfg.engine)
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train {run_dir.name}",
                disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
+    # the learning rate is a function of the global step, so a resumed run follows the schedule exactly
+    per_epoch = cfg.steps_per_epoch(len(labels))
+    total_steps = cfg.epochs * per_epoch
+    clipped = [p for p in model.parameters() if p.requires_grad] if cfg.grad_clip is not None else []
     for epoch in bar:
-        for idx in epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device):
+        for batch, idx in enumerate(epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device)):
             optimizer.zero_grad(set_to_none=True)
             loss = forward.backward(tokens[idx], labels[idx])  # gradients into .grad, in cache-sized passes
             if not torch.isfinite(loss):
                 raise diverged(f"training loss became {loss.item()} at epoch {epoch}", cfg.lr, run_dir)
+            if cfg.schedules_lr:
+                lr = cfg.lr_at((epoch - 1) * per_epoch + batch + 1, total_steps)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+            if clipped:
+                torch.nn.utils.clip_grad_norm_(clipped, cfg.grad_clip)
             optimizer.step()
         if epoch in eval_epochs:
             last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}

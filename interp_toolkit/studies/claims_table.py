@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.studies import verdicts as rules
+from interp_toolkit.studies.study import OUTCOMES_CSV
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ["paper", "claim", "regime", "settings", "cells", "difference", "low", "high", "p", "power", "verdict",
@@ -344,7 +345,7 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
 
 def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
     """Every shortcut-saturation claim, in the order of the report."""
-    path = root / "docs" / "reproduction" / "outcomes.csv"
+    path = root / "docs" / "reproduction" / OUTCOMES_CSV
     rows = read_outcomes(path)
     files = [_rel(path)]
     one, two = HEADLINE["1L"], HEADLINE["2L"]
