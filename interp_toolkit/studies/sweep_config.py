@@ -151,6 +151,9 @@ class SweepConfig(Config):
         grid: More grid axes: ``"SECTION.FIELD"`` -> the values to sweep (e.g.
             ``{"train.batch_size": [256, None]}``); each becomes a cell setting of its own.
         early_stop: Stop a run once it has generalized (saves time; hides transience).
+        data_seeds: ``"fixed"``: every run trains on the data of ``task.seed`` (one dataset;
+            grid over it with ``grid={"task.seed": [...]}``); ``"model"``: each run's data
+            seed is its model seed, so every seed is a fresh model on a fresh dataset.
         seeds_per_process: At most this many seeds of one cell are trained together in one
             job (``None``: chosen from the resources, see
             :func:`interp_toolkit.studies.resources.seeds_per_job`).
@@ -183,6 +186,7 @@ class SweepConfig(Config):
     transient_tolerance: float = 0.99
     transient_min_span: int = 3
     device: str = "auto"
+    data_seeds: str = "fixed"
 
     seq_len = _flat("task", "seq_len")
     n_values = _flat("task", "n_values")
@@ -283,7 +287,12 @@ class SweepConfig(Config):
         from interp_toolkit.devices import check_device_name
 
         check_device_name(self.device)
+        if self.data_seeds not in ("fixed", "model"):
+            raise ValueError(f"SweepConfig.data_seeds must be 'fixed' or 'model', got {self.data_seeds!r}")
         grid = getattr(self, "grid", None) or {}
+        if self.data_seeds == "model" and ("task.seed" in grid or (isinstance(self.task, dict) and "seed" in self.task)):
+            raise ValueError("SweepConfig.data_seeds 'model' ties each run's data seed to its model seed; "
+                             "task.seed (or a grid over it) would be overridden: give one of them")
         for name, default in (("warmup_steps", 0), ("lr_schedule", "constant"), ("grad_clip", None)):
             values = [self.train.get(name, default), *grid.get(f"train.{name}", [])] if isinstance(self.train, dict) \
                 else []
@@ -393,6 +402,8 @@ class SweepConfig(Config):
                     out[f"{section}.{name}"] = value
         if plain["grid"]:
             out["grid"] = plain["grid"]
+        if plain.get("data_seeds", "fixed") != "fixed":  # added later: earlier studies keep their keys
+            out["data_seeds"] = plain["data_seeds"]
         return out
 
     def key(self) -> str:
@@ -488,6 +499,8 @@ def cell_configs(cfg: SweepConfig, cell: Mapping[str, Any], seed: int) -> tuple[
         section, dot, name = axis.partition(".")
         if dot:
             sections[section][name] = value
+    if cfg.data_seeds == "model":  # a fresh dataset per seed
+        sections["task"]["seed"] = seed
     task_cfg = classes["task"].from_task(cell["task"], **sections["task"], r=cell["r"])
     model_cfg = classes["model"](n_layers=cell["n_layers"], n_heads=cell["n_heads"], seed=seed, **sections["model"],
                                  **task_cfg.model_dims())

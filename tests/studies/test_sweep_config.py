@@ -219,3 +219,19 @@ def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_fi
                  for m, t, i in ((model_l, train_l, info_l), (model_s, train_s, info_s))]
         assert identity_differences(ident[1], ident[0]) == []
         assert identity_differences(ident[1], ident[0], ignore=()) == ["train.epochs"]
+
+
+def test_data_seeds_follow_the_model_seed_or_stay_fixed():
+    from interp_toolkit.studies.sweep_config import SweepConfig, cell_configs
+
+    fixed = SweepConfig(n_layers=[1], ratios=[0.9], seeds=[3, 4])
+    tied = SweepConfig(n_layers=[1], ratios=[0.9], seeds=[3, 4], data_seeds="model")
+    cell = fixed.cells()[0]
+    assert [cell_configs(fixed, cell, s)[0].seed for s in (3, 4)] == [0, 0]  # one dataset
+    assert [cell_configs(tied, tied.cells()[0], s)[0].seed for s in (3, 4)] == [3, 4]  # a dataset per seed
+    assert "data_seeds" not in fixed.flat_dict() and tied.flat_dict()["data_seeds"] == "model"
+    assert fixed.key() != tied.key() and fixed.study_key() != tied.study_key()
+    with pytest.raises(ValueError, match="data_seeds"):
+        SweepConfig(data_seeds="fresh")
+    with pytest.raises(ValueError, match="task.seed"):
+        SweepConfig(data_seeds="model", grid={"task.seed": [0, 1]})
