@@ -290,7 +290,10 @@ class SweepConfig(Config):
         if self.data_seeds not in ("fixed", "model"):
             raise ValueError(f"SweepConfig.data_seeds must be 'fixed' or 'model', got {self.data_seeds!r}")
         grid = getattr(self, "grid", None) or {}
-        if self.data_seeds == "model" and ("task.seed" in grid or (isinstance(self.task, dict) and "seed" in self.task)):
+        # (the task section is completed with the defaults on the way to a worker: only a seed
+        # other than the default's is a conflict)
+        if self.data_seeds == "model" and ("task.seed" in grid or (isinstance(self.task, dict)
+                                                                   and self.task.get("seed", 0) != 0)):
             raise ValueError("SweepConfig.data_seeds 'model' ties each run's data seed to its model seed; "
                              "task.seed (or a grid over it) would be overridden: give one of them")
         for name, default in (("warmup_steps", 0), ("lr_schedule", "constant"), ("grad_clip", None)):
