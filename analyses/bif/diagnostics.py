@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ __all__ = [
     "ess_bulk",
     "ess_tail",
     "jackknife_stderr",
+    "jackknife_stderr_streamed",
     "split_rhat",
     "tracked_indices",
 ]
@@ -194,6 +195,26 @@ def jackknife_stderr(leave_one_out: Float[Tensor, "chains ..."]) -> Float[Tensor
         return torch.full_like(leave_one_out[0], float("nan"))
     centred = leave_one_out - leave_one_out.mean(0)
     return (centred.pow(2).sum(0) * ((count - 1) / count)).sqrt()
+
+
+def jackknife_stderr_streamed(leave_one_out: Iterable[Tensor]) -> Tensor:
+    """:func:`jackknife_stderr` of estimates that arrive one at a time (Welford's update in
+    float64: two matrices of memory however many chains; the token-level BIF's reductions)."""
+    count, mean, m2 = 0, None, None
+    for estimate in leave_one_out:
+        estimate = estimate.double()
+        count += 1
+        if mean is None or m2 is None:  # both None until the first estimate
+            mean, m2 = estimate.clone(), torch.zeros_like(estimate)
+            continue
+        delta = estimate - mean
+        mean.add_(delta, alpha=1.0 / count)
+        m2.addcmul_(delta, estimate - mean)
+    if m2 is None:
+        raise ValueError("jackknife_stderr_streamed needs at least one leave-one-out estimate")
+    if count < 2:
+        return torch.full_like(m2, float("nan"))
+    return m2.mul_((count - 1) / count).sqrt_()
 
 
 def between_chain_share(total: Tensor, per_chain: Tensor) -> Tensor:

@@ -107,9 +107,8 @@ def reduce_draws(attribution: Float[Tensor, "chains draws n_a"], observable: Flo
 
 def jackknife_reduction(leave_one_out: Float[Tensor, " chains"]) -> Tensor:
     """Jackknife standard error from the ``chains`` leave-one-out estimates:
-    ``sqrt((C - 1) / C * sum (theta_k - mean theta)^2)``."""
-    chains = leave_one_out.shape[0]
-    if chains < 2:
-        return torch.tensor(float("nan"))
-    centred = leave_one_out.double() - leave_one_out.double().mean()
-    return torch.sqrt((chains - 1) / chains * (centred * centred).sum())
+    ``sqrt((C - 1) / C * sum (theta_k - mean theta)^2)``, in float64
+    (:func:`~interp_toolkit.analyses.bif.diagnostics.jackknife_stderr`, the toolkit's one)."""
+    from .diagnostics import jackknife_stderr
+
+    return jackknife_stderr(leave_one_out.double())

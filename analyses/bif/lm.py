@@ -49,7 +49,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +61,7 @@ from interp_toolkit.analyses.bif.data import model_fingerprint
 from interp_toolkit.analyses.bif.diagnostics import (
     ConvergenceDiagnostics,
     convergence_diagnostics,
+    jackknife_stderr_streamed,
     tracked_indices,
 )
 from interp_toolkit.analyses.bif.estimator import estimate_from_moments
@@ -552,7 +553,7 @@ def lm_bif(
         total, stderr, per_chain = estimate.bif, estimate.stderr, estimate.per_chain
         if config.stderr_method == "jackknife" and sampler.chains > 1:
             # leave-one-chain-out estimates, each from the remaining chains' accumulators
-            stderr = _jackknife_stderr(
+            stderr = jackknife_stderr_streamed(
                 estimate_from_moments(
                     {(i, 0): v for i, v in enumerate(v for k, v in sorted(accs.items()) if k[0] != left_out)},
                     sampler.chains - 1, sampler.pearson, False,
@@ -628,23 +629,6 @@ def _neg_cov_from_draws(a: Tensor, b: Tensor, jackknife: bool = False) -> tuple[
     return total, stderr, per_chain
 
 
-def _jackknife_stderr(leave_one_out: Iterable[Tensor]) -> Tensor:
-    """Jackknife standard error ``sqrt((C - 1) / C * sum_c (theta_-c - mean)^2)`` from the
-    ``C`` leave-one-chain-out estimates (streamed: Welford, two matrices of memory)."""
-    count, mean, m2 = 0, None, None
-    for estimate in leave_one_out:
-        estimate = estimate.double()
-        count += 1
-        if mean is None or m2 is None:  # both None until the first estimate
-            mean, m2 = estimate.clone(), torch.zeros_like(estimate)
-            continue
-        delta = estimate - mean
-        mean.add_(delta, alpha=1.0 / count)
-        m2.addcmul_(delta, estimate - mean)
-    assert m2 is not None, "no leave-one-out estimates"  # both callers pass one per chain (> 1)
-    return m2.mul_((count - 1) / count).sqrt_()
-
-
 def _standardize(draws: Tensor) -> Tensor:
     """``(x - mean) / std`` over the draw axis (population std), ``[draws, n]``."""
     centred = draws - draws.mean(0)
@@ -689,7 +673,7 @@ def compute_lm_bif(
                              pearson_convention=pearson_convention, stderr_method="per_chain")
         chains = train_draws.shape[0]
         for name, red in out.items():
-            red.stderr = _jackknife_stderr(
+            red.stderr = jackknife_stderr_streamed(
                 compute_lm_bif(train_draws[[c for c in range(chains) if c != left_out]],
                                None if query_draws is None else query_draws[[c for c in range(chains) if c != left_out]],
                                train, query, (name,), pearson=pearson, pearson_convention=pearson_convention,
