@@ -3,8 +3,9 @@
 The paper states n = 16,384, 2 layers, d_model 64, d_ff 128, AdamW with weight decay 0.1 and
 15,000 epochs; the rest is this project's choice (the ``paper`` preset's: length 10, values
 0..9, full batch, lr 1e-3, betas (0.9, 0.98), 2 heads). This script trains r = 0.5 and r = 0.9
-at 8 fresh seeds each (model and data seeds from 300, none used by any other study here),
-every cell's seeds stacked in one job on the GPU, and writes ``OUT/outcomes.csv`` (and the
+at 8 fresh model seeds each (300-307) on a fresh dataset (data seed 300; stacked seeds share
+one dataset, so a dataset per seed would mean a job per seed), every cell's seeds stacked in
+one job on the GPU, and writes ``OUT/outcomes.csv`` (and the
 rate table) that ``interp-toolkit report`` reads::
 
     python benchmarks/gpu_slice.py                       # measure seed-epochs/s at K = 8 on this GPU
@@ -38,14 +39,14 @@ def sweep_config(dry: bool, device: str):
 
     if dry:
         return SweepConfig(name="literal_2L_dry", tasks=["max_parity_sum_parity"], ratios=[0.5, 0.9], n_layers=[2],
-                           n_heads=[2], weight_decays=[0.1], seeds=SEEDS[:2], data_seeds="model",
-                           task={"seq_len": 4, "n_values": 5, "n_train": 64, "n_eval": 16},
+                           n_heads=[2], weight_decays=[0.1], seeds=SEEDS[:2],
+                           task={"seq_len": 4, "n_values": 5, "n_train": 64, "n_eval": 16, "seed": 300},
                            model={"d_model": 16, "d_mlp": 32},
                            train={"epochs": 3, "eval_every": 1, "checkpoint_every": 3}, seeds_per_process=2,
                            device="cpu")
     return SweepConfig(name="literal_2L", tasks=["max_parity_sum_parity"], ratios=[0.5, 0.9], n_layers=[2],
-                       n_heads=[2], weight_decays=[0.1], seeds=SEEDS, data_seeds="model",
-                       task={"seq_len": 10, "n_values": 10, "n_train": 16_384, "n_eval": 2_048},
+                       n_heads=[2], weight_decays=[0.1], seeds=SEEDS,
+                       task={"seq_len": 10, "n_values": 10, "n_train": 16_384, "n_eval": 2_048, "seed": 300},
                        model={"d_model": 64, "d_mlp": 128},
                        train={"epochs": EPOCHS, "lr": 1e-3, "eval_every": 100, "checkpoint_every": 1_000},
                        seeds_per_process=len(SEEDS), device=device)

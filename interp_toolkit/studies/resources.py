@@ -92,8 +92,11 @@ def seeds_per_job(cfg: Any, on_gpu: bool = False) -> int:
     """Seeds one job trains together: ``cfg.seeds_per_process`` if set, else the rule of the
     module docstring (CPU: ~:data:`CPU_JOB_HOURS` of one core, 1 to
     :data:`CPU_MAX_SEEDS_PER_JOB`; GPU: every seed of a cell, up to
-    :data:`GPU_MAX_SEEDS_PER_JOB`). Never more than the sweep has."""
+    :data:`GPU_MAX_SEEDS_PER_JOB`). Never more than the sweep has, and 1 with
+    ``data_seeds="model"``: the seeds of a job train on one dataset."""
     n_seeds = len(cfg.seeds)
+    if getattr(cfg, "data_seeds", "fixed") == "model":
+        return 1  # stacked seeds share one dataset: a dataset per seed means a job per seed
     if cfg.seeds_per_process is not None:
         return min(cfg.seeds_per_process, n_seeds)
     if on_gpu:

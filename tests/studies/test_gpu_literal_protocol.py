@@ -24,7 +24,7 @@ def test_dry_run_writes_an_outcomes_table_the_report_reads(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = read_outcomes_csv(tmp_path / "out" / "outcomes.csv")
     assert sorted((r["r"], r["seed"]) for r in rows) == [(0.5, 300), (0.5, 301), (0.9, 300), (0.9, 301)]
-    assert all(r["data_seed"] == r["seed"] and r["n_layers"] == 2 and r["status"] == "finished" for r in rows)
+    assert all(r["data_seed"] == 300 and r["n_layers"] == 2 and r["status"] == "finished" for r in rows)
     with open(tmp_path / "out" / "outcomes.csv", newline="") as handle:
         assert all(not row["run_dir"].startswith("/") for row in csv.DictReader(handle))  # relative to the study
     again = _run("--dry", "--out", str(tmp_path / "out"))  # a rerun trains nothing and writes the same table

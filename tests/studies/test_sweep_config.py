@@ -235,3 +235,13 @@ def test_data_seeds_follow_the_model_seed_or_stay_fixed():
         SweepConfig(data_seeds="fresh")
     with pytest.raises(ValueError, match="task.seed"):
         SweepConfig(data_seeds="model", grid={"task.seed": [0, 1]})
+
+
+def test_a_dataset_per_seed_means_a_job_per_seed():
+    """Stacked seeds share one dataset: with data_seeds 'model' no job stacks two seeds."""
+    from interp_toolkit.studies.resources import seeds_per_job
+    from interp_toolkit.studies.sweep_config import SweepConfig
+
+    assert seeds_per_job(SweepConfig(seeds=[1, 2, 3], seeds_per_process=3)) == 3
+    assert seeds_per_job(SweepConfig(seeds=[1, 2, 3], seeds_per_process=3, data_seeds="model")) == 1
+    assert seeds_per_job(SweepConfig(seeds=[1, 2, 3], data_seeds="model"), on_gpu=True) == 1
