@@ -65,14 +65,20 @@ R1 = Regime("R1", {"task": "max_parity_sum_parity", "seq_len": "8", "n_train": "
                    "lr": "0.001", "batch_size": "512", "epochs": "300", "n_heads": "2"},
             "length 8, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
             "6.72 decay clocks, no early stop")
+R_LEN5_N16K = Regime("length 5, n = 16,384", {"task": "max_parity_sum_parity", "seq_len": "5", "n_train": "16384",
+                                               "weight_decay": "0.1", "lr": "0.001", "batch_size": "",
+                                               "epochs": "400", "n_heads": "2"},
+                     "length 5, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 400 epochs = 0.04 "
+                     "decay clocks, no early stop, a fresh dataset per seed")
 R1_1HEAD = Regime("R1, 1 head", {**R1.where, "n_heads": "1"}, "R1 with 1 head")
 R1_FIRST = Regime("R1, first-element shortcut", {**R1.where, "task": "first_parity_sum_parity"},
                   "R1 on first_parity_sum_parity")
 R1_MOD3 = Regime("R1, mod 3", {**R1.where, "task": "max_mod3_sum_mod3"}, "R1 on max_mod3_sum_mod3")
 
 
-def _rel(path: Path) -> str:
-    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+def _rel(root: Path, path: Path) -> str:
+    """``path`` relative to the repository ``root`` (as the tables name their files)."""
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def read_outcomes(path: Path) -> list[dict[str, str]]:
@@ -165,7 +171,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
             "stop; n = 4,096 unless stated")
     two = _contrast_runs(base / "2L_r0.9") if (base / "2L_r0.9").is_dir() else []
     half = _contrast_runs(base / "2L_r0.5") if (base / "2L_r0.5").is_dir() else []
-    files = [_rel(base / "2L_r0.9" / "runs.csv"), _rel(base / "2L_r0.5" / "runs.csv")]
+    files = [_rel(root, base / "2L_r0.9" / "runs.csv"), _rel(root, base / "2L_r0.5" / "runs.csv")]
     small = [r for r in two if "n16k" not in r["run_dir"]]
     large = [r for r in two if "n16k" in r["run_dir"]]
     if small and half:
@@ -186,7 +192,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
     out.append(_row("A", "a shortcut phase comes first, then a second phase in which the rule takes over", "R2", text,
                     f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first",
                     verdict, "qualitative: the order of the shortcut epoch and the first generalized epoch",
-                    [_rel(base / "2L_r0.9" / "runs.csv")]))
+                    [_rel(root, base / "2L_r0.9" / "runs.csv")]))
     windows = []
     folders = sorted(p for p in base.iterdir() if (p / "windows.csv").is_file()) if base.is_dir() else []
     for folder in folders:
@@ -206,7 +212,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                                                          f"{float(w['mean_staying']):+.2f}" for w in after),
                         "reproduced" if max(means) < 0 and toward else "not reproduced",
                         "the sign of the group means in the shortcut phase, and their change after leaving",
-                        sorted({_rel(base / w["contrast"] / "windows.csv") for w in conflict + after})))
+                        sorted({_rel(root, base / w["contrast"] / "windows.csv") for w in conflict + after})))
     amplified = [w for w in ratio if w["quantity"] == "minority_amplification" and w["window"] == "shortcut phase"]
     if amplified:
         values = [float(w[k]) for w in amplified for k in ("mean_leaving", "mean_staying")]
@@ -216,7 +222,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                         "reproduced" if inside else "not reproduced",
                         f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the toolkit's "
                         "minority_amplification over the shortcut-phase window)",
-                        sorted({_rel(base / w["contrast"] / "windows.csv") for w in amplified})))
+                        sorted({_rel(root, base / w["contrast"] / "windows.csv") for w in amplified})))
     if windows:
         family = [w for w in windows if w["p"] not in ("", "nan")]
         holm = rules.holm_family(family, key="p")
@@ -230,7 +236,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                         "not reproduced" if not before else "reproduced",
                         f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm over "
                         "the whole family; groups differ in n where stated (2L: 16,384 vs 4,096), a confounder",
-                        sorted({_rel(base / w["contrast"] / "windows.csv") for w in family})))
+                        sorted({_rel(root, base / w["contrast"] / "windows.csv") for w in family})))
     return out
 
 
@@ -273,15 +279,15 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                      f"{gate['n_converged']}/{gate['n']} (max R-hat {_fmt(gate['max_rhat'])}, min ESS "
                      f"{_fmt(gate['min_ess'])})")
             if not part:
-                out.append(_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", [_rel(path)]))
+                out.append(_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", [_rel(root, path)]))
             elif not gate["passed"]:
                 out.append(_row("B", claim, label, settings, cells, "inconclusive",
                                 "the chains did not converge on the checkpoints the claim rests on",
-                                [_rel(path), _rel(path.parent / "remeasure_summary.json")]))
+                                [_rel(root, path), _rel(root, path.parent / "remeasure_summary.json")]))
             else:
                 out.append(_row("B", claim, label, settings, cells, "reproduced" if signed else "not reproduced",
                                 "converged chains; the sign at |z| >= 2",
-                                [_rel(path), _rel(path.parent / "remeasure_summary.json")]))
+                                [_rel(root, path), _rel(root, path.parent / "remeasure_summary.json")]))
     return out
 
 
@@ -312,13 +318,13 @@ def lm_rows(root: Path) -> list[dict[str, str]]:
     else:
         verdict, why = "reproduced", "a peak with checkpoints after it, converged"
     out.append(_row("B", "induction tokens' influence rises and falls as induction heads form", "testbed", settings,
-                    cells, verdict, why, [_rel(path)]))
+                    cells, verdict, why, [_rel(root, path)]))
     diff = [r for r in rows if r["series"] == "open->close - close->open"]
     gate = rules.convergence_gate((float(r["rhat"]), float(r["ess"])) for r in diff)
     out.append(_row("B", "the influence between delimiters changes sign across checkpoints", "testbed", settings,
                     f"{gate['n']} rows; {gate['n_converged']} converged", "inconclusive" if not gate["passed"] else
                     "reproduced", "an SGLD verdict needs converged chains on every row it reads" if not gate["passed"]
-                    else "converged", [_rel(path)]))
+                    else "converged", [_rel(root, path)]))
     return out
 
 
@@ -337,7 +343,7 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
                  f"{_fmt(gate['max_rhat'])}, min ESS {_fmt(gate['min_ess'])})",
                  "inconclusive" if not gate["passed"] else "reproduced",
                  "unconverged chains, no Gaussian null, and per-draw phase labels that do not separate solutions"
-                 if not gate["passed"] else "converged", [_rel(p) for p in paths])]
+                 if not gate["passed"] else "converged", [_rel(root, p) for p in paths])]
 
 
 # --------------------------------------------------------------------------- the tables
@@ -347,7 +353,7 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
     """Every shortcut-saturation claim, in the order of the report."""
     path = root / "docs" / "reproduction" / OUTCOMES_CSV
     rows = read_outcomes(path)
-    files = [_rel(path)]
+    files = [_rel(root, path)]
     one, two = HEADLINE["1L"], HEADLINE["2L"]
     headline_1l = "1-layer models: fewer seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 (33% -> 0%)"
     headline_2l = "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 (0% -> 77%)"
@@ -356,6 +362,8 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
            rate_claim(rows, headline_2l, R0, 2, 0.9, 0.5, (two[1], two[0]), files),
            rate_claim(rows, headline_2l, R1, 2, 0.9, 0.5, (two[1], two[0]), files)]
     out += r2_rows(root)
+    out += [rate_claim(rows, headline_2l, R_LEN5_N16K, 2, 0.9, 0.5, (two[1], two[0]), files),
+            rate_claim(rows, headline_1l, R_LEN5_N16K, 1, 0.5, 0.9, one, files)]
     at = "the 2-layer headline's effect (this project's choice: the paper gives no rates)"
     below = "r below chance (1/m) helps too: more seeds generalize at r = 0.1 than at r = 1/m = 0.5"
     out += [rate_claim(rows, below, R0, 2, 0.1, 0.5, (two[1], two[0]), files, powered_at=at),
@@ -442,8 +450,14 @@ def write_verdicts(root: Path = ROOT) -> list[Path]:
     return written
 
 
-def main() -> int:
-    for path in write_verdicts():
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m interp_toolkit.studies.claims_table [REPO]``: rewrite the verdict files of the
+    repository at ``REPO`` (default: the current folder, else the one this module sits in)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    root = Path(args[0]) if args else (Path.cwd() if (Path.cwd() / "docs" / "reproduction").is_dir() else ROOT)
+    for path in write_verdicts(root):
         print(f"wrote {path}")
     return 0
 

@@ -49,7 +49,7 @@ COMMANDS = _documented_commands()
 
 def test_docs_give_the_commands_of_every_committed_table():
     assert set(COMMANDS) == {"docs/reproduction", "docs/reproduction/headline", "docs/reproduction/regime",
-                             "docs/reproduction/claims", "docs/reproduction/r0"}
+                             "docs/reproduction/claims", "docs/reproduction/r0", "docs/reproduction/axes"}
 
 
 @pytest.mark.parametrize("out", sorted(COMMANDS))
