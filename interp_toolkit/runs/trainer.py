@@ -519,7 +519,8 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     # the learning rate is a function of the global step, so a resumed run follows the schedule exactly
     per_epoch = cfg.steps_per_epoch(len(labels))
     total_steps = cfg.epochs * per_epoch
-    clipped = [p for p in model.parameters() if p.requires_grad] if cfg.grad_clip is not None else []
+    clip_norm = cfg.grad_clip
+    clipped = [p for p in model.parameters() if p.requires_grad] if clip_norm is not None else []
     for epoch in bar:
         for batch, idx in enumerate(epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device)):
             optimizer.zero_grad(set_to_none=True)
@@ -530,8 +531,8 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
                 lr = cfg.lr_at((epoch - 1) * per_epoch + batch + 1, total_steps)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-            if clipped:
-                torch.nn.utils.clip_grad_norm_(clipped, cfg.grad_clip)
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(clipped, clip_norm)
             optimizer.step()
         if epoch in eval_epochs:
             last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}
