@@ -29,6 +29,7 @@ from interp_toolkit.config import parse_config
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.bif_checkpoint import (
     BIFCommandConfig,
+    calibration_lines,
     compute_bif_summary,
     readout_example_loss,
     task_for_checkpoint,
@@ -71,7 +72,6 @@ def run_config(config: BIFCommandConfig) -> int:
     verdict (or, with ``--calibrate``, the sweep and its recommendation); returns 0."""
     if config.calibrate:
         from interp_toolkit.studies.bif_checkpoint import calibrate_checkpoint
-        from interp_toolkit.studies.bif_lm_series import calibration_lines
 
         print(calibration_lines(calibrate_checkpoint(config)))
         return 0

@@ -24,8 +24,20 @@ from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.config import Config, required_positional
 from interp_toolkit.errors import UserError, notice
 
-__all__ = ["BIFCommandConfig", "bif_summary", "calibrate_checkpoint", "checkpoint_bif_inputs", "compute_bif_summary",
+__all__ = ["BIFCommandConfig", "bif_summary", "calibrate_checkpoint", "calibration_lines", "check_calibration_grids", "checkpoint_bif_inputs", "compute_bif_summary",
            "readout_example_loss", "task_for_checkpoint"]
+
+
+def check_calibration_grids(config: Any) -> None:
+    """Normalize and check a command config's ``calibrate_eps`` / ``calibrate_gamma`` /
+    ``calibrate_n_beta`` (tuples of numbers > 0; gamma >= 0), as ``bif`` and ``bif-lm`` take
+    them; the config's own ``check`` names a bad one."""
+    for name in ("calibrate_eps", "calibrate_gamma", "calibrate_n_beta"):
+        values = tuple(getattr(config, name))
+        setattr(config, name, values)
+        config.check(name, all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= 0
+                               and (v > 0 or name == "calibrate_gamma") for v in values),
+                     "numbers > 0 (gamma: >= 0)")
 
 
 @dataclass
@@ -81,12 +93,7 @@ class BIFCommandConfig(Config):
             raise UserError(f"--chains {self.sampler.chains}: a BIF needs at least 2 chains (its standard error is "
                             "a leave-one-chain-out jackknife, NaN with one chain)")
         self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
-        for name in ("calibrate_eps", "calibrate_gamma", "calibrate_n_beta"):
-            values = tuple(getattr(self, name))
-            setattr(self, name, values)
-            self.check(name, all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= 0
-                                 and (v > 0 or name == "calibrate_gamma") for v in values),
-                       "numbers > 0 (gamma: >= 0)")
+        check_calibration_grids(self)
         for name in ("checkpoint", "task_config", "out"):
             if isinstance(getattr(self, name), str):
                 setattr(self, name, Path(getattr(self, name)))
@@ -253,6 +260,23 @@ def bif_summary(args: BIFCommandConfig, inputs: dict[str, Any], result: Any,
         "sampler_used": result.config,
         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
     }
+
+
+def calibration_lines(report: dict[str, Any]) -> str:
+    """What ``bif --calibrate`` and ``bif-lm --calibrate`` print: one line per setting, the
+    recommendation and the file written."""
+    def num(value: object, digits: int = 3) -> str:
+        return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+    lines = []
+    for row in report["rows"]:
+        state = "diverged" if row["diverged"] else ("converged" if row["converged"] else "not converged")
+        lines.append(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {num(row['n_beta'])}: {state}, "
+                     f"max R-hat {num(row['max_rhat'], 4)}, min ESS {num(row['min_ess_bulk'])} / "
+                     f"{num(row['min_ess_tail'])}, loss drift {num(row['loss_drift'])}")
+    lines.append(f"recommended: {report['reason']}")
+    lines.append(f"wrote {report['path']}")
+    return "\n".join(lines)
 
 
 def round_notice(summary: dict[str, Any]) -> None:

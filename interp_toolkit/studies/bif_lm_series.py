@@ -28,6 +28,11 @@ from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json, atomic_write_text
+from interp_toolkit.studies.bif_checkpoint import (
+    calibration_lines,
+    check_calibration_grids,
+    round_notice,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -128,7 +133,6 @@ def bif_over_checkpoints(
     from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
     from interp_toolkit.analyses.induction import induction_scores
     from interp_toolkit.plotting import check_format, save_figure
-    from interp_toolkit.studies.bif_checkpoint import round_notice
     from interp_toolkit.studies.lm_claims import claim_rows, write_claim_figures, write_claims_csv
     from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
 
@@ -431,12 +435,7 @@ class LMBIFCommandConfig(Config):
         self.check("pearson_convention", self.pearson_convention in ("token_mean", "group_means"),
                    "'token_mean' or 'group_means'")
         self.check("stderr_method", self.stderr_method in ("jackknife", "per_chain"), "'jackknife' or 'per_chain'")
-        for name in ("calibrate_eps", "calibrate_gamma", "calibrate_n_beta"):
-            values = tuple(getattr(self, name))
-            setattr(self, name, values)
-            self.check(name, all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= 0
-                                 and (v > 0 or name == "calibrate_gamma") for v in values),
-                       "numbers > 0 (gamma: >= 0)")
+        check_calibration_grids(self)
 
 
 def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
@@ -514,23 +513,6 @@ def calibrate_lm_checkpoint(args: LMBIFCommandConfig, ref: Any, sets: Any) -> di
     atomic_write_json(path, report)
     save_figure(plot_calibration(calibration), Path(args.out) / f"calibration_{key}", args.format)
     return {**report, "path": str(path)}
-
-
-def calibration_lines(report: dict[str, Any]) -> str:
-    """What ``bif --calibrate`` and ``bif-lm --calibrate`` print: one line per setting, the
-    recommendation and the file written."""
-    def num(value: object, digits: int = 3) -> str:
-        return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
-
-    lines = []
-    for row in report["rows"]:
-        state = "diverged" if row["diverged"] else ("converged" if row["converged"] else "not converged")
-        lines.append(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {num(row['n_beta'])}: {state}, "
-                     f"max R-hat {num(row['max_rhat'], 4)}, min ESS {num(row['min_ess_bulk'])} / "
-                     f"{num(row['min_ess_tail'])}, loss drift {num(row['loss_drift'])}")
-    lines.append(f"recommended: {report['reason']}")
-    lines.append(f"wrote {report['path']}")
-    return "\n".join(lines)
 
 
 def run_lm_bif_command(args: LMBIFCommandConfig) -> str:

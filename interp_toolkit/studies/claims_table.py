@@ -92,10 +92,15 @@ def read_outcomes(path: Path) -> list[dict[str, str]]:
     return list(seen.values())
 
 
+def cell_rows(rows: Sequence[Mapping[str, str]], regime: Regime, n_layers: int, r: float) -> list[Mapping[str, str]]:
+    """The runs of ``regime`` with ``n_layers`` layers at ratio ``r``."""
+    return [row for row in rows if all(row.get(k) == v for k, v in regime.where.items())
+            and row["n_layers"] == str(n_layers) and math.isclose(float(row["r"]), r, rel_tol=1e-9)]
+
+
 def cell(rows: Sequence[Mapping[str, str]], regime: Regime, n_layers: int, r: float) -> tuple[int, int]:
     """``(k, n)``: generalized runs and runs of ``regime`` with ``n_layers`` layers at ratio ``r``."""
-    mine = [row for row in rows if all(row.get(k) == v for k, v in regime.where.items())
-            and row["n_layers"] == str(n_layers) and math.isclose(float(row["r"]), r, rel_tol=1e-9)]
+    mine = cell_rows(rows, regime, n_layers, r)
     return sum(row["generalized"] == "True" for row in mine), len(mine)
 
 
@@ -146,8 +151,7 @@ def observability_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: R
     if not rules.observed(k):
         return _row("A", claim, regime.name, regime.text, cells, "inconclusive",
                     f"no run generalized, so {what} cannot be observed", files)
-    mine = [row for row in rows if all(row.get(c) == v for c, v in regime.where.items())
-            and row["n_layers"] == str(n_layers) and math.isclose(float(row["r"]), r)]
+    mine = cell_rows(rows, regime, n_layers, r)
     transient = sum(row["transient"] == "True" for row in mine if row["generalized"] == "True")
     verdict = "reproduced" if transient else "not reproduced"
     return _row("A", claim, regime.name, regime.text, f"{cells}, {transient} transient", verdict,
