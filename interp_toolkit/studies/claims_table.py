@@ -166,6 +166,29 @@ def _contrast_runs(folder: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def _moved_toward_zero(summary: Path, window: Mapping[str, str]) -> tuple[int, int]:
+    """``(k, n)``: of the n generalizing runs in a contrast summary, k whose mean gradient
+    cosine from their first generalized epoch on is above their median over ``window``."""
+    import json
+
+    with open(summary, encoding="utf-8") as handle:
+        data = json.load(handle)
+    start = int(window["start"])
+    end = int(window["end"]) if window["end"] not in ("", None) else None
+    k = n = 0
+    for run in data["runs"]:
+        outcome = run["outcome"]
+        if not outcome.get("generalized") or outcome.get("first_generalized_epoch") is None:
+            continue
+        pairs = [(e, v) for e, v in zip(run["epochs"], run["values"]["grad_cos"]) if v is not None]
+        before = [v for e, v in pairs if start <= e and (end is None or e < end)]
+        after = [v for e, v in pairs if e >= outcome["first_generalized_epoch"]]
+        if before and after:
+            n += 1
+            k += statistics.fmean(after) > statistics.median(before)
+    return k, n
+
+
 def r2_rows(root: Path) -> list[dict[str, str]]:
     """The length-5 claims (R2) from the mechanism-contrast runs: the 2-layer contrast at
     n = 4,096, the two phases, gradient conflict, amplification and the contrast family."""
@@ -179,16 +202,16 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
     small = [r for r in two if "n16k" not in r["run_dir"]]
     large = [r for r in two if "n16k" in r["run_dir"]]
     if small and half:
-        k_a, n_a = sum(r["kind"] == "generalized" for r in small), len(small)
-        k_b, n_b = sum(r["kind"] == "generalized" for r in half), len(half)
+        k_a, n_a = sum(r["kind_generalized"] == "generalized" for r in small), len(small)
+        k_b, n_b = sum(r["kind_generalized"] == "generalized" for r in half), len(half)
         result = rules.rate_verdict(k_a, n_a, k_b, n_b, HEADLINE["2L"][1], HEADLINE["2L"][0])
-        k_l = sum(r["kind"] == "generalized" for r in large)
+        k_l = sum(r["kind_generalized"] == "generalized" for r in large)
         out.append(_row("A", "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 "
                         "(0% -> 77%)", "R2", text,
                         f"2L n = 4,096: r = 0.9 {k_a}/{n_a}; r = 0.5 {k_b}/{n_b} (r = 0.9 at n = 16,384: "
                         f"{k_l}/{len(large)}, no r = 0.5 cell there)", result["verdict"],
                         result["why"] + "; at n = 16,384 there is no r = 0.5 cell to contrast", files, result))
-    generalizing = [r for r in two if r["kind"] == "generalized" and float(r["r"]) == 0.9]
+    generalizing = [r for r in two if r["kind_generalized"] == "generalized" and float(r["r"]) == 0.9]
     ordered = [r for r in generalizing if r["shortcut_epoch"] and r["first_generalized_epoch"]
                and float(r["shortcut_epoch"]) < float(r["first_generalized_epoch"])]
     verdict = "inconclusive" if not generalizing else ("reproduced" if len(ordered) == len(generalizing)
@@ -203,26 +226,38 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         with open(folder / "windows.csv", newline="", encoding="utf-8") as handle:
             for w in csv.DictReader(handle):
                 windows.append({**w, "contrast": folder.name})
-    ratio = [w for w in windows if w["contrast"] in ("1L_r0.9", "2L_r0.9")]
-    conflict = [w for w in ratio if w["quantity"] == "grad_cos" and w["window"] == "shortcut phase"]
-    after = [w for w in ratio if w["quantity"] == "grad_cos" and w["window"] == "phase 2 on"]
+    # the paper's quantities at r = 0.9, under the paper's criterion (generalized); the
+    # 2-layer groups at one n (16,384) where that contrast exists, else the confounded one
+    two_layer = "2L_r0.9_n16k" if any(w["contrast"] == "2L_r0.9_n16k" for w in windows) else "2L_r0.9"
+    ratio = [w for w in windows if w["contrast"] in ("1L_r0.9", two_layer) and w["grouping"] == "generalized"]
+    first = ("shortcut phase", "first shortcut to first onset")
+    conflict = [w for w in ratio if w["quantity"] == "grad_cos" and w["window"] in first]
     if conflict:
         means = [float(w[k]) for w in conflict for k in ("mean_leaving", "mean_staying")]
-        toward = all(float(w["mean_leaving"]) > float(c["mean_leaving"]) for w, c in zip(after, conflict))
+        # "once the run leaves it": each generalizing run's cosine from its own first
+        # generalized epoch on, against its median over the shortcut-phase window (a window
+        # from the group's first onset would hold epochs long before any run leaves)
+        moved = [_moved_toward_zero(base / w["contrast"] / "contrast.json", w) for w in conflict]
+        toward = sum(k for k, _ in moved)
+        leavers = sum(n for _, n in moved)
         out.append(_row("A", "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut examples "
                         "point apart in the shortcut phase, and move toward 0 once the run leaves it", "R2", text,
-                        "r = 0.9, 1 and 2 layers: shortcut-phase cosine " + ", ".join(f"{m:+.2f}" for m in means)
-                        + "; after leaving " + ", ".join(f"{float(w['mean_leaving']):+.2f} (leaving) vs "
-                                                         f"{float(w['mean_staying']):+.2f}" for w in after),
-                        "reproduced" if max(means) < 0 and toward else "not reproduced",
-                        "the sign of the group means in the shortcut phase, and their change after leaving",
-                        sorted({_rel(root, base / w["contrast"] / "windows.csv") for w in conflict + after})))
-    amplified = [w for w in ratio if w["quantity"] == "minority_amplification" and w["window"] == "shortcut phase"]
+                        "r = 0.9 (" + ", ".join(w["contrast"] for w in conflict) + "): shortcut-phase cosine "
+                        + ", ".join(f"{m:+.2f}" for m in means)
+                        + f"; from its first generalized epoch on, {toward} of {leavers} generalizing runs sit "
+                        "above their shortcut-phase value",
+                        "reproduced" if max(means) < 0 and leavers and toward == leavers else "not reproduced",
+                        "the sign of the group means in the shortcut phase, and each generalizing run's mean cosine "
+                        "after it generalized against its own shortcut-phase median",
+                        sorted({_rel(root, base / w["contrast"] / name) for w in conflict
+                                for name in ("windows.csv", "contrast.json")})))
+    amplified = [w for w in ratio if w["quantity"] == "minority_amplification" and w["window"] in first]
     if amplified:
         values = [float(w[k]) for w in amplified for k in ("mean_leaving", "mean_staying")]
         inside = [v for v in values if 9.0 <= v <= 17.0]
         out.append(_row("A", "the minority's gradients are amplified about 9-17x at r = 0.9", "R2", text,
-                        "shortcut-phase group means " + ", ".join(f"{v:.1f}x" for v in values),
+                        "shortcut-phase group means (" + ", ".join(w["contrast"] for w in amplified) + ") "
+                        + ", ".join(f"{v:.1f}x" for v in values),
                         "reproduced" if inside else "not reproduced",
                         f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the toolkit's "
                         "minority_amplification over the shortcut-phase window)",
@@ -230,16 +265,19 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
     if windows:
         family = [w for w in windows if w["p"] not in ("", "nan")]
         holm = rules.holm_family(family, key="p")
-        significant = [f"{w['contrast']} {w['quantity']} {w['window']}" for w, p in zip(family, holm) if p < rules.ALPHA]
+        significant = [f"{w['contrast']} by {w['grouping']} {w['quantity']} {w['window']}"
+                       for w, p in zip(family, holm) if p < rules.ALPHA]
         shortcut = [w for w, p in zip(family, holm) if "shortcut" in w["window"] or "before" in w["window"]]
         before = [w for w in shortcut if holm[family.index(w)] < rules.ALPHA]
         out.append(_row("A", "(this project's test, not a claim of the paper) gradient conflict and amplification "
                         "mark the runs that leave the shortcut before they leave", "R2", text,
-                        f"{len(family)} tests in {len({w['contrast'] for w in family})} groupings; Holm over all: "
+                        f"{len(family)} tests in {len({(w['contrast'], w['grouping']) for w in family})} contrasts "
+                        f"and groupings; Holm over all: "
                         f"{len(significant)} below 0.05 ({'; '.join(significant) or 'none'})",
                         "not reproduced" if not before else "reproduced",
                         f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm over "
-                        "the whole family; groups differ in n where stated (2L: 16,384 vs 4,096), a confounder",
+                        "the whole family; 2L_r0.9's groups differ in n (16,384 vs 4,096), a confounder; at one n "
+                        "(2L_r0.9_n16k) 5 vs 3 runs cannot reach the level",
                         sorted({_rel(root, base / w["contrast"] / "windows.csv") for w in family})))
     return out
 

@@ -6,9 +6,11 @@ and the minority's amplification; it cannot show that they *distinguish* the run
 the shortcut from those that stay. This module sets the two kinds of run side by side:
 
 * every run is sorted by its outcome (:func:`~interp_toolkit.studies.outcomes.compute_outcome`
-  of its ``metrics.jsonl``): ``by="generalized"`` (default) uses the paper's criterion (100%
-  on the split the training bias misleads), ``by="phase2"`` the looser "a phase-2 onset was
-  seen" (a run that rose toward the rule but stopped short of 100% counts as leaving);
+  of its ``metrics.jsonl``) under each grouping of ``by`` (default: both): ``generalized``
+  uses the paper's criterion (100% on the split the training bias misleads), ``phase2`` the
+  looser "a phase-2 onset was seen" (a run that rose toward the rule but stopped short of
+  100% counts as leaving); a grouping that leaves fewer than 2 runs of a kind is reported as
+  not computed;
 * the gradient analysis (:func:`interp_toolkit.analyses.gradients.gradient_conflict`, the
   mechanism's, sharing its per-checkpoint cache) gives each run's series of ``grad_cos``
   (cosine of the consistent and anti-shortcut mean gradients), ``minority_amplification``
@@ -23,7 +25,8 @@ the shortcut from those that stay. This module sets the two kinds of run side by
   1/m); and *phase 2 on* (at r = 1/m *from the first onset*), from that onset to the end; the whole run where a leaving run has
   no onset): each run's median over the window, the difference of the kinds' means with a
   95% Welch interval, a two-sided permutation p (exact for small groups), Holm-corrected over
-  every window and quantity read together, and a verdict: ``distinguishes``, ``does not
+  every grouping, window and quantity computed (one family: no grouping can be quoted for
+  being the significant one), and a verdict: ``distinguishes``, ``does not
   distinguish``, or ``too few runs`` when the group sizes cannot reach the level at all.
 
 A contrast is of outcomes only when the runs share every setting but their seeds
@@ -80,9 +83,12 @@ class ContrastConfig(Config):
     """Settings of a mechanism contrast.
 
     Attributes:
-        by: How runs are sorted: generalized (the paper's criterion: 100% on the split the
-            training bias misleads) or phase2 (a phase-2 onset was seen, so a run that rose
-            toward the rule but stopped short of 100% counts as leaving).
+        by: How runs are sorted, one grouping or several: generalized (the paper's criterion:
+            100% on the split the training bias misleads) and/or phase2 (a phase-2 onset was
+            seen, so a run that rose toward the rule but stopped short of 100% counts as
+            leaving). Every grouping computed is reported, and Holm runs over every test of
+            every grouping together; a grouping that leaves fewer than 2 runs of a kind is
+            reported as not computed (a user error when none can be computed).
         quantities: Which to compare, among grad_cos, minority_amplification (the paper's
             amplification of the minority) and amplification (anti / consistent).
         windows: Epoch windows START:END (half-open; END empty: to the end), each one test
@@ -100,7 +106,7 @@ class ContrastConfig(Config):
             that differs is named here; the result then records them as confounders.
     """
 
-    by: Literal["generalized", "phase2"] = "generalized"
+    by: tuple[Literal["generalized", "phase2"], ...] = ("generalized", "phase2")
     quantities: tuple[str, ...] = DEFAULT_QUANTITIES
     windows: tuple[str, ...] | None = None
     alpha: float = 0.05
@@ -110,7 +116,10 @@ class ContrastConfig(Config):
 
     def __post_init__(self) -> None:
         self.allow_differing = tuple(self.allow_differing)
-        self.check("by", self.by in KINDS, f"one of {', '.join(KINDS)}")
+        # a summary written when ``by`` was one name reads back as that one grouping
+        self.by = (self.by,) if isinstance(self.by, str) else tuple(self.by)
+        self.check("by", bool(self.by) and all(b in KINDS for b in self.by) and len(set(self.by)) == len(self.by),
+                   f"distinct names among {', '.join(KINDS)}")
         self.quantities = tuple(self.quantities)
         self.check("quantities", bool(self.quantities) and all(q in QUANTITIES for q in self.quantities)
                    and len(set(self.quantities)) == len(self.quantities),
@@ -209,23 +218,29 @@ class ContrastResult:
     Attributes:
         config: The settings.
         runs: Every run's series.
-        kinds: ``(leaving, staying)`` names (:data:`KINDS`).
+        groupings: The groupings computed (``config.by`` less those in ``skipped``).
+        skipped: Grouping -> why it was not computed (fewer than 2 runs of a kind).
+        kinds: Grouping -> ``(leaving, staying)`` names (:data:`KINDS`).
         epochs: The epochs compared (checkpoints every run has).
-        windows: ``(name, start, end)`` of each window (end exclusive, None: to the end).
-        by_epoch: Rows ``epoch, quantity, mean_<kind>, sd_<kind>, n_<kind>`` for both kinds
-            (as ``leaving`` / ``staying``), ``difference, ci_low, ci_high``.
-        window_rows: Rows ``quantity, window, start, end, n_leaving, n_staying, mean_leaving,
-            sd_leaving, mean_staying, sd_staying, difference, ci_low, ci_high, p, p_holm,
-            smallest_p, verdict``.
-        run_rows: Per run: its directory, kind, outcome epochs and its median per window and
-            quantity (``<quantity>@<window>``).
+        windows: Grouping -> ``(name, start, end)`` of each window (end exclusive, None: to
+            the end).
+        by_epoch: Rows ``grouping, epoch, quantity, mean_<kind>, sd_<kind>, n_<kind>`` for
+            both kinds (as ``leaving`` / ``staying``), ``difference, ci_low, ci_high``.
+        window_rows: Rows ``grouping, quantity, window, start, end, n_leaving, n_staying,
+            mean_leaving, sd_leaving, mean_staying, sd_staying, difference, ci_low, ci_high, p,
+            p_holm, smallest_p, verdict``; ``p_holm`` is over every row (the whole family).
+        run_rows: Per run: its directory, its kind under each grouping (``kind_<grouping>``),
+            outcome epochs and its median per grouping, window and quantity
+            (``<quantity>@<grouping>:<window>``).
     """
 
     config: ContrastConfig
     runs: list[RunSeries]
-    kinds: tuple[str, str]
+    groupings: tuple[str, ...]
+    skipped: dict[str, str]
+    kinds: dict[str, tuple[str, str]]
     epochs: list[int]
-    windows: list[tuple[str, int, int | None]]
+    windows: dict[str, list[tuple[str, int, int | None]]]
     by_epoch: list[dict[str, Any]]
     window_rows: list[dict[str, Any]]
     run_rows: list[dict[str, Any]]
@@ -235,16 +250,36 @@ class ContrastResult:
         """Settings the runs differ in besides their seeds (allowed by ``allow_differing``)."""
         return differing_settings(self.runs)
 
+    def counts(self) -> list[str]:
+        """One line per grouping: how the runs sort under it, or why it was not computed."""
+        lines = []
+        for by in self.config.by:
+            if by in self.skipped:
+                lines.append(f"by {by!r}: not computed ({self.skipped[by]})")
+                continue
+            leaving, staying = self.kinds[by]
+            n_left = sum(run.left(by) for run in self.runs)
+            lines.append(f"by {by!r}: {n_left} {leaving}, {len(self.runs) - n_left} {staying}")
+        return lines
+
     def verdicts(self) -> list[str]:
-        """One line per window and quantity: the verdict with the numbers behind it (and,
-        first, the settings the runs differ in, when they do)."""
-        leaving, staying = self.kinds
+        """One line per grouping, window and quantity: the verdict with the numbers behind it
+        (and, first, the settings the runs differ in, when they do, and the family's size)."""
         lines = []
         if self.confounders:
             lines.append("confounded: the runs also differ in " + "; ".join(
                 f"{name} ({', '.join(repr(v) for v in values)})" for name, values in self.confounders.items()))
+        elif self.config.allow_differing and any(run.settings is None for run in self.runs):
+            # series stored before runs recorded their settings: what was allowed is all we know
+            lines.append("confounded: the runs were allowed to differ in " + ", ".join(self.config.allow_differing)
+                         + " (their stored series do not record the settings)")
+        tested = sum(math.isfinite(row["p"]) for row in self.window_rows)
+        lines.append(f"Holm over the whole family: {tested} tests ({len(self.groupings)} grouping"
+                     f"{'s' if len(self.groupings) != 1 else ''} x windows x quantities)")
         for row in self.window_rows:
-            lines.append(f"{row['quantity']} in {row['window']} (epochs {_span(row['start'], row['end'])}): "
+            leaving, staying = self.kinds[row["grouping"]]
+            lines.append(f"[by {row['grouping']}] {row['quantity']} in {row['window']} (epochs "
+                         f"{_span(row['start'], row['end'])}): "
                          f"{leaving} {row['mean_leaving']:.3g} (sd {row['sd_leaving']:.2g}, n {row['n_leaving']}) "
                          f"vs {staying} {row['mean_staying']:.3g} (sd {row['sd_staying']:.2g}, n {row['n_staying']}); "
                          f"difference {row['difference']:+.3g} [{row['ci_low']:+.3g}, {row['ci_high']:+.3g}], "
@@ -252,9 +287,12 @@ class ContrastResult:
         return lines
 
     def summary(self) -> dict[str, Any]:
-        """JSON-able: settings, kinds, epochs, windows, the window table and every run's series."""
-        return {"config": self.config.to_dict(), "kinds": list(self.kinds), "epochs": self.epochs,
-                "windows": [[name, start, end] for name, start, end in self.windows],
+        """JSON-able: settings, groupings, kinds, epochs, windows, the window table and every
+        run's series."""
+        return {"config": self.config.to_dict(), "groupings": list(self.groupings), "skipped": self.skipped,
+                "kinds": {by: list(kinds) for by, kinds in self.kinds.items()}, "epochs": self.epochs,
+                "windows": {by: [[name, start, end] for name, start, end in windows]
+                            for by, windows in self.windows.items()},
                 "window_rows": self.window_rows, "runs": [run.to_dict() for run in self.runs]}
 
 
@@ -409,7 +447,8 @@ def check_contrast_inputs(runs: Sequence[RunSeries], config: ContrastConfig) -> 
     """The epochs every run has; a user error for a contrast that cannot be made.
 
     Raises:
-        UserError: Fewer than 2 runs of either kind (naming the counts), no shared
+        UserError: Fewer than 2 runs of either kind under every grouping (naming the
+            counts), runs that differ in a setting not allowed to differ, no shared
             checkpoint epoch, ``minority_amplification`` asked of a run at r = 0.5, or a
             window holding none of the shared epochs.
     """
@@ -420,13 +459,7 @@ def check_contrast_inputs(runs: Sequence[RunSeries], config: ContrastConfig) -> 
         raise UserError(f"the runs differ in more than their seeds ({detail}): a contrast of them would compare "
                         f"settings, not outcomes; give runs of one setting, or name what may differ with "
                         f"--allow-differing {' '.join(refused)} (recorded as confounders)")
-    leaving, staying = KINDS[config.by]
-    n_left = sum(run.left(config.by) for run in runs)
-    n_stayed = len(runs) - n_left
-    if n_left < 2 or n_stayed < 2:
-        raise UserError(f"a contrast needs at least 2 runs of each kind; by {config.by!r} these {len(runs)} runs "
-                        f"are {n_left} {leaving} and {n_stayed} {staying} (add runs, or try --by "
-                        f"{'phase2' if config.by == 'generalized' else 'generalized'})")
+    formable_groupings(runs, config)
     if "minority_amplification" in config.quantities:
         balanced = [str(run.run_dir) for run in runs if run.r == 0.5]
         if balanced:
@@ -445,6 +478,37 @@ def check_contrast_inputs(runs: Sequence[RunSeries], config: ContrastConfig) -> 
             if not any(start <= e and (end is None or e < end) for e in epochs):
                 raise UserError(f"window {text} holds none of the runs' shared checkpoint epochs {epochs}")
     return epochs
+
+
+def formable_groupings(runs: Sequence[RunSeries], config: ContrastConfig) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The groupings of ``config.by`` that leave at least 2 runs of each kind and sort them
+    unlike an earlier grouping, and why each other one is not computed.
+
+    Raises:
+        UserError: When none can (naming the counts under each).
+    """
+    usable: list[str] = []
+    skipped: dict[str, str] = {}
+    counts: list[str] = []
+    for by in config.by:
+        leaving, staying = KINDS[by]
+        n_left = sum(run.left(by) for run in runs)
+        n_stayed = len(runs) - n_left
+        counts.append(f"by {by!r} {n_left} {leaving} and {n_stayed} {staying}")
+        same = [other for other in usable if all(run.left(other) == run.left(by) for run in runs)]
+        if n_left < 2 or n_stayed < 2:
+            skipped[by] = f"{n_left} {leaving} and {n_stayed} {staying}; a contrast needs at least 2 of each"
+        elif same:
+            # the same partition twice would be the same tests twice: Holm would pay for both
+            skipped[by] = f"it sorts the runs exactly as by {same[0]!r}; its tests would repeat those"
+        else:
+            usable.append(by)
+    if not usable:
+        others = [b for b in KINDS if b not in config.by]
+        hint = f"add runs, or try --by {' '.join(others)}" if others else "add runs"
+        raise UserError(f"a contrast needs at least 2 runs of each kind; these {len(runs)} runs are "
+                        f"{'; '.join(counts)} ({hint})")
+    return tuple(usable), skipped
 
 
 def default_windows(runs: Sequence[RunSeries], epochs: Sequence[int],
@@ -512,9 +576,7 @@ def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = 
     if missing:
         raise UserError(f"series lack the quantities asked for: {', '.join(missing)}")
     epochs = check_contrast_inputs(runs, config)
-    kinds = KINDS[config.by]
-    left = [run for run in runs if run.left(config.by)]
-    stayed = [run for run in runs if not run.left(config.by)]
+    groupings, skipped = formable_groupings(runs, config)
 
     def value(run: RunSeries, quantity: str, epoch: int) -> float:
         return run.values[quantity][run.epochs.index(epoch)]
@@ -525,41 +587,46 @@ def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = 
             return math.nan, math.nan, math.nan
         return welch_interval(a, b)
 
-    by_epoch = []
-    for quantity in config.quantities:
-        for epoch in epochs:
-            a = [value(run, quantity, epoch) for run in left]
-            b = [value(run, quantity, epoch) for run in stayed]
-            (mean_a, sd_a, n_a), (mean_b, sd_b, n_b) = _stats(a), _stats(b)
-            diff, low, high = interval(a, b)
-            by_epoch.append({"epoch": epoch, "quantity": quantity, "mean_leaving": mean_a, "sd_leaving": sd_a,
-                             "n_leaving": n_a, "mean_staying": mean_b, "sd_staying": sd_b, "n_staying": n_b,
-                             "difference": diff, "ci_low": low, "ci_high": high})
-
-    if config.windows is not None:
-        windows = []
-        for text in config.windows:
-            start, end = parse_window(text)
-            windows.append((f"epochs {_span(start, end)}", start, end))
-    else:
-        windows = default_windows(runs, epochs, config.by)
-
     def medians(run: RunSeries, quantity: str, start: int, end: int | None) -> float:
         return _median([value(run, quantity, e) for e in epochs if start <= e and (end is None or e < end)])
 
+    windows: dict[str, list[tuple[str, int, int | None]]] = {}
+    by_epoch: list[dict[str, Any]] = []
     window_rows: list[dict[str, Any]] = []
-    for quantity in config.quantities:
-        for name, start, end in windows:
-            a = [medians(run, quantity, start, end) for run in left]
-            b = [medians(run, quantity, start, end) for run in stayed]
-            a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
-            (mean_a, sd_a, n_a), (mean_b, sd_b, n_b) = _stats(a), _stats(b)
-            diff, low, high = interval(a, b)
-            p, smallest = permutation_p(a, b) if n_a >= 2 and n_b >= 2 else (math.nan, math.nan)
-            window_rows.append({"quantity": quantity, "window": name, "start": start, "end": end,
-                                "n_leaving": n_a, "n_staying": n_b, "mean_leaving": mean_a, "sd_leaving": sd_a,
-                                "mean_staying": mean_b, "sd_staying": sd_b, "difference": diff, "ci_low": low,
-                                "ci_high": high, "p": p, "smallest_p": smallest})
+    for by in groupings:
+        left = [run for run in runs if run.left(by)]
+        stayed = [run for run in runs if not run.left(by)]
+        for quantity in config.quantities:
+            for epoch in epochs:
+                a = [value(run, quantity, epoch) for run in left]
+                b = [value(run, quantity, epoch) for run in stayed]
+                (mean_a, sd_a, n_a), (mean_b, sd_b, n_b) = _stats(a), _stats(b)
+                diff, low, high = interval(a, b)
+                by_epoch.append({"grouping": by, "epoch": epoch, "quantity": quantity, "mean_leaving": mean_a,
+                                 "sd_leaving": sd_a, "n_leaving": n_a, "mean_staying": mean_b, "sd_staying": sd_b,
+                                 "n_staying": n_b, "difference": diff, "ci_low": low, "ci_high": high})
+        if config.windows is not None:
+            windows[by] = []
+            for text in config.windows:
+                start, end = parse_window(text)
+                windows[by].append((f"epochs {_span(start, end)}", start, end))
+        else:
+            windows[by] = default_windows(runs, epochs, by)
+        for quantity in config.quantities:
+            for name, start, end in windows[by]:
+                a = [medians(run, quantity, start, end) for run in left]
+                b = [medians(run, quantity, start, end) for run in stayed]
+                a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
+                (mean_a, sd_a, n_a), (mean_b, sd_b, n_b) = _stats(a), _stats(b)
+                diff, low, high = interval(a, b)
+                p, smallest = permutation_p(a, b) if n_a >= 2 and n_b >= 2 else (math.nan, math.nan)
+                window_rows.append({"grouping": by, "quantity": quantity, "window": name, "start": start, "end": end,
+                                    "n_leaving": n_a, "n_staying": n_b, "mean_leaving": mean_a,
+                                    "sd_leaving": sd_a, "mean_staying": mean_b, "sd_staying": sd_b,
+                                    "difference": diff, "ci_low": low, "ci_high": high, "p": p,
+                                    "smallest_p": smallest})
+    # one family: every grouping, window and quantity computed is read together, so no
+    # grouping can be quoted for being the one that came out significant
     testable = [i for i, row in enumerate(window_rows) if math.isfinite(row["p"])]
     adjusted = holm_adjust([window_rows[i]["p"] for i in testable]) if testable else []
     for tested in window_rows:
@@ -574,84 +641,100 @@ def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = 
         else:
             tested["verdict"] = "distinguishes" if tested["p_holm"] < config.alpha else "does not distinguish"
 
+    kinds = {by: KINDS[by] for by in groupings}
     run_rows = []
     for run in runs:
-        row: dict[str, Any] = {"run_dir": str(run.run_dir), "kind": kinds[0] if run.left(config.by) else kinds[1],
-                               "r": run.r, "n_layers": run.n_layers,
-                               "shortcut_epoch": run.outcome.get("shortcut_epoch"),
-                               "phase2_onset_epoch": run.outcome.get("phase2_onset_epoch"),
-                               "first_generalized_epoch": run.outcome.get("first_generalized_epoch"),
-                               "max_adv_acc": run.outcome.get("max_adv_acc")}
-        for quantity in config.quantities:
-            for name, start, end in windows:
-                row[f"{quantity}@{name}"] = medians(run, quantity, start, end)
+        row: dict[str, Any] = {"run_dir": str(run.run_dir)}
+        for by in groupings:
+            row[f"kind_{by}"] = kinds[by][0] if run.left(by) else kinds[by][1]
+        row.update({"r": run.r, "n_layers": run.n_layers, "shortcut_epoch": run.outcome.get("shortcut_epoch"),
+                    "phase2_onset_epoch": run.outcome.get("phase2_onset_epoch"),
+                    "first_generalized_epoch": run.outcome.get("first_generalized_epoch"),
+                    "max_adv_acc": run.outcome.get("max_adv_acc")})
+        for by in groupings:
+            for quantity in config.quantities:
+                for name, start, end in windows[by]:
+                    row[f"{quantity}@{by}:{name}"] = medians(run, quantity, start, end)
         run_rows.append(row)
-    return ContrastResult(config=config, runs=runs, kinds=kinds, epochs=epochs, windows=windows,
-                          by_epoch=by_epoch, window_rows=window_rows, run_rows=run_rows)
+    return ContrastResult(config=config, runs=runs, groupings=groupings, skipped=skipped, kinds=kinds,
+                          epochs=epochs, windows=windows, by_epoch=by_epoch, window_rows=window_rows,
+                          run_rows=run_rows)
 
 
 # --------------------------------------------------------------------------- figure and files
 
 
 def plot_contrast(result: ContrastResult) -> Any:
-    """Per quantity, a column of two panels on one log-scaled epoch axis: every run (thin)
-    and each kind's mean with its run-to-run spread (band: +-1 sd) above; the difference of
-    the means with its 95% Welch interval below (for ratios that differ by more than 10, on a
-    symmetric log axis; else y
-    limits hold every difference and the interval's typical width, so one epoch's very wide
-    interval runs off the panel); the
-    windows shaded and lettered, each with its verdict."""
+    """Per quantity a column and per grouping two rows of panels on one log-scaled epoch
+    axis: every run (thin) and each kind's mean with its run-to-run spread (band: +-1 sd)
+    above; the difference of the means with its 95% Welch interval below (for ratios that
+    differ by more than 10, on a symmetric log axis; else y limits hold every difference and
+    the interval's typical width, so one epoch's very wide interval runs off the panel); the
+    windows shaded and lettered, each with its verdict (Holm over the whole family)."""
     from matplotlib.transforms import blended_transform_factory
 
     from interp_toolkit.plotting import PALETTE, epoch_axis, figure
 
     quantities = result.config.quantities
-    fig = figure(figsize=(4.6 * len(quantities), 6.4), layout="constrained")
-    axes = fig.subplots(2, len(quantities), sharex=True, squeeze=False, height_ratios=(3, 2))
-    colors = {result.kinds[0]: PALETTE[0], result.kinds[1]: PALETTE[1]}
+    groupings = result.groupings
+    fig = figure(figsize=(4.6 * len(quantities), 6.4 * len(groupings)), layout="constrained")
+    axes = fig.subplots(2 * len(groupings), len(quantities), sharex=True, squeeze=False,
+                        height_ratios=(3, 2) * len(groupings))
     shades = ("#eeeeee", "#dddddd")
-    for column, quantity in enumerate(quantities):
-        top, bottom = axes[0][column], axes[1][column]
-        for i, (_, start, end) in enumerate(result.windows):
-            for panel in (top, bottom):
-                panel.axvspan(start, end if end is not None else result.epochs[-1], color=shades[i % 2], zorder=0,
-                              lw=0)
-            top.text(start, 1.0 - 0.05 * (i + 1), f" {chr(ord('a') + i)}",
-                     transform=blended_transform_factory(top.transData, top.transAxes), fontsize=8,
-                     va="bottom", ha="left", color="dimgrey")
-        for run in result.runs:
-            kind = result.kinds[0] if run.left(result.config.by) else result.kinds[1]
-            top.plot(run.epochs, run.values[quantity], color=colors[kind], lw=0.7, alpha=0.35)
-        rows = [row for row in result.by_epoch if row["quantity"] == quantity]
-        epochs = [row["epoch"] for row in rows]
-        for kind, key in zip(result.kinds, ("leaving", "staying"), strict=True):
-            mean = [row[f"mean_{key}"] for row in rows]
-            sd = [row[f"sd_{key}"] for row in rows]
-            n = max(row[f"n_{key}"] for row in rows)
-            top.plot(epochs, mean, color=colors[kind], lw=2, label=f"{kind} (n={n})")
-            top.fill_between(epochs, [m - s for m, s in zip(mean, sd, strict=True)],
-                             [m + s for m, s in zip(mean, sd, strict=True)], color=colors[kind], alpha=0.15, lw=0)
-        differences = [row["difference"] for row in rows]
-        bottom.plot(epochs, differences, color="black", lw=1.5)
-        bottom.fill_between(epochs, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows],
-                            color="black", alpha=0.15, lw=0, label="95% Welch interval")
-        bottom.axhline(0, color="grey", lw=0.8, ls="--")
-        if quantity in RATIO_QUANTITIES and max((abs(d) for d in differences if math.isfinite(d)), default=0) > 10:
-            # one run's ratio can spike a hundredfold as its majority's gradient vanishes
-            bottom.set_yscale("symlog", linthresh=1.0)
-        else:
-            _limit_to_typical(bottom, differences, [row["ci_low"] for row in rows] + [row["ci_high"] for row in rows])
-        if quantity in RATIO_QUANTITIES:
-            top.set_yscale("log")
-        top.set_title(_LABELS[quantity], fontsize=10, pad=14)
-        top.set_ylabel(quantity)
-        bottom.set_ylabel(f"{result.kinds[0]} - {result.kinds[1]}")
-        lines = [f"{chr(ord('a') + i)}: {row['window']}, epochs {_span(row['start'], row['end'])}: {row['verdict']} "
-                 f"(p {row['p']:.2g}, Holm {row['p_holm']:.2g})"
-                 for i, row in enumerate(r for r in result.window_rows if r["quantity"] == quantity)]
-        bottom.text(0.02, 0.03, "\n".join(lines), transform=bottom.transAxes, fontsize=7, va="bottom")
-        epoch_axis(bottom, result.epochs)
-        top.legend(fontsize=8, loc="best")
+    for g, by in enumerate(groupings):
+        kinds = result.kinds[by]
+        colors = {kinds[0]: PALETTE[0], kinds[1]: PALETTE[1]}
+        for column, quantity in enumerate(quantities):
+            top, bottom = axes[2 * g][column], axes[2 * g + 1][column]
+            for i, (_, start, end) in enumerate(result.windows[by]):
+                for panel in (top, bottom):
+                    panel.axvspan(start, end if end is not None else result.epochs[-1], color=shades[i % 2],
+                                  zorder=0, lw=0)
+                top.text(start, 1.0 - 0.05 * (i + 1), f" {chr(ord('a') + i)}",
+                         transform=blended_transform_factory(top.transData, top.transAxes), fontsize=8,
+                         va="bottom", ha="left", color="dimgrey")
+            for run in result.runs:
+                kind = kinds[0] if run.left(by) else kinds[1]
+                top.plot(run.epochs, run.values[quantity], color=colors[kind], lw=0.7, alpha=0.35)
+            rows = [row for row in result.by_epoch if row["quantity"] == quantity and row["grouping"] == by]
+            epochs = [row["epoch"] for row in rows]
+            for kind, key in zip(kinds, ("leaving", "staying"), strict=True):
+                mean = [row[f"mean_{key}"] for row in rows]
+                sd = [row[f"sd_{key}"] for row in rows]
+                n = max(row[f"n_{key}"] for row in rows)
+                top.plot(epochs, mean, color=colors[kind], lw=2, label=f"{kind} (n={n})")
+                top.fill_between(epochs, [m - s for m, s in zip(mean, sd, strict=True)],
+                                 [m + s for m, s in zip(mean, sd, strict=True)], color=colors[kind], alpha=0.15,
+                                 lw=0)
+            differences = [row["difference"] for row in rows]
+            bottom.plot(epochs, differences, color="black", lw=1.5)
+            bottom.fill_between(epochs, [row["ci_low"] for row in rows], [row["ci_high"] for row in rows],
+                                color="black", alpha=0.15, lw=0, label="95% Welch interval")
+            bottom.axhline(0, color="grey", lw=0.8, ls="--")
+            if quantity in RATIO_QUANTITIES and max((abs(d) for d in differences if math.isfinite(d)),
+                                                    default=0) > 10:
+                # one run's ratio can spike a hundredfold as its majority's gradient vanishes
+                bottom.set_yscale("symlog", linthresh=1.0)
+            else:
+                _limit_to_typical(bottom, differences,
+                                  [row["ci_low"] for row in rows] + [row["ci_high"] for row in rows])
+            if quantity in RATIO_QUANTITIES:
+                top.set_yscale("log")
+            top.set_title(f"{_LABELS[quantity]}\nby {by}", fontsize=10, pad=14)
+            top.set_ylabel(quantity)
+            bottom.set_ylabel(f"{kinds[0]} - {kinds[1]}")
+            lines = [f"{chr(ord('a') + i)}: {row['window']}, epochs {_span(row['start'], row['end'])}: "
+                     f"{row['verdict']} (p {row['p']:.2g}, Holm {row['p_holm']:.2g})"
+                     for i, row in enumerate(r for r in result.window_rows
+                                             if r["quantity"] == quantity and r["grouping"] == by)]
+            bottom.text(0.02, 0.03, "\n".join(lines), transform=bottom.transAxes, fontsize=7, va="bottom")
+            epoch_axis(bottom, result.epochs)
+            top.legend(fontsize=8, loc="best")
+    tested = sum(math.isfinite(row["p"]) for row in result.window_rows)
+    confounded = [line for line in result.verdicts() if line.startswith("confounded")]
+    fig.suptitle("\n".join(confounded + [f"Holm over the whole family of {tested} tests"])
+                 + "".join(f"; by {by} not computed: {why.split(';')[0]}" for by, why in result.skipped.items()),
+                 fontsize=9)
     return fig
 
 
@@ -733,5 +816,5 @@ def read_contrast(path: str | Path) -> ContrastResult:
 
 __all__ = ["DEFAULT_QUANTITIES", "FILES", "KINDS", "QUANTITIES", "VERDICTS", "ContrastConfig", "ContrastResult",
            "RunSeries", "check_contrast_inputs", "compute_contrast", "contrast_runs", "default_windows",
-           "differing_settings", "run_settings",
+           "differing_settings", "formable_groupings", "run_settings",
            "expand_sources", "parse_window", "plot_contrast", "read_contrast", "write_contrast"]

@@ -98,8 +98,8 @@ def test_per_epoch_and_per_window_numbers_are_the_hand_computed_ones():
     medians = [float(np.median(run.values["grad_cos"][1:5])) for run in runs]
     assert window["mean_leaving"] == pytest.approx(np.mean(medians[:4]))
     assert window["mean_staying"] == pytest.approx(np.mean(medians[4:]))
-    assert [r["grad_cos@shortcut phase"] for r in result.run_rows] == pytest.approx(medians)
-    assert [r["kind"] for r in result.run_rows] == ["generalized"] * 4 + ["not generalized"] * 6
+    assert [r["grad_cos@generalized:shortcut phase"] for r in result.run_rows] == pytest.approx(medians)
+    assert [r["kind_generalized"] for r in result.run_rows] == ["generalized"] * 4 + ["not generalized"] * 6
 
 
 def test_groups_too_small_to_reach_the_level_say_so():
@@ -112,12 +112,53 @@ def test_groups_too_small_to_reach_the_level_say_so():
 def test_explicit_windows_and_grouping_by_phase_2():
     runs = _series(3, 5)
     runs[3].outcome["phase2_onset_epoch"] = 60  # rose toward the rule, never reached 100%
-    by_gen = compute_contrast(runs, ContrastConfig(windows=("0:30", "60:")))
+    by_gen = compute_contrast(runs, ContrastConfig(by=("generalized",), windows=("0:30", "60:")))
     by_phase2 = compute_contrast(runs, ContrastConfig(by="phase2", windows=("0:30", "60:")))
-    assert [w[1:] for w in by_gen.windows] == [(0, 30), (60, None)]
-    assert sum(r["kind"] == "generalized" for r in by_gen.run_rows) == 3
-    assert sum(r["kind"] == "phase 2" for r in by_phase2.run_rows) == 4
-    assert by_phase2.kinds == ("phase 2", "no phase 2")
+    assert [w[1:] for w in by_gen.windows["generalized"]] == [(0, 30), (60, None)]
+    assert sum(r["kind_generalized"] == "generalized" for r in by_gen.run_rows) == 3
+    assert sum(r["kind_phase2"] == "phase 2" for r in by_phase2.run_rows) == 4
+    assert by_phase2.kinds == {"phase2": ("phase 2", "no phase 2")}
+    assert by_gen.groupings == ("generalized",) and by_phase2.groupings == ("phase2",)
+
+
+def test_every_grouping_is_reported_and_holm_runs_over_the_whole_family():
+    runs = _series(5, 5)
+    runs[5].outcome["phase2_onset_epoch"] = 60  # rose toward the rule, never reached 100%
+    runs[6].outcome["phase2_onset_epoch"] = 60
+    both = compute_contrast(runs, ContrastConfig())
+    alone = {by: compute_contrast(runs, ContrastConfig(by=by)) for by in ("generalized", "phase2")}
+    assert both.groupings == ("generalized", "phase2") and both.skipped == {}
+    assert [(r["grouping"], r["quantity"], r["window"]) for r in both.window_rows] == [
+        (r["grouping"], r["quantity"], r["window"]) for by in ("generalized", "phase2")
+        for r in alone[by].window_rows]
+    raw = [r["p"] for r in both.window_rows]
+    assert raw == pytest.approx([r["p"] for by in ("generalized", "phase2") for r in alone[by].window_rows])
+    # Holm by hand over all 8 tests: the sorted p times (m - rank), running maximum, capped at 1
+    order = sorted(range(len(raw)), key=lambda i: raw[i])
+    expected, running = [0.0] * len(raw), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(raw) - rank) * raw[i]))
+        expected[i] = running
+    assert [r["p_holm"] for r in both.window_rows] == pytest.approx(expected)
+    # a family twice the size: each test's Holm p is at least its one-grouping value
+    for row, single in zip(both.window_rows[:4], alone["generalized"].window_rows, strict=True):
+        assert row["p_holm"] >= single["p_holm"] - 1e-12
+    assert {r["kind_phase2"] for r in both.run_rows} == {"phase 2", "no phase 2"}
+
+
+def test_a_grouping_that_cannot_be_formed_or_repeats_another_is_named_not_computed():
+    runs = _series(5, 5)  # every run with an onset generalized: phase2 sorts them as generalized does
+    result = compute_contrast(runs, ContrastConfig())
+    assert result.groupings == ("generalized",)
+    assert "sorts the runs exactly as by 'generalized'" in result.skipped["phase2"]
+    assert {r["grouping"] for r in result.window_rows} == {"generalized"}
+    for run in runs[5:]:
+        run.outcome["phase2_onset_epoch"] = 70  # now all 10 left by phase2: no "no phase 2" group
+    result = compute_contrast(runs, ContrastConfig())
+    assert result.skipped["phase2"].startswith("10 phase 2 and 0 no phase 2")
+    assert any("by 'phase2': not computed (10 phase 2 and 0 no phase 2" in line for line in result.counts())
+    with pytest.raises(UserError, match="by 'phase2' 10 phase 2 and 0 no phase 2.*try --by generalized"):
+        compute_contrast(runs, ContrastConfig(by="phase2"))
 
 
 @pytest.mark.parametrize("text, needle", [("5", "must be START:END"), ("a:b", "must be START:END"),
@@ -176,7 +217,17 @@ def test_written_files_redraw_from_the_summary_alone(tmp_path):
     for name in ("by_epoch", "windows", "runs"):
         assert (tmp_path / "again" / FILES[name]).read_text() == paths[name].read_text()
     summary = json.loads(paths["summary"].read_text())
-    assert summary["kinds"] == ["generalized", "not generalized"] and len(summary["runs"]) == 9
+    assert summary["kinds"] == {"generalized": ["generalized", "not generalized"]} and len(summary["runs"]) == 9
+    assert summary["skipped"] == {"phase2": "it sorts the runs exactly as by 'generalized'; its tests would repeat "
+                                            "those"}
+
+
+def test_a_summary_written_with_one_grouping_name_reads_back(tmp_path):
+    result = compute_contrast(_series(5, 4), ContrastConfig(by="generalized"))
+    data = result.summary()
+    data["config"]["by"] = "generalized"  # how summaries stored it when by was one name
+    again = compute_contrast(result.runs, ContrastConfig.from_dict(data["config"]))
+    assert again.window_rows == result.window_rows
 
 
 # ----------------------------------------------------------------------------- real runs
@@ -202,7 +253,7 @@ SMALL = ContrastConfig(grad_n=128, grad_chunk_size=64)
 
 def test_series_are_the_mechanism_figures_own_and_share_its_cache(four_runs):
     result = contrast_runs(four_runs, SMALL)
-    assert [row["kind"] for row in result.run_rows] == ["generalized"] * 2 + ["not generalized"] * 2
+    assert [row["kind_generalized"] for row in result.run_rows] == ["generalized"] * 2 + ["not generalized"] * 2
     assert result.epochs == [0, 10, 20]
     mech = mechanism_over_checkpoints(four_runs[0], MechanismConfig(grad_n=128, grad_chunk_size=64, fingerprint_n=64,
                                                                     patching_n=32, ablation_n=64))
@@ -223,7 +274,9 @@ def test_cli_on_a_study_folder_writes_every_file_and_prints_the_verdicts(four_ru
     code, out, err = _cli(capsys, "mechanism-contrast", study, "--out", tmp_path / "out", "--grad-n", "128",
                           "--grad-chunk-size", "64", "--no-progress", "--windows", "0:15", "15:")
     assert code == 0, err
-    assert "4 runs by 'generalized': 2 generalized, 2 not generalized; 3 shared checkpoint epochs (0-20)" in out
+    assert "4 runs; 3 shared checkpoint epochs (0-20)\nby 'generalized': 2 generalized, 2 not generalized\n" in out
+    assert "by 'phase2': not computed (" in out
+    assert "Holm over the whole family: 4 tests (1 grouping x windows x quantities)" in out
     assert out.count(": too few runs") == 4  # 2 vs 2 can never reach 0.05
     assert all((tmp_path / "out" / name).is_file() for name in FILES.values())
     code, out, err = _cli(capsys, "mechanism-contrast", "--from-summary", tmp_path / "out" / FILES["summary"],
