@@ -51,7 +51,9 @@ def timeline(data, init: int, lr: float, steps: int = 2000) -> dict:
 
 
 def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
-    from bif_hierarchy_remeasure import HORIZON, INITS, STEPS, WINDOW, load_draws  # noqa: PLC0415
+    from bif_hierarchy_remeasure import HORIZON, STEPS, WINDOW, load_draws  # noqa: PLC0415
+
+    from interp_toolkit.studies.statistics import combined_p
 
     docs.mkdir(parents=True, exist_ok=True)
     data = animals_and_plants()
@@ -59,6 +61,7 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
     losses, distance, meta = load_draws(out, seeds)  # [S, C, D, R, P], [S, C, D, R]
     S, C, D, R, P = losses.shape
     labels = [tuple(x) for x in meta["labels"]]
+    INITS = sorted({init for init, _ in labels})  # noqa: N806 - the initializations the draws hold
     lr = meta["lr"]
     config = meta["sampler"]
     rows, per_replica = [], {}
@@ -157,6 +160,35 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
             "n": len(offsets_help),
         }
 
+    # the same against the network's own singular-mode transitions: the half-strength step of
+    # the modes of a level (median over them), per initialization
+    mode_peaks = {}
+    for level in range(data.depth):
+        offsets_help, offsets_harm = [], []
+        for init in INITS:
+            half = np.array(timelines[init]["mode_half_steps"], dtype=float)
+            levels = np.array(timelines[init]["mode_levels"])
+            if not (levels == level).any() or not (levels == level + 1).any():
+                continue
+            here, below = float(np.median(half[levels == level])), float(np.median(half[levels == level + 1]))
+            for s in range(S):
+                for a_name in data.items:
+                    for b_name in data.items:
+                        ia, ib = idx[a_name], idx[b_name]
+                        if a_name == b_name or data.lowest_common_level(ia, ib) != level:
+                            continue
+                        values = np.array([float(per_replica[(init, st)]["per_seed"][s, ia, ib]) for st in grid])
+                        offsets_help.append(grid[int(values.argmin())] - here)
+                        offsets_harm.append(grid[int(values.argmax())] - below)
+        if offsets_help:
+            mode_peaks[level] = {
+                "median_helpful_minus_transition": float(np.median(offsets_help)),
+                "iqr_helpful": [float(np.percentile(offsets_help, 25)), float(np.percentile(offsets_help, 75))],
+                "median_harmful_minus_transition_below": float(np.median(offsets_harm)),
+                "iqr_harmful": [float(np.percentile(offsets_harm, 25)), float(np.percentile(offsets_harm, 75))],
+                "n": len(offsets_help),
+            }
+
     # causal windows vs a pair-permuted null, per init and seed
     windows = [(s0, s0 + WINDOW) for s0 in range(0, HORIZON, WINDOW)]
     gen = np.random.default_rng(0)
@@ -184,14 +216,26 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
                                "peak_window_counts_effect": np.bincount(peak_effect,
                                                                         minlength=len(windows) - first).tolist()})
 
+    # one p over the initializations (independent networks): Fisher's method on each one's
+    # pooled-over-seeds permutation p
+    combined = {variant: {"p_values": [c["p_value"] for c in causal if c["seed"] == "all" and c["windows"] == variant],
+                          "combined_p": combined_p([c["p_value"] for c in causal
+                                                    if c["seed"] == "all" and c["windows"] == variant])}
+                for variant in ("all", "without 0-100")}
     summary = {"sampler": config, "seeds": list(seeds), "inits": list(INITS), "steps": list(STEPS),
+               "causal_combined": combined,
                "chains_total": S * C, "draws_per_chain": D, "timelines": timelines, "pairs": table,
-               "dog_sparrow_peaks": peaks, "peak_vs_branch_by_common_level": level_peaks, "causal_windows": causal,
+               "dog_sparrow_peaks": peaks, "peak_vs_branch_by_common_level": level_peaks,
+               "peak_vs_mode_transition_by_common_level": mode_peaks, "causal_windows": causal,
                "replica_convergence": [{k: v for k, v in x.items() if k != "per_seed"} for x in rows]}
     atomic_write_json(docs / "remeasure_summary.json", summary)
     save_figure(plot(table, timelines, causal, config), docs / "remeasure.png")
     diag_figure(out, meta, labels, docs)
     report(table, peaks, level_peaks, causal, timelines)
+    print("peak vs mode transition by common level:", mode_peaks)
+    for variant, values in combined.items():
+        print(f"causal windows ({variant}) over {len(values['p_values'])} inits: Fisher combined p "
+              f"{values['combined_p']:.4f}")
 
 
 def diag_figure(out: Path, meta: dict, labels: list, docs: Path, init: int = 0, step: int = 384) -> None:
@@ -237,7 +281,8 @@ def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
     ax.axhline(0, color="k", lw=0.5)
     ax.set(xscale="log", xlim=(40, 2100), yscale="symlog", xlabel="GD step of the checkpoint",
            ylabel="BIF = -Cov (symlog; negative = helpful)",
-           title=(f"Re-measured, eps {config['eps']:g}: 3 DLN inits x {len({c['seed'] for c in causal}) - 1} "
+           title=(f"Re-measured, eps {config['eps']:g}: {len({c['init'] for c in causal})} DLN inits x "
+                  f"{len({c['seed'] for c in causal}) - 1} "
                   f"sampler seeds x 4 chains of {config['burn_in'] + config['draws'] * config['steps_between_draws']}"
                   " steps (dotted: init 0's branch steps)"))
     ax.set_yscale("symlog", linthresh=1e-4)
@@ -245,14 +290,14 @@ def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
 
     ax = fig.add_subplot(grid[1, 0])
     sel = [t for t in table if t["pair"] == "dog->sparrow"]
-    ax.plot([t["step"] for t in sel], [t["max_rhat"] for t in sel], "o-", ms=3, label="max split R-hat (3 inits)")
+    ax.plot([t["step"] for t in sel], [t["max_rhat"] for t in sel], "o-", ms=3, label=f"max split R-hat ({len(sel[0]['bif_init'])} inits)")
     ax.axhline(1.01, color="tab:red", ls="--", lw=1, label="1.01")
     ax.set(xscale="log", ylabel="R-hat", title="dog->sparrow: convergence per checkpoint")
     twin = ax.twinx()
     twin.plot([t["step"] for t in sel], [min(t["min_ess_bulk"], t["min_ess_tail"]) for t in sel], "s--", ms=3,
               color="tab:green", label="min ESS (bulk, tail)")
     twin.axhline(100, color="tab:green", ls=":", lw=1)
-    twin.set_ylabel("ESS (12 chains)")
+    twin.set_ylabel(f"ESS ({4 * (len({c['seed'] for c in causal}) - 1)} chains)")
     twin.grid(False)
     lines, names = ax.get_legend_handles_labels()
     lines2, names2 = twin.get_legend_handles_labels()

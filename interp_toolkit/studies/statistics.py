@@ -201,5 +201,29 @@ def permutation_p(a: Sequence[float], b: Sequence[float], n_resamples: int = 20_
     return (hits + 1) / (n_resamples + 1), min(1.0, 1 / (n_resamples + 1))
 
 
-__all__ = ["EXACT_PERMUTATIONS", "fisher_exact_p", "holm_adjust", "newcombe_interval", "permutation_p",
+def combined_p(p_values: Sequence[float]) -> float:
+    """Fisher's method: one p for "some of these independent tests' nulls are false", from
+    ``X = -2 sum(ln p_i)``, which is chi-squared with ``2k`` degrees of freedom under the
+    joint null (closed form for even degrees of freedom: ``exp(-X/2) sum_{i<k} (X/2)^i / i!``).
+
+    Permutation p-values (at least ``1 / (resamples + 1)``) make it slightly conservative.
+
+    Raises:
+        ValueError: No p-values, or one outside (0, 1].
+    """
+    values = [float(p) for p in p_values]
+    if not values:
+        raise ValueError("combined_p needs at least one p-value")
+    bad = [p for p in values if not (0.0 < p <= 1.0)]
+    if bad:
+        raise ValueError(f"p-values must be in (0, 1], got {bad}")
+    half = -sum(math.log(p) for p in values)  # X / 2
+    term, total = 1.0, 1.0
+    for i in range(1, len(values)):
+        term *= half / i
+        total += term
+    return min(1.0, math.exp(-half) * total)
+
+
+__all__ = ["EXACT_PERMUTATIONS", "combined_p", "fisher_exact_p", "holm_adjust", "newcombe_interval", "permutation_p",
            "welch_interval", "wilson_interval"]

@@ -206,3 +206,26 @@ def test_sampled_permutation_p_is_close_to_exact_and_never_zero():
     assert floor == pytest.approx(1 / 4001)
     separated, _ = permutation_p([100.0 + i for i in range(12)], [float(i) for i in range(11)], n_resamples=500)
     assert separated == pytest.approx(1 / 501)
+
+
+def test_combined_p_is_fishers_method_by_hand():
+    from scipy.stats import chi2
+
+    from interp_toolkit.studies.statistics import combined_p
+
+    # three causal-window p-values: X = -2 (ln 0.06 + ln 0.52 + ln 0.07) = 12.253, 6 degrees of
+    # freedom: exp(-6.1266) (1 + 6.1266 + 6.1266^2 / 2) = 0.0566
+    assert combined_p([0.06, 0.52, 0.07]) == pytest.approx(0.05660, abs=5e-5)
+    x = -2 * sum(math.log(p) for p in (0.06, 0.52, 0.07))
+    assert combined_p([0.06, 0.52, 0.07]) == pytest.approx(float(chi2.sf(x, 6)), rel=1e-12)
+    assert combined_p([0.3]) == pytest.approx(0.3)  # one test: its own p
+    assert combined_p([1.0, 1.0]) == 1.0
+    assert combined_p([0.01] * 6) < 1e-6 < combined_p([0.5] * 6)
+
+
+@pytest.mark.parametrize("bad", [[], [0.0], [1.5], [0.2, -0.1]])
+def test_combined_p_names_bad_input(bad):
+    from interp_toolkit.studies.statistics import combined_p
+
+    with pytest.raises(ValueError, match="p-value"):
+        combined_p(bad)
