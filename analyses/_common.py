@@ -63,24 +63,6 @@ METRICS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 }
 
 
-def readout_metrics(
-    logits: Float[Tensor, "batch pos vocab"], labels: Int[Tensor, " batch"], position: int = -1,
-    classes: Sequence[int] | None = None,
-) -> dict[str, float]:
-    """Mean loss, accuracy and logit difference at ``position``.
-
-    Args:
-        logits: Model output.
-        labels: Class index of every example (into ``classes`` when given).
-        position: Readout position.
-        classes: Output indices that are the classes (default: all outputs).
-    """
-    out = logits[:, position, :].detach()
-    if classes is not None:
-        out = out[:, list(classes)]
-    return {name: float(fn(out, labels).mean()) for name, fn in METRICS.items()}
-
-
 # --------------------------------------------------------------------------- model
 
 def model_shape(model: HookedModel) -> dict[str, Any]:

@@ -234,10 +234,4 @@ def lock_holder(directory: str | os.PathLike) -> str | None:
     return f"process {pid} on {host or socket.gethostname()}"
 
 
-def lock_directory(directory: str | os.PathLike, what: str = "directory") -> DirectoryLock:
-    """Acquire and return a :class:`DirectoryLock` (use it as a context manager)."""
-    return DirectoryLock(directory, what).acquire()
-
-
-__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLockedError", "kernel_lock_holders", "lock_directory",
-           "lock_holder"]
+__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLockedError", "kernel_lock_holders", "lock_holder"]

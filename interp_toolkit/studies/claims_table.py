@@ -7,8 +7,9 @@
 
 - ``docs/reproduction/outcomes.csv``: one row per run (the rate claims);
 - ``docs/reproduction/mechanism_contrast/*/``: the length-5 mechanism runs (R2);
-- ``docs/bif/remeasure_pairs.csv`` and ``docs/bif/eps1.6e-3/remeasure_pairs.csv``: the
-  hierarchy toy at two step sizes, with R-hat / ESS per pair and step;
+- ``docs/bif/ladder/eps*/remeasure_pairs.csv`` and ``remeasure_summary.json``: the hierarchy
+  toy on a ladder of step sizes, with R-hat / ESS per pair and step, the peaks against the
+  network's mode transitions and the causal windows;
 - ``docs/lm_bif/claims.csv``: the language-model claims per checkpoint and seed;
 - ``docs/influence/seed*.csv``: the joined study.
 
@@ -290,46 +291,105 @@ def _read(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def toy_rows(root: Path) -> list[dict[str, str]]:
-    """The hierarchy toy: dog -> sparrow helpful early, harmful while mammal vs bird is
-    learned, at each step size, gated on convergence (rule 3)."""
-    out = []
-    sources = [("eps 2e-5", root / "docs" / "bif" / "remeasure_pairs.csv"),
-               ("eps 1.6e-3", root / "docs" / "bif" / "eps1.6e-3" / "remeasure_pairs.csv")]
-    for label, path in sources:
-        if not path.is_file():
-            continue
-        rows = [r for r in _read(path) if r["pair"] == "dog->sparrow"]
-        # the windows: before the first (animal vs plant) mode's half-step, then up to the second's
-        # (mammal vs bird), each the mean over the initializations of the trained network's own modes
-        import json
+def _level_half_step(timeline: Mapping[str, Any], level: int) -> float:
+    """The half-strength step of the first (strongest) mode of a hierarchy level."""
+    return float(next(step for step, lv in zip(timeline["mode_half_steps"], timeline["mode_levels"], strict=True)
+                      if lv == level))
 
-        timelines = json.loads((path.parent / "remeasure_summary.json").read_text(encoding="utf-8"))["timelines"]
-        first = statistics.fmean(t["mode_half_steps"][0] for t in timelines.values())
-        second = statistics.fmean(t["mode_half_steps"][1] for t in timelines.values())
-        settings = (f"2-layer deep linear network, animals and plants, SGLD {label}, gamma 100, n_beta 400; "
-                    "3 initializations x 3 sampler seeds")
+
+def toy_sources(root: Path) -> list[tuple[str, Path]]:
+    """``(label, remeasure_pairs.csv)`` of every step size measured: the ladder
+    (``docs/bif/ladder/eps*/``), ascending in eps, where it exists, else the two earlier
+    re-measurements."""
+    ladder = sorted((p / "remeasure_pairs.csv" for p in (root / "docs" / "bif" / "ladder").glob("eps*")
+                     if (p / "remeasure_pairs.csv").is_file()), key=lambda p: float(p.parent.name[3:]))
+    if ladder:
+        return [(f"eps {float(p.parent.name[3:]):g}", p) for p in ladder]
+    return [(label, path) for label, path in
+            (("eps 2e-5", root / "docs" / "bif" / "remeasure_pairs.csv"),
+             ("eps 1.6e-3", root / "docs" / "bif" / "eps1.6e-3" / "remeasure_pairs.csv")) if path.is_file()]
+
+
+def toy_rows(root: Path) -> list[dict[str, str]]:
+    """The hierarchy toy at each step size, gated on convergence (rule 3): dog -> sparrow
+    helpful early and harmful while mammal vs bird is learned; the peaks at the network's own
+    mode transitions; the causal windows against the pair-permuted null (Fisher's method over
+    the initializations)."""
+    import json
+
+    from interp_toolkit.studies.statistics import combined_p
+
+    out = []
+    for label, path in toy_sources(root):
+        pairs = _read(path)
+        rows = [r for r in pairs if r["pair"] == "dog->sparrow"]
+        summary = json.loads((path.parent / "remeasure_summary.json").read_text(encoding="utf-8"))
+        files = [_rel(root, path), _rel(root, path.parent / "remeasure_summary.json")]
+        timelines = summary["timelines"]
+        sampler = summary["sampler"]
+        # the windows: before the kingdom mode's (animal vs plant, level 1) half-strength step, then
+        # up to the first class mode's (mammal vs bird, level 2), each the mean over the
+        # initializations of the network's own modes (mode 0 is the root: what every item shares)
+        first = statistics.fmean(_level_half_step(t, 1) for t in timelines.values())
+        second = statistics.fmean(_level_half_step(t, 2) for t in timelines.values())
+        steps = sampler["burn_in"] + sampler["draws"] * sampler["steps_between_draws"]
+        settings = (f"2-layer deep linear network, animals and plants, SGLD {label}, gamma {sampler['gamma']:g}, "
+                    f"n_beta {sampler['n_beta']:g}, {sampler['chains']} chains x {steps:,} steps; "
+                    f"{len(summary['inits'])} initializations x {len(summary['seeds'])} sampler seeds; "
+                    f"animal vs plant learned by step {first:.0f}, mammal vs bird by {second:.0f}")
         early = [r for r in rows if float(r["step"]) < first]
         late = [r for r in rows if first <= float(r["step"]) < second]
-        settings += f"; animal vs plant learned by step {first:.0f}, mammal vs bird by {second:.0f}"
         for claim, part, sign in (("a dog sample helps a sparrow sample while animal vs plant is learned", early, -1),
                                   ("a dog sample hurts a sparrow sample while mammal vs bird is learned", late, +1)):
             gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
                                           for r in part)
             signed = [r for r in part if float(r["z"]) * sign >= 2.0]
-            cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction; converged "
-                     f"{gate['n_converged']}/{gate['n']} (max R-hat {_fmt(gate['max_rhat'])}, min ESS "
-                     f"{_fmt(gate['min_ess'])})")
+            against = [r for r in part if float(r["z"]) * sign <= -2.0]
+            cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction, "
+                     f"{len(against)} against it; converged {gate['n_converged']}/{gate['n']} (max R-hat "
+                     f"{_fmt(gate['max_rhat'])}, min ESS {_fmt(gate['min_ess'])})")
             if not part:
-                out.append(_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", [_rel(root, path)]))
+                out.append(_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files))
             elif not gate["passed"]:
                 out.append(_row("B", claim, label, settings, cells, "inconclusive",
-                                "the chains did not converge on the checkpoints the claim rests on",
-                                [_rel(root, path), _rel(root, path.parent / "remeasure_summary.json")]))
+                                "the chains did not converge on the checkpoints the claim rests on", files))
             else:
                 out.append(_row("B", claim, label, settings, cells, "reproduced" if signed else "not reproduced",
-                                "converged chains; the sign at |z| >= 2",
-                                [_rel(root, path), _rel(root, path.parent / "remeasure_summary.json")]))
+                                "converged chains; the sign at |z| >= 2 (error: spread over initializations and "
+                                "sampler seeds)", files))
+        gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
+                                      for r in pairs)
+        peaks = summary.get("peak_vs_mode_transition_by_common_level") or {}
+        if peaks:
+            parts, inside = [], []
+            for level, v in sorted(peaks.items(), key=lambda kv: int(kv[0])):
+                for kind, key, iqr in (("helpful", "median_helpful_minus_transition", "iqr_helpful"),
+                                       ("harmful", "median_harmful_minus_transition_below", "iqr_harmful")):
+                    low, high = v[iqr]
+                    inside.append(low <= 0 <= high)
+                    parts.append(f"level {level} {kind} {v[key]:+.0f} [{low:+.0f}, {high:+.0f}]")
+            cells = ("peak step minus the mode transition (median [IQR] over pairs, initializations and seeds): "
+                     + "; ".join(parts) + f"; converged {gate['n_converged']}/{gate['n']}")
+            verdict = ("inconclusive" if not gate["passed"] else "reproduced" if all(inside) else "not reproduced")
+            why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
+                   f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
+            out.append(_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's mode "
+                            "transitions)", label, settings, cells, verdict, why, files))
+        causal = summary.get("causal_windows") or []
+        pooled = [c for c in causal if c["seed"] == "all" and c["windows"] == "all"]
+        if pooled:
+            p = combined_p([c["p_value"] for c in pooled])
+            cells = (f"{len(pooled)} initializations: agreement " + ", ".join(f"{c['agreement']:.2f}" for c in pooled)
+                     + " against null means " + ", ".join(f"{c['null_mean']:.2f}" for c in pooled)
+                     + "; per-initialization p " + ", ".join(f"{c['p_value']:.2g}" for c in pooled)
+                     + f"; Fisher combined p {p:.3g}")
+            verdict = ("inconclusive" if not gate["passed"] else "reproduced" if p < rules.ALPHA else "inconclusive")
+            why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
+                   "the window of largest |BIF| matches the window whose removal matters most more often than "
+                   "the pair-permuted null" if p < rules.ALPHA else
+                   f"not detected at {len(pooled)} initializations (the paper gives no effect size to power against)")
+            out.append(_row("B", "the window of largest influence is the window where leaving the sample out of "
+                            "training matters most (causal windows)", label, settings, cells, verdict, why, files))
     return out
 
 
