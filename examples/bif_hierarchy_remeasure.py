@@ -51,6 +51,8 @@ LR = 0.05
 INITS = (0, 1, 2, 3, 4, 5)
 SEEDS = (0, 1, 2)
 WINDOW = 100
+#: network r of sampler seed S is sampled with the library's seed NETWORK_SEED_STRIDE * S + r
+NETWORK_SEED_STRIDE = 10_000
 HORIZON = 1200
 #: the causal windows' midpoints, and the steps docs/bif.md quoted (214: most helpful,
 #: 384: most harmful, 556 / 800: sign flips between seeds), plus late steps
@@ -100,8 +102,11 @@ def sample(out: Path, eps: float, seeds=SEEDS, burn_in: int = 1000, draws: int =
             continue
         started = time.time()
         config = sampler_config(seed, eps, burn_in, draws, every)
-        tensors = batched_dln_sgld(W1, W2, X, Y, config, trace_every=10)
+        # a sampler seed per network, so that the networks' chains are independent replicates
+        network_seeds = [NETWORK_SEED_STRIDE * seed + r for r in range(W1.shape[0])]
+        tensors = batched_dln_sgld(W1, W2, X, Y, config, trace_every=10, seeds=network_seeds)
         save_artifact(path, tensors, {"labels": labels, "sampler": config.to_dict(), "lr": LR, "items": data.items,
+                                      "network_seeds": network_seeds,
                                       "seconds": time.time() - started, "trace_every": 10}, kind="bif_remeasure_draws")
         print(f"seed {seed}: {W1.shape[0]} networks x {config.chains} chains x {config.total_steps} steps in "
               f"{time.time() - started:.0f} s -> {path}", flush=True)

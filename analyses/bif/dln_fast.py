@@ -18,6 +18,7 @@ sampler settings are.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from jaxtyping import Float
@@ -50,15 +51,19 @@ def batched_dln_sgld(
     Y: Float[Tensor, "P n_out"],
     config: SamplerConfig,
     trace_every: int = 10,
+    seeds: Sequence[int] | None = None,
 ) -> dict[str, Tensor]:
     """SGLD chains of every network in a stack around its own weights ``w*``.
 
     The update is the library's, ``w <- w - eps/2 (n_beta grad L(w) + gamma (w - w*)) +
     N(0, eps)`` with ``L`` the mean per-example loss over all of ``X`` (full batch), every
     chain started at ``w*``; draws are taken as :func:`~.sampler.sample_sgld` takes them.
-    Chain ``c`` of every network uses the noise of the library's chain ``c`` (one generator
-    per chain, ``W1`` then ``W2`` in each step's draw), so the networks' chains are coupled
-    the way separate library runs with one seed would be.
+    Network ``r``'s chain ``c`` uses the noise of the library's chain ``c`` at sampler seed
+    ``seeds[r]`` (one generator per chain, ``W1`` then ``W2`` in each step's draw). With
+    ``seeds=None`` every network uses ``config.seed``: their chains are then driven by the
+    same noise, as separate library runs with one seed would be, so estimates of different
+    networks are correlated; give each network its own seed wherever they are pooled or
+    compared as independent replicates.
 
     Args:
         W1_star: The centres' first layers (``DeepLinearNetwork.W1.weight``), stacked.
@@ -68,6 +73,7 @@ def batched_dln_sgld(
         config: Sampler settings; ``n_beta`` resolves against ``len(X)``; ``batch_size``
             must be None (full batch).
         trace_every: Keep every this many steps of the loss and distance traces.
+        seeds: A sampler seed per network (default: ``config.seed`` for all).
 
     Returns:
         ``losses [chains, draws, networks, P]`` (per-example losses at every draw),
@@ -91,16 +97,26 @@ def batched_dln_sgld(
                          f"X {tuple(X.shape)}, Y {tuple(Y.shape)}")
     if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 1:
         raise ValueError(f"trace_every must be a positive integer, got {trace_every!r}")
+    networks = W1_star.shape[0]
+    seeds = [config.seed] * networks if seeds is None else [int(seed) for seed in seeds]
+    if len(seeds) != networks:
+        raise ValueError(f"seeds must give one sampler seed per network ({networks}), got {len(seeds)}")
     n_train = X.shape[0]
     n_beta = config.resolved_n_beta(n_train)
-    chains, networks = config.chains, W1_star.shape[0]
+    chains = config.chains
     size1 = W1_star[0].numel()
     numel = size1 + W2_star[0].numel()
-    generators = []
-    for chain in range(chains):
-        gen = torch.Generator().manual_seed(_chain_seed(config.seed, chain))
-        torch.randperm(n_train, generator=gen)  # the library draws a batch order first, used or not
-        generators.append(gen)
+    # one generator per distinct seed and chain: networks that share a seed share its noise
+    distinct = sorted(set(seeds))
+    generators: list[list[torch.Generator]] = []
+    for seed in distinct:
+        row = []
+        for chain in range(chains):
+            gen = torch.Generator().manual_seed(_chain_seed(seed, chain))
+            torch.randperm(n_train, generator=gen)  # the library draws a batch order first, used or not
+            row.append(gen)
+        generators.append(row)
+    which = torch.tensor([distinct.index(seed) for seed in seeds])
     W1 = W1_star.unsqueeze(0).expand(chains, *W1_star.shape).clone()
     W2 = W2_star.unsqueeze(0).expand(chains, *W2_star.shape).clone()
     half, root = config.eps / 2, math.sqrt(config.eps)
@@ -118,9 +134,10 @@ def batched_dln_sgld(
             loss_trace[:, step // trace_every] = per_example.mean(-1)
             distance_trace[:, step // trace_every] = (d1.pow(2).sum((-1, -2)) + d2.pow(2).sum((-1, -2))).sqrt()
         # one draw of all the noise per chain and step, W1's part first: the library's order
-        noise = torch.stack([torch.randn(numel, generator=gen, dtype=X.dtype) for gen in generators])
-        W1 += -half * (n_beta * g1 + config.gamma * d1) + root * noise[:, :size1].reshape(chains, 1, *W1.shape[2:])
-        W2 += -half * (n_beta * g2 + config.gamma * d2) + root * noise[:, size1:].reshape(chains, 1, *W2.shape[2:])
+        noise = torch.stack([torch.stack([torch.randn(numel, generator=gen, dtype=X.dtype) for gen in row])
+                             for row in generators], dim=1)[:, which]  # [chains, networks, numel]
+        W1 += -half * (n_beta * g1 + config.gamma * d1) + root * noise[..., :size1].reshape(W1.shape)
+        W2 += -half * (n_beta * g2 + config.gamma * d2) + root * noise[..., size1:].reshape(W2.shape)
         if step >= config.burn_in and (step - config.burn_in + 1) % config.steps_between_draws == 0:
             M = W2 @ W1
             losses[:, draw] = 0.5 * (X @ M.transpose(-1, -2) - Y).pow(2).sum(-1)

@@ -64,6 +64,27 @@ def test_every_network_gets_the_library_samplers_chains():
     assert torch.equal(batched_dln_sgld(W1, W2, X, Y, config)["losses"], fast["losses"])  # seeded
 
 
+def test_a_seed_per_network_gives_each_the_library_chains_of_its_seed():
+    models, W1, W2, X, Y = _networks((150, 300))
+    config = SamplerConfig(eps=4e-4, gamma=100.0, n_beta=400.0, chains=2, draws=20, burn_in=10, seed=0,
+                           progress=False)
+    fast = batched_dln_sgld(W1, W2, X, Y, config, seeds=[11, 12])
+    shared = batched_dln_sgld(W1, W2, X, Y, config)
+    for r, seed in enumerate((11, 12)):
+        drawn = torch.empty(2, 20, X.shape[0])
+
+        def keep(chain, draw, values, drawn=drawn):
+            drawn[chain, draw] = values["losses"]
+
+        sample_sgld(models[r], (X, Y), dln_per_example_loss, SamplerConfig(**{**config.to_dict(), "seed": seed}),
+                    recorders={"losses": lambda m: dln_per_example_loss(m, (X, Y))}, on_draw=keep)
+        torch.testing.assert_close(fast["losses"][:, :, r], drawn, rtol=2e-4, atol=1e-6)
+    # the default drives every network with one seed's noise; own seeds do not
+    assert not torch.allclose(fast["losses"], shared["losses"])
+    with pytest.raises(ValueError, match="one sampler seed per network"):
+        batched_dln_sgld(W1, W2, X, Y, config, seeds=[1])
+
+
 def test_another_seed_gives_other_chains():
     _, W1, W2, X, Y = _networks((300,))
     base = dict(eps=4e-4, gamma=100.0, n_beta=400.0, chains=2, draws=5, burn_in=5, progress=False)
