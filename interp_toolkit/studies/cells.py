@@ -37,6 +37,12 @@ CELL_FIELDS = ("task", "study", "seq_len", "n_values", "n_train", "n_eval", "dat
                "d_mlp", "weight_decay", "lr", "epochs", "batch_size", "eval_every", "early_stop", "threshold", "r")
 
 
+#: The ``data_seed`` of a run whose data seed is its model seed (a study with
+#: ``data_seeds="model"``): a fresh dataset per seed is a seed of the cell, so such runs
+#: pool into one cell instead of one cell per dataset.
+TIED_DATA_SEED = "seed"
+
+
 #: A cell without its r: the group within which contrasts compare r values.
 ARCH_FIELDS = tuple(k for k in CELL_FIELDS if k != "r")
 
@@ -168,7 +174,8 @@ def _baseline(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
 
 def sort_key(values: Sequence[Any]) -> tuple[Any, ...]:
     """Sort key of settings tuples that may hold ``None`` (a setting an older record lacks)."""
-    return tuple((value is None, "" if value is None else value) for value in values)
+    # a text value (a tied data seed) sorts after the numbers of its column, never against them
+    return tuple((value is None, isinstance(value, str), "" if value is None else value) for value in values)
 
 
 def cell_key(row: Mapping[str, Any], fields: Sequence[str] = CELL_FIELDS) -> tuple[Any, ...]:
@@ -228,6 +235,8 @@ def _parse_spec_value(spec: str, key: str, field: str, value: str) -> Any:
         return lowered in ("true", "yes", "1")
     if field == "batch_size" and value.lower() in ("full", "none"):
         return None
+    if field == "data_seed" and value == TIED_DATA_SEED:
+        return value
     try:
         number = int(value) if field in _INT_FIELDS else float(value)
     except ValueError as err:
@@ -413,7 +422,7 @@ def run_settings(record: Mapping[str, Any], thresholds: OutcomeThresholds | None
 
 
 __all__ = ["ALWAYS_REPORTED", "ARCH_FIELDS", "CELL_FIELDS", "CLOCK_FIELDS", "NOT_CELL_SETTINGS",
-           "REGIME_FIELDS", "SHORT_NAMES",
+           "REGIME_FIELDS", "SHORT_NAMES", "TIED_DATA_SEED",
            "arch_fields", "cell_fields", "cell_key", "cell_label", "complete_settings",
            "extra_fields", "extra_settings", "find_cell", "format_setting", "hashable",
            "is_extra_setting", "matches_spec", "optimizer_clock", "parse_cell_spec",

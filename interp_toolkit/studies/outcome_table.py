@@ -24,6 +24,7 @@ from interp_toolkit.studies.cells import (
 from interp_toolkit.studies.cells import (
     CELL_FIELDS,
     CLOCK_FIELDS,
+    TIED_DATA_SEED,
     cell_fields,
     cell_key,
     is_extra_setting,
@@ -94,6 +95,8 @@ def _parse_csv_value(path: Path, line: int, field: str, text: str) -> Any:
         if text not in ("True", "False"):
             raise UserError(f"{where}; expected True or False")
         return text == "True"
+    if field == "data_seed" and text == TIED_DATA_SEED:
+        return text
     if field in _COUNT_FIELDS:
         try:
             count = int(text)

@@ -36,6 +36,7 @@ from interp_toolkit.io import atomic_write_json, atomic_write_text
 from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.runs.record import has_record, read_record, task_dict
 from interp_toolkit.studies.cells import (
+    TIED_DATA_SEED,
     run_settings,
 )
 from interp_toolkit.studies.near_miss import NEAR_MISS_FIELDS
@@ -213,6 +214,11 @@ def read_study_name(study_dir: str | Path) -> str | None:
     return (read_study_record_or_empty(study_dir).get("config") or {}).get("name")
 
 
+def read_data_seeds(study_dir: str | Path) -> str:
+    """The study's ``SweepConfig.data_seeds`` (``"fixed"`` when its record has none)."""
+    return str((read_study_record_or_empty(study_dir).get("config") or {}).get("data_seeds") or "fixed")
+
+
 def read_thresholds(study_dir: str | Path) -> OutcomeThresholds:
     """The study's outcome thresholds: ``study.json``'s ``outcome_thresholds`` if recorded,
     else its config's ``threshold`` (older studies), else the defaults."""
@@ -281,6 +287,7 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
         raise ValueError(f"{study_dir} is not a study directory (no runs/ folder inside)")
     thresholds = read_thresholds(study_dir) if thresholds is None else thresholds
     study_name = read_study_name(study_dir)
+    tied = read_data_seeds(study_dir) == "model"
     rows = []
     for run_dir in sorted(p for p in runs_root.iterdir() if p.is_dir()):
         if not has_record(run_dir):
@@ -303,8 +310,12 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
             fresh = {**outcome, **{k: cached[k] for k in _CACHE_EXTRA_KEYS if k in cached}}
             if fresh != cached:
                 write_outcome(run_dir, fresh)
+        settings = run_settings(record, thresholds)
+        if tied and settings.get("data_seed") == settings.get("seed"):
+            # each run's data seed is its model seed: a seed of the cell, not a setting of it
+            settings["data_seed"] = TIED_DATA_SEED
         row = {
-            **run_settings(record, thresholds), "study": study_name, "status": run_status(run_dir, record),
+            **settings, "study": study_name, "status": run_status(run_dir, record),
             "run_dir": str(run_dir),
             **{k: outcome.get(k) for k in OUTCOME_FIELDS + NEAR_MISS_FIELDS}, "source": str(study_dir),
             "has_metrics": True,

@@ -674,3 +674,29 @@ def test_study_records_of_earlier_versions_name_their_invocations_sittings():
     assert invocations_of(old) == old["sittings"]
     new = {"invocations": [{"grid": {"seeds": [1]}}]}
     assert invocations_of(new) == new["invocations"] and invocations_of({}) == []
+
+
+def test_a_dataset_per_seed_is_a_seed_of_the_cell_not_a_cell_per_dataset(tmp_path):
+    """data_seeds 'model': every run's data seed is its model seed, so the report pools the
+    seeds into one cell (data_seed 'seed'), in the rows, the table and outcomes.csv."""
+    from interp_toolkit.studies.cells import TIED_DATA_SEED, find_cell
+    from interp_toolkit.studies.outcome_table import read_outcomes_csv
+    from interp_toolkit.studies.study import collect_runs
+    from interp_toolkit.studies.tables import rate_table
+
+    cfg = dataclasses.replace(preset("smoke"), ratios=[0.9], n_layers=[1], seeds=[0, 1], data_seeds="model")
+    result = run_sweep(cfg, tmp_path / "tied", workers=1, progress=False)
+    rows = collect_runs(result.study_dir)
+    assert [row["data_seed"] for row in rows] == [TIED_DATA_SEED] * 2
+    records = [json.loads((Path(row["run_dir"]) / "run.json").read_text()) for row in rows]
+    assert [r["run_info"]["task"]["seed"] for r in records] == [0, 1]  # the datasets do differ
+    table = rate_table(rows)
+    assert len(table) == 1 and table[0]["n_seeds"] == 2
+    again = read_outcomes_csv(tmp_path / "tied" / "outcomes.csv")
+    assert [row["data_seed"] for row in again] == [TIED_DATA_SEED] * 2
+    assert len(rate_table(again)) == 1
+    assert find_cell(rate_table(again), "data_seed=seed,r=0.9")["n_seeds"] == 2
+    # a fixed-data study keeps its number, even for the run whose model seed equals it
+    fixed = run_sweep(dataclasses.replace(cfg, data_seeds="fixed"), tmp_path / "fixed", workers=1, progress=False,
+                      report=False)
+    assert [row["data_seed"] for row in collect_runs(fixed.study_dir)] == [0, 0]
