@@ -7,7 +7,7 @@ Each works on any TransformerLens model (the toolkit's ``boot_native`` bridges a
 * ``ablation``: zero / mean / resample ablation of heads, attention layers, MLPs and the
   residual stream (``ablation``, ``zero_ablation``, ``mean_ablation``, ``resample_ablation``);
 * ``patching``: cross-split activation patching with minimal pairs
-  (``minimal_pair_patching`` = ``cross_split_patching``), the index-paired
+  (``minimal_pair_patching``), the index-paired
   ``resample_ablation_damage``, ``activation_patching``, low level ``compute_patching``;
 * ``fingerprints``: QK magnitude and OV parity fingerprints per head (``fingerprints``,
   ``pre_softmax_scores``, circuits as ``FactoredMatrix``);

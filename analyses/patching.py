@@ -14,7 +14,7 @@ logits turns a 0.06 shift into "full transfer"), so ``normalized`` is left blank
 metric). A warning names how many entries were blanked; ``gap``, ``patched`` and the raw
 shift ``patched - target`` stay in the table, and plots draw NaN as a break in the line.
 
-* :func:`minimal_pair_patching` (registered as ``patching``; also ``cross_split_patching``):
+* :func:`minimal_pair_patching` (registered as ``patching``):
   the paper's cross-split patching. Pairs from ``tasks.mpsp.minimal_pairs``: each source
   example of one split (``val``: shortcut-consistent, or ``adv``: conflicting) and a copy
   that differs in one token, changed by the smallest step that moves the label while the
@@ -377,7 +377,6 @@ def minimal_pair_patching(
 
 
 #: The paper's cross-split patching is the minimal-pair one.
-cross_split_patching = minimal_pair_patching
 
 
 def resample_ablation_damage(
@@ -425,6 +424,6 @@ def resample_ablation_damage(
     return result
 
 
-__all__ = ["GAP_ATOL", "GAP_RTOL", "KINDS", "activation_patching", "compute_patching", "cross_split_patching",
+__all__ = ["GAP_ATOL", "GAP_RTOL", "KINDS", "activation_patching", "compute_patching",
            "gap_tolerance", "minimal_pair_patching", "normalize_patching", "pair_logit_diff_metric",
            "readout_metric", "resample_ablation_damage"]

@@ -100,12 +100,6 @@ ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which train() uses
 #: ``stop_rule(metrics) -> True`` ends a member's training after that evaluation.
 StopRule = Callable[[dict[str, Any]], bool]
 
-# Earlier names of :class:`~interp_toolkit.runs.resume.RunDirState` and
-# :func:`~interp_toolkit.runs.resume.run_dir_state` (one function decides a run directory's
-# state for every trainer); kept so code importing them from here keeps working.
-MemberState = RunDirState
-member_state = run_dir_state
-
 
 @dataclass
 class BatchedResult:
@@ -633,5 +627,5 @@ def _train_group(
     return stopped
 
 
-__all__ = ["BatchedResult", "MemberState", "StackedAdamW", "StackedModel", "evaluate_batched",
-           "member_state", "train_batched", "batched_readout_loss"]
+__all__ = ["BatchedResult", "StackedAdamW", "StackedModel", "evaluate_batched",
+           "train_batched", "batched_readout_loss"]

@@ -71,6 +71,12 @@ R_LEN5_N16K = Regime("length 5, n = 16,384", {"task": "max_parity_sum_parity", "
                                                "epochs": "400", "n_heads": "2"},
                      "length 5, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 400 epochs = 0.04 "
                      "decay clocks, no early stop, a fresh dataset per seed")
+R1_LEN6 = Regime("R1 at length 6", {**R1.where, "seq_len": "6"},
+                 "length 6, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
+                 "6.72 decay clocks, no early stop, a fresh dataset per seed")
+R1_LEN7 = Regime("R1 at length 7", {**R1.where, "seq_len": "7"},
+                 "length 7, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
+                 "6.72 decay clocks, no early stop, a fresh dataset per seed")
 R1_1HEAD = Regime("R1, 1 head", {**R1.where, "n_heads": "1"}, "R1 with 1 head")
 R1_FIRST = Regime("R1, first-element shortcut", {**R1.where, "task": "first_parity_sum_parity"},
                   "R1 on first_parity_sum_parity")
@@ -291,6 +297,10 @@ def _read(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def _steps_of(rows: Sequence[Mapping[str, str]]) -> str:
+    return ", ".join(str(int(float(r["step"]))) for r in rows)
+
+
 def _level_half_step(timeline: Mapping[str, Any], level: int) -> float:
     """The half-strength step of the first (strongest) mode of a hierarchy level."""
     return float(next(step for step, lv in zip(timeline["mode_half_steps"], timeline["mode_levels"], strict=True)
@@ -302,9 +312,10 @@ def toy_sources(root: Path) -> list[tuple[str, Path]]:
     (``docs/bif/ladder/eps*/``), ascending in eps, where it exists, else the two earlier
     re-measurements."""
     ladder = sorted((p / "remeasure_pairs.csv" for p in (root / "docs" / "bif" / "ladder").glob("eps*")
-                     if (p / "remeasure_pairs.csv").is_file()), key=lambda p: float(p.parent.name[3:]))
+                     if (p / "remeasure_pairs.csv").is_file() and (p / "remeasure_summary.json").is_file()),
+                    key=lambda p: float(p.parent.name[3:]))
     if ladder:
-        return [(f"eps {float(p.parent.name[3:]):g}", p) for p in ladder]
+        return [(f"eps {p.parent.name[3:]}", p) for p in ladder]
     return [(label, path) for label, path in
             (("eps 2e-5", root / "docs" / "bif" / "remeasure_pairs.csv"),
              ("eps 1.6e-3", root / "docs" / "bif" / "eps1.6e-3" / "remeasure_pairs.csv")) if path.is_file()]
@@ -354,9 +365,11 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                 out.append(_row("B", claim, label, settings, cells, "inconclusive",
                                 "the chains did not converge on the checkpoints the claim rests on", files))
             else:
-                out.append(_row("B", claim, label, settings, cells, "reproduced" if signed else "not reproduced",
-                                "converged chains; the sign at |z| >= 2 (error: spread over initializations and "
-                                "sampler seeds)", files))
+                why = ("converged chains; the sign at |z| >= 2 (error: spread over initializations and sampler "
+                       "seeds)" + (f"; in the paper's direction at steps {_steps_of(signed)}" if signed else "")
+                       + (f"; against it at steps {_steps_of(against)}" if against else ""))
+                out.append(_row("B", claim, label, settings, cells,
+                                "reproduced" if signed and not against else "not reproduced", why, files))
         gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
                                       for r in pairs)
         peaks = summary.get("peak_vs_mode_transition_by_common_level") or {}
@@ -466,6 +479,10 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
     out += r2_rows(root)
     out += [rate_claim(rows, headline_2l, R_LEN5_N16K, 2, 0.9, 0.5, (two[1], two[0]), files),
             rate_claim(rows, headline_1l, R_LEN5_N16K, 1, 0.5, 0.9, one, files)]
+    for regime in (R1_LEN6, R1_LEN7):
+        if cell_rows(rows, regime, 2, 0.9) or cell_rows(rows, regime, 1, 0.9):
+            out += [rate_claim(rows, headline_2l, regime, 2, 0.9, 0.5, (two[1], two[0]), files),
+                    rate_claim(rows, headline_1l, regime, 1, 0.5, 0.9, one, files)]
     at = "the 2-layer headline's effect (this project's choice: the paper gives no rates)"
     below = "r below chance (1/m) helps too: more seeds generalize at r = 0.1 than at r = 1/m = 0.5"
     out += [rate_claim(rows, below, R0, 2, 0.1, 0.5, (two[1], two[0]), files, powered_at=at),

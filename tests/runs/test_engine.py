@@ -256,7 +256,7 @@ def test_engine_checkpoint_loads_and_every_analysis_runs(tmp_path, task_splits):
     from interp_toolkit.analyses.ablation import ablation
     from interp_toolkit.analyses.fingerprints import fingerprints
     from interp_toolkit.analyses.gradients import gradient_conflict
-    from interp_toolkit.analyses.patching import cross_split_patching
+    from interp_toolkit.analyses.patching import minimal_pair_patching
 
     task, splits = task_splits
     cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, **task.model_dims())
@@ -276,7 +276,7 @@ def test_engine_checkpoint_loads_and_every_analysis_runs(tmp_path, task_splits):
     assert 0.0 <= clean_acc <= 1.0 and len(ablated.rows) > 0
     fp = fingerprints(model, splits, split="train", n=64)
     assert len(fp.rows) > 0
-    patched = cross_split_patching(model, splits, source="val", target="adv", n=16)
+    patched = minimal_pair_patching(model, splits, source="val", target="adv", n=16)
     assert len(patched.rows) > 0
     conflict = gradient_conflict(model, splits, split="train", n=64)
     assert len(conflict.rows) > 0

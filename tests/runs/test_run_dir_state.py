@@ -9,7 +9,6 @@ from interp_toolkit.callbacks import Callback
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import config_hash
 from interp_toolkit.model import build_model
-from interp_toolkit.runs import batched
 from interp_toolkit.runs.batched import train_batched
 from interp_toolkit.runs.record import read_record, write_recovered_record
 from interp_toolkit.runs.resume import (
@@ -64,7 +63,6 @@ def test_fresh_resume_and_finished_states(tmp_path, splits, small_model_cfg):
 
 
 def test_batched_classifies_with_the_same_function(tmp_path, splits, small_model_cfg):
-    assert batched.member_state is run_dir_state  # the earlier name, kept importable
     with pytest.raises(RuntimeError, match="stopped"):
         train(build_model(small_model_cfg), splits, CFG, tmp_path / "run", callbacks=[StopAt(2)])
     result = train_batched([small_model_cfg], splits, CFG, [tmp_path / "run"])
