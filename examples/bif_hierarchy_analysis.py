@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 
 import numpy as np
@@ -236,6 +237,67 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
     for variant, values in combined.items():
         print(f"causal windows ({variant}) over {len(values['p_values'])} inits: Fisher combined p "
               f"{values['combined_p']:.4f}")
+
+
+def phases(out: Path, docs: Path, seeds: tuple[int, ...], null_repeats: int = 20,
+           straddle: tuple[float, float] = (0.1, 0.9)) -> None:
+    """Within- and between-phase BIF where the draws straddle a mode's half strength, against
+    the Gaussian null; writes ``docs/phases.csv`` and ``docs/phases.json``."""
+    from interp_toolkit.analyses.bif import phase_share_with_null, threshold_phases
+    from interp_toolkit.io import load_artifact
+
+    data = animals_and_plants()
+    modes = svd_modes(data)
+    half = (modes.target_strengths / 2).double()
+    idx = {name: data.item_index(name) for name in data.items}
+    loaded = [load_artifact(out / f"draws_seed{seed}.safetensors", kind="bif_remeasure_draws") for seed in seeds]
+    if any("observables" not in tensors for tensors, _ in loaded):
+        raise SystemExit(f"{out}: the draws hold no mode strengths (sample them again with this version)")
+    labels = [tuple(x) for x in loaded[0][1]["labels"]]
+    losses = torch.cat([tensors["losses"] for tensors, _ in loaded]).double()  # [S*C, D, R, P]
+    strengths = torch.cat([tensors["observables"] for tensors, _ in loaded]).double()  # [S*C, D, R, K]
+    P = losses.shape[-1]
+    rows = []
+    for r, (init, step) in enumerate(labels):
+        learned = (strengths[:, :, r, :] > half).double().mean((0, 1))  # fraction of draws per mode
+        for k in range(len(modes.S)):
+            if not straddle[0] < float(learned[k]) < straddle[1]:
+                continue
+            draws = Draws(losses[:, :, r, :], torch.cat([losses[:, :, r, :], strengths[:, :, r, k:k + 1]], -1),
+                          {"loss": (0, P), "mode": (P, P + 1)})
+
+            def split(d: Draws, k_half: float = float(half[k])) -> torch.Tensor:
+                return threshold_phases(d.observables[..., P:P + 1], k_half)
+
+            for pair, (a, b) in (("all entries", (None, None)), ("dog->sparrow", PAIRS["dog->sparrow"])):
+                index = None if a is None else (idx[a], idx[b])
+                share = phase_share_with_null(draws, split, index=index, null_repeats=null_repeats, seed=step,
+                                              observable="loss")
+                z = ((share.share - share.null_share) / share.null_std
+                     if share.null_std and math.isfinite(share.null_std) and share.null_std > 0 else float("nan"))
+                entry = (slice(None), slice(None)) if index is None else index
+                rows.append({"init": init, "step": step, "mode": k, "mode_level": modes.levels[k],
+                             "fraction_learned": float(learned[k]), "entry": pair,
+                             # covariance units; for all entries, the sums of squares' roots
+                             "between": float(share.between[entry].double().norm()) if index is None
+                             else float(share.between[entry]),
+                             "total": float(share.total[entry].double().norm()) if index is None
+                             else float(share.total[entry]), "share": share.share,
+                             "null_share": share.null_share, "null_std": share.null_std, "z": z})
+    atomic_write_json(docs / "phases.json", {"null_repeats": null_repeats, "straddle": list(straddle), "rows": rows})
+    fields = ["init", "step", "mode", "mode_level", "fraction_learned", "entry", "between", "total", "share",
+              "null_share", "null_std", "z"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (f"{row[k]:.4g}" if isinstance(row[k], float) else row[k]) for k in fields})
+    atomic_write_text(docs / "phases.csv", buffer.getvalue())
+    for row in rows:
+        if row["entry"] in ("all entries", "dog->sparrow"):
+            print(f"init {row['init']} step {row['step']:4d} mode {row['mode']} (level {row['mode_level']}, "
+                  f"{row['fraction_learned']:.2f} learned) {row['entry']:12s}: between share {row['share']:+.3f}, "
+                  f"null {row['null_share']:+.3f} ± {row['null_std']:.3f} (z {row['z']:+.1f})")
 
 
 def diag_figure(out: Path, meta: dict, labels: list, docs: Path, init: int = 0, step: int = 384) -> None:

@@ -25,6 +25,14 @@ PNG files to ``--docs`` (committed) and prints every number.
         --eps 1.6e-3 --burn-in 500 --draws 2000 --steps-between-draws 2
     python examples/bif_hierarchy_remeasure.py analyze --out runs/bif_remeasure_eps1.6e-3 --docs docs/bif/eps1.6e-3
     python examples/bif_hierarchy_remeasure.py analyze --out runs/bif_remeasure --docs docs/bif
+    python examples/bif_hierarchy_remeasure.py phases --out runs/bif_remeasure --docs docs/bif   # within / between
+
+Stage 3 (``phases``): at every checkpoint whose draws straddle a mode's half strength, each
+draw is labelled by solution (that mode learned or not, from the map's strength on it,
+recorded at every draw) and the BIF split into within- and between-phase terms (law of total
+covariance), the between-phase share next to its Gaussian null (the same split applied to
+Gaussian draws with the draws' mean and covariance:
+:func:`interp_toolkit.analyses.bif.phase_share_with_null`).
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from interp_toolkit.tasks.dln import (
     dln_per_example_loss,
     gradient_descent,
 )
-from interp_toolkit.tasks.hierarchical import animals_and_plants
+from interp_toolkit.tasks.hierarchical import animals_and_plants, svd_modes
 
 LR = 0.05
 INITS = (0, 1, 2, 3, 4, 5)
@@ -95,6 +103,13 @@ def sample(out: Path, eps: float, seeds=SEEDS, burn_in: int = 1000, draws: int =
     data = animals_and_plants()
     X, Y = data.inputs.float(), data.targets.float()
     W1, W2, labels = replicas(data, inits=inits)
+    modes = svd_modes(data)
+    U, V = modes.U.float(), modes.V.float()
+
+    def strengths(W1c: torch.Tensor, W2c: torch.Tensor) -> torch.Tensor:
+        """Each draw's map on every data mode, u_k^T W2 W1 v_k (for phase labels by solution)."""
+        return torch.einsum("ok,cnoi,ik->cnk", U, W2c @ W1c, V)
+
     for seed in seeds:
         path = out / f"draws_seed{seed}.safetensors"
         if path.exists():
@@ -104,7 +119,8 @@ def sample(out: Path, eps: float, seeds=SEEDS, burn_in: int = 1000, draws: int =
         config = sampler_config(seed, eps, burn_in, draws, every)
         # a sampler seed per network, so that the networks' chains are independent replicates
         network_seeds = [NETWORK_SEED_STRIDE * seed + r for r in range(W1.shape[0])]
-        tensors = batched_dln_sgld(W1, W2, X, Y, config, trace_every=10, seeds=network_seeds)
+        tensors = batched_dln_sgld(W1, W2, X, Y, config, trace_every=10, seeds=network_seeds,
+                                   observable=strengths)
         save_artifact(path, tensors, {"labels": labels, "sampler": config.to_dict(), "lr": LR, "items": data.items,
                                       "network_seeds": network_seeds,
                                       "seconds": time.time() - started, "trace_every": 10}, kind="bif_remeasure_draws")
@@ -154,7 +170,7 @@ def load_draws(out: Path, seeds=SEEDS) -> tuple[Tensor, Tensor, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("stage", choices=("sample", "calibrate", "analyze", "replot"))
+    parser.add_argument("stage", choices=("sample", "calibrate", "analyze", "phases", "replot"))
     parser.add_argument("--out", default="runs/bif_remeasure")
     parser.add_argument("--docs", default="docs/bif")
     parser.add_argument("--eps", type=float, default=2e-5)
@@ -169,6 +185,10 @@ def main() -> None:
         sample(out, args.eps, tuple(args.seeds), args.burn_in, args.draws, args.steps_between_draws, tuple(args.inits))
     elif args.stage == "calibrate":
         calibrate(Path(args.docs))
+    elif args.stage == "phases":
+        from bif_hierarchy_analysis import phases  # noqa: PLC0415
+
+        phases(out, Path(args.docs), tuple(args.seeds))
     elif args.stage == "replot":
         from bif_hierarchy_analysis import replot  # noqa: PLC0415 (sibling module of the example)
 

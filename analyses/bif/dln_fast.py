@@ -18,7 +18,7 @@ sampler settings are.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from jaxtyping import Float
@@ -52,6 +52,7 @@ def batched_dln_sgld(
     config: SamplerConfig,
     trace_every: int = 10,
     seeds: Sequence[int] | None = None,
+    observable: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> dict[str, Tensor]:
     """SGLD chains of every network in a stack around its own weights ``w*``.
 
@@ -74,12 +75,15 @@ def batched_dln_sgld(
             must be None (full batch).
         trace_every: Keep every this many steps of the loss and distance traces.
         seeds: A sampler seed per network (default: ``config.seed`` for all).
+        observable: ``(W1 [chains, networks, ...], W2) -> [chains, networks, K]``, recorded
+            at every draw (e.g. the map's strength on each data mode, for phase labels).
 
     Returns:
         ``losses [chains, draws, networks, P]`` (per-example losses at every draw),
         ``distance [chains, draws, networks]`` (``||w - w*||`` at every draw),
         ``loss_trace`` / ``distance_trace [chains, steps // trace_every, networks]`` (before
-        each kept step).
+        each kept step), and with ``observable`` its values ``observables [chains, draws,
+        networks, K]``.
 
     Raises:
         ValueError: Shapes that do not fit, a minibatch config or a bad ``trace_every``.
@@ -126,6 +130,7 @@ def batched_dln_sgld(
     kept = range(0, steps, trace_every)
     loss_trace = torch.empty(chains, len(kept), networks, dtype=X.dtype)
     distance_trace = torch.empty(chains, len(kept), networks, dtype=X.dtype)
+    recorded: Tensor | None = None
     draw = 0
     for step in range(steps):
         per_example, g1, g2 = dln_losses_and_gradients(W1, W2, X, Y)
@@ -142,11 +147,22 @@ def batched_dln_sgld(
             M = W2 @ W1
             losses[:, draw] = 0.5 * (X @ M.transpose(-1, -2) - Y).pow(2).sum(-1)
             distance[:, draw] = ((W1 - W1_star).pow(2).sum((-1, -2)) + (W2 - W2_star).pow(2).sum((-1, -2))).sqrt()
+            if observable is not None:
+                value = observable(W1, W2)
+                if value.shape[:2] != (chains, networks) or value.ndim != 3:
+                    raise ValueError(f"observable must return [chains, networks, K] = [{chains}, {networks}, K], "
+                                     f"got {tuple(value.shape)}")
+                if recorded is None:
+                    recorded = torch.empty(chains, config.draws, networks, value.shape[-1], dtype=value.dtype)
+                recorded[:, draw] = value
             if not torch.isfinite(losses[:, draw]).all():
                 raise SamplerDivergenceError(f"SGLD diverged at draw {draw} (step {step}) at eps {config.eps:g}: "
                                              "lower eps")
             draw += 1
-    return {"losses": losses, "distance": distance, "loss_trace": loss_trace, "distance_trace": distance_trace}
+    out = {"losses": losses, "distance": distance, "loss_trace": loss_trace, "distance_trace": distance_trace}
+    if recorded is not None:
+        out["observables"] = recorded
+    return out
 
 
 __all__ = ["batched_dln_sgld", "dln_losses_and_gradients"]

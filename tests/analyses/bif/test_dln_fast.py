@@ -85,6 +85,20 @@ def test_a_seed_per_network_gives_each_the_library_chains_of_its_seed():
         batched_dln_sgld(W1, W2, X, Y, config, seeds=[1])
 
 
+def test_an_observable_is_recorded_at_every_draw():
+    _, W1, W2, X, Y = _networks((0, 300))
+    config = SamplerConfig(eps=4e-4, gamma=100.0, n_beta=400.0, chains=2, draws=6, burn_in=3, progress=False)
+    out = batched_dln_sgld(W1, W2, X, Y, config, observable=lambda a, b: (b @ a).flatten(-2))
+    n_out, n_in = W2.shape[1], W1.shape[2]
+    assert out["observables"].shape == (2, 6, 2, n_out * n_in)
+    # the map recorded at a draw gives the losses recorded at it: the same draw
+    maps = out["observables"].reshape(2, 6, 2, n_out, n_in)
+    losses = 0.5 * (X @ maps.transpose(-1, -2) - Y).pow(2).sum(-1)
+    torch.testing.assert_close(losses, out["losses"])
+    with pytest.raises(ValueError, match="observable must return"):
+        batched_dln_sgld(W1, W2, X, Y, config, observable=lambda a, b: a.sum())
+
+
 def test_another_seed_gives_other_chains():
     _, W1, W2, X, Y = _networks((300,))
     base = dict(eps=4e-4, gamma=100.0, n_beta=400.0, chains=2, draws=5, burn_in=5, progress=False)
