@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,6 +322,39 @@ def toy_sources(root: Path) -> list[tuple[str, Path]]:
              ("eps 1.6e-3", root / "docs" / "bif" / "eps1.6e-3" / "remeasure_pairs.csv")) if path.is_file()]
 
 
+def ladder_rows(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """One row per toy claim over the whole step-size ladder: the verdict of the rungs whose
+    chains converged when they agree, ``inconclusive`` when they disagree (a verdict that
+    holds at one step size and not at its neighbours is not the posterior's)."""
+    out = []
+    for claim in dict.fromkeys(r["claim"] for r in rows):
+        mine = [r for r in rows if r["claim"] == claim]
+        converged = [r for r in mine if "did not converge" not in r["why"]]
+        verdicts = {r["regime"]: r["verdict"].split(" in ")[0] for r in converged}
+        names = [r["regime"].removeprefix("eps ") for r in converged]
+        regime = f"eps ladder {', '.join(names)}" if names else "eps ladder"
+        files = sorted({f for r in mine for f in r["files"].split()})
+        if not converged:
+            verdict, why = "inconclusive", "no step size converged"
+        elif len(set(verdicts.values())) == 1:
+            verdict = next(iter(verdicts.values()))
+            why = f"the same at every converged step size ({len(converged)} of {len(mine)} measured)"
+        else:
+            verdict = "inconclusive"
+            why = "the converged step sizes disagree: " + "; ".join(
+                f"{v} at {k}" for k, v in verdicts.items())
+        unconverged = [r["regime"] for r in mine if r not in converged]
+        if unconverged:
+            why += f"; unconverged (not counted): {', '.join(unconverged)}"
+        # the rungs' settings but for the step size and the chain length that goes with it
+        settings = re.sub(r"SGLD eps \S+, ", "SGLD at each step size eps, ", mine[0]["settings"])
+        settings = re.sub(r"(\d+) chains x [\d,]+ steps", r"\1 chains of the same length in eps x steps", settings)
+        out.append({**_row("B", claim, regime, settings, "per step size: "
+                           + "; ".join(f"{r['regime']}: {r['verdict'].split(' in ')[0]}" for r in mine),
+                           verdict, why, files)})
+    return out
+
+
 def toy_rows(root: Path) -> list[dict[str, str]]:
     """The hierarchy toy at each step size, gated on convergence (rule 3): dog -> sparrow
     helpful early and harmful while mammal vs bird is learned; the peaks at the network's own
@@ -510,8 +544,10 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
 
 
 def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:
-    """Every stagewise-attribution claim."""
-    return toy_rows(root) + lm_rows(root) + joined_rows(root)
+    """Every stagewise-attribution claim: the toy over its step-size ladder first, then per
+    step size, the language-model claims and the joined study."""
+    toy = toy_rows(root)
+    return ladder_rows(toy) + toy + lm_rows(root) + joined_rows(root)
 
 
 def to_csv(rows: Sequence[Mapping[str, str]]) -> str:

@@ -125,3 +125,43 @@ def test_committed_verdicts_regenerate_byte_for_byte():
     rows = list(csv.DictReader(io.StringIO((ROOT / "docs" / "reproduction" / "verdicts.csv").read_text())))
     headline = [r for r in rows if r["claim"].startswith("2-layer models") and r["regime"] == "R0"]
     assert headline and headline[0]["verdict"] == "not reproduced in R0"
+
+
+def _rung(eps, verdict, why="converged chains"):
+    return {"paper": "B", "claim": "a claim", "regime": f"eps {eps}", "settings": f"DLN, SGLD eps {eps}, gamma 100",
+            "cells": "", "verdict": f"{verdict} in eps {eps}", "why": why, "files": f"docs/eps{eps}.csv"}
+
+
+def test_the_step_size_ladder_gives_a_verdict_only_where_converged_rungs_agree():
+    agree = claims_table.ladder_rows([_rung("4e-4", "not reproduced"), _rung("8e-4", "not reproduced"),
+                                      _rung("2e-5", "inconclusive", "the chains did not converge on ...")])
+    assert agree[0]["verdict"] == "not reproduced in eps ladder 4e-4, 8e-4"
+    assert "unconverged (not counted): eps 2e-5" in agree[0]["why"]
+    assert agree[0]["settings"] == "DLN, SGLD at each step size eps, gamma 100"
+    split = claims_table.ladder_rows([_rung("4e-4", "inconclusive"), _rung("1.6e-3", "reproduced")])
+    assert split[0]["verdict"] == "inconclusive in eps ladder 4e-4, 1.6e-3"
+    assert "disagree: inconclusive at eps 4e-4; reproduced at eps 1.6e-3" in split[0]["why"]
+    none = claims_table.ladder_rows([_rung("2e-5", "inconclusive", "the chains did not converge")])
+    assert none[0]["verdict"] == "inconclusive in eps ladder" and none[0]["why"].startswith("no step size converged")
+
+
+def test_a_sign_claim_needs_every_resolved_checkpoint_in_the_papers_direction(tmp_path):
+    """Toy sign rule: 'reproduced' only when the |z| >= 2 checkpoints of the window all have the
+    paper's sign; windows by the network's own mode levels (the kingdom mode, not the root)."""
+    import json
+
+    rung = tmp_path / "docs" / "bif" / "ladder" / "eps1e-3"
+    rung.mkdir(parents=True)
+    fields = ["step", "pair", "z", "max_rhat", "min_ess_bulk", "min_ess_tail"]
+    lines = [",".join(fields)] + [f"{step},dog->sparrow,{z},1.001,500,500"
+                                  for step, z in ((50, -3.0), (214, 5.0), (300, 4.0), (450, 6.0))]
+    (rung / "remeasure_pairs.csv").write_text("\n".join(lines) + "\n")
+    timeline = {"mode_half_steps": [250, 400, 600], "mode_levels": [0, 1, 2]}
+    (rung / "remeasure_summary.json").write_text(json.dumps({
+        "timelines": {"0": timeline}, "inits": [0], "seeds": [0],
+        "sampler": {"gamma": 100, "n_beta": 400, "chains": 4, "burn_in": 100, "draws": 10, "steps_between_draws": 1}}))
+    early, late = claims_table.toy_rows(tmp_path)[:2]
+    assert "animal vs plant learned by step 400, mammal vs bird by 600" in early["settings"]
+    assert early["verdict"] == "not reproduced in eps 1e-3"  # helpful at 50, harmful at 214 and 300
+    assert "in the paper's direction at steps 50; against it at steps 214, 300" in early["why"]
+    assert late["verdict"] == "reproduced in eps 1e-3"  # harmful at 450, inside [400, 600)
