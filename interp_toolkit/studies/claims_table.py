@@ -461,7 +461,8 @@ def lm_rows(root: Path) -> list[dict[str, str]]:
     cells = (f"{len(observable)} seeds; peak before the last checkpoint in {sum(observable)}; converged at the peak "
              f"{gate['n_converged']}/{gate['n']}")
     if not all(observable):
-        verdict, why = "inconclusive", "a peak at the last checkpoint measured cannot show a fall: train past the peak"
+        verdict, why = "not tested", ("a peak at the last checkpoint measured cannot show a fall: train past the peak "
+                                      "(>= 8 checkpoints after it)")
     elif not gate["passed"]:
         verdict, why = "inconclusive", "the chains at the peaks did not converge"
     else:
@@ -582,6 +583,12 @@ TARGETS: dict[str, tuple[Callable[[Path], list[dict[str, str]]], str, str]] = {
     "A": (paper_a_rows, "docs/reproduction/verdicts.csv", "docs/reproduction.md"),
     "B": (paper_b_rows, "docs/bif/verdicts.csv", "docs/bif.md"),
 }
+#: Pages that open with the verdicts of their own claims (rows of a paper's table, no CSV of
+#: their own): the language-model claims and the joined study.
+PAGES: dict[str, Callable[[Path], list[dict[str, str]]]] = {
+    "docs/lm_bif.md": lambda root: lm_rows(root),
+    "docs/influence.md": lambda root: joined_rows(root),
+}
 
 
 def rendered(root: Path = ROOT) -> dict[str, str]:
@@ -592,6 +599,8 @@ def rendered(root: Path = ROOT) -> dict[str, str]:
         out[csv_path] = to_csv(rows)
         page_text = (root / page).read_text(encoding="utf-8")
         out[page] = splice(page_text, to_markdown(rows), page)
+    for page, build in PAGES.items():
+        out[page] = splice((root / page).read_text(encoding="utf-8"), to_markdown(build(root)), page)
     return out
 
 

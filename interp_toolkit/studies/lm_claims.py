@@ -247,9 +247,10 @@ def rise_and_fall(rows: Sequence[Mapping[str, Any]], series: str, min_z: float =
     The peak is the checkpoint of largest ``|bif|``; *rise* = ``|peak| - |first|``, *fall* =
     ``|peak| - |last|``, each with its error (quadrature of the two checkpoints' jackknife errors)
     and z. ``verdict``: ``"rise and fall"`` when both are at least ``min_z`` standard errors,
-    ``"rise, no measured fall"`` when only the rise is, ``"no measured rise"`` otherwise. The peak
-    is chosen on the same noisy values, so both z are somewhat optimistic; a seed whose peak is
-    its last checkpoint has fall 0.
+    ``"rise, no measured fall"`` when only the rise is (``"rise, fall not tested (peak at the
+    last checkpoint)"`` when no checkpoint comes after the peak, so no fall could be seen),
+    ``"no measured rise"`` otherwise. The peak is chosen on the same noisy values, so both z are
+    somewhat optimistic; a seed whose peak is its last checkpoint has fall 0.
 
     Raises:
         UserError: if ``series`` has no rows.
@@ -260,7 +261,10 @@ def rise_and_fall(rows: Sequence[Mapping[str, Any]], series: str, min_z: float =
         rise, rise_err, rise_z = _change(mine[0], peak)
         fall, fall_err, fall_z = _change(mine[-1], peak)
         verdict = ("no measured rise" if rise_z < min_z else
-                   "rise and fall" if fall_z >= min_z else "rise, no measured fall")
+                   "rise and fall" if fall_z >= min_z else
+                   # no checkpoint after the peak: a fall could not have been seen
+                   "rise, fall not tested (peak at the last checkpoint)" if peak is mine[-1] else
+                   "rise, no measured fall")
         out.append({"seed": seed, "first_step": int(mine[0]["step"]), "peak_step": int(peak["step"]),
                     "last_step": int(mine[-1]["step"]), "peak_bif": float(peak["bif"]),
                     "peak_stderr": float(peak["stderr"]), "rise": rise, "rise_stderr": rise_err, "rise_z": rise_z,

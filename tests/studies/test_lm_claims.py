@@ -119,6 +119,10 @@ def test_rise_and_fall_verdicts():
         rise_and_fall(rows, "open->close")
     exact = rise_and_fall(_series([-1.0, -3.0, -3.0], [0.0, 0.0, 0.0]), "induction->induction")[0]
     assert (exact["rise_z"], exact["fall_z"], exact["verdict"]) == (math.inf, 0.0, "rise, no measured fall")
+    # the peak is the last checkpoint: no fall could have been seen, so none is tested
+    last = rise_and_fall(_series([-1.0, -4.0, -10.0], [1.0, 1.0, 1.0]), "induction->induction")[0]
+    assert (last["peak_step"], last["fall"]) == (200, 0.0)
+    assert last["verdict"] == "rise, fall not tested (peak at the last checkpoint)"
 
 
 def test_sign_change_verdicts():

@@ -165,3 +165,18 @@ def test_a_sign_claim_needs_every_resolved_checkpoint_in_the_papers_direction(tm
     assert early["verdict"] == "not reproduced in eps 1e-3"  # helpful at 50, harmful at 214 and 300
     assert "in the paper's direction at steps 50; against it at steps 214, 300" in early["why"]
     assert late["verdict"] == "reproduced in eps 1e-3"  # harmful at 450, inside [400, 600)
+
+
+def test_a_rise_and_fall_without_a_checkpoint_after_the_peak_is_not_tested(tmp_path):
+    folder = tmp_path / "docs" / "lm_bif"
+    folder.mkdir(parents=True)
+    lines = ["series,seed,step,bif,stderr,rhat,ess"]
+    lines += [f"induction->induction,0,{step},{value},0.1,1.001,500" for step, value in ((0, -0.1), (500, -1.0),
+                                                                                         (1000, -2.0))]
+    lines += [f"open->close - close->open,0,{step},0.1,0.1,1.001,500" for step in (0, 500, 1000)]
+    (folder / "claims.csv").write_text("\n".join(lines) + "\n")
+    rise = claims_table.lm_rows(tmp_path)[0]
+    assert rise["verdict"] == "not tested in testbed" and "train past the peak" in rise["why"]
+    lines[3] = "induction->induction,0,1000,-0.5,0.1,1.001,500"  # now the peak (step 500) has one after it
+    (folder / "claims.csv").write_text("\n".join(lines) + "\n")
+    assert claims_table.lm_rows(tmp_path)[0]["verdict"] == "reproduced in testbed"
