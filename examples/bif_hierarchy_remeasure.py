@@ -18,14 +18,13 @@ docs/bif.md (dog on sparrow over training, dog on oak / dog on cat as controls, 
 branch-point claim, causal windows against a pair-permuted null). Writes small CSV / JSON /
 PNG files to ``--docs`` (committed) and prints every number.
 
-    nice -n 19 python examples/bif_hierarchy_remeasure.py sample --out runs/bif_remeasure
-    nice -n 19 python examples/bif_hierarchy_remeasure.py calibrate --docs docs/bif
-    # the calibrated step size (80x the doc's; same posterior), 4,500-step chains:
-    nice -n 19 python examples/bif_hierarchy_remeasure.py sample --out runs/bif_remeasure_eps1.6e-3 \
-        --eps 1.6e-3 --burn-in 500 --draws 2000 --steps-between-draws 2
-    python examples/bif_hierarchy_remeasure.py analyze --out runs/bif_remeasure_eps1.6e-3 --docs docs/bif/eps1.6e-3
-    python examples/bif_hierarchy_remeasure.py analyze --out runs/bif_remeasure --docs docs/bif
-    python examples/bif_hierarchy_remeasure.py phases --out runs/bif_remeasure --docs docs/bif   # within / between
+    # the step-size ladder (docs/bif.md): one rung; the others are eps 8e-4 / 4e-4 / 1e-4 with
+    # burn-in 2000 / 4000 / 16000 and draws 4 / 8 / 32 steps apart (chains of 8 / eps steps)
+    nice -n 19 python examples/bif_hierarchy_remeasure.py sample --out runs/bif_ladder/eps1.6e-3 --eps 1.6e-3 \
+        --burn-in 1000 --draws 2000 --steps-between-draws 2
+    python examples/bif_hierarchy_remeasure.py analyze --out runs/bif_ladder/eps1.6e-3 --docs docs/bif/ladder/eps1.6e-3
+    python examples/bif_hierarchy_remeasure.py calibrate --docs docs/bif
+    python examples/bif_hierarchy_remeasure.py phases --out runs/bif_ladder/eps1.6e-3 --docs docs/bif/ladder/eps1.6e-3   # within / between
 
 Stage 3 (``phases``): at every checkpoint whose draws straddle a mode's half strength, each
 draw is labelled by solution (that mode learned or not, from the map's strength on it,

@@ -347,7 +347,7 @@ def ladder_rows(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         if unconverged:
             why += f"; unconverged (not counted): {', '.join(unconverged)}"
         # the rungs' settings but for the step size and the chain length that goes with it
-        settings = re.sub(r"SGLD eps \S+, ", "SGLD at each step size eps, ", mine[0]["settings"])
+        settings = re.sub(r"SGLD eps \S+, ", "SGLD at each step size eps, ", (converged or mine)[0]["settings"])
         settings = re.sub(r"(\d+) chains x [\d,]+ steps", r"\1 chains of the same length in eps x steps", settings)
         out.append({**_row("B", claim, regime, settings, "per step size: "
                            + "; ".join(f"{r['regime']}: {r['verdict'].split(' in ')[0]}" for r in mine),
