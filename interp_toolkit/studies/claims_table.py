@@ -422,6 +422,25 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                    f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
             out.append(_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's mode "
                             "transitions)", label, settings, cells, verdict, why, files))
+        phases_path = path.parent / "phases.csv"
+        if phases_path.is_file():
+            cases = [r for r in _read(phases_path) if r["entry"] == "all entries"]
+            dominant = [r for r in cases if float(r["share"]) > 0.5 and float(r["z"] or "nan") >= 2.0]
+            above = [r for r in cases if float(r["z"] or "nan") >= 2.0]
+            shares = [float(r["share"]) for r in cases]
+            cells = (f"{len(cases)} (network, mode) cases whose draws straddle the mode's half strength; between-phase "
+                     f"share of all entries {min(shares):.2f}-{max(shares):.2f} (median "
+                     f"{statistics.median(shares):.2f}); above its Gaussian null by >= 2 sd in {len(above)}, above "
+                     f"0.5 and the null in {len(dominant)}") if cases else "no checkpoint straddles a transition"
+            verdict = ("not tested" if not cases else "inconclusive" if not gate["passed"] else
+                       "reproduced" if 2 * len(dominant) > len(cases) else "not reproduced")
+            why = ("the draws of no checkpoint straddle a mode's half strength" if not cases else
+                   "the chains did not converge on every checkpoint" if not gate["passed"] else
+                   "phases by solution (the transitioning mode learned or not, per draw); a majority of cases must "
+                   "have a between-phase share above 0.5 and above its Gaussian null")
+            out.append(_row("B", "at a transition the influence is mostly between-phase (law of total covariance, "
+                            "phases by solution)", label, settings, cells, verdict, why,
+                            files + [_rel(root, phases_path)]))
         causal = summary.get("causal_windows") or []
         pooled = [c for c in causal if c["seed"] == "all" and c["windows"] == "all"]
         if pooled:
