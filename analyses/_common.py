@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
 from interp_toolkit.table import Table
 
@@ -103,21 +104,21 @@ def check_split(name: str, split: Any, n_ctx: int | None = None, d_vocab: int | 
     tokens = getattr(split, "tokens", None)
     labels = getattr(split, "labels", None)
     if not isinstance(tokens, Tensor) or not isinstance(labels, Tensor):
-        raise ValueError(f"split {name!r} must have .tokens and .labels tensors, got {type(split).__name__}")
+        raise UserError(f"split {name!r} must have .tokens and .labels tensors, got {type(split).__name__}")
     if tokens.ndim != 2 or labels.ndim != 1 or tokens.shape[0] != labels.shape[0] or tokens.shape[0] == 0:
-        raise ValueError(
+        raise UserError(
             f"split {name!r}: expected tokens [n, pos] and labels [n] with the same n >= 1, got "
             f"{tuple(tokens.shape)} and {tuple(labels.shape)}"
         )
     for what, tensor in (("tokens", tokens), ("labels", labels)):
         # float ids would be cast silently (or fail deep in an embedding); meta tensors hold no data
         if tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dtype == torch.bool:
-            raise ValueError(f"split {name!r}: {what} have dtype {tensor.dtype}; expected integer ids (torch.long)")
+            raise UserError(f"split {name!r}: {what} have dtype {tensor.dtype}; expected integer ids (torch.long)")
         if tensor.device.type == "meta":
-            raise ValueError(f"split {name!r}: {what} are on the meta device (shapes without data); expected "
+            raise UserError(f"split {name!r}: {what} are on the meta device (shapes without data); expected "
                              f"tensors holding the data, on the CPU or a GPU")
     if n_ctx is not None and tokens.shape[1] > n_ctx:
-        raise ValueError(f"split {name!r}: sequence length {tokens.shape[1]} exceeds the model's n_ctx {n_ctx}")
+        raise UserError(f"split {name!r}: sequence length {tokens.shape[1]} exceeds the model's n_ctx {n_ctx}")
     if d_vocab is not None:
         from interp_toolkit.runs.trainer import check_token_ids
 
@@ -127,7 +128,7 @@ def check_split(name: str, split: Any, n_ctx: int | None = None, d_vocab: int | 
 def check_splits(splits: Mapping[str, Any], names: Iterable[str], model: HookedModel | None = None) -> None:
     """ValueError naming any requested split that is missing or malformed."""
     if not isinstance(splits, Mapping) or not splits:
-        raise ValueError(f"splits must be a non-empty mapping name -> split, got {type(splits).__name__}")
+        raise UserError(f"splits must be a non-empty mapping name -> split, got {type(splits).__name__}")
     n_ctx = model_shape(model)["n_ctx"] if model is not None else None
     d_vocab = int(model.cfg.d_vocab) if model is not None and hasattr(model, "cfg") else None
     n_out = getattr(getattr(model, "cfg", None), "d_vocab_out", None) if model is not None else None
@@ -135,18 +136,18 @@ def check_splits(splits: Mapping[str, Any], names: Iterable[str], model: HookedM
     if model is not None:
         parameter = next(iter(model.parameters()), None)
         if parameter is not None and parameter.device.type == "meta":
-            raise ValueError("the model is on the meta device (parameters without values); load a checkpoint "
+            raise UserError("the model is on the meta device (parameters without values); load a checkpoint "
                              "(interp_toolkit.load_checkpoint) or build it on the CPU or a GPU")
     for name in names:
         if name not in splits:
-            raise ValueError(f"split {name!r} not found; available splits: {sorted(splits)}")
+            raise UserError(f"split {name!r} not found; available splits: {sorted(splits)}")
         check_split(name, splits[name], n_ctx, d_vocab)
         task = getattr(splits[name], "task", None)
         classes = getattr(task, "modulus", None)
         if toolkit_model and isinstance(n_out, int) and isinstance(classes, int) and n_out != classes:
             # a mod-3 model on parity splits runs without an error and measures nothing meaningful
             # (a Hugging Face model reads the classes off its whole vocabulary: not compared)
-            raise ValueError(f"split {name!r} is of a task with {classes} classes ({getattr(task, 'label', '?')}), "
+            raise UserError(f"split {name!r} is of a task with {classes} classes ({getattr(task, 'label', '?')}), "
                              f"but the model has {n_out} outputs (d_vocab_out); the data and the model are of "
                              f"different tasks")
         if isinstance(n_out, int):
@@ -159,12 +160,12 @@ def check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
+        raise UserError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        raise UserError(f"{name} must be one of {list(choices)}, got {value!r}")
 
 
 @overload
@@ -178,7 +179,7 @@ def check_positions(positions: Sequence[int] | None, seq_len: int) -> list[int] 
     out = []
     for p in positions:
         if isinstance(p, bool) or not isinstance(p, int) or not -seq_len <= p < seq_len:
-            raise ValueError(f"position {p!r} is out of range for sequence length {seq_len}")
+            raise UserError(f"position {p!r} is out of range for sequence length {seq_len}")
         out.append(p % seq_len)
     return out
 

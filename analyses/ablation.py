@@ -21,6 +21,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.utilities import get_act_name
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
 
 from ._common import (
@@ -92,9 +93,9 @@ def resolve_components(model: HookedModel, components: Sequence[str | Component]
         elif comp in available:
             out.append(available[comp])
         else:
-            raise ValueError(f"unknown component {comp!r}; expected one of {sorted(available)}")
+            raise UserError(f"unknown component {comp!r}; expected one of {sorted(available)}")
     if not out:
-        raise ValueError("components is empty; pass None for every component")
+        raise UserError("components is empty; pass None for every component")
     return out
 
 

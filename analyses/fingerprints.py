@@ -42,6 +42,7 @@ from torch import Tensor
 from transformer_lens import FactoredMatrix
 from transformer_lens.utilities import get_act_name
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
 
 from ._common import (
@@ -65,7 +66,7 @@ def pre_softmax_scores(
 ) -> Float[Tensor, "batch head qpos kpos"]:
     """Causally masked pre-softmax attention scores q.k / scale (default scale sqrt(d_head))."""
     if q.ndim != 4 or k.ndim != 4 or q.shape[0] != k.shape[0] or q.shape[2:] != k.shape[2:]:
-        raise ValueError(f"q and k must be [batch, pos, head, d_head] with matching batch/head/d_head, "
+        raise UserError(f"q and k must be [batch, pos, head, d_head] with matching batch/head/d_head, "
                          f"got {tuple(q.shape)} and {tuple(k.shape)}")
     scale = math.sqrt(q.shape[-1]) if scale is None else scale
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / scale
@@ -88,7 +89,7 @@ def compute_qk_fingerprint(
 ) -> tuple[float, float]:
     """Spearman (rho, p) between readout scores and the token values at those positions."""
     if scores.shape != values.shape:
-        raise ValueError(f"scores and values must have one shape, got {tuple(scores.shape)} and {tuple(values.shape)}")
+        raise UserError(f"scores and values must have one shape, got {tuple(scores.shape)} and {tuple(values.shape)}")
     return _spearman(scores, values)
 
 
@@ -107,10 +108,10 @@ def compute_ov_fingerprint(
         indicator, the largest per-class p-value).
     """
     if contributions.ndim != 2 or contributions.shape[1] != modulus:
-        raise ValueError(f"contributions must be [n, {modulus}] (one column per class), got "
+        raise UserError(f"contributions must be [n, {modulus}] (one column per class), got "
                          f"{tuple(contributions.shape)}")
     if values.shape != contributions.shape[:1]:
-        raise ValueError(f"values must be [{contributions.shape[0]}], got {tuple(values.shape)}")
+        raise UserError(f"values must be [{contributions.shape[0]}], got {tuple(values.shape)}")
     centred = contributions - contributions.mean(1, keepdim=True)
     rhos, ps = [], []
     for c in range(modulus):
@@ -195,14 +196,14 @@ def fingerprints(
     else:
         vpos = check_positions(value_positions, seq_len)
     if any(p > readout for p in vpos) or not vpos:
-        raise ValueError(f"value_positions {vpos} must be non-empty and at or before the readout {readout}")
+        raise UserError(f"value_positions {vpos} must be non-empty and at or before the readout {readout}")
     if value_positions is None:
         # The default layout is values then one readout token (MPSP); without that token the
         # "readout row" is just another value's row and the fingerprints measure nothing.
         at_readout = tokens[:, readout].unique().tolist()
         if len(at_readout) != 1 or at_readout[0] in set(tokens[:, vpos].unique().tolist()):
             shown = at_readout[:5] + (["..."] if len(at_readout) > 5 else [])
-            raise ValueError(
+            raise UserError(
                 f"split {split!r} has no readout token at position {readout_position}: expected one token id, "
                 f"distinct from the values, there in every example; found ids {shown}. Append the task's "
                 f"readout token (MPSP: n_values) or pass value_positions and readout_position explicitly"
@@ -210,21 +211,21 @@ def fingerprints(
     if classes is not None:
         classes = list(classes)
         if any(not 0 <= c < shape["d_vocab_out"] for c in classes):
-            raise ValueError(f"classes {classes} out of range for d_vocab_out {shape['d_vocab_out']}")
+            raise UserError(f"classes {classes} out of range for d_vocab_out {shape['d_vocab_out']}")
     m = modulus if modulus is not None else (len(classes) if classes is not None else shape["d_vocab_out"])
     check_positive_int("modulus", m)
     if m < 2:
-        raise ValueError(f"modulus must be >= 2, got {m}")
+        raise UserError(f"modulus must be >= 2, got {m}")
     if classes is None:
         if m > shape["d_vocab_out"]:
-            raise ValueError(f"modulus {m} exceeds the model's d_vocab_out {shape['d_vocab_out']}; pass classes")
+            raise UserError(f"modulus {m} exceeds the model's d_vocab_out {shape['d_vocab_out']}; pass classes")
         classes = list(range(m))
     if len(classes) != m:
-        raise ValueError(f"classes must list {m} output indices (one per class), got {classes}")
+        raise UserError(f"classes must list {m} output indices (one per class), got {classes}")
     layer_list = list(range(shape["n_layers"])) if layers is None else list(layers)
     for layer in layer_list:
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < shape["n_layers"]:
-            raise ValueError(f"layer {layer!r} out of range for a {shape['n_layers']}-layer model")
+            raise UserError(f"layer {layer!r} out of range for a {shape['n_layers']}-layer model")
     values_at = tokens[:, vpos]
     vt = sorted(set(values_at.unique().tolist())) if value_tokens is None else list(value_tokens)
     vt_tensor = torch.tensor(vt, dtype=torch.long)

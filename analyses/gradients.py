@@ -38,6 +38,7 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 from tqdm.auto import tqdm
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
 
 from ._common import (
@@ -216,7 +217,7 @@ def minority_amplification(norm_consistent: float, norm_anti: float, minority: s
         ValueError: If ``minority`` is not one of the three names.
     """
     if minority not in ("anti", "consistent", "none"):
-        raise ValueError(f"minority must be 'anti', 'consistent' or 'none', got {minority!r}")
+        raise UserError(f"minority must be 'anti', 'consistent' or 'none', got {minority!r}")
     if minority == "none":
         return float("nan")
     numerator, denominator = (norm_anti, norm_consistent) if minority == "anti" else (norm_consistent, norm_anti)
@@ -256,10 +257,10 @@ def compute_gradient_conflict(
 
 def _check_agrees(agrees: Any, n: int) -> None:
     if not isinstance(agrees, Tensor) or agrees.dtype != torch.bool or agrees.shape != (n,):
-        raise ValueError(f"agrees must be a bool tensor of shape [{n}], got "
+        raise UserError(f"agrees must be a bool tensor of shape [{n}], got "
                          f"{getattr(agrees, 'dtype', type(agrees).__name__)} {tuple(getattr(agrees, 'shape', ()))}")
     if agrees.all() or not agrees.any():
-        raise ValueError("agrees must mark at least one shortcut-consistent and one anti-shortcut example")
+        raise UserError("agrees must mark at least one shortcut-consistent and one anti-shortcut example")
 
 
 def _mean_grads(model: HookedModel, tokens: Tensor, labels: Tensor, position: int, chunk: int) -> dict[str, Tensor]:
@@ -311,7 +312,7 @@ def gradient_conflict(
     tokens, labels = first_n(data, n)
     agrees = getattr(data, "agrees", None)
     if agrees is None:
-        raise ValueError(f"split {split!r} has no .agrees (which examples follow the shortcut)")
+        raise UserError(f"split {split!r} has no .agrees (which examples follow the shortcut)")
     agrees = agrees[: tokens.shape[0]].cpu()
     _check_agrees(agrees, tokens.shape[0])
     check_positions([readout_position], tokens.shape[1])

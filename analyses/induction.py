@@ -12,6 +12,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
 
 __all__ = ["induction_scores", "induction_score"]
@@ -35,7 +36,7 @@ def induction_scores(
     """
     offset = 1 if bos else 0
     if tokens.ndim != 2 or tokens.shape[1] != offset + 2 * half_len:
-        raise ValueError(
+        raise UserError(
             f"tokens must be [batch, {offset + 2 * half_len}] for half_len {half_len} (bos={bos}), "
             f"got {tuple(tokens.shape)}"
         )

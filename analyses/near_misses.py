@@ -36,6 +36,8 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
+
 from ._common import AnalysisResult, Table, callable_module, check_positive_int, check_splits
 
 #: Residue-count features the over-checkpoints figure draws (one per task family).
@@ -47,7 +49,7 @@ def _task_of(name: str, split: Any) -> Any:
 
     task = getattr(split, "task", None)
     if not isinstance(task, MPSPConfig) or not isinstance(getattr(split, "values", None), Tensor):
-        raise ValueError(f"split {name!r} must be an MPSP split made by make_split (with .values and its .task), "
+        raise UserError(f"split {name!r} must be an MPSP split made by make_split (with .values and its .task), "
                          f"got {type(split).__name__}{' without a task' if task is None else ''}")
     return task
 
@@ -123,7 +125,7 @@ def near_misses(model: Any, splits: Mapping[str, Any], split_names: Sequence[str
 
     names = list(splits) if split_names is None else list(split_names)
     if not names:
-        raise ValueError("split_names must name at least one split")
+        raise UserError("split_names must name at least one split")
     check_splits(splits, names, model)
     check_positive_int("n", n, allow_none=True)
     check_positive_int("batch_size", batch_size)
@@ -142,7 +144,7 @@ def near_misses(model: Any, splits: Mapping[str, Any], split_names: Sequence[str
         task = tasks[name]
         if train is not None and (task.label, task.shortcut, task.seq_len) != (
                 train_task.label, train_task.shortcut, train_task.seq_len):
-            raise ValueError(f"split {name!r} is of task {task.name} with seq_len {task.seq_len}, but train is of "
+            raise UserError(f"split {name!r} is of task {task.name} with seq_len {task.seq_len}, but train is of "
                              f"{train_task.name} with seq_len {train_task.seq_len}: their groups do not compare")
         count = len(split.labels) if n is None else min(n, len(split.labels))
         features = example_features(split.values[:count], task)
@@ -179,11 +181,11 @@ def failing_groups(rows: Sequence[Mapping[str, Any]], split: str = "adv") -> lis
     """
     mine = [row for row in rows if row.get("split") == split]
     if not mine:
-        raise ValueError(f"no near_misses row of split {split!r}; splits there: "
+        raise UserError(f"no near_misses row of split {split!r}; splits there: "
                          f"{sorted({str(row.get('split')) for row in rows})}")
     epochs = {row["epoch"] for row in mine if "epoch" in row}
     if len(epochs) > 1:
-        raise ValueError(f"rows of several epochs {sorted(epochs)}; pass one checkpoint's rows")
+        raise UserError(f"rows of several epochs {sorted(epochs)}; pass one checkpoint's rows")
     by_feature: dict[str, list[Mapping[str, Any]]] = {}
     for row in mine:
         if row["n_wrong"] > 0:

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from interp_toolkit import __version__
 from interp_toolkit.checkpoint import load_checkpoint
-from interp_toolkit.errors import notice
+from interp_toolkit.errors import UserError, notice
 from interp_toolkit.io import (
     atomic_write_json,
     config_hash,
@@ -151,7 +151,7 @@ def splits_from_run(run_dir: str | Path) -> dict[str, Any]:
     expected = record.get("identity", {}).get("data", {})
     for name, split in splits.items():
         if name in expected and expected[name] != fingerprint(split):
-            raise ValueError(f"split {name!r} rebuilt from {record_path(run_dir)} does not match the run's data "
+            raise UserError(f"split {name!r} rebuilt from {record_path(run_dir)} does not match the run's data "
                              f"(fingerprint {fingerprint(split)} vs {expected[name]}); pass splits explicitly")
     return splits
 
@@ -169,11 +169,11 @@ def check_checkpoints_belong_to_run(run_dir: str | Path, checkpoints: Sequence[t
 def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) -> tuple[str, AnalysisSpec]:
     if isinstance(analysis, str):
         if analysis not in ANALYSES:
-            raise ValueError(f"unknown analysis {analysis!r}; expected one of {sorted(ANALYSES)} or a callable")
+            raise UserError(f"unknown analysis {analysis!r}; expected one of {sorted(ANALYSES)} or a callable")
         spec = ANALYSES[analysis]
         return name or spec.name, spec
     if not callable(analysis):
-        raise ValueError(f"analysis must be a name in {sorted(ANALYSES)} or a callable, got {analysis!r}")
+        raise UserError(f"analysis must be a name in {sorted(ANALYSES)} or a callable, got {analysis!r}")
     base = analysis.func if isinstance(analysis, functools.partial) else analysis
     for spec in ANALYSES.values():
         if spec.fn is base:
@@ -197,7 +197,7 @@ def _callable_key(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         json.dumps(key)
     except TypeError as err:
-        raise ValueError(f"arguments bound to the analysis must be JSON-serializable (cache key): {err}") from err
+        raise UserError(f"arguments bound to the analysis must be JSON-serializable (cache key): {err}") from err
     return key
 
 
@@ -216,7 +216,7 @@ def _check_config(label: str, fn: Callable[..., Any], config: Mapping[str, Any])
                                                           inspect.Parameter.KEYWORD_ONLY)]
     unknown = sorted(set(config) - set(accepted))
     if unknown:
-        raise ValueError(f"analysis {label!r} does not accept config keys {unknown}; expected a subset of {accepted}")
+        raise UserError(f"analysis {label!r} does not accept config keys {unknown}; expected a subset of {accepted}")
 
 
 def over_checkpoints(
@@ -265,27 +265,27 @@ def over_checkpoints(
 
     figure_format = check_format(figure_format)
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
-        raise ValueError(f"version must be a positive int (the analysis's cache version), got {version!r}")
+        raise UserError(f"version must be a positive int (the analysis's cache version), got {version!r}")
     label, spec = _resolve(analysis, name)
     if version is not None:
         spec = dataclasses.replace(spec, version=version)
     if last and epochs is not None:
-        raise ValueError(f"last and epochs ({list(epochs)}) are exclusive: the last checkpoint or the given epochs")
+        raise UserError(f"last and epochs ({list(epochs)}) are exclusive: the last checkpoint or the given epochs")
     run_dir = Path(run_dir)
     config = dict(config or {})
     try:
         json.dumps(config)
     except TypeError as err:
-        raise ValueError(f"analysis config must be JSON-serializable (it is part of the cache key): {err}") from err
+        raise UserError(f"analysis config must be JSON-serializable (it is part of the cache key): {err}") from err
     _check_config(label, spec.fn, config)
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
-        raise ValueError(f"{run_dir} has no checkpoints (expected {run_dir}/checkpoints/epoch_*.safetensors)")
+        raise UserError(f"{run_dir} has no checkpoints (expected {run_dir}/checkpoints/epoch_*.safetensors)")
     if epochs is not None:
         available = dict(checkpoints)
         missing = [e for e in epochs if e not in available]
         if missing:
-            raise ValueError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {sorted(available)}")
+            raise UserError(f"no checkpoint for epochs {missing} in {run_dir}; available epochs: {sorted(available)}")
         checkpoints = [(e, available[e]) for e in sorted(set(epochs))]
     all_epochs = [epoch for epoch, _ in list_checkpoints(run_dir)]
     if last:

@@ -53,6 +53,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
 
 from ._common import (
@@ -104,7 +105,7 @@ def normalize_patching(patched: Float[Tensor, "component position"], source: flo
     """
     for name, value in (("gap_atol", gap_atol), ("gap_rtol", gap_rtol)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+            raise UserError(f"{name} must be a number >= 0, got {value!r}")
     gap = source - target
     tolerance = gap_tolerance(source, target, gap_atol, gap_rtol)
     if math.isfinite(gap) and abs(gap) >= tolerance and gap != 0:
@@ -185,15 +186,15 @@ def pair_logit_diff_metric(source_labels: Int[Tensor, " batch"], target_labels: 
 def _check_patching_inputs(source_tokens: Tensor, target_tokens: Tensor, positions: Any,
                            readout_position: int) -> list[int] | None:
     if not isinstance(source_tokens, Tensor) or not isinstance(target_tokens, Tensor):
-        raise ValueError("source_tokens and target_tokens must be tensors")
+        raise UserError("source_tokens and target_tokens must be tensors")
     if source_tokens.shape != target_tokens.shape or source_tokens.ndim != 2:
-        raise ValueError(f"source and target tokens must both be [batch, pos] of one shape, got "
+        raise UserError(f"source and target tokens must both be [batch, pos] of one shape, got "
                          f"{tuple(source_tokens.shape)} and {tuple(target_tokens.shape)}")
     seq_len = target_tokens.shape[1]
     if positions == "each":
         pos = list(range(seq_len))
     elif isinstance(positions, str):
-        raise ValueError(f"positions must be 'each', None or a list of ints, got {positions!r}")
+        raise UserError(f"positions must be 'each', None or a list of ints, got {positions!r}")
     else:
         pos = check_positions(positions, seq_len)
     check_positions([readout_position], seq_len)
@@ -272,7 +273,7 @@ def activation_patching(
     """
     pos = _check_patching_inputs(source_tokens, target_tokens, positions, readout_position)
     if labels.shape != (source_tokens.shape[0],):
-        raise ValueError(f"labels must be [{source_tokens.shape[0]}], got {tuple(labels.shape)}")
+        raise UserError(f"labels must be [{source_tokens.shape[0]}], got {tuple(labels.shape)}")
     check_choice("metric", metric, list(METRICS))
     comps = resolve_components(model, components, kinds)
     metric_fn = readout_metric(metric, labels, readout_position, classes)
@@ -331,13 +332,13 @@ def minimal_pair_patching(
     check_splits(splits, [source, target], model)
     check_positive_int("n", n, allow_none=True)
     if source == target:
-        raise ValueError(f"source and target splits must differ, got {source!r} for both")
+        raise UserError(f"source and target splits must differ, got {source!r} for both")
     src, tgt = splits[source], splits[target]
     kinds_of = {}
     for name, split in ((source, src), (target, tgt)):
         agrees = getattr(split, "agrees", None)
         if agrees is None:
-            raise ValueError(f"split {name!r} has no .agrees (which examples follow the shortcut): minimal-pair "
+            raise UserError(f"split {name!r} has no .agrees (which examples follow the shortcut): minimal-pair "
                              "patching needs it on both splits (an MPSP split, or a custom task's split with "
                              ".agrees; docs/custom_tasks.md)")
         if bool(agrees.all()):
@@ -345,11 +346,11 @@ def minimal_pair_patching(
         elif not bool(agrees.any()):
             kinds_of[name] = "conflicting"
         else:
-            raise ValueError(f"split {name!r} mixes shortcut-consistent and conflicting examples (r = "
+            raise UserError(f"split {name!r} mixes shortcut-consistent and conflicting examples (r = "
                              f"{float(agrees.float().mean()):.3g}); minimal-pair patching needs one split at "
                              "r = 1 and one at r = 0 (e.g. val and adv)")
     if kinds_of[source] == kinds_of[target]:
-        raise ValueError(f"splits {source!r} and {target!r} are both shortcut-{kinds_of[source]}; expected one "
+        raise UserError(f"splits {source!r} and {target!r} are both shortcut-{kinds_of[source]}; expected one "
                          "consistent (r = 1) and one conflicting (r = 0)")
     # validate positions and components before building pairs (pairs keep the source's shape)
     pos = _check_patching_inputs(src.tokens, src.tokens, positions, readout_position)
@@ -359,7 +360,7 @@ def minimal_pair_patching(
     elif callable(getattr(src, "minimal_pairs", None)):  # a custom task's own pairs
         pairs = src.minimal_pairs(seed=seed)
     else:
-        raise ValueError(f"split {source!r} provides no minimal pairs: minimal-pair patching needs an MPSP split "
+        raise UserError(f"split {source!r} provides no minimal pairs: minimal-pair patching needs an MPSP split "
                          "(make_split) or a split with a minimal_pairs(seed) method returning pairs one token "
                          "apart whose shortcut agreement flips (docs/custom_tasks.md)")
     if n is not None:
@@ -406,14 +407,14 @@ def resample_ablation_damage(
         **kwargs: Passed to :func:`activation_patching` (components, positions, metric ...).
     """
     if source == target:
-        raise ValueError(f"patching needs two different splits, got source = target = {source!r}: patching a "
+        raise UserError(f"patching needs two different splits, got source = target = {source!r}: patching a "
                          f"split into itself changes nothing and every normalized effect is 0/0")
     check_splits(splits, [source, target], model)
     check_choice("labels", labels, ["target", "source"])
     check_positive_int("n", n, allow_none=True)
     src, tgt = splits[source], splits[target]
     if src.tokens.shape[1] != tgt.tokens.shape[1]:
-        raise ValueError(f"splits {source!r} and {target!r} have different sequence lengths "
+        raise UserError(f"splits {source!r} and {target!r} have different sequence lengths "
                          f"{src.tokens.shape[1]} and {tgt.tokens.shape[1]}")
     count = min(len(src.labels), len(tgt.labels), n or len(src.labels))
     chosen = (tgt if labels == "target" else src).labels[:count]

@@ -33,6 +33,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import file_digest
 from interp_toolkit.model import HookedModel
 
@@ -64,13 +65,13 @@ def compute_weight_norms(params: Mapping[str, Tensor], groups: Groups,
             continue
         missing = sorted(names - set(mapping))
         if missing:
-            raise ValueError(f"groups name parameters {label} does not have: {missing}; "
+            raise UserError(f"groups name parameters {label} does not have: {missing}; "
                              f"expected names from {sorted(mapping)[:8]}...")
     if reference is not None:
         shapes = [f"{raw}: {tuple(params[raw].shape)} vs reference {tuple(reference[raw].shape)}"
                   for raw in sorted(names) if params[raw].shape != reference[raw].shape]
         if shapes:
-            raise ValueError(f"reference parameters differ in shape from the model's: {shapes}")
+            raise UserError(f"reference parameters differ in shape from the model's: {shapes}")
     rows = []
     with torch.no_grad():
         for group, members in groups.items():
@@ -129,13 +130,13 @@ def weight_norms(model: HookedModel, splits: Mapping[str, Any] | None = None, gr
         if isinstance(reference, (str, os.PathLike)):
             path = Path(reference)
             if not path.is_file():
-                raise ValueError(f"reference checkpoint {str(reference)!r} does not exist (expected a "
+                raise UserError(f"reference checkpoint {str(reference)!r} does not exist (expected a "
                                  f".safetensors file written by the toolkit, e.g. checkpoints/epoch_000000.safetensors)")
             reference_params = _checkpoint_params(str(path.resolve()), file_digest(path, length=64))
         elif hasattr(reference, "named_parameters"):
             reference_params = dict(reference.named_parameters())
         else:
-            raise ValueError(f"reference must be a model or a checkpoint path, got {type(reference).__name__}")
+            raise UserError(f"reference must be a model or a checkpoint path, got {type(reference).__name__}")
     return compute_weight_norms(dict(model.named_parameters()), groups, reference_params)
 
 

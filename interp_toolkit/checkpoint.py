@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from interp_toolkit.errors import CheckpointError
+from interp_toolkit.errors import CheckpointError, UserError
 from interp_toolkit.io import (
     ARTIFACT_KEY,
     load_artifact,
@@ -53,7 +53,7 @@ def save_checkpoint(model: Any, path: str | os.PathLike, metadata: dict[str, Any
     try:
         json.dumps(metadata or {}, sort_keys=True)
     except TypeError as err:
-        raise ValueError(f"checkpoint metadata must be JSON-serializable: {err}") from err
+        raise UserError(f"checkpoint metadata must be JSON-serializable: {err}") from err
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
     return save_artifact(path, tensors, {"model_config": cfg.to_dict(), "metadata": metadata or {}}, kind=KIND)
 
@@ -93,7 +93,7 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, dict[str, tor
         raise CheckpointError(f"checkpoint {path} has no model config")
     try:
         cfg = ModelConfig.from_dict(config)
-    except (KeyError, ValueError, TypeError) as err:
+    except (KeyError, ValueError, UserError, TypeError) as err:
         raise CheckpointError(f"checkpoint {path} has an invalid model config: {err}") from err
     return cfg, tensors, metadata
 
@@ -107,7 +107,7 @@ def _safetensors_metadata(path: Path) -> dict[str, Any]:
     with open(path, "rb") as handle:
         header_len = int.from_bytes(handle.read(8), "little")
         if not 0 < header_len < 100_000_000:
-            raise ValueError(f"header length {header_len}")
+            raise UserError(f"header length {header_len}")
         return json.loads(handle.read(header_len)).get("__metadata__") or {}
 
 
@@ -124,7 +124,7 @@ def recorded_digests(path: str | os.PathLike) -> dict[str, str] | None:
     try:
         meta = _safetensors_metadata(path)
         header = json.loads(meta[ARTIFACT_KEY]) if ARTIFACT_KEY in meta else None
-    except (OSError, ValueError, TypeError, AttributeError) as err:
+    except (OSError, ValueError, UserError, TypeError, AttributeError) as err:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted: {err}") from err
     if not isinstance(header, dict) or not isinstance(header.get("digests"), dict):
         return None
@@ -154,7 +154,7 @@ def read_checkpoint_header(path: str | os.PathLike) -> tuple[dict[str, Any], dic
             raise CheckpointError(f"checkpoint {path} is not an interp_toolkit checkpoint (no artifact header)")
     except CheckpointError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, ValueError, UserError, KeyError, TypeError, AttributeError) as err:
         raise CheckpointError(f"checkpoint {path} is missing, truncated or corrupted: {err}") from err
     if not isinstance(config, dict) or not isinstance(metadata, dict):
         raise CheckpointError(f"checkpoint {path} has a malformed header (config and metadata must be objects)")

@@ -35,7 +35,7 @@ def check_seed(name: str, value: Any, what: str) -> None:
     """``ValueError`` naming ``name`` (e.g. ``MPSPConfig.seed``) and ``what`` it seeds unless
     ``value`` is an integer in [0, :data:`SEED_LIMIT`)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < SEED_LIMIT:
-        raise ValueError(f"{name} ({what}) must be an integer in [0, 2**62), got {value!r}")
+        raise UserError(f"{name} ({what}) must be an integer in [0, 2**62), got {value!r}")
 
 
 def reject_unknown_keys(cls: type, data: Mapping[str, Any]) -> None:
@@ -253,7 +253,7 @@ def parse_config(
             data = prepare(data)
         try:
             start = cls.from_dict(data)
-        except (ValueError, TypeError) as err:  # UserError included: name the file the bad value came from
+        except (ValueError, UserError, TypeError) as err:  # UserError included: name the file the bad value came from
             if config_file is None:
                 raise
             raise UserError(f"config file {config_file}: {err}") from err

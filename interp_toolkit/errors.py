@@ -2,13 +2,18 @@
 
 A :class:`UserError` is a problem with what the user gave (a bad value, a missing or
 foreign file, a checkpoint of another run): the CLI prints it as one ``error: ...`` line
-and exits with status 2. Anything else is a bug.
+and exits with status 2. Anything else is a bug: exit 1 and a crash log.
+
+``UserError`` is deliberately not a ``ValueError``: a ``ValueError`` raised inside the
+library or a dependency (a shape mismatch in torch, a bad float in numpy) is a bug that must
+not read as the user's mistake. Every check of the toolkit's inputs raises ``UserError`` (or
+one of its subclasses below); code that catches a library error catches ``UserError``.
 """
 
 from __future__ import annotations
 
 
-class UserError(ValueError):
+class UserError(Exception):
     """Bad input from the user; the message names the bad value and what was expected."""
 
 

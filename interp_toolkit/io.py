@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from interp_toolkit.errors import CheckpointError
+from interp_toolkit.errors import CheckpointError, UserError
 
 if TYPE_CHECKING:
     import torch
@@ -196,7 +196,6 @@ def read_digested_json(path: str | os.PathLike, expected: str) -> dict[str, Any]
         UserError: Naming the file when it is unreadable, not UTF-8, not JSON, not an object,
             written without a digest, or its content does not match the digest.
     """
-    from interp_toolkit.errors import UserError
 
     path = Path(path)
     text = read_utf8(path, expected, UserError)
@@ -231,7 +230,6 @@ def read_utf8(path: Path, expected: str, error: type[Exception]) -> str:
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read a JSONL file, ignoring a trailing partial line left by a crash."""
-    from interp_toolkit.errors import UserError
 
     records: list[dict[str, Any]] = []
     path = Path(path)
@@ -306,7 +304,7 @@ def save_artifact(path: str | os.PathLike, tensors: Mapping[str, "torch.Tensor"]
     try:
         text = json.dumps(with_header_digest(header), sort_keys=True, default=_json_default)
     except TypeError as err:
-        raise ValueError(f"{kind} metadata must be JSON-serializable: {err}") from err
+        raise UserError(f"{kind} metadata must be JSON-serializable: {err}") from err
     return atomic_write_bytes(path, save(cpu, metadata={ARTIFACT_KEY: text}))
 
 
@@ -342,7 +340,7 @@ def read_safetensors_header(raw: bytes) -> dict[str, str]:
     """
     kind = other_file_kind(raw[:16])
     if kind is not None:
-        raise ValueError(f"it is {kind}")
+        raise UserError(f"it is {kind}")
     header_len = int.from_bytes(raw[:8], "little")
     return json.loads(raw[8 : 8 + header_len]).get("__metadata__", {}) or {}
 

@@ -141,9 +141,9 @@ class TensorBoardLogger(Callback):
 
     def __init__(self, log_dir: str | Path | None = None, sgld_every: int = 1, hparams: bool = True) -> None:
         if isinstance(sgld_every, bool) or not isinstance(sgld_every, int) or sgld_every < 1:
-            raise ValueError(f"TensorBoardLogger sgld_every must be a positive integer, got {sgld_every!r}")
+            raise UserError(f"TensorBoardLogger sgld_every must be a positive integer, got {sgld_every!r}")
         if not isinstance(hparams, bool):
-            raise ValueError(f"TensorBoardLogger hparams must be True or False, got {hparams!r}")
+            raise UserError(f"TensorBoardLogger hparams must be True or False, got {hparams!r}")
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.sgld_every = sgld_every
         self.hparams = hparams
@@ -222,12 +222,12 @@ class WandbLogger(Callback):
                  entity: str | None = None, log_dir: str | Path | None = None,
                  group: str | None = None) -> None:
         if mode not in self.MODES:
-            raise ValueError(f"WandbLogger mode must be one of {self.MODES}, got {mode!r}")
+            raise UserError(f"WandbLogger mode must be one of {self.MODES}, got {mode!r}")
         for name, value, optional in (("project", project, False), ("entity", entity, True),
                                       ("group", group, True)):
             if (value is None and not optional) or (value is not None and (not isinstance(value, str)
                                                                            or not value.strip())):
-                raise ValueError(f"WandbLogger {name} must be a non-empty string"
+                raise UserError(f"WandbLogger {name} must be a non-empty string"
                                  f"{' or None' if optional else ''}, got {value!r}")
         try:
             import wandb  # noqa: F401
@@ -305,10 +305,10 @@ class WandbLogger(Callback):
         run_dir = Path(run_dir)
         paths = [Path(f) for f in files]
         if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"log_analysis name must be a non-empty string, got {name!r}")
+            raise UserError(f"log_analysis name must be a non-empty string, got {name!r}")
         missing = [str(p) for p in paths if not p.is_file()]
         if not paths or missing:
-            raise ValueError(f"log_analysis needs existing files, got {[str(p) for p in paths]}"
+            raise UserError(f"log_analysis needs existing files, got {[str(p) for p in paths]}"
                              + (f" (missing: {missing})" if missing else ""))
         held = run_dir in self._runs
         run = self._run(run_dir, run_dir.name)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 
 from interp_toolkit.config import Config, check_seed
+from interp_toolkit.errors import UserError
 
 if TYPE_CHECKING:  # torch is imported by build_model's TransformerLens, not here: a config needs no torch
     import torch
@@ -149,42 +150,42 @@ class ModelConfig(Config):
         for name in ("n_layers", "n_heads", "d_vocab", "n_ctx", "d_model", "d_mlp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+                raise UserError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
         if self.n_layers > MAX_LAYERS:
-            raise ValueError(f"ModelConfig.n_layers must be at most {MAX_LAYERS} (a sanity bound), got "
+            raise UserError(f"ModelConfig.n_layers must be at most {MAX_LAYERS} (a sanity bound), got "
                              f"{self.n_layers}")
         if self.d_vocab_out is None:
             self.d_vocab_out = self.d_vocab
         if isinstance(self.d_vocab_out, bool) or not isinstance(self.d_vocab_out, int) or self.d_vocab_out < 1:
-            raise ValueError(f"ModelConfig.d_vocab_out must be a positive integer, got {self.d_vocab_out!r}")
+            raise UserError(f"ModelConfig.d_vocab_out must be a positive integer, got {self.d_vocab_out!r}")
         if self.d_head is None:
             if self.d_model % self.n_heads:
-                raise ValueError(
+                raise UserError(
                     f"ModelConfig.d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                     "set d_head explicitly"
                 )
             self.d_head = self.d_model // self.n_heads
         if isinstance(self.d_head, bool) or not isinstance(self.d_head, int) or self.d_head < 1:
-            raise ValueError(f"ModelConfig.d_head must be a positive integer, got {self.d_head!r}")
+            raise UserError(f"ModelConfig.d_head must be a positive integer, got {self.d_head!r}")
         if self.act_fn not in _ACT_FNS:
-            raise ValueError(f"ModelConfig.act_fn must be one of {_ACT_FNS}, got {self.act_fn!r}")
+            raise UserError(f"ModelConfig.act_fn must be one of {_ACT_FNS}, got {self.act_fn!r}")
         if self.normalization not in _NORMALIZATION:
-            raise ValueError(
+            raise UserError(
                 f"ModelConfig.normalization must be 'LN' or None, got {self.normalization!r}"
             )
         if self.positional_embedding not in _POSITIONAL:
-            raise ValueError(
+            raise UserError(
                 f"ModelConfig.positional_embedding must be one of {_POSITIONAL}, "
                 f"got {self.positional_embedding!r}"
             )
         if not isinstance(self.attn_only, bool):
-            raise ValueError(f"ModelConfig.attn_only must be a bool, got {self.attn_only!r}")
+            raise UserError(f"ModelConfig.attn_only must be a bool, got {self.attn_only!r}")
         check_seed("ModelConfig.seed", self.seed, "the init seed")
         if self.init not in _INITS:
-            raise ValueError(f"ModelConfig.init must be one of {_INITS}, got {self.init!r}")
+            raise UserError(f"ModelConfig.init must be one of {_INITS}, got {self.init!r}")
         if (isinstance(self.init_scale, bool) or not isinstance(self.init_scale, (int, float))
                 or not math.isfinite(self.init_scale) or self.init_scale <= 0):
-            raise ValueError(f"ModelConfig.init_scale must be a positive finite number, got {self.init_scale!r}")
+            raise UserError(f"ModelConfig.init_scale must be a positive finite number, got {self.init_scale!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, except ``init`` / ``init_scale`` at their defaults (see
@@ -239,7 +240,6 @@ def check_model_size(cfg: ModelConfig, device: Any = None) -> None:
     Raises:
         UserError: Naming the sizes in the config, the parameter count and the memory.
     """
-    from interp_toolkit.errors import UserError
 
     needed = 4 * 4 * n_parameters(cfg)
     free = available_memory(device)
@@ -357,7 +357,7 @@ def model_config_of(model: Any) -> ModelConfig:
         return cfg
     derived = derived_model_config(model)
     if derived is None:
-        raise ValueError(
+        raise UserError(
             f"model ({type(model).__name__}) has no interp_toolkit ModelConfig and none can be derived "
             "from it: build it with interp_toolkit.build_model, load it with load_checkpoint, or pass "
             "model_config=ModelConfig(...) that rebuilds it"

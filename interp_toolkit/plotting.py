@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence, cast
 
+from interp_toolkit.errors import UserError
+
 FORMATS = ("png", "svg", "pdf")
 
 #: rcParams of every toolkit figure (applied while drawing, see :func:`style`).
@@ -174,7 +176,7 @@ def new_panels(n: int, ax: Sequence[Any] | None = None, ncols: int = 1,
         # one Axes, a list of them, or a numpy array from plt.subplots (any shape)
         axes: list[Any] = [ax] if hasattr(ax, "figure") else list(getattr(ax, "flat", ax))
         if len(axes) != n:
-            raise ValueError(f"this plot draws {n} panels; pass {n} axes as ax, got {len(axes)}")
+            raise UserError(f"this plot draws {n} panels; pass {n} axes as ax, got {len(axes)}")
         return axes[0].figure, axes
     nrows = -(-n // ncols)
     fig = figure(figsize=figsize or (5.0 * ncols, 3.4 * nrows), layout="constrained")
@@ -188,7 +190,7 @@ def new_panels(n: int, ax: Sequence[Any] | None = None, ncols: int = 1,
 def check_format(fmt: str) -> str:
     """``fmt`` lower-cased if it is one of :data:`FORMATS`; ValueError otherwise."""
     if not isinstance(fmt, str) or fmt.lower() not in FORMATS:
-        raise ValueError(f"figure format must be one of {list(FORMATS)}, got {fmt!r}")
+        raise UserError(f"figure format must be one of {list(FORMATS)}, got {fmt!r}")
     return fmt.lower()
 
 

@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 import torch
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.layout import CHECKPOINTS
 
 __all__ = [
@@ -62,7 +63,7 @@ _RANGE_BODY = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
 MAX_RANGE_REVISIONS = 10_000
 
 
-class CheckpointLoadError(ValueError):
+class CheckpointLoadError(UserError):
     """A checkpoint could not be found or loaded (the message says how to fix it)."""
 
 
@@ -89,11 +90,11 @@ class CheckpointRef:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"CheckpointRef.kind must be one of {KINDS}, got {self.kind!r}")
+            raise UserError(f"CheckpointRef.kind must be one of {KINDS}, got {self.kind!r}")
         if not isinstance(self.location, str) or not self.location:
-            raise ValueError(f"CheckpointRef.location must be a non-empty string, got {self.location!r}")
+            raise UserError(f"CheckpointRef.location must be a non-empty string, got {self.location!r}")
         if self.revision is not None and self.kind != "hub":
-            raise ValueError(f"CheckpointRef.revision is for kind 'hub' only, got kind {self.kind!r}")
+            raise UserError(f"CheckpointRef.revision is for kind 'hub' only, got kind {self.kind!r}")
 
     @property
     def label(self) -> str:
@@ -168,11 +169,11 @@ def check_hf_weight_files(directory: str | Path) -> None:
             with open(shard, "rb") as handle:
                 header_len = int.from_bytes(handle.read(8), "little")
                 if not 0 < header_len < 100_000_000:
-                    raise ValueError(f"header length {header_len}")
+                    raise UserError(f"header length {header_len}")
                 header = json.loads(handle.read(header_len))
             end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
             size = shard.stat().st_size
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+        except (OSError, ValueError, UserError, TypeError, KeyError, AttributeError, IndexError) as err:
             raise CheckpointLoadError(f"weight file {shard} is truncated or corrupted ({err})") from err
         if size < 8 + header_len + end:
             raise CheckpointLoadError(f"weight file {shard} is truncated: it holds {size} bytes, its header declares "
@@ -249,9 +250,9 @@ def pythia_schedule(total_steps: int, linear_every: int) -> list[int]:
     ``pythia_schedule(143000, 1000)`` is Pythia's 154 checkpoints.
     """
     if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-        raise ValueError(f"total_steps must be an integer >= 1, got {total_steps!r}")
+        raise UserError(f"total_steps must be an integer >= 1, got {total_steps!r}")
     if isinstance(linear_every, bool) or not isinstance(linear_every, int) or linear_every < 1:
-        raise ValueError(f"linear_every must be an integer >= 1, got {linear_every!r}")
+        raise UserError(f"linear_every must be an integer >= 1, got {linear_every!r}")
     steps = {0}
     power = 1
     while power < linear_every and power <= total_steps:

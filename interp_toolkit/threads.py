@@ -16,6 +16,8 @@ import contextlib
 import functools
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
+from interp_toolkit.errors import UserError
+
 if TYPE_CHECKING:  # imported where threads are set: decorating a function (at import) needs no torch
     import torch
 
@@ -36,7 +38,7 @@ def torch_threads(n_threads: int | None) -> Iterator[None]:
         ValueError: If ``n_threads`` is not a positive integer or None.
     """
     if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1):
-        raise ValueError(f"n_threads must be a positive integer or None, got {n_threads!r}")
+        raise UserError(f"n_threads must be a positive integer or None, got {n_threads!r}")
     import torch
 
     previous = torch.get_num_threads()

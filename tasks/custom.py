@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from interp_toolkit.errors import UserError
+
 #: Entry-point group under which installed distributions register task factories.
 ENTRY_POINT_GROUP = "interp_toolkit.tasks"
 
@@ -157,7 +159,7 @@ def check_settings(spec: str, factory: Callable[..., Any], settings: Mapping[str
                                                       inspect.Parameter.KEYWORD_ONLY)]
     unknown = sorted(set(settings) - set(accepted))
     if unknown:
-        raise ValueError(f"task factory {spec!r} does not accept settings {unknown}; it accepts {accepted}")
+        raise UserError(f"task factory {spec!r} does not accept settings {unknown}; it accepts {accepted}")
 
 
 def check_splits(spec: str, splits: Any) -> None:
@@ -166,26 +168,26 @@ def check_splits(spec: str, splits: Any) -> None:
     import torch
 
     if not isinstance(splits, Mapping) or not splits:
-        raise ValueError(f"task factory {spec!r} returned {type(splits).__name__}; expected a non-empty mapping "
+        raise UserError(f"task factory {spec!r} returned {type(splits).__name__}; expected a non-empty mapping "
                          "of split name -> split (with .tokens [n, pos] and .labels [n])")
     if "train" not in splits:
-        raise ValueError(f"task factory {spec!r} returned splits {sorted(splits)}; expected one named 'train'")
+        raise UserError(f"task factory {spec!r} returned splits {sorted(splits)}; expected one named 'train'")
     for name, split in splits.items():
         tokens, labels = getattr(split, "tokens", None), getattr(split, "labels", None)
         if not isinstance(tokens, torch.Tensor) or not isinstance(labels, torch.Tensor):
-            raise ValueError(f"split {name!r} of task factory {spec!r} needs tensors .tokens and .labels, got "
+            raise UserError(f"split {name!r} of task factory {spec!r} needs tensors .tokens and .labels, got "
                              f"{type(tokens).__name__} and {type(labels).__name__}")
         if tokens.dim() != 2 or labels.dim() != 1 or tokens.shape[0] != labels.shape[0] or tokens.shape[0] == 0:
-            raise ValueError(f"split {name!r} of task factory {spec!r}: expected .tokens [n, pos] and .labels [n] "
+            raise UserError(f"split {name!r} of task factory {spec!r}: expected .tokens [n, pos] and .labels [n] "
                              f"with n >= 1, got {tuple(tokens.shape)} and {tuple(labels.shape)}")
         if tokens.is_floating_point() or labels.is_floating_point():
-            raise ValueError(f"split {name!r} of task factory {spec!r}: tokens and labels must be integer ids, "
+            raise UserError(f"split {name!r} of task factory {spec!r}: tokens and labels must be integer ids, "
                              f"got {tokens.dtype} and {labels.dtype}")
         if int(tokens.min()) < 0 or int(labels.min()) < 0:
-            raise ValueError(f"split {name!r} of task factory {spec!r} holds a negative token id or label")
+            raise UserError(f"split {name!r} of task factory {spec!r} holds a negative token id or label")
         agrees = getattr(split, "agrees", None)
         if agrees is not None and (not isinstance(agrees, torch.Tensor) or agrees.shape != labels.shape):
-            raise ValueError(f"split {name!r} of task factory {spec!r}: .agrees must be a bool tensor [n] like "
+            raise UserError(f"split {name!r} of task factory {spec!r}: .agrees must be a bool tensor [n] like "
                              f".labels, got {getattr(agrees, 'shape', type(agrees).__name__)}")
 
 
@@ -208,12 +210,12 @@ class CustomTask:
 
         self.factory = normalize_spec(self.factory)
         if not isinstance(self.settings, Mapping):
-            raise ValueError(f"task settings must be a mapping of factory keyword -> value, got {self.settings!r}")
+            raise UserError(f"task settings must be a mapping of factory keyword -> value, got {self.settings!r}")
         self.settings = dict(self.settings)
         try:
             json.dumps(self.settings, allow_nan=False)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"task settings must be JSON values (they are recorded in run.json): {err}") from err
+            raise UserError(f"task settings must be JSON values (they are recorded in run.json): {err}") from err
         if not self.name:
             self.name = self.factory.rpartition(":")[2] or self.factory
         self._splits: TaskSplits | None = None
@@ -226,7 +228,7 @@ class CustomTask:
     def from_dict(cls, data: Mapping[str, Any]) -> "CustomTask":
         unknown = sorted(set(data) - {"name", "factory", "settings"})
         if unknown or "factory" not in data:
-            raise ValueError(f"a custom task record holds name, factory and settings; got keys {sorted(data)}")
+            raise UserError(f"a custom task record holds name, factory and settings; got keys {sorted(data)}")
         return cls(factory=data["factory"], settings=dict(data.get("settings") or {}), name=data.get("name") or "")
 
     def splits(self) -> TaskSplits:
@@ -258,10 +260,10 @@ class CustomTask:
         examples follow its shortcut."""
         splits = self.splits()
         if split not in splits:
-            raise ValueError(f"task {self.name!r} has no {split!r} split (it has {sorted(splits)})")
+            raise UserError(f"task {self.name!r} has no {split!r} split (it has {sorted(splits)})")
         agrees = getattr(splits[split], "agrees", None)
         if agrees is None:
-            raise ValueError(f"task {self.name!r} ({self.factory}): split {split!r} has no .agrees (a bool tensor "
+            raise UserError(f"task {self.name!r} ({self.factory}): split {split!r} has no .agrees (a bool tensor "
                              "[n]: the shortcut agrees with the label), which the spurious ratio r and the shortcut analyses need; "
                              "see docs/custom_tasks.md")
         return agrees

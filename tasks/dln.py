@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.threads import with_threads
 
 __all__ = [
@@ -78,11 +79,11 @@ class DLNConfig:
         for name in ("n_in", "n_hidden", "n_out"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"DLNConfig.{name} must be a positive integer, got {value!r}")
+                raise UserError(f"DLNConfig.{name} must be a positive integer, got {value!r}")
         if not (isinstance(self.init_scale, (int, float)) and math.isfinite(self.init_scale) and self.init_scale > 0):
-            raise ValueError(f"DLNConfig.init_scale must be a finite number > 0, got {self.init_scale!r}")
+            raise UserError(f"DLNConfig.init_scale must be a finite number > 0, got {self.init_scale!r}")
         if self.init not in ("random", "aligned"):
-            raise ValueError(f"DLNConfig.init must be 'random' or 'aligned', got {self.init!r}")
+            raise UserError(f"DLNConfig.init must be 'random' or 'aligned', got {self.init!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -114,11 +115,11 @@ class DeepLinearNetwork(HookedRootModule):
                 self.W2.weight.copy_(torch.randn(cfg.n_out, cfg.n_hidden, generator=gen) * cfg.init_scale)
             else:
                 if modes is None:
-                    raise ValueError("DLNConfig.init='aligned' needs the SVD modes (modes=svd_modes(dataset))")
+                    raise UserError("DLNConfig.init='aligned' needs the SVD modes (modes=svd_modes(dataset))")
                 U, V = modes.U.float(), modes.V.float()
                 k = U.shape[1]
                 if k > cfg.n_hidden or U.shape[0] != cfg.n_out or V.shape[0] != cfg.n_in:
-                    raise ValueError(
+                    raise UserError(
                         f"aligned init: modes U {tuple(U.shape)}, V {tuple(V.shape)} do not fit a "
                         f"{cfg.n_in}-{cfg.n_hidden}-{cfg.n_out} network"
                     )
@@ -158,7 +159,7 @@ def mode_strength_observable(modes: Any, which: list[int] | None = None) -> Call
     index = list(range(U.shape[1])) if which is None else [int(k) for k in which]
     for k in index:
         if not 0 <= k < U.shape[1]:
-            raise ValueError(f"mode index {k} out of range: the data has {U.shape[1]} modes")
+            raise UserError(f"mode index {k} out of range: the data has {U.shape[1]} modes")
     U, V = U[:, index], V[:, index]
 
     def observable(model: nn.Module) -> Tensor:
@@ -216,7 +217,7 @@ def fit_initial_strength(
     s = float(target_strength)
     above = np.nonzero(a >= s / 2)[0]
     if above.size == 0 or above[0] == 0:
-        raise ValueError("the mode never crosses half its target strength inside the given steps")
+        raise UserError("the mode never crosses half its target strength inside the given steps")
     j = above[0]
     t_half = t[j - 1] + (s / 2 - a[j - 1]) * (t[j] - t[j - 1]) / (a[j] - a[j - 1])
     rate = 2.0 * lr * input_variance * s

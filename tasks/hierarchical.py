@@ -41,6 +41,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
+
 __all__ = [
     "ANIMALS_AND_PLANTS",
     "HierarchicalDataset",
@@ -218,11 +220,11 @@ def hierarchy_from_dict(
         ValueError: An empty subtree, a non-string name, a repeated name or a bad count.
     """
     if isinstance(properties_per_node, bool) or not isinstance(properties_per_node, int) or properties_per_node < 1:
-        raise ValueError(f"properties_per_node must be a positive integer, got {properties_per_node!r}")
+        raise UserError(f"properties_per_node must be a positive integer, got {properties_per_node!r}")
     if not (isinstance(noise, (int, float)) and noise >= 0):
-        raise ValueError(f"noise must be a number >= 0, got {noise!r}")
+        raise UserError(f"noise must be a number >= 0, got {noise!r}")
     if not isinstance(tree, dict) or not tree:
-        raise ValueError(f"tree must be a non-empty dict of node -> subtree, got {tree!r}")
+        raise UserError(f"tree must be a non-empty dict of node -> subtree, got {tree!r}")
     seen: set[str] = set()
 
     def props(name: str) -> tuple[str, ...]:
@@ -232,9 +234,9 @@ def hierarchy_from_dict(
 
     def claim(name: object, where: str) -> str:
         if not isinstance(name, str) or not name:
-            raise ValueError(f"{where}: names must be non-empty strings, got {name!r}")
+            raise UserError(f"{where}: names must be non-empty strings, got {name!r}")
         if name in seen:
-            raise ValueError(f"{where}: name {name!r} appears twice; node and item names must be unique")
+            raise UserError(f"{where}: name {name!r} appears twice; node and item names must be unique")
         seen.add(name)
         return name
 
@@ -242,14 +244,14 @@ def hierarchy_from_dict(
         claim(name, "hierarchy_from_dict")
         if isinstance(subtree, dict):
             if not subtree:
-                raise ValueError(f"node {name!r} has an empty dict of children")
+                raise UserError(f"node {name!r} has an empty dict of children")
             children = tuple(node(k, v) for k, v in subtree.items())
         elif isinstance(subtree, (list, tuple)):
             if not subtree:
-                raise ValueError(f"node {name!r} has an empty list of items")
+                raise UserError(f"node {name!r} has an empty list of items")
             children = tuple((claim(item, f"items of {name!r}"), props(item), ()) for item in subtree)
         else:
-            raise ValueError(
+            raise UserError(
                 f"node {name!r}: a subtree must be a dict of children or a list of item names, "
                 f"got {type(subtree).__name__}"
             )
@@ -283,11 +285,11 @@ def binary_tree_hierarchy(
         The dataset; node ``"n{depth}_{k}"`` owns properties ``"n{depth}_{k}_p{j}"``.
     """
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 12:
-        raise ValueError(f"depth must be an integer in [1, 12], got {depth!r}")
+        raise UserError(f"depth must be an integer in [1, 12], got {depth!r}")
     if isinstance(properties_per_node, bool) or not isinstance(properties_per_node, int) or properties_per_node < 1:
-        raise ValueError(f"properties_per_node must be a positive integer, got {properties_per_node!r}")
+        raise UserError(f"properties_per_node must be a positive integer, got {properties_per_node!r}")
     if not (isinstance(noise, (int, float)) and noise >= 0):
-        raise ValueError(f"noise must be a number >= 0, got {noise!r}")
+        raise UserError(f"noise must be a number >= 0, got {noise!r}")
 
     def node(level: int, k: int) -> tuple:
         name = f"n{level}_{k}" if level < depth else f"item{k}"

@@ -25,6 +25,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp_toolkit.config import Config
+from interp_toolkit.errors import UserError
 
 __all__ = [
     "CLASS_NAMES",
@@ -72,20 +73,20 @@ class CorpusConfig(Config):
                               ("chunk_min", 2), ("chunk_max", 2), ("seed", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"CorpusConfig.{name} must be an integer >= {minimum}, got {value!r}")
+                raise UserError(f"CorpusConfig.{name} must be an integer >= {minimum}, got {value!r}")
         if self.chunk_max < self.chunk_min:
-            raise ValueError(f"CorpusConfig.chunk_max ({self.chunk_max}) must be >= chunk_min ({self.chunk_min})")
+            raise UserError(f"CorpusConfig.chunk_max ({self.chunk_max}) must be >= chunk_min ({self.chunk_min})")
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2 * self.chunk_max + 2:
-            raise ValueError(
+            raise UserError(
                 f"CorpusConfig.seq_len must be an integer >= 2 * chunk_max + 2 = {2 * self.chunk_max + 2}, "
                 f"got {self.seq_len!r}"
             )
         for name in ("p_open", "p_close"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"CorpusConfig.{name} must be a probability in [0, 1], got {value!r}")
+                raise UserError(f"CorpusConfig.{name} must be a probability in [0, 1], got {value!r}")
         if self.p_open + self.p_close > 1.0:
-            raise ValueError(f"CorpusConfig.p_open + p_close must be <= 1, got {self.p_open + self.p_close}")
+            raise UserError(f"CorpusConfig.p_open + p_close must be <= 1, got {self.p_open + self.p_close}")
 
     @property
     def vocab_size(self) -> int:
@@ -192,7 +193,7 @@ def repeated_random_tokens(
         bos: BOS id prepended, or ``None`` for none.
     """
     if n < 1 or half_len < 2 or vocab_high - vocab_low < 2:
-        raise ValueError(f"need n >= 1, half_len >= 2 and >= 2 tokens, got {n}, {half_len}, [{vocab_low}, {vocab_high})")
+        raise UserError(f"need n >= 1, half_len >= 2 and >= 2 tokens, got {n}, {half_len}, [{vocab_low}, {vocab_high})")
     gen = torch.Generator().manual_seed(seed)
     r = torch.randint(vocab_low, vocab_high, (n, half_len), generator=gen)
     parts = [r, r] if bos is None else [torch.full((n, 1), bos, dtype=torch.long), r, r]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from jaxtyping import Bool, Int
 
 from interp_toolkit.config import Config, check_seed, reject_unknown_keys
+from interp_toolkit.errors import UserError
 
 if TYPE_CHECKING:  # torch is imported where splits are made: MPSPConfig (parsed by --help) needs none
     from torch import Tensor
@@ -54,7 +55,7 @@ def task_modulus(task: str) -> int:
     Chance accuracy, and the spurious ratio at which the shortcut carries no signal, is 1/m.
     """
     if task not in TASKS:
-        raise ValueError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
+        raise UserError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
     return LABELS[TASKS[task][0]]
 
 
@@ -102,22 +103,22 @@ class MPSPConfig(Config):
 
     def __post_init__(self) -> None:
         if self.label not in LABELS:
-            raise ValueError(f"MPSPConfig.label must be one of {sorted(LABELS)}, got {self.label!r}")
+            raise UserError(f"MPSPConfig.label must be one of {sorted(LABELS)}, got {self.label!r}")
         if self.shortcut not in SHORTCUTS:
-            raise ValueError(f"MPSPConfig.shortcut must be one of {SHORTCUTS}, got {self.shortcut!r}")
+            raise UserError(f"MPSPConfig.shortcut must be one of {SHORTCUTS}, got {self.shortcut!r}")
         for name in ("seq_len", "n_values", "n_train", "n_eval"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"MPSPConfig.{name} must be a positive integer, got {value!r}")
+                raise UserError(f"MPSPConfig.{name} must be a positive integer, got {value!r}")
         _check_ratio(self.r)
         check_seed("MPSPConfig.seed", self.seed, "the data seed")
         if self.extreme_train is not None and (
                 isinstance(self.extreme_train, bool) or not isinstance(self.extreme_train, int)
                 or not 0 <= self.extreme_train <= self.n_train):
-            raise ValueError(f"MPSPConfig.extreme_train must be an integer in [0, n_train={self.n_train}], "
+            raise UserError(f"MPSPConfig.extreme_train must be an integer in [0, n_train={self.n_train}], "
                              f"got {self.extreme_train!r}")
         if self.extreme_train is not None and self.n_values < self.modulus:
-            raise ValueError(f"MPSPConfig.extreme_train needs a value with residue {self.modulus - 1} mod "
+            raise UserError(f"MPSPConfig.extreme_train needs a value with residue {self.modulus - 1} mod "
                              f"{self.modulus}; n_values={self.n_values} has none")
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,7 +159,7 @@ class MPSPConfig(Config):
     def from_task(cls, task: str, **kwargs: Any) -> "MPSPConfig":
         """Config for a named task (one of ``TASKS``) with other fields as keywords."""
         if task not in TASKS:
-            raise ValueError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
+            raise UserError(f"unknown MPSP task {task!r}; expected one of {sorted(TASKS)}")
         label, shortcut = TASKS[task]
         reject_unknown_keys(cls, kwargs)  # a misspelled field is named, not a TypeError
         return cls(label=label, shortcut=shortcut, **kwargs)
@@ -206,7 +207,7 @@ class MPSPSplit:
 
 def _check_ratio(r: float) -> None:
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0.0 <= float(r) <= 1.0):
-        raise ValueError(f"spurious ratio r must be a number in [0, 1], got {r!r}")
+        raise UserError(f"spurious ratio r must be a number in [0, 1], got {r!r}")
 
 
 def compute_features(
@@ -248,7 +249,7 @@ def example_features(values: Int[Tensor, "n seq"], task: MPSPConfig) -> dict[str
 
     if not isinstance(values, torch.Tensor) or values.ndim != 2 or values.dtype.is_floating_point \
             or values.shape[1] != task.seq_len:
-        raise ValueError(f"values must be an integer tensor [n, {task.seq_len}] (seq_len of the task), got "
+        raise UserError(f"values must be an integer tensor [n, {task.seq_len}] (seq_len of the task), got "
                          f"{type(values).__name__} {tuple(getattr(values, 'shape', ()))}")
     m = task.modulus
     residues = values % m
@@ -281,7 +282,7 @@ def _group_counts(n: int, r: float, feasible: dict[tuple[bool, int], bool], m: i
         labels = [c for c in range(m) if feasible[(agree, c)]]
         if size and not labels:
             kind = "agree with" if agree else "disagree with"
-            raise ValueError(
+            raise UserError(
                 f"{cfg_desc} cannot produce examples whose shortcut {kind} the label "
                 f"(needed {size}); increase seq_len or n_values, or use r="
                 f"{'0' if agree else '1'}"
@@ -313,7 +314,7 @@ def make_split(cfg: MPSPConfig, r: float, n: int, seed: int) -> MPSPSplit:
 
     _check_ratio(r)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"number of examples n must be a positive integer, got {n!r}")
+        raise UserError(f"number of examples n must be a positive integer, got {n!r}")
     m = cfg.modulus
     gen = torch.Generator().manual_seed(int(seed))
     desc = f"MPSP task (label={cfg.label}, shortcut={cfg.shortcut}, seq_len={cfg.seq_len}, n_values={cfg.n_values})"
@@ -344,7 +345,7 @@ def make_split(cfg: MPSPConfig, r: float, n: int, seed: int) -> MPSPSplit:
             break
         batch = sample(max(65_536, 4 * n))
     else:  # pragma: no cover - only for pathologically rare cells
-        raise ValueError(f"{desc}: could not sample enough examples for groups {need}")
+        raise UserError(f"{desc}: could not sample enough examples for groups {need}")
 
     values = torch.cat([torch.cat(v) if v else torch.empty(0, cfg.seq_len, dtype=torch.long)
                         for v in chosen.values()])
@@ -373,7 +374,6 @@ def check_data_size(cfg: MPSPConfig, free: int | None = None) -> None:
     Raises:
         UserError: Naming n_train, n_eval and seq_len, the bytes needed and available.
     """
-    from interp_toolkit.errors import UserError
     from interp_toolkit.model import available_memory
 
     free = available_memory("cpu") if free is None else free
@@ -427,7 +427,7 @@ def with_extreme_count(split: MPSPSplit, cfg: MPSPConfig, k: int, seed: int) -> 
 
     n = len(split)
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
-        raise ValueError(f"number of extreme-count sequences must be an integer in [0, {n}], got {k!r}")
+        raise UserError(f"number of extreme-count sequences must be an integer in [0, {n}], got {k!r}")
     m = cfg.modulus
     gen = torch.Generator().manual_seed(int(seed))
     extreme_values = torch.arange(m - 1, cfg.n_values, m)
@@ -440,7 +440,7 @@ def with_extreme_count(split: MPSPSplit, cfg: MPSPConfig, k: int, seed: int) -> 
     if k > have:
         candidates = (same_cell & ~extreme).nonzero().flatten()
         if len(candidates) < k - have:
-            raise ValueError(f"the split has {len(candidates)} examples of label {int(label)} and agreement "
+            raise UserError(f"the split has {len(candidates)} examples of label {int(label)} and agreement "
                              f"{bool(feature == label)} to swap for extreme-count sequences; {k - have} needed")
         picked = candidates[torch.randperm(len(candidates), generator=gen)[: k - have]]
         values[picked] = extreme_values[torch.randint(0, len(extreme_values), (len(picked), cfg.seq_len),
@@ -547,10 +547,10 @@ def minimal_pairs(split: MPSPSplit, n: int | None = None, seed: int = 0) -> Mini
     import torch
 
     if not isinstance(split, MPSPSplit) or split.task is None:
-        raise ValueError("minimal_pairs needs an MPSPSplit made by make_split (it records its task); "
+        raise UserError("minimal_pairs needs an MPSPSplit made by make_split (it records its task); "
                          f"got {type(split).__name__} without one")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"number of pairs n must be a positive integer or None, got {n!r}")
+        raise UserError(f"number of pairs n must be a positive integer or None, got {n!r}")
     cfg = split.task
     m = cfg.modulus
     gen = torch.Generator().manual_seed(int(seed))
@@ -571,9 +571,9 @@ def minimal_pairs(split: MPSPSplit, n: int | None = None, seed: int = 0) -> Mini
         if n is not None and len(chosen) == n:
             break
     if n is not None and len(chosen) < n:
-        raise ValueError(f"split has only {len(chosen)} examples with a minimal edit, asked for n={n}")
+        raise UserError(f"split has only {len(chosen)} examples with a minimal edit, asked for n={n}")
     if not chosen:
-        raise ValueError("no example of the split has a minimal edit (e.g. every value is 0)")
+        raise UserError("no example of the split has a minimal edit (e.g. every value is 0)")
     index = torch.tensor(chosen, dtype=torch.long)
     source = split.subset(index)
     position = torch.tensor(positions, dtype=torch.long)

@@ -6,6 +6,7 @@ import torch
 
 from interp_toolkit import CheckpointError, build_model, load_checkpoint, save_checkpoint
 from interp_toolkit.checkpoint import read_checkpoint
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import ARTIFACT_KEY, with_header_digest
 
 
@@ -160,7 +161,7 @@ def test_write_is_atomic(saved, monkeypatch):
 
 def test_metadata_must_be_json(saved):
     model, path = saved
-    with pytest.raises(ValueError, match="JSON-serializable"):
+    with pytest.raises(UserError, match="JSON-serializable"):
         save_checkpoint(model, path, metadata={"bad": object()})
 
 

@@ -17,6 +17,7 @@ from interp_toolkit.analyses.over_checkpoints import (
     plot_over_checkpoints,
     plotted_series,
 )
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import append_jsonl
 from interp_toolkit.plotting import (
     NOT_SHOWN,
@@ -199,9 +200,9 @@ def test_bif_rows_are_grouped_and_labelled():
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels == ["shortcut-consistent\n(4 rows)", "anti-shortcut\n(2 rows)"]
     assert "mean per group" in fig.axes[0].get_title()
-    with pytest.raises(ValueError, match="exactly one group"):
+    with pytest.raises(UserError, match="exactly one group"):
         plot_bif(result, row_groups={"a": agrees, "b": agrees})
-    with pytest.raises(ValueError, match="has 2 entries; the BIF has 6"):
+    with pytest.raises(UserError, match="has 2 entries; the BIF has 6"):
         plot_bif(result, row_groups={"a": agrees[:2]})
 
 

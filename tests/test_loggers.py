@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from interp_toolkit import TrainConfig, build_model, train
+from interp_toolkit.errors import UserError
 from interp_toolkit.loggers import TensorBoardLogger, WandbLogger, metric_tag
 from interp_toolkit.tasks.mpsp import make_splits
 
@@ -117,7 +118,7 @@ def test_wandb_offline_history_equals_metrics_jsonl(tmp_path, splits, small_mode
 
 def test_wandb_logger_rejects_unknown_mode():
     pytest.importorskip("wandb")
-    with pytest.raises(ValueError, match="mode must be one of"):
+    with pytest.raises(UserError, match="mode must be one of"):
         WandbLogger(mode="offlin")
 
 
@@ -227,7 +228,7 @@ def test_wandb_log_analysis_adds_tables_and_figures(tmp_path, splits, small_mode
              for h in _of_type(records, "history") for i in h.item}
     assert media["fingerprints/tables/fingerprints/_type"] == "table-file"
     assert media["fingerprints/figures/fingerprints/_type"] == "image-file"
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(UserError, match="missing"):
         logger.log_analysis(run_dir, "fingerprints", [run_dir / "nope.csv"])
 
 
@@ -267,7 +268,7 @@ def test_loggers_from_flags_pass_project_entity_group():
     assert (wandb_logger.project, wandb_logger.entity, wandb_logger.group, wandb_logger.mode) == (
         "p", "e", "study", "offline")
     assert loggers_from_flags(SimpleNamespace(wandb="offline"))[0].project == "interp-toolkit"
-    with pytest.raises(ValueError, match="group must be a non-empty string or None, got ''"):
+    with pytest.raises(UserError, match="group must be a non-empty string or None, got ''"):
         WandbLogger(group="")
 
 

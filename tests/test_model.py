@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from interp_toolkit import ModelConfig, build_model, model_config_of
+from interp_toolkit.errors import UserError
 
 
 def test_build_model_is_a_transformer_bridge_with_hooks(small_model_cfg):
@@ -57,12 +58,12 @@ def test_d_head_defaults_and_roundtrip():
 ])
 def test_bad_config_names_the_field(kwargs, name):
     base = {"n_layers": 1, "n_heads": 2, "d_vocab": 11, "n_ctx": 6}
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(UserError, match=name):
         ModelConfig(**{**base, **kwargs})
 
 
 def test_unknown_keys_rejected():
-    with pytest.raises(ValueError, match="unknown ModelConfig keys"):
+    with pytest.raises(UserError, match="unknown ModelConfig keys"):
         ModelConfig.from_dict({"n_layers": 1, "n_heads": 1, "d_vocab": 3, "n_ctx": 2, "dropout": 0.1})
 
 
@@ -123,5 +124,5 @@ def test_new_init_fields_stay_out_of_the_key_at_their_defaults():
 @pytest.mark.parametrize("field, value", [("init", "xavier"), ("init_scale", 0.0), ("init_scale", float("nan")),
                                           ("init_scale", True)])
 def test_bad_init_settings_are_refused_by_name(field, value):
-    with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
+    with pytest.raises(UserError, match=f"ModelConfig.{field}"):
         _init_cfg(**{field: value})

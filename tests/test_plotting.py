@@ -19,6 +19,7 @@ from interp_toolkit.analyses.over_checkpoints import (
     plot_over_checkpoints,
 )
 from interp_toolkit.cli.bif_lm import plot_per_class
+from interp_toolkit.errors import UserError
 from interp_toolkit.plotting import (
     component_colors,
     label,
@@ -129,7 +130,7 @@ def test_plot_returns_figure_accepts_ax_keeps_backend(name, run, bif_result, pdf
 
 def test_multi_panel_plot_refuses_wrong_number_of_axes(run):
     host = Figure()
-    with pytest.raises(ValueError, match="draws 2 panels"):
+    with pytest.raises(UserError, match="draws 2 panels"):
         plot_training_curves(run["metrics"], ax=[host.add_subplot()])
 
 
@@ -148,7 +149,7 @@ def test_labels_are_human():
 
 
 def test_save_figure_rejects_unknown_format(tmp_path):
-    with pytest.raises(ValueError, match="figure format must be one of"):
+    with pytest.raises(UserError, match="figure format must be one of"):
         save_figure(Figure(), tmp_path / "x", "jpg")
 
 

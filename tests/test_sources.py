@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.sources import CheckpointLoadError, CheckpointRef, resolve_checkpoints
 
 torch.set_num_threads(1)
@@ -52,7 +53,7 @@ def test_toolkit_run_dir_and_bad_specs(tmp_path):
     assert torch.allclose(refs[1].load()(x), model(x), atol=1e-6)
     with pytest.raises(CheckpointLoadError, match="neither"):
         resolve_checkpoints([tmp_path / "missing"])
-    with pytest.raises(ValueError, match="kind"):
+    with pytest.raises(UserError, match="kind"):
         CheckpointRef("s3", "x")
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from interp_toolkit.config import Config
+from interp_toolkit.errors import UserError
 
 from .config import SamplerConfig
 
@@ -54,9 +55,9 @@ class AdaptiveConfig(Config):
 
     def __post_init__(self) -> None:
         if not isinstance(self.adaptive, bool):
-            raise ValueError(f"AdaptiveConfig.adaptive must be a bool, got {self.adaptive!r}")
+            raise UserError(f"AdaptiveConfig.adaptive must be a bool, got {self.adaptive!r}")
         if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise ValueError(f"AdaptiveConfig.max_steps must be a positive integer (SGLD steps per chain), "
+            raise UserError(f"AdaptiveConfig.max_steps must be a positive integer (SGLD steps per chain), "
                              f"got {self.max_steps!r}")
 
 

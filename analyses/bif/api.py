@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import config_hash
 from interp_toolkit.plotting import save_figure
 
@@ -87,7 +88,7 @@ def bif(
     if not isinstance(config, SamplerConfig):
         raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
     if query_data is None and not observables:
-        raise ValueError("give query_data or at least one observable")
+        raise UserError("give query_data or at least one observable")
     attribution_data = train_data if attribution_data is None else attribution_data
     recorders: dict[str, Observable] = {}
     # Query set == attribution set (same object): record the losses once per draw.
@@ -96,7 +97,7 @@ def bif(
         recorders["query_loss"] = per_example_losses(loss_fn, query_data, config.eval_batch_size)
     for name, fn in (observables or {}).items():
         if name in recorders or name == "__attribution__":
-            raise ValueError(f"observable name {name!r} is reserved or duplicated")
+            raise UserError(f"observable name {name!r} is reserved or duplicated")
         recorders[name] = fn
     attribution = attribution_fn or per_example_losses(loss_fn, attribution_data, config.eval_batch_size)
 
@@ -179,7 +180,7 @@ def bif(
             values["query_loss"] = a
         b = torch.cat([values[name] for name in recorders]) if len(recorders) > 1 else values[next(iter(recorders))]
         if a.numel() != n_a or b.numel() != n_b:
-            raise ValueError(f"recorded sizes changed between draws: {a.numel()}/{n_a}, {b.numel()}/{n_b}")
+            raise UserError(f"recorded sizes changed between draws: {a.numel()}/{n_a}, {b.numel()}/{n_b}")
         label = 0 if phase_fn is None else int(phase_fn(model))
         slot = (chain, label)
         rows_a, rows_b = pending.setdefault(slot, ([], []))

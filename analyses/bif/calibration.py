@@ -17,6 +17,8 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from interp_toolkit.errors import UserError
+
 from .config import SamplerConfig, SamplerDivergenceError
 
 __all__ = ["Calibration", "CalibrationRow", "calibrate_sampler", "plot_calibration"]
@@ -89,7 +91,7 @@ def _check_grid(name: str, values: Sequence[float], allow_zero: bool = False) ->
                               and (v >= 0 if allow_zero else v > 0) for v in values)
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a non-empty list of finite numbers {bound}, got {values!r}")
+        raise UserError(f"{name} must be a non-empty list of finite numbers {bound}, got {values!r}")
     return [float(v) for v in values]
 
 
@@ -132,7 +134,7 @@ def calibrate_sampler(
     if n_beta is not None:
         n_beta_grid = _check_grid("n_beta", n_beta)
     if "cache_dir" in bif_kwargs:
-        raise ValueError("calibrate_sampler does not cache: drop cache_dir")
+        raise UserError("calibrate_sampler does not cache: drop cache_dir")
     rows = []
     steps_total = base.chains * base.total_steps
     for e, g, nb in itertools.product(eps_grid, gamma_grid, n_beta_grid):

@@ -31,6 +31,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
+
 from .diagnostics import ess_bulk, ess_tail, jackknife_stderr, split_rhat
 
 __all__ = [
@@ -87,7 +89,7 @@ def parse_claim(name: str) -> tuple[tuple[str, str], tuple[str, str] | None]:
         ValueError: Not of those forms (names the expected syntax).
     """
     if not isinstance(name, str):
-        raise ValueError(f"claim must be a string like 'induction->induction', got {name!r}")
+        raise UserError(f"claim must be a string like 'induction->induction', got {name!r}")
 
     def pair(text: str) -> tuple[str, str]:
         text = text.strip()
@@ -96,7 +98,7 @@ def parse_claim(name: str) -> tuple[tuple[str, str], tuple[str, str] | None]:
                 source, _, target = text.partition(sep)
                 if source.strip() and target.strip() and sep not in target:
                     return source.strip(), target.strip()
-        raise ValueError(f"claim {name!r}: {text!r} is not a class pair 'SOURCE->TARGET' (or 'SOURCE:TARGET')")
+        raise UserError(f"claim {name!r}: {text!r} is not a class pair 'SOURCE->TARGET' (or 'SOURCE:TARGET')")
 
     first, sep, second = name.partition(" - ")
     return pair(first), (pair(second) if sep else None)
@@ -108,10 +110,10 @@ def check_claim_classes(claim: str, pair: tuple[str, str], train_classes: Sequen
     ``pair``'s source class is among ``train_classes`` and its target among ``query_classes``."""
     source, target = pair
     if source not in train_classes:
-        raise ValueError(f"claim {claim!r}: no training tokens of class {source!r}; the recorded training "
+        raise UserError(f"claim {claim!r}: no training tokens of class {source!r}; the recorded training "
                          f"tokens have classes {list(train_classes)}")
     if target not in query_classes:
-        raise ValueError(f"claim {claim!r}: no query tokens of class {target!r}; the recorded query tokens "
+        raise UserError(f"claim {claim!r}: no query tokens of class {target!r}; the recorded query tokens "
                          f"have classes {list(query_classes)}")
 
 
@@ -159,11 +161,11 @@ def influence_from_class_means(
     first, second = parse_claim(claim)
     if train_class_means.ndim != 3 or query_class_means.ndim != 3 or \
             train_class_means.shape[:2] != query_class_means.shape[:2]:
-        raise ValueError(f"class means must be [chains, draws, classes] with equal chains and draws, got "
+        raise UserError(f"class means must be [chains, draws, classes] with equal chains and draws, got "
                          f"{tuple(train_class_means.shape)} and {tuple(query_class_means.shape)}")
     train_labels, query_labels = list(train_labels), list(query_labels)
     if train_class_means.shape[-1] != len(train_labels) or query_class_means.shape[-1] != len(query_labels):
-        raise ValueError(f"{len(train_labels)} / {len(query_labels)} labels for {train_class_means.shape[-1]} / "
+        raise UserError(f"{len(train_labels)} / {len(query_labels)} labels for {train_class_means.shape[-1]} / "
                          f"{query_class_means.shape[-1]} classes")
 
     def pieces(pair: tuple[str, str]) -> tuple[float, Tensor, Tensor]:
@@ -201,10 +203,10 @@ def class_influence(result: Any, claim: str) -> ClassInfluence:
             is a ``-Corr`` result, or lacks a class.
     """
     if getattr(result, "train_class_means", None) is None or getattr(result, "query_class_means", None) is None:
-        raise ValueError("this LM BIF result has no per-draw class mean losses (saved by an older version): "
+        raise UserError("this LM BIF result has no per-draw class mean losses (saved by an older version): "
                          "recompute it with lm_bif")
     if getattr(result, "pearson", False):
-        raise ValueError("class influences are -Cov; this result is -Corr (sampler.pearson=True): rerun without it")
+        raise UserError("class influences are -Cov; this result is -Corr (sampler.pearson=True): rerun without it")
     return influence_from_class_means(result.train_class_means, result.query_class_means,
                                       result.train_class_labels, result.query_class_labels, claim)
 

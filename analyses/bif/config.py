@@ -7,9 +7,10 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from interp_toolkit.config import Config
+from interp_toolkit.errors import UserError
 
 
-class SamplerDivergenceError(ValueError):
+class SamplerDivergenceError(UserError):
     """SGLD produced a non-finite or exploding loss: the step size is too large."""
 
 
@@ -84,7 +85,7 @@ class SamplerConfig(Config):
             ok = ok and (value >= 0 if allow_zero else value > 0)
             if not ok:
                 bound = ">= 0" if allow_zero else "> 0"
-                raise ValueError(f"SamplerConfig.{name} must be a finite number {bound}, got {value!r}")
+                raise UserError(f"SamplerConfig.{name} must be a finite number {bound}, got {value!r}")
 
         def integer(name: str, minimum: int, optional: bool = False) -> None:
             value = getattr(self, name)
@@ -92,7 +93,7 @@ class SamplerConfig(Config):
                 return
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 extra = " or None" if optional else ""
-                raise ValueError(f"SamplerConfig.{name} must be an integer >= {minimum}{extra}, got {value!r}")
+                raise UserError(f"SamplerConfig.{name} must be an integer >= {minimum}{extra}, got {value!r}")
 
         positive_number("eps")
         positive_number("gamma", allow_zero=True)
@@ -107,18 +108,18 @@ class SamplerConfig(Config):
         integer("eval_batch_size", 1)
         positive_number("divergence_factor")
         if self.divergence_factor <= 1:
-            raise ValueError(f"SamplerConfig.divergence_factor must be > 1, got {self.divergence_factor!r}")
+            raise UserError(f"SamplerConfig.divergence_factor must be > 1, got {self.divergence_factor!r}")
         if self.param_patterns is not None:
             if isinstance(self.param_patterns, str):
                 self.param_patterns = (self.param_patterns,)
             self.param_patterns = tuple(self.param_patterns)
             if not self.param_patterns or not all(isinstance(p, str) and p for p in self.param_patterns):
-                raise ValueError(
+                raise UserError(
                     f"SamplerConfig.param_patterns must be None or non-empty strings, got {self.param_patterns!r}"
                 )
         for name in ("keep_draws", "pearson", "progress"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"SamplerConfig.{name} must be a bool, got {getattr(self, name)!r}")
+                raise UserError(f"SamplerConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
     @classmethod
     def from_devinterp(cls, optimizer_kwargs: Mapping[str, Any] | None = None, **settings: Any) -> "SamplerConfig":
@@ -146,7 +147,7 @@ class SamplerConfig(Config):
         given: list[tuple[str, Any]] = list((optimizer_kwargs or {}).items()) + list(settings.items())
         unknown = sorted(name for name, _ in given if name not in DEVINTERP_NAMES and name not in own)
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"SamplerConfig.from_devinterp got unknown setting(s) {unknown}; expected devinterp's "
                 f"{sorted(DEVINTERP_NAMES)} or SamplerConfig's {sorted(own)}")
         values: dict[str, Any] = {}
@@ -154,7 +155,7 @@ class SamplerConfig(Config):
         for name, value in given:
             field_name = DEVINTERP_NAMES.get(name, name)
             if field_name in values and values[field_name] != value:
-                raise ValueError(
+                raise UserError(
                     f"SamplerConfig.from_devinterp got {field_name} twice with different values: "
                     f"{source[field_name]}={values[field_name]!r} and {name}={value!r}")
             values[field_name], source[field_name] = value, name

@@ -8,6 +8,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor, nn
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import tensor_digest
 
 DataLike = Union[Tensor, Sequence[Tensor], Mapping[str, Tensor]]
@@ -30,7 +31,7 @@ def data_length(data: DataLike) -> int:
     else:
         raise TypeError(f"data must be a tensor, a tuple/list or a dict of tensors, got {type(data).__name__}")
     if len(lengths) != 1:
-        raise ValueError(f"all tensors of a dataset must have the same length along dim 0, got {sorted(lengths)}")
+        raise UserError(f"all tensors of a dataset must have the same length along dim 0, got {sorted(lengths)}")
     return lengths.pop()
 
 

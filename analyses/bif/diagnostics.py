@@ -24,6 +24,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
+
 __all__ = [
     "ConvergenceDiagnostics",
     "ESS_MIN",
@@ -57,7 +59,7 @@ def _as_chains(values: Any) -> np.ndarray:
     if array.ndim == 1:
         array = array[None, :]
     if array.ndim != 2:
-        raise ValueError(f"expected draws of shape [chains, draws], got {array.shape}")
+        raise UserError(f"expected draws of shape [chains, draws], got {array.shape}")
     return array
 
 
@@ -211,7 +213,7 @@ def jackknife_stderr_streamed(leave_one_out: Iterable[Tensor]) -> Tensor:
         mean.add_(delta, alpha=1.0 / count)
         m2.addcmul_(delta, estimate - mean)
     if m2 is None:
-        raise ValueError("jackknife_stderr_streamed needs at least one leave-one-out estimate")
+        raise UserError("jackknife_stderr_streamed needs at least one leave-one-out estimate")
     if count < 2:
         return torch.full_like(m2, float("nan"))
     return m2.mul_((count - 1) / count).sqrt_()

@@ -24,6 +24,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
+
 from .config import SamplerConfig, SamplerDivergenceError
 from .sampler import _chain_seed
 
@@ -90,21 +92,21 @@ def batched_dln_sgld(
         SamplerDivergenceError: A non-finite loss at a draw (lower ``eps``).
     """
     if config.batch_size is not None:
-        raise ValueError(f"batched_dln_sgld is full batch; SamplerConfig.batch_size must be None, got "
+        raise UserError(f"batched_dln_sgld is full batch; SamplerConfig.batch_size must be None, got "
                          f"{config.batch_size}")
     if W1_star.ndim != 3 or W2_star.ndim != 3 or W1_star.shape[0] != W2_star.shape[0]:
-        raise ValueError(f"W1_star and W2_star must be stacks [networks, ., .] of one length, got "
+        raise UserError(f"W1_star and W2_star must be stacks [networks, ., .] of one length, got "
                          f"{tuple(W1_star.shape)} and {tuple(W2_star.shape)}")
     if W2_star.shape[2] != W1_star.shape[1] or X.shape[1] != W1_star.shape[2] or Y.shape[1] != W2_star.shape[1] \
             or X.shape[0] != Y.shape[0]:
-        raise ValueError(f"shapes do not fit y = W2 W1 x: W1 {tuple(W1_star.shape)}, W2 {tuple(W2_star.shape)}, "
+        raise UserError(f"shapes do not fit y = W2 W1 x: W1 {tuple(W1_star.shape)}, W2 {tuple(W2_star.shape)}, "
                          f"X {tuple(X.shape)}, Y {tuple(Y.shape)}")
     if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 1:
-        raise ValueError(f"trace_every must be a positive integer, got {trace_every!r}")
+        raise UserError(f"trace_every must be a positive integer, got {trace_every!r}")
     networks = W1_star.shape[0]
     seeds = [config.seed] * networks if seeds is None else [int(seed) for seed in seeds]
     if len(seeds) != networks:
-        raise ValueError(f"seeds must give one sampler seed per network ({networks}), got {len(seeds)}")
+        raise UserError(f"seeds must give one sampler seed per network ({networks}), got {len(seeds)}")
     n_train = X.shape[0]
     n_beta = config.resolved_n_beta(n_train)
     chains = config.chains
@@ -150,7 +152,7 @@ def batched_dln_sgld(
             if observable is not None:
                 value = observable(W1, W2)
                 if value.shape[:2] != (chains, networks) or value.ndim != 3:
-                    raise ValueError(f"observable must return [chains, networks, K] = [{chains}, {networks}, K], "
+                    raise UserError(f"observable must return [chains, networks, K] = [{chains}, {networks}, K], "
                                      f"got {tuple(value.shape)}")
                 if recorded is None:
                     recorded = torch.empty(chains, config.draws, networks, value.shape[-1], dtype=value.dtype)

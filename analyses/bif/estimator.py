@@ -11,6 +11,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
+
 from .diagnostics import convergence_diagnostics, tracked_indices
 from .moments import CoMoments
 from .results import BIFResult, Draws, PhaseDecomposition
@@ -114,7 +116,7 @@ def estimate_from_moments(
     for chain in range(chains):
         parts = [acc for (c, _), acc in accumulators.items() if c == chain and acc.count > 0]
         if not parts:
-            raise ValueError(f"chain {chain} has no draws")
+            raise UserError(f"chain {chain} has no draws")
         per_chain_acc.append(parts if len(parts) > 1 else parts[0])
     everything = [p for parts in per_chain_acc for p in (parts if isinstance(parts, list) else [parts])]
     comoment, mean_a, mean_b, m2_a, m2_b, n = _pooled_comoment(everything)
@@ -128,7 +130,7 @@ def estimate_from_moments(
         per_chain = torch.empty(chains, *total.shape, dtype=total.dtype)
     else:
         if tuple(per_chain_out.shape) != (chains, *total.shape) or per_chain_out.dtype != total.dtype:
-            raise ValueError(
+            raise UserError(
                 f"per_chain_out must be a {total.dtype} tensor of shape {(chains, *total.shape)}, "
                 f"got {per_chain_out.dtype} {tuple(per_chain_out.shape)}"
             )
@@ -280,7 +282,7 @@ def compute_bif(
     """
     chains, n_draws = draws.attribution.shape[:2]
     if phases is not None and tuple(phases.shape) != (chains, n_draws):
-        raise ValueError(f"phases must have shape (chains, draws) = {(chains, n_draws)}, got {tuple(phases.shape)}")
+        raise UserError(f"phases must have shape (chains, draws) = {(chains, n_draws)}, got {tuple(phases.shape)}")
     accumulators: dict[tuple[int, int], CoMoments] = {}
     for chain in range(chains):
         labels = [0] if phases is None else sorted(set(phases[chain].tolist()))

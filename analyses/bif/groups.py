@@ -21,6 +21,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
 
+from interp_toolkit.errors import UserError
+
 __all__ = ["check_groups", "group_loss_fn", "jackknife_reduction", "reduce_draws"]
 
 
@@ -31,15 +33,15 @@ def check_groups(groups: Mapping[str, Bool[Tensor, " n"]], n: int) -> dict[str, 
         ValueError: Naming the group and what was expected.
     """
     if not groups:
-        raise ValueError("give at least one group (name -> boolean mask over the attribution examples)")
+        raise UserError("give at least one group (name -> boolean mask over the attribution examples)")
     checked = {}
     for name, mask in groups.items():
         mask = torch.as_tensor(mask)
         if mask.dtype != torch.bool or mask.ndim != 1 or mask.shape[0] != n:
-            raise ValueError(f"group {name!r} must be a boolean mask of shape [{n}], got "
+            raise UserError(f"group {name!r} must be a boolean mask of shape [{n}], got "
                              f"{mask.dtype} of shape {list(mask.shape)}")
         if not bool(mask.any()):
-            raise ValueError(f"group {name!r} is empty: a group reduction needs at least one example")
+            raise UserError(f"group {name!r} is empty: a group reduction needs at least one example")
         checked[name] = mask
     return checked
 

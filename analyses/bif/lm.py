@@ -73,6 +73,7 @@ from interp_toolkit.analyses.bif.results import (
 )
 from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics, sample_sgld
 from interp_toolkit.config import Config
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import config_hash, is_artifact, load_artifact, save_artifact, tensor_digest
 from interp_toolkit.runs.engine import sequence_forward
 
@@ -144,25 +145,25 @@ class TokenSet:
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokens, Tensor) or self.tokens.ndim != 2 or self.tokens.dtype not in (torch.long, torch.int32):
-            raise ValueError(f"TokenSet.tokens must be an integer tensor [n, seq_len], got {getattr(self.tokens, 'shape', self.tokens)!r}")
+            raise UserError(f"TokenSet.tokens must be an integer tensor [n, seq_len], got {getattr(self.tokens, 'shape', self.tokens)!r}")
         if self.tokens.shape[1] < 2 or self.tokens.shape[0] < 1:
-            raise ValueError(f"TokenSet.tokens needs >= 1 sequence of >= 2 tokens, got {tuple(self.tokens.shape)}")
+            raise UserError(f"TokenSet.tokens needs >= 1 sequence of >= 2 tokens, got {tuple(self.tokens.shape)}")
         expected = (self.tokens.shape[0], self.tokens.shape[1] - 1)
         if self.classes is None:
             self.classes = torch.zeros(expected, dtype=torch.long)
         if tuple(self.classes.shape) != expected:
-            raise ValueError(
+            raise UserError(
                 f"TokenSet.classes must have shape [n, seq_len - 1] = {list(expected)} (one label per "
                 f"next-token loss), got {list(self.classes.shape)}"
             )
         if (self.classes < 0).any():
-            raise ValueError("TokenSet.classes must be >= 0")
+            raise UserError("TokenSet.classes must be >= 0")
         n_classes = int(self.classes.max()) + 1
         if self.class_names is None:
             self.class_names = [f"class{i}" for i in range(n_classes)]
         self.class_names = list(self.class_names)
         if len(self.class_names) < n_classes:
-            raise ValueError(f"TokenSet.class_names has {len(self.class_names)} names but class ids go up to {n_classes - 1}")
+            raise UserError(f"TokenSet.class_names has {len(self.class_names)} names but class ids go up to {n_classes - 1}")
 
     @property
     def n_tokens(self) -> int:
@@ -195,7 +196,7 @@ def group_ids(tokens: TokenSet, grouping: str) -> tuple[Int[Tensor, " n_tokens"]
         remap = torch.full((int(flat.max()) + 1,), -1, dtype=torch.long)
         remap[present] = torch.arange(len(present))
         return remap[flat], [tokens.class_names[int(c)] for c in present]
-    raise ValueError(f"unknown grouping {grouping!r}; expected one of {GROUPINGS}")
+    raise UserError(f"unknown grouping {grouping!r}; expected one of {GROUPINGS}")
 
 
 def _group_mean(values: Tensor, ids: Tensor, counts: Tensor) -> Tensor:
@@ -242,27 +243,27 @@ class LMBIFConfig(Config):
         if isinstance(self.sampler, Mapping):
             self.sampler = SamplerConfig.from_dict(self.sampler)
         if not isinstance(self.sampler, SamplerConfig):
-            raise ValueError(f"LMBIFConfig.sampler must be a SamplerConfig, got {type(self.sampler).__name__}")
+            raise UserError(f"LMBIFConfig.sampler must be a SamplerConfig, got {type(self.sampler).__name__}")
         if isinstance(self.reductions, str):
             self.reductions = (self.reductions,)
         self.reductions = tuple(self.reductions)
         if not self.reductions or len(set(self.reductions)) != len(self.reductions):
-            raise ValueError(f"LMBIFConfig.reductions must be non-empty and distinct, got {self.reductions!r}")
+            raise UserError(f"LMBIFConfig.reductions must be non-empty and distinct, got {self.reductions!r}")
         for reduction in self.reductions:
             parts = reduction.split(":") if isinstance(reduction, str) else []
             if len(parts) != 2 or parts[0] not in GROUPINGS or parts[1] not in GROUPINGS:
-                raise ValueError(
+                raise UserError(
                     f"LMBIFConfig.reductions entry {reduction!r} must be 'train:query' with both in {GROUPINGS}"
                 )
         if isinstance(self.max_matrix_entries, bool) or not isinstance(self.max_matrix_entries, int) or self.max_matrix_entries < 1:
-            raise ValueError(f"LMBIFConfig.max_matrix_entries must be an integer >= 1, got {self.max_matrix_entries!r}")
+            raise UserError(f"LMBIFConfig.max_matrix_entries must be an integer >= 1, got {self.max_matrix_entries!r}")
         if self.pearson_convention not in PEARSON_CONVENTIONS:
-            raise ValueError(
+            raise UserError(
                 f"LMBIFConfig.pearson_convention must be one of {PEARSON_CONVENTIONS}, got {self.pearson_convention!r}"
             )
 
         if self.stderr_method not in STDERR_METHODS:
-            raise ValueError(f"LMBIFConfig.stderr_method must be one of {STDERR_METHODS}, got {self.stderr_method!r}")
+            raise UserError(f"LMBIFConfig.stderr_method must be one of {STDERR_METHODS}, got {self.stderr_method!r}")
 
 
 
@@ -425,11 +426,11 @@ def lm_bif(
         The :class:`LMBIFResult`.
     """
     if not isinstance(config, LMBIFConfig):
-        raise ValueError(f"config must be an LMBIFConfig, got {type(config).__name__}")
+        raise UserError(f"config must be an LMBIFConfig, got {type(config).__name__}")
     if not isinstance(train, TokenSet) or (query is not None and not isinstance(query, TokenSet)):
-        raise ValueError("train and query must be TokenSet instances (query may be None)")
+        raise UserError("train and query must be TokenSet instances (query may be None)")
     if not isinstance(posterior_tokens, Tensor) or posterior_tokens.ndim != 2:
-        raise ValueError(f"posterior_tokens must be a [n, seq_len] tensor, got {getattr(posterior_tokens, 'shape', posterior_tokens)!r}")
+        raise UserError(f"posterior_tokens must be a [n, seq_len] tensor, got {getattr(posterior_tokens, 'shape', posterior_tokens)!r}")
     same = query is None
     query = train if query is None else query
     sampler = config.sampler
@@ -443,7 +444,7 @@ def lm_bif(
                 groupings[(side, grouping)] = (ids, labels, torch.bincount(ids).double())
         k_a, k_b = len(groupings[("a", g_a)][1]), len(groupings[("b", g_b)][1])
         if k_a * k_b > config.max_matrix_entries:
-            raise ValueError(
+            raise UserError(
                 f"reduction {reduction!r} has {k_a} x {k_b} = {k_a * k_b} entries, above "
                 f"LMBIFConfig.max_matrix_entries = {config.max_matrix_entries}: use fewer recorded tokens "
                 "or a coarser grouping (class, sequence, all)"
@@ -513,7 +514,7 @@ def lm_bif(
         a = values["train"].to("cpu", torch.float64)
         b = a if same else values["query"].to("cpu", torch.float64)
         if a.numel() != train.n_tokens or b.numel() != query.n_tokens:
-            raise ValueError(
+            raise UserError(
                 f"loss_fn returned {a.numel()} / {b.numel()} losses, expected {train.n_tokens} / {query.n_tokens} "
                 "(one per position after the first)"
             )
@@ -664,9 +665,9 @@ def compute_lm_bif(
         estimates, stderr of the pooled estimate).
     """
     if pearson_convention not in PEARSON_CONVENTIONS:
-        raise ValueError(f"pearson_convention must be one of {PEARSON_CONVENTIONS}, got {pearson_convention!r}")
+        raise UserError(f"pearson_convention must be one of {PEARSON_CONVENTIONS}, got {pearson_convention!r}")
     if stderr_method not in STDERR_METHODS:
-        raise ValueError(f"stderr_method must be one of {STDERR_METHODS}, got {stderr_method!r}")
+        raise UserError(f"stderr_method must be one of {STDERR_METHODS}, got {stderr_method!r}")
     if stderr_method == "jackknife" and train_draws.shape[0] > 1 and pearson:
         # the estimates, then each leave-one-chain-out estimate (same code on fewer chains)
         out = compute_lm_bif(train_draws, query_draws, train, query, reductions, pearson=pearson,
@@ -683,10 +684,10 @@ def compute_lm_bif(
     query = train if query is None else query
     query_draws = train_draws if query_draws is None else query_draws
     if train_draws.ndim != 3 or query_draws.ndim != 3 or train_draws.shape[:2] != query_draws.shape[:2]:
-        raise ValueError(f"draws must be [chains, draws, n] with equal chains/draws, got {tuple(train_draws.shape)} "
+        raise UserError(f"draws must be [chains, draws, n] with equal chains/draws, got {tuple(train_draws.shape)} "
                          f"and {tuple(query_draws.shape)}")
     if train_draws.shape[-1] != train.n_tokens or query_draws.shape[-1] != query.n_tokens:
-        raise ValueError(f"draws have {train_draws.shape[-1]} / {query_draws.shape[-1]} tokens, token sets "
+        raise UserError(f"draws have {train_draws.shape[-1]} / {query_draws.shape[-1]} tokens, token sets "
                          f"{train.n_tokens} / {query.n_tokens}")
     chains = train_draws.shape[0]
     standardized = pearson and pearson_convention == "token_mean"

@@ -8,6 +8,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
+
 # --------------------------------------------------------------------------- accumulation
 
 
@@ -40,7 +42,7 @@ class CoMoments:
     ) -> None:
         if out is not None:
             if tuple(out.shape) != (n_a, n_b):
-                raise ValueError(f"out must have shape {(n_a, n_b)}, got {tuple(out.shape)}")
+                raise UserError(f"out must have shape {(n_a, n_b)}, got {tuple(out.shape)}")
             device, dtype = out.device, out.dtype
         self.count = 0
         self.mean_a = torch.zeros(n_a, dtype=torch.float64, device=device)
@@ -148,7 +150,7 @@ class CoMoments:
     def covariance(self) -> Float[Tensor, "n_a n_b"]:
         """Population cross-covariance ``comoment / count``."""
         if self.count == 0:
-            raise ValueError("no draws accumulated")
+            raise UserError("no draws accumulated")
         return self.comoment / self.count
 
     def correlation(self) -> Float[Tensor, "n_a n_b"]:

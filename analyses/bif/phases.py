@@ -27,6 +27,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from interp_toolkit.errors import UserError
+
 from .estimator import compute_bif
 from .results import Draws
 
@@ -58,10 +60,10 @@ def cluster_phases(statistic: Float[Tensor, "chains draws"], k: int, iterations:
         Integer labels of the same shape.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"number of phases k must be an integer >= 1, got {k!r}")
+        raise UserError(f"number of phases k must be an integer >= 1, got {k!r}")
     values = statistic.detach().double().reshape(-1)
     if values.numel() < k:
-        raise ValueError(f"cannot split {values.numel()} draws into {k} phases")
+        raise UserError(f"cannot split {values.numel()} draws into {k} phases")
     centres = torch.quantile(values, torch.linspace(0, 1, k + 2, dtype=torch.float64)[1:-1])
     labels = torch.zeros_like(values, dtype=torch.long)
     for _ in range(iterations):
@@ -79,9 +81,9 @@ def _thresholds(thresholds: float | Sequence[float] | Tensor, k: int) -> Tensor:
     if out.numel() == 1:
         out = out.expand(k)
     if out.numel() != k:
-        raise ValueError(f"got {out.numel()} thresholds for an observable with {k} values; give 1 or {k}")
+        raise UserError(f"got {out.numel()} thresholds for an observable with {k} values; give 1 or {k}")
     if not torch.isfinite(out).all():
-        raise ValueError(f"thresholds must be finite, got {out.tolist()}")
+        raise UserError(f"thresholds must be finite, got {out.tolist()}")
     return out
 
 
@@ -101,10 +103,10 @@ def threshold_phases(
         Integer labels ``[...]``.
     """
     if values.ndim == 0:
-        raise ValueError("values must have a last axis of observables")
+        raise UserError("values must have a last axis of observables")
     k = values.shape[-1]
     if not 1 <= k <= 62:
-        raise ValueError(f"threshold_phases takes 1 to 62 observable values per draw, got {k}")
+        raise UserError(f"threshold_phases takes 1 to 62 observable values per draw, got {k}")
     cut = _thresholds(thresholds, k).to(values.device)
     bits = (values.double() > cut).long()
     return (bits * (2 ** torch.arange(k, device=values.device))).sum(-1)
@@ -234,9 +236,9 @@ def phase_share_with_null(
         The :class:`PhaseShare`.
     """
     if isinstance(null_repeats, bool) or not isinstance(null_repeats, int) or null_repeats < 1:
-        raise ValueError(f"null_repeats must be an integer >= 1, got {null_repeats!r}")
+        raise UserError(f"null_repeats must be an integer >= 1, got {null_repeats!r}")
     if observable is not None and observable not in draws.observable_slices:
-        raise ValueError(f"no observable {observable!r} in the draws; have {sorted(draws.observable_slices)}")
+        raise UserError(f"no observable {observable!r} in the draws; have {sorted(draws.observable_slices)}")
     columns = slice(*draws.observable_slices[observable]) if observable is not None else slice(None)
     labels = split(draws)
     decomposition = compute_bif(draws, phases=labels).phases

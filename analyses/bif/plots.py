@@ -6,6 +6,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from interp_toolkit.errors import UserError
+
 from .results import BIFResult
 
 
@@ -40,11 +42,11 @@ def plot_bif(result: BIFResult, ax: Any = None, row_groups: Mapping[str, Any] | 
         masks = {name: np.asarray(mask, dtype=bool).reshape(-1) for name, mask in row_groups.items()}
         for name, mask in masks.items():
             if mask.shape[0] != matrix.shape[0]:
-                raise ValueError(f"row group {name!r} has {mask.shape[0]} entries; the BIF has {matrix.shape[0]} "
+                raise UserError(f"row group {name!r} has {mask.shape[0]} entries; the BIF has {matrix.shape[0]} "
                                  "training rows")
         counts = np.sum(list(masks.values()), axis=0)
         if not np.all(counts == 1):
-            raise ValueError(f"row_groups must put every training row in exactly one group; {int(np.sum(counts != 1))} "
+            raise UserError(f"row_groups must put every training row in exactly one group; {int(np.sum(counts != 1))} "
                              "rows are in none or several")
         order = np.concatenate([np.flatnonzero(mask) for mask in masks.values()])
         start = 0

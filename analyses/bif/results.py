@@ -9,6 +9,7 @@ from typing import Any
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import is_artifact, load_artifact, save_artifact
 
 from .diagnostics import ConvergenceDiagnostics
@@ -41,12 +42,12 @@ class Draws:
 
     def __post_init__(self) -> None:
         if self.attribution.ndim != 3 or self.observables.ndim != 3:
-            raise ValueError(
+            raise UserError(
                 "Draws.attribution and Draws.observables must be [chains, draws, values], got shapes "
                 f"{tuple(self.attribution.shape)} and {tuple(self.observables.shape)}"
             )
         if self.attribution.shape[:2] != self.observables.shape[:2]:
-            raise ValueError(
+            raise UserError(
                 f"Draws: attribution has {tuple(self.attribution.shape[:2])} (chains, draws) but "
                 f"observables has {tuple(self.observables.shape[:2])}"
             )

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from interp_toolkit.callbacks import as_callbacks, dispatch
+from interp_toolkit.errors import UserError
 
 from .config import SamplerConfig, SamplerDivergenceError
 from .data import DataLike, LossFn, Observable, data_length, index_data, per_example_losses
@@ -72,7 +73,7 @@ def _select_parameters(model: nn.Module, patterns: tuple[str, ...] | None) -> li
                        for pat in patterns)]
     if not selected:
         shown = [aliases.get(id(p), n) for n, p in named]
-        raise ValueError(
+        raise UserError(
             f"SamplerConfig.param_patterns {list(patterns)!r} match no parameter of the model; its parameters are "
             f"{', '.join(shown[:12])}{f' and {len(shown) - 12} more' if len(shown) > 12 else ''} (fnmatch "
             f"patterns, e.g. 'blocks.0.*')"
@@ -123,9 +124,9 @@ def sample_sgld(
     callbacks = as_callbacks(callbacks)
     n_train = data_length(train_data)
     if n_train < 1:
-        raise ValueError("train_data has no examples")
+        raise UserError("train_data has no examples")
     if config.batch_size is not None and config.batch_size > n_train:
-        raise ValueError(f"SamplerConfig.batch_size {config.batch_size} exceeds the {n_train} training examples")
+        raise UserError(f"SamplerConfig.batch_size {config.batch_size} exceeds the {n_train} training examples")
     n_beta = config.resolved_n_beta(n_train)
     params = _select_parameters(model, config.param_patterns)
     param_ids = {id(p) for _, p in params}
@@ -137,7 +138,7 @@ def sample_sgld(
     numel = sum(sizes)
     noise_dtype = tensors[0].dtype
     if any(p.dtype != noise_dtype for p in tensors):
-        raise ValueError(f"sampled parameters must share one dtype, got {sorted({str(p.dtype) for p in tensors})}")
+        raise UserError(f"sampled parameters must share one dtype, got {sorted({str(p.dtype) for p in tensors})}")
     was_training = model.training
     device = centre[0].device
     # While sampling, the sampled parameters (and their gradients) are views of one flat

@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.tasks.dln import DeepLinearNetwork, weighted_steps
 
 __all__ = [
@@ -116,7 +117,7 @@ def retrain_leave_one_out_effects(
         step c)``, in the order of ``steps``.
     """
     if not steps or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in steps):
-        raise ValueError(f"steps must be a non-empty list of integers >= 0, got {steps!r}")
+        raise UserError(f"steps must be a non-empty list of integers >= 0, got {steps!r}")
     P = inputs.shape[0]
     weights = torch.ones(P + 1, P, dtype=torch.float64)
     weights[1:] -= torch.eye(P, dtype=torch.float64)  # variant 1 + i drops example i
@@ -196,10 +197,10 @@ def causal_window_effects(
         The :class:`CausalWindowResult`.
     """
     if measure_at not in ("horizon", "window_end"):
-        raise ValueError(f"measure_at must be 'horizon' or 'window_end', got {measure_at!r}")
+        raise UserError(f"measure_at must be 'horizon' or 'window_end', got {measure_at!r}")
     for start, stop in windows:
         if not 0 <= start < stop <= horizon:
-            raise ValueError(f"window ({start}, {stop}) must satisfy 0 <= start < stop <= horizon={horizon}")
+            raise UserError(f"window ({start}, {stop}) must satisfy 0 <= start < stop <= horizon={horizon}")
     P = inputs.shape[0]
     # Baseline states at every window boundary and at the horizon, in one pass.
     marks = sorted({0, horizon, *(s for w in windows for s in w)})
@@ -238,7 +239,7 @@ def spearman(x: Tensor, y: Tensor) -> float:
     x_np = x.detach().double().cpu().reshape(-1).numpy()
     y_np = y.detach().double().cpu().reshape(-1).numpy()
     if x_np.shape != y_np.shape:
-        raise ValueError(f"spearman needs inputs of one size, got {x_np.size} and {y_np.size}")
+        raise UserError(f"spearman needs inputs of one size, got {x_np.size} and {y_np.size}")
     if x_np.size < 2 or np.ptp(x_np) == 0 or np.ptp(y_np) == 0:
         return float("nan")
     return float(spearmanr(x_np, y_np).statistic)

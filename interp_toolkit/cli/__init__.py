@@ -5,8 +5,9 @@ help that ``interp-toolkit --help`` lists, the only copy of it). Each module has
 ``DESCRIPTION`` (its ``--help`` text), ``parse(argv) -> config`` and ``run_config(config) -> int``,
 and only parses, calls one library function and prints.
 
-Error contract of :func:`main`: a user error (:class:`interp_toolkit.errors.UserError`, any
-``ValueError``, a missing file) prints one ``error: ...`` line on stderr and returns 2; an
+Error contract of :func:`main`: a user error (:class:`interp_toolkit.errors.UserError`, a
+missing file or folder, a permission refused) prints one ``error: ...`` line on stderr and
+returns 2 (a bare ``ValueError`` is not one: raised inside the library, it is a bug); an
 interrupt (Ctrl-C) prints one line and returns 130; output piped into a reader that stopped
 reading (``| head``) ends quietly with status 1; SIGTERM (what schedulers and ``kill`` send)
 is handled as Ctrl-C is (the training loops save their state), prints one ``terminated;
@@ -31,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
-from interp_toolkit.errors import TrainingInterrupted
+from interp_toolkit.errors import TrainingInterrupted, UserError
 
 # name -> (module, one-line help); the module is imported only when the command is used.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -199,7 +200,7 @@ def _run_with_contract(handler: Callable[[], int], argv: Sequence[str], command:
         return _interrupted(err.resume_epoch if err.resume_epoch is not None else epoch_hint())
     except KeyboardInterrupt:
         return _interrupted(epoch_hint())
-    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as err:
+    except (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as err:
         message = str(err) if not isinstance(err, OSError) or not err.filename else (
             f"{err.strerror}: {err.filename}")
         print(f"error: {' '.join(message.split())}", file=sys.stderr)

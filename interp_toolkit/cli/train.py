@@ -164,7 +164,7 @@ def custom_task_of(factory: str, settings: str | None) -> Any:
     try:
         task = CustomTask(factory, values)
         task.model_dims()  # builds and checks the splits: a bad factory fails before any training
-    except (ValueError, TypeError) as err:
+    except (ValueError, UserError, TypeError) as err:
         raise UserError(str(err)) from err
     return task
 

@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.devices import resolve_device
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import (
     append_jsonl,
     config_hash,
@@ -116,7 +117,7 @@ class BatchedResult:
 
 def _check_same_architecture(model_cfgs: Sequence[ModelConfig]) -> None:
     if not model_cfgs:
-        raise ValueError("train_batched needs at least one ModelConfig, got an empty list")
+        raise UserError("train_batched needs at least one ModelConfig, got an empty list")
     for cfg in model_cfgs:
         if not isinstance(cfg, ModelConfig):
             raise TypeError(f"train_batched expects ModelConfig items, got {type(cfg).__name__}")
@@ -125,7 +126,7 @@ def _check_same_architecture(model_cfgs: Sequence[ModelConfig]) -> None:
         other = {k: v for k, v in cfg.to_dict().items() if k != "seed"}
         if other != reference:
             diff = sorted(k for k in reference if reference[k] != other[k])
-            raise ValueError(
+            raise UserError(
                 f"train_batched members must share one architecture (only the seed may differ); "
                 f"fields {diff} differ"
             )
@@ -389,12 +390,10 @@ def train_batched(
     """
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                    or chunk_size < 1):
-        raise ValueError(f"train_batched chunk_size must be a positive integer or None, got {chunk_size!r}")
+        raise UserError(f"train_batched chunk_size must be a positive integer or None, got {chunk_size!r}")
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train_batched expects a TrainConfig, got {type(cfg).__name__}")
     if cfg.schedules_lr or cfg.grad_clip is not None:
-        from interp_toolkit.errors import UserError
-
         given = ", ".join(f"{k} {v!r}" for k, v in (("warmup_steps", cfg.warmup_steps),
                                                     ("lr_schedule", cfg.lr_schedule),
                                                     ("grad_clip", cfg.grad_clip))
@@ -407,19 +406,19 @@ def train_batched(
     callbacks = as_callbacks(callbacks)
     dirs = [Path(d) for d in run_dirs]
     if len(dirs) != len(model_cfgs):
-        raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(dirs)} run_dirs")
+        raise UserError(f"train_batched got {len(model_cfgs)} model configs but {len(dirs)} run_dirs")
     if len({d.resolve() for d in dirs}) != len(dirs):
-        raise ValueError("train_batched run_dirs must be distinct (two runs never share a directory)")
+        raise UserError("train_batched run_dirs must be distinct (two runs never share a directory)")
     infos: list[Mapping[str, Any] | None] = list(run_infos) if run_infos is not None else [None] * len(model_cfgs)
     if len(infos) != len(model_cfgs):
-        raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(infos)} run_infos")
+        raise UserError(f"train_batched got {len(model_cfgs)} model configs but {len(infos)} run_infos")
 
     identities = [run_identity(m.to_dict(), cfg, splits, info) for m, info in zip(model_cfgs, infos, strict=True)]
     # Keys stay those of the callers' run_infos; the records get the splits' task as train() records it.
     infos = [with_split_task(info, splits) for info in infos]
     sources = list(extend_from) if extend_from is not None else [None] * len(model_cfgs)
     if len(sources) != len(model_cfgs):
-        raise ValueError(f"train_batched got {len(model_cfgs)} model configs but {len(sources)} extend_from entries")
+        raise UserError(f"train_batched got {len(model_cfgs)} model configs but {len(sources)} extend_from entries")
     locks: list[DirectoryLock] = []
     try:
         for run_dir in dirs:

@@ -13,6 +13,7 @@ from typing import Any
 
 from interp_toolkit.config import Config, check_seed
 from interp_toolkit.devices import check_device_name
+from interp_toolkit.errors import UserError
 
 #: Training forwards: the lean readout-only engine (:mod:`interp_toolkit.runs.engine`) or
 #: the TransformerBridge's full forward.
@@ -27,7 +28,7 @@ _LATER_FIELDS = {"warmup_steps": 0, "lr_schedule": "constant", "min_lr_ratio": 0
 def check_engine_name(engine: str) -> None:
     """Raise ``ValueError`` naming ``engine`` unless it is one of :data:`ENGINES`."""
     if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        raise UserError(f"engine must be one of {ENGINES}, got {engine!r}")
 
 
 @dataclass
@@ -94,33 +95,33 @@ class TrainConfig(Config):
         for name in ("epochs", "eval_every", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
+                raise UserError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
         for name in ("batch_size", "checkpoint_every"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
+                raise UserError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr!r}")
+            raise UserError(f"TrainConfig.lr must be a positive number, got {self.lr!r}")
         if not (isinstance(self.weight_decay, (int, float)) and not isinstance(self.weight_decay, bool)
                 and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(f"TrainConfig.weight_decay must be a finite number >= 0, "
+            raise UserError(f"TrainConfig.weight_decay must be a finite number >= 0, "
                              f"got {self.weight_decay!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+            raise UserError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"TrainConfig.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+            raise UserError(f"TrainConfig.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
         if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"TrainConfig.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+            raise UserError(f"TrainConfig.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if not (isinstance(self.min_lr_ratio, (int, float)) and not isinstance(self.min_lr_ratio, bool)
                 and 0.0 <= self.min_lr_ratio <= 1.0):
-            raise ValueError(f"TrainConfig.min_lr_ratio must be a number in [0, 1], got {self.min_lr_ratio!r}")
+            raise UserError(f"TrainConfig.min_lr_ratio must be a number in [0, 1], got {self.min_lr_ratio!r}")
         if self.min_lr_ratio and self.lr_schedule == "constant":
-            raise ValueError(f"TrainConfig.min_lr_ratio {self.min_lr_ratio!r} is the floor of a decaying schedule; "
+            raise UserError(f"TrainConfig.min_lr_ratio {self.min_lr_ratio!r} is the floor of a decaying schedule; "
                              "set lr_schedule to cosine or linear (or leave min_lr_ratio at 0)")
         if self.grad_clip is not None and not (isinstance(self.grad_clip, (int, float))
                                                and not isinstance(self.grad_clip, bool)
                                                and math.isfinite(self.grad_clip) and self.grad_clip > 0):
-            raise ValueError(f"TrainConfig.grad_clip must be a positive number or None, got {self.grad_clip!r}")
+            raise UserError(f"TrainConfig.grad_clip must be a positive number or None, got {self.grad_clip!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, except the warmup, schedule and clipping fields at their defaults: they

@@ -43,6 +43,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp_toolkit.devices import resolve_device
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.config import ENGINES, check_engine_name
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -314,9 +315,9 @@ def readout_logits(
     """
     n_pos = tokens.shape[1]
     if not -n_pos <= position < n_pos:
-        raise ValueError(f"readout position {position} is outside sequences of length {n_pos}")
+        raise UserError(f"readout position {position} is outside sequences of length {n_pos}")
     if n_pos > spec.n_ctx:
-        raise ValueError(f"input length {n_pos} exceeds the model's n_ctx={spec.n_ctx}")
+        raise UserError(f"input length {n_pos} exceeds the model's n_ctx={spec.n_ctx}")
     readout = position % n_pos
     pos = readout + 1  # causal: positions after the readout never reach its logits
     tokens = tokens[:, :pos]
@@ -411,7 +412,7 @@ def sequence_logits(
     """
     batch, pos = tokens.shape
     if pos > spec.n_ctx:
-        raise ValueError(f"input length {pos} exceeds the model's n_ctx={spec.n_ctx}")
+        raise UserError(f"input length {pos} exceeds the model's n_ctx={spec.n_ctx}")
     heads, d_head, d_model = spec.n_heads, spec.d_head, spec.d_model
     if table is None:
         table = 2 * spec.d_vocab <= batch

@@ -86,7 +86,7 @@ def read_run_record(run_dir: str | Path, key: str) -> dict[str, Any] | None:
 def write_record(run_dir: str | Path, record: Mapping[str, Any]) -> Path:
     """Write ``record`` as ``run_dir``'s ``run.json`` atomically (needs a ``key``)."""
     if "key" not in record:
-        raise ValueError("a run record needs a 'key'")
+        raise UserError("a run record needs a 'key'")
     return atomic_write_json(record_path(run_dir), dict(record))
 
 
@@ -199,12 +199,12 @@ def task_config(run_dir: str | Path) -> Any:
     if is_custom_record(task):
         try:
             return CustomTask.from_dict(task)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, UserError) as err:
             raise RunRecordError(f"{record_path(run_dir)} holds a custom task that cannot be read: {err}") from err
     task.pop("name", None)
     try:
         return MPSPConfig.from_dict(task)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, UserError) as err:
         raise RunRecordError(f"{record_path(run_dir)} holds a task that is not an MPSP config: {err}") from err
 
 
@@ -263,7 +263,7 @@ def checkpoint_epochs_of_record(record: Mapping[str, Any]) -> set[int] | None:
         return None
     try:
         epochs = set(TrainConfig.from_dict(dict(train)).checkpoint_epochs())
-    except (ValueError, TypeError):  # a record of another version: its schedule cannot be told
+    except (ValueError, UserError, TypeError):  # a record of another version: its schedule cannot be told
         return None
     for value in (record.get("stopped_early_at"), (record.get("extended_from") or {}).get("epochs")
                   if isinstance(record.get("extended_from"), Mapping) else None):

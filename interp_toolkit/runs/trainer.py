@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
 from interp_toolkit.devices import resolve_device
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import (
     append_jsonl,
     atomic_write_bytes,
@@ -135,7 +136,6 @@ def evaluate(model: Any, splits: Mapping[str, Split], position: int = -1,
 
 def check_token_ids(name: str, tokens: Tensor, d_vocab: int) -> None:
     """UserError naming the split and the offending id unless ``0 <= tokens < d_vocab``."""
-    from interp_toolkit.errors import UserError
 
     if tokens.numel() == 0:
         return
@@ -148,7 +148,6 @@ def check_token_ids(name: str, tokens: Tensor, d_vocab: int) -> None:
 
 def check_label_ids(name: str, labels: Tensor, n_classes: int) -> None:
     """UserError naming the split and the offending label unless ``0 <= labels < n_classes``."""
-    from interp_toolkit.errors import UserError
 
     if labels.numel() == 0:
         return
@@ -161,17 +160,17 @@ def check_label_ids(name: str, labels: Tensor, n_classes: int) -> None:
 
 def validate_splits(splits: Mapping[str, Split], cfg: TrainConfig, model_cfg: Any = None) -> None:
     if cfg.train_split not in splits:
-        raise ValueError(f"splits has no {cfg.train_split!r} split to train on; got {sorted(splits)}")
+        raise UserError(f"splits has no {cfg.train_split!r} split to train on; got {sorted(splits)}")
     for name, split in splits.items():
         if not hasattr(split, "tokens") or not hasattr(split, "labels"):
-            raise ValueError(f"split {name!r} needs .tokens and .labels tensors")
+            raise UserError(f"split {name!r} needs .tokens and .labels tensors")
         if split.tokens.ndim != 2 or split.labels.ndim != 1 or split.tokens.shape[0] != split.labels.shape[0]:
-            raise ValueError(
+            raise UserError(
                 f"split {name!r}: tokens must be [n, pos] and labels [n] with the same n; got "
                 f"{tuple(split.tokens.shape)} and {tuple(split.labels.shape)}"
             )
         if len(split.labels) == 0:
-            raise ValueError(f"split {name!r} is empty")
+            raise UserError(f"split {name!r} is empty")
         if model_cfg is not None:  # out-of-vocabulary ids would fail deep inside the model
             check_token_ids(name, split.tokens, model_cfg.d_vocab)
             check_label_ids(name, split.labels, model_cfg.d_vocab_out or model_cfg.d_vocab)
@@ -194,7 +193,7 @@ def given_model_config(model: Any, model_config: Any) -> Any:
     if own != rebuilt:
         differing = sorted(set(own) ^ set(rebuilt)) or sorted(n for n in own if own[n] != rebuilt[n])
         name = differing[0]
-        raise ValueError(
+        raise UserError(
             f"model_config does not describe the model: parameter {name!r} is "
             f"{own.get(name, 'absent')} in the model but {rebuilt.get(name, 'absent')} in "
             f"build_model(model_config)")

@@ -62,11 +62,11 @@ def corpus_sets(
 
     for name, value in (("n_posterior", n_posterior), ("n_train", n_train), ("n_query", n_query)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     if n_train > n_posterior:
-        raise ValueError(f"n_train ({n_train}) must be <= n_posterior ({n_posterior}): recorded tokens are training tokens")
+        raise UserError(f"n_train ({n_train}) must be <= n_posterior ({n_posterior}): recorded tokens are training tokens")
     if n_posterior > corpus.n_sequences:
-        raise ValueError(f"n_posterior ({n_posterior}) exceeds the corpus's {corpus.n_sequences} sequences")
+        raise UserError(f"n_posterior ({n_posterior}) exceeds the corpus's {corpus.n_sequences} sequences")
     train_corpus = make_corpus(corpus)
     held_out = make_corpus(CorpusConfig.from_dict({**corpus.to_dict(), "n_sequences": n_query,
                                                    "seed": corpus.seed + query_seed_offset}))
@@ -140,7 +140,7 @@ def bif_over_checkpoints(
     adaptive = AdaptiveConfig() if adaptive is None else adaptive
     rounds_dir = Path(out_dir) / ROUNDS_DIR if adaptive.adaptive else Path(out_dir)
     if not refs:
-        raise ValueError("no checkpoints given")
+        raise UserError("no checkpoints given")
     if "class:all" not in config.reductions:
         config = LMBIFConfig.from_dict({**config.to_dict(), "reductions": [*config.reductions, "class:all"]})
     out = Path(out_dir)
@@ -149,7 +149,7 @@ def bif_over_checkpoints(
     elif corpus is not None:
         posterior, train, query = corpus_sets(corpus, n_posterior, n_train, n_query)
     else:
-        raise ValueError("bif_over_checkpoints needs a corpus or sets, got neither")
+        raise UserError("bif_over_checkpoints needs a corpus or sets, got neither")
     seq_len = int(posterior.shape[1])
     half = induction_half_len or (seq_len - 1) // 2
     if probe_vocab is not None:
@@ -157,7 +157,7 @@ def bif_over_checkpoints(
     elif corpus is not None:
         low, high = corpus.first_ordinary, corpus.vocab_size
     else:
-        raise ValueError("bif_over_checkpoints needs probe_vocab when corpus is None")
+        raise UserError("bif_over_checkpoints needs probe_vocab when corpus is None")
     probe = repeated_random_tokens(32, half, low, high, seed=(corpus.seed if corpus else 0) + 77)
     check_claims(claims, train, query)
     rows: list[dict[str, Any]] = []
@@ -166,7 +166,7 @@ def bif_over_checkpoints(
     for index, ref in enumerate(tqdm(refs, desc="checkpoints", disable=not progress)):
         model = ref.load()
         if corpus is not None and getattr(model.cfg, "d_vocab", corpus.vocab_size) < corpus.vocab_size:
-            raise ValueError(f"checkpoint {ref.label} has vocabulary {model.cfg.d_vocab} < corpus vocabulary {corpus.vocab_size}")
+            raise UserError(f"checkpoint {ref.label} has vocabulary {model.cfg.d_vocab} < corpus vocabulary {corpus.vocab_size}")
         heads = induction_scores(model, probe, half)
         score = float(heads.max())
 
@@ -228,7 +228,7 @@ def check_claims(claims: Sequence[str], train: TokenSet, query: TokenSet) -> Non
             for pair in parse_claim(claim):
                 if pair is not None:
                     check_claim_classes(claim, pair, train_classes, query_classes)
-        except ValueError as err:
+        except (ValueError, UserError) as err:
             raise UserError(str(err)) from err
 
 
@@ -422,7 +422,7 @@ class LMBIFCommandConfig(Config):
         for claim in self.claims:
             try:
                 parse_claim(claim)
-            except ValueError as err:
+            except (ValueError, UserError) as err:
                 raise UserError(f"--claims: {err}") from err
         self.checkpoints = tuple(str(c) for c in self.checkpoints)
         self.reductions = tuple(self.reductions)

@@ -20,6 +20,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from interp_toolkit.config import _plain
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.record import task_dict
 from interp_toolkit.studies.outcomes import OutcomeThresholds
 from interp_toolkit.studies.sweep_config import FLAT_NAMES, PER_RUN, SECTIONS, SweepConfig
@@ -168,7 +169,7 @@ def _baseline(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
     given = {name for known_section, name in _cell_known() if known_section == section}
     try:
         return cls(**{k: v for k, v in values.items() if k in given}).to_dict()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, UserError):
         return SweepConfig.section_defaults(section)
 
 
@@ -231,7 +232,7 @@ def _parse_spec_value(spec: str, key: str, field: str, value: str) -> Any:
     if field == "early_stop":
         lowered = value.lower()
         if lowered not in ("true", "false", "yes", "no", "1", "0"):
-            raise ValueError(f"cell spec {spec!r}: {key}={value!r} is not a boolean (true/false)")
+            raise UserError(f"cell spec {spec!r}: {key}={value!r} is not a boolean (true/false)")
         return lowered in ("true", "yes", "1")
     if field == "batch_size" and value.lower() in ("full", "none"):
         return None
@@ -241,9 +242,9 @@ def _parse_spec_value(spec: str, key: str, field: str, value: str) -> Any:
         number = int(value) if field in _INT_FIELDS else float(value)
     except ValueError as err:
         kind = "an integer" if field in _INT_FIELDS else "a number"
-        raise ValueError(f"cell spec {spec!r}: {key}={value!r} is not {kind}") from err
+        raise UserError(f"cell spec {spec!r}: {key}={value!r} is not {kind}") from err
     if not math.isfinite(number):  # nan would match every run (no comparison with it is false)
-        raise ValueError(f"cell spec {spec!r}: {key}={value!r} is not a finite number")
+        raise UserError(f"cell spec {spec!r}: {key}={value!r} is not a finite number")
     return number
 
 
@@ -262,7 +263,7 @@ def _refuse_repeated(spec: str, key: str, field: str, wanted: Mapping[str, Any])
     # Every key of one spec must match, so a key given twice could only mean "either" or a
     # typo; "either" is written as two specs (--where r=0.5 r=0.9), so a repeat is refused.
     if field in wanted:
-        raise ValueError(f"cell spec {spec!r} sets {key} twice; every key of one spec must match, so give "
+        raise UserError(f"cell spec {spec!r} sets {key} twice; every key of one spec must match, so give "
                          f"each key once (for runs matching either value, pass two specs, e.g. "
                          f"--where {key}=A {key}=B)")
 
@@ -287,14 +288,14 @@ def parse_cell_spec(spec: str) -> dict[str, Any]:
             wanted[key.strip()] = parse_setting_text(value)
             continue
         if not sep or key.strip() not in _SPEC_KEYS:
-            raise ValueError(f"cell spec {spec!r}: expected comma-separated KEY=VALUE with KEY in "
+            raise UserError(f"cell spec {spec!r}: expected comma-separated KEY=VALUE with KEY in "
                              f"task, L, H, wd, r or a setting ({', '.join(REGIME_FIELDS)}, or SECTION.FIELD with "
                              f"SECTION in {', '.join(SECTIONS)}); got {part!r}")
         field = _SPEC_KEYS[key.strip()]
         _refuse_repeated(spec, key.strip(), field, wanted)
         wanted[field] = _parse_spec_value(spec, key.strip(), field, value)
     if not wanted:
-        raise ValueError(f"cell spec {spec!r} is empty; expected e.g. 'L=2,r=0.9'")
+        raise UserError(f"cell spec {spec!r} is empty; expected e.g. 'L=2,r=0.9'")
     return wanted
 
 
@@ -326,7 +327,7 @@ def select_runs(rows: Sequence[Mapping[str, Any]], specs: str | Sequence[str]) -
             + ", ".join(format_setting(field, v) for v in sorted({hashable(row.get(field)) for row in rows},
                                                                    key=lambda v: sort_key([v])))
             for field in fields)
-        raise ValueError(f"selection {' '.join(repr(spec) for spec in specs)} matches none of the {len(rows)} runs; "
+        raise UserError(f"selection {' '.join(repr(spec) for spec in specs)} matches none of the {len(rows)} runs; "
                          f"values among them: {present}")
     return kept
 
@@ -351,13 +352,13 @@ def find_cell(table: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any
     shown = varying_fields(table)
     if not found:
         cells = "; ".join(cell_label(row, shown) for row in table)
-        raise ValueError(f"cell spec {spec!r} matches no cell; cells: {cells}")
+        raise UserError(f"cell spec {spec!r} matches no cell; cells: {cells}")
     choices = []
     for field in varying_fields(found, cell_fields(found)):
         values = sorted({row.get(field) for row in found}, key=lambda v: sort_key([v]))
         choices.append(f"{SHORT_NAMES.get(field, field)} ({', '.join(format_setting(field, v) for v in values)})")
     cells = "; ".join(cell_label(row, shown) for row in found)
-    raise ValueError(f"cell spec {spec!r} is ambiguous: it matches {len(found)} cells ({cells}); add a key that "
+    raise UserError(f"cell spec {spec!r} is ambiguous: it matches {len(found)} cells ({cells}); add a key that "
                      f"tells them apart: {', '.join(choices)}")
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies.cells import (
     SHORT_NAMES,
     cell_fields,
@@ -101,7 +102,7 @@ def clock_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         reached_at, left_at = _clock(row, row.get("first_generalized_epoch")), _clock(row, row.get("left_epoch"))
         for name, value in (("first_generalized_epoch", reached_at), ("left_epoch", left_at)):
             if value is not None and value > end:
-                raise ValueError(f"run {row.get('run_dir') or row.get('seed')}: {name} {row.get(name)} is after "
+                raise UserError(f"run {row.get('run_dir') or row.get('seed')}: {name} {row.get(name)} is after "
                                  f"its final_epoch {row.get('final_epoch')}; expected an epoch it trained")
         key = tuple(hashable(value) for value in cell_key(row, fields))
         groups.setdefault(key, []).append((end, reached_at, left_at))

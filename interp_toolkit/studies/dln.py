@@ -20,6 +20,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import config_hash, load_artifact, save_artifact, tensor_digest
 from interp_toolkit.runs.layout import CHECKPOINTS
 from interp_toolkit.runs.record import is_finished, read_run_record, write_record
@@ -75,7 +76,7 @@ def mode_phase_fn(modes: Any, which: list[int] | None = None, fraction: float = 
     from interp_toolkit.analyses.bif.phases import observable_phase_fn
 
     if not (isinstance(fraction, (int, float)) and 0 < fraction < 1):
-        raise ValueError(f"fraction must be a number in (0, 1), got {fraction!r}")
+        raise UserError(f"fraction must be a number in (0, 1), got {fraction!r}")
     index = list(range(len(modes.S))) if which is None else [int(k) for k in which]
     observable = mode_strength_observable(modes, index)
     thresholds = fraction * modes.target_strengths[index].double()
@@ -87,7 +88,7 @@ def mode_phase_fn(modes: Any, which: list[int] | None = None, fraction: float = 
 def log_spaced_steps(total_steps: int, n_checkpoints: int) -> list[int]:
     """Step 0, ``total_steps`` and about ``n_checkpoints`` log-spaced steps in between."""
     if total_steps < 1 or n_checkpoints < 2:
-        raise ValueError(f"need total_steps >= 1 and n_checkpoints >= 2, got {total_steps}, {n_checkpoints}")
+        raise UserError(f"need total_steps >= 1 and n_checkpoints >= 2, got {total_steps}, {n_checkpoints}")
     grid = np.geomspace(1, total_steps, n_checkpoints - 1)
     return sorted({0, total_steps, *(int(round(g)) for g in grid)})
 
@@ -111,11 +112,11 @@ class DLNTrainConfig:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"DLNTrainConfig.lr must be a finite number > 0, got {self.lr!r}")
+            raise UserError(f"DLNTrainConfig.lr must be a finite number > 0, got {self.lr!r}")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"DLNTrainConfig.steps must be a positive integer, got {self.steps!r}")
+            raise UserError(f"DLNTrainConfig.steps must be a positive integer, got {self.steps!r}")
         if isinstance(self.n_checkpoints, bool) or not isinstance(self.n_checkpoints, int) or self.n_checkpoints < 2:
-            raise ValueError(f"DLNTrainConfig.n_checkpoints must be an integer >= 2, got {self.n_checkpoints!r}")
+            raise UserError(f"DLNTrainConfig.n_checkpoints must be an integer >= 2, got {self.n_checkpoints!r}")
 
     def checkpoint_steps(self) -> list[int]:
         return log_spaced_steps(self.steps, self.n_checkpoints)

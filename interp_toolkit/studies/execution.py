@@ -293,7 +293,7 @@ def deal_gpu_slots(gpus: Sequence[str], jobs_per_gpu: int) -> list[str]:
     """Worker slots over ``gpus``: one per job that runs at once, the GPUs dealt in turn
     (``["0", "1"]``, 2 -> ``["0", "1", "0", "1"]``), so N workers spread over the GPUs."""
     if jobs_per_gpu < 1 or not gpus:
-        raise ValueError(f"deal_gpu_slots needs GPUs and jobs_per_gpu >= 1, got {list(gpus)!r}, {jobs_per_gpu!r}")
+        raise UserError(f"deal_gpu_slots needs GPUs and jobs_per_gpu >= 1, got {list(gpus)!r}, {jobs_per_gpu!r}")
     return [gpu for _ in range(jobs_per_gpu) for gpu in gpus]
 
 

@@ -565,7 +565,7 @@ def plot_influence(rows: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
     from interp_toolkit.plotting import new_panels, style
 
     if query_set not in QUERY_SETS:
-        raise ValueError(f"query_set must be one of {QUERY_SETS}, got {query_set!r}")
+        raise UserError(f"query_set must be one of {QUERY_SETS}, got {query_set!r}")
     with style():
         fig, (left, right) = new_panels(2, ncols=2, figsize=(11.0, 3.8))
         chosen = [r for r in rows if r["query_set"] == query_set and r["epoch"] > 0]
@@ -681,7 +681,7 @@ def onset_examples(values: Any, anti: Any, bif_values: Any, k: int = 50, permuta
     bif_values = torch.as_tensor(bif_values, dtype=torch.float64)
     pool = torch.nonzero(anti).flatten()
     if not 1 <= k < pool.numel():
-        raise ValueError(f"k must be in [1, {pool.numel() - 1}] (the anti-shortcut examples minus one), got {k}")
+        raise UserError(f"k must be in [1, {pool.numel() - 1}] (the anti-shortcut examples minus one), got {k}")
     order = torch.argsort(bif_values[pool])
     top = pool[order[:k]]
     features = example_features(values)

@@ -103,7 +103,7 @@ def claim_figure_data(rows: Sequence[Mapping[str, Any]], series: str) -> dict[st
 
     selected = [r for r in rows if r["series"] == series]
     if not selected:
-        raise ValueError(f"no rows of series {series!r}; the rows have {sorted({r['series'] for r in rows})}")
+        raise UserError(f"no rows of series {series!r}; the rows have {sorted({r['series'] for r in rows})}")
     seeds: dict[int, dict[str, Any]] = {}
     for seed in sorted({int(r["seed"]) for r in selected}):
         points = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"]), float(r["induction_score"]),

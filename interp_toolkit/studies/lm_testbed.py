@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from interp_toolkit.config import Config
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json, config_hash
 from interp_toolkit.runs.layout import CHECKPOINTS
 
@@ -70,24 +71,24 @@ class TestbedConfig(Config):
 
     def __post_init__(self) -> None:
         if not isinstance(self.rotary_pct, (int, float)) or not 0.0 < self.rotary_pct <= 1.0:
-            raise ValueError(f"TestbedConfig.rotary_pct must be in (0, 1], got {self.rotary_pct!r}")
+            raise UserError(f"TestbedConfig.rotary_pct must be in (0, 1], got {self.rotary_pct!r}")
         if isinstance(self.corpus, Mapping):
             self.corpus = CorpusConfig.from_dict(self.corpus)
         if not isinstance(self.corpus, CorpusConfig):
-            raise ValueError(f"TestbedConfig.corpus must be a CorpusConfig, got {type(self.corpus).__name__}")
+            raise UserError(f"TestbedConfig.corpus must be a CorpusConfig, got {type(self.corpus).__name__}")
         for name, minimum in (("n_layers", 1), ("n_heads", 1), ("d_model", 2), ("d_mlp", 1), ("total_steps", 1),
                               ("linear_every", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"TestbedConfig.{name} must be an integer >= {minimum}, got {value!r}")
+                raise UserError(f"TestbedConfig.{name} must be an integer >= {minimum}, got {value!r}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"TestbedConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            raise UserError(f"TestbedConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.batch_size > self.corpus.n_sequences:
-            raise ValueError(f"TestbedConfig.batch_size ({self.batch_size}) exceeds corpus.n_sequences ({self.corpus.n_sequences})")
+            raise UserError(f"TestbedConfig.batch_size ({self.batch_size}) exceeds corpus.n_sequences ({self.corpus.n_sequences})")
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
-                raise ValueError(f"TestbedConfig.{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
+                raise UserError(f"TestbedConfig.{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
 
     @property
     def checkpoint_steps(self) -> list[int]:
@@ -181,7 +182,7 @@ def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = T
         Refs of the saved checkpoints, by step.
     """
     if not isinstance(config, TestbedConfig):
-        raise ValueError(f"config must be a TestbedConfig, got {type(config).__name__}")
+        raise UserError(f"config must be a TestbedConfig, got {type(config).__name__}")
     out = Path(out_dir)
     key = config_hash(config.to_dict())
     record = out / "testbed.json"
@@ -228,9 +229,9 @@ def induction_phases(steps: Sequence[int], scores: Sequence[float], low: float =
         ``None`` when the score never rises).
     """
     if len(steps) != len(scores) or len(steps) < 2:
-        raise ValueError(f"need >= 2 (step, score) pairs, got {len(steps)} steps and {len(scores)} scores")
+        raise UserError(f"need >= 2 (step, score) pairs, got {len(steps)} steps and {len(scores)} scores")
     if any(b <= a for a, b in zip(steps, steps[1:])):
-        raise ValueError(f"steps must be strictly increasing, got {list(steps)}")
+        raise UserError(f"steps must be strictly increasing, got {list(steps)}")
     slopes = [(scores[i + 1] - scores[i]) / (steps[i + 1] - steps[i]) for i in range(len(steps) - 1)]
     best = max(range(len(slopes)), key=lambda i: slopes[i])
     rise = max(scores) - scores[0]
@@ -276,7 +277,7 @@ def plot_testbed_bif(
 
     sel = [r for r in rows if r["reduction"] == reduction and r["query_group"] == query_group]
     if not sel:
-        raise ValueError(f"no rows with reduction {reduction!r} and query group {query_group!r}")
+        raise UserError(f"no rows with reduction {reduction!r} and query group {query_group!r}")
     score = {int(r["step"]): float(r["induction_score"]) for r in sel}
     steps = sorted(score)
     phases = induction_phases(steps, [score[s] for s in steps])

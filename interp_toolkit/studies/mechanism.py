@@ -425,7 +425,7 @@ def read_cached_result(run_dir: str | Path, key: str) -> MechanismResult | None:
     try:
         entry = json.loads(path.read_bytes().decode("utf-8"))
         if entry.get(HEADER_DIGEST_KEY) != header_digest(entry) or entry.get("key") != key:
-            raise ValueError("content does not match its digest")
+            raise UserError("content does not match its digest")
         summary = entry["summary"]
         epochs = list(summary["checkpoint_epochs"])
         rows = [{"epoch": row["epoch"], "head": row["head"], "quantity": row["quantity"], "value": row["value"]}
@@ -436,7 +436,7 @@ def read_cached_result(run_dir: str | Path, key: str) -> MechanismResult | None:
                                computed={name: [] for name in entry["analyses"]},
                                cache_hits={name: epochs for name in entry["analyses"]},
                                near_miss=dict(summary.get("near_miss") or {}), cache_key=key)
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, UserError, KeyError, TypeError, AttributeError) as err:
         notice(f"mechanism: recomputing the cached result {path}: {err}")
         return None
 

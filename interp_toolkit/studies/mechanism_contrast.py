@@ -146,10 +146,10 @@ def parse_window(text: str) -> tuple[int, int | None]:
     start_text, colon, end_text = str(text).partition(":")
     try:
         if not colon:
-            raise ValueError
+            raise UserError
         start = int(start_text)
         end = int(end_text) if end_text.strip() else None
-    except ValueError:
+    except (ValueError, UserError):
         raise UserError(f"window {text!r} must be START:END in epochs (e.g. 50:200, or 200: for 'to the end')") \
             from None
     if start < 0 or (end is not None and end <= start):
@@ -204,7 +204,7 @@ class RunSeries:
         values = {str(k): [math.nan if v is None else float(v) for v in vs] for k, vs in data["values"].items()}
         for name, series in values.items():
             if len(series) != len(epochs):
-                raise ValueError(f"run {data['run_dir']}: {len(series)} values of {name} for {len(epochs)} epochs")
+                raise UserError(f"run {data['run_dir']}: {len(series)} values of {name} for {len(epochs)} epochs")
         settings = data.get("settings")
         return cls(run_dir=Path(data["run_dir"]), outcome=dict(data["outcome"]), r=float(data["r"]),
                    n_layers=int(data["n_layers"]), epochs=epochs, values=values,
@@ -808,7 +808,7 @@ def read_contrast(path: str | Path) -> ContrastResult:
         raise UserError(f"{path} is not {expected}: it has no runs and config (keys: {', '.join(sorted(data))})")
     try:
         runs = [RunSeries.from_dict(run) for run in data["runs"]]
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
+    except (KeyError, TypeError, ValueError, UserError, AttributeError) as err:
         raise UserError(f"{path} holds a run series that mechanism-contrast cannot have written ({err!s}); "
                         f"it is not {expected} as written") from err
     return compute_contrast(runs, ContrastConfig.from_dict(data["config"]))

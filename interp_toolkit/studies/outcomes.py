@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from interp_toolkit.errors import UserError
+
 #: |r - 1/m| below this counts as "at chance".
 CHANCE_TOLERANCE = 1e-9
 
@@ -76,10 +78,10 @@ class OutcomeThresholds:
         for name in ("threshold", "near_perfect", "rise", "transient_tolerance"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
-                raise ValueError(f"outcome {name} must be a number in (0, 1], got {value!r}")
+                raise UserError(f"outcome {name} must be a number in (0, 1], got {value!r}")
         span = self.transient_min_span
         if isinstance(span, bool) or not isinstance(span, int) or span < 1:
-            raise ValueError(f"outcome transient_min_span must be an integer >= 1, got {span!r}")
+            raise UserError(f"outcome transient_min_span must be an integer >= 1, got {span!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,7 +95,7 @@ class OutcomeThresholds:
 
 def _check_modulus(modulus: int) -> None:
     if isinstance(modulus, bool) or not isinstance(modulus, int) or modulus < 2:
-        raise ValueError(f"task modulus m must be an integer >= 2 (2: parity, 3: mod 3), got {modulus!r}")
+        raise UserError(f"task modulus m must be an integer >= 2 (2: parity, 3: mod 3), got {modulus!r}")
 
 
 def at_chance(r: float, modulus: int) -> bool:
@@ -105,7 +107,7 @@ def at_chance(r: float, modulus: int) -> bool:
 def generalization_split(r: float, modulus: int) -> str:
     """``"adv"`` when ``r > 1/m``, ``"val"`` when ``r < 1/m``, ``"both"`` at chance."""
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= float(r) <= 1.0:
-        raise ValueError(f"spurious ratio r must be a number in [0, 1], got {r!r}")
+        raise UserError(f"spurious ratio r must be a number in [0, 1], got {r!r}")
     if at_chance(r, modulus):
         return "both"
     return "adv" if r > 1.0 / modulus else "val"
@@ -153,16 +155,16 @@ def compute_outcome(
     """
     thresholds = OutcomeThresholds() if thresholds is None else thresholds
     if not isinstance(thresholds, OutcomeThresholds):
-        raise ValueError(f"thresholds must be an OutcomeThresholds, got {type(thresholds).__name__}")
+        raise UserError(f"thresholds must be an OutcomeThresholds, got {type(thresholds).__name__}")
     gen_split = generalization_split(r, modulus)
     if not metrics:
-        raise ValueError("compute_outcome needs at least one evaluation, got none")
+        raise UserError("compute_outcome needs at least one evaluation, got none")
     from interp_toolkit.runs.metrics import MetricsError, row_problem
 
     for number, row in enumerate(metrics, start=1):
         missing = [k for k in ("epoch", "val_acc", "adv_acc") if k not in row]
         if missing:
-            raise ValueError(f"evaluation {dict(row)} lacks {missing}; expected epoch, val_acc and adv_acc")
+            raise UserError(f"evaluation {dict(row)} lacks {missing}; expected epoch, val_acc and adv_acc")
         # An accuracy above 1 or a non-finite loss would change the outcome (and a headline rate).
         problem = row_problem(dict(row), None)  # values only: callers may pass evaluations unsorted
         if problem is not None:
@@ -241,7 +243,7 @@ def outcome_of_run(run_dir: str | Path, r: float, modulus: int = 2,
 
     metrics = read_metrics(metrics_path(run_dir))
     if not metrics:
-        raise ValueError(f"run directory {run_dir} has no evaluations in metrics.jsonl")
+        raise UserError(f"run directory {run_dir} has no evaluations in metrics.jsonl")
     return compute_outcome(metrics, r, modulus, thresholds)
 
 

@@ -189,7 +189,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     rows = complete_settings(rows)  # a run without an extra setting others have ran at its default
     if not rows:
         names = ", ".join(str(source) for source in sources)
-        raise ValueError(f"no runs with evaluations yet in {names}")
+        raise UserError(f"no runs with evaluations yet in {names}")
     n_merged = len(rows)
     rows = select_runs(rows, where)
     table = rate_table(rows)
@@ -200,9 +200,9 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     for spec_a, spec_b in compare:
         try:
             cell_a, cell_b = find_cell(table, spec_a), find_cell(table, spec_b)
-        except ValueError as err:
+        except (ValueError, UserError) as err:
             if unfinished and "matches no cell" in str(err):
-                raise ValueError(f"{err} (runs still training: {unfinished}; a cell has a rate once one "
+                raise UserError(f"{err} (runs still training: {unfinished}; a cell has a rate once one "
                                  "of its runs has finished)") from err
             raise
         if cell_a is cell_b:
@@ -228,7 +228,7 @@ def write_report_sources(sources: Sequence[str | Path], out_dir: str | Path, pri
     }
     clocks = clock_table(rows) if clock else []
     if clock and not clocks:
-        raise ValueError("report --clock: no run has a known clock and an evaluation (each needs lr, weight_decay, "
+        raise UserError("report --clock: no run has a known clock and an evaluation (each needs lr, weight_decay, "
                          "n_train and a final_epoch above 0)")
     if not clock:
         paths["clock_csv"] = paths["clock_png"] = None

@@ -7,6 +7,7 @@ import math
 import textwrap
 from typing import Any, Mapping, Sequence
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.studies.cells import (
     cell_fields,
@@ -74,9 +75,9 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
     from interp_toolkit.tasks.mpsp import TASKS, task_modulus
 
     if x_axis not in RATE_AXES:
-        raise ValueError(f"plot_rate_vs_r x_axis must be one of {RATE_AXES}, got {x_axis!r}")
+        raise UserError(f"plot_rate_vs_r x_axis must be one of {RATE_AXES}, got {x_axis!r}")
     if not table:
-        raise ValueError("plot_rate_vs_r needs at least one table row, got none")
+        raise UserError("plot_rate_vs_r needs at least one table row, got none")
     vary_task = len({row.get("task") for row in table}) > 1
     vary_wd = len({hashable(row.get("weight_decay")) for row in table}) > 1
     regime_fields = varying_fields(table)
@@ -307,7 +308,7 @@ def plot_rate_vs_clock(clock_rows: Sequence[Mapping[str, Any]], ax: Any = None) 
     from interp_toolkit.plotting import PALETTE, legend_outside, new_panels, style, tag_series
 
     if not clock_rows:
-        raise ValueError("plot_rate_vs_clock needs at least one clock-table row, got none")
+        raise UserError("plot_rate_vs_clock needs at least one clock-table row, got none")
     series: dict[tuple[str, float], list[Mapping[str, Any]]] = {}
     for row in clock_rows:
         series.setdefault((str(row["setting"]), float(row["r"])), []).append(row)

@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from interp_toolkit.errors import UserError
+
 #: Seconds per seed-epoch on one CPU core (one torch thread, full batch, fast engine), by
 #: layer count (deeper models use the 2-layer figure), measured at :data:`CPU_REFERENCE`:
 #: the ``reproduce`` preset's shape, 2L ~1.2-1.3 s and 1L ~0.2 s per seed-epoch on these
@@ -52,7 +54,7 @@ GPU_MAX_JOBS_PER_DEVICE = 8
 
 def _check_positive_int(name: str, value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        raise UserError(f"{name} must be a positive integer or None, got {value!r}")
 
 
 def step_flop(cfg: Any, cell: Mapping[str, Any]) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from interp_toolkit.errors import UserError
+
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (95% for the default ``z``).
@@ -22,9 +24,9 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
         ``(low, high)`` within [0, 1].
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"wilson_interval needs n >= 1 trials, got {n!r}")
+        raise UserError(f"wilson_interval needs n >= 1 trials, got {n!r}")
     if isinstance(successes, bool) or not isinstance(successes, int) or not 0 <= successes <= n:
-        raise ValueError(f"wilson_interval successes must be an integer in [0, {n}], got {successes!r}")
+        raise UserError(f"wilson_interval successes must be an integer in [0, {n}], got {successes!r}")
     p = successes / n
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
@@ -86,7 +88,7 @@ def holm_adjust(p_values: Sequence[float]) -> list[float]:
     values = list(p_values)
     for i, p in enumerate(values):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-            raise ValueError(f"holm_adjust p-value {i} must be a number in [0, 1], got {p!r}")
+            raise UserError(f"holm_adjust p-value {i} must be a number in [0, 1], got {p!r}")
     m = len(values)
     adjusted = [0.0] * m
     running = 0.0
@@ -100,9 +102,9 @@ def _finite_sample(name: str, values: Sequence[float]) -> list[float]:
     sample = list(values)
     for i, v in enumerate(sample):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{name} value {i} must be a finite number, got {v!r}")
+            raise UserError(f"{name} value {i} must be a finite number, got {v!r}")
     if len(sample) < 2:
-        raise ValueError(f"{name} needs at least 2 values (a spread), got {len(sample)}")
+        raise UserError(f"{name} needs at least 2 values (a spread), got {len(sample)}")
     return sample
 
 
@@ -128,7 +130,7 @@ def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) 
     from scipy.stats import t as student_t
 
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
-        raise ValueError(f"welch_interval level must be in (0, 1), got {level!r}")
+        raise UserError(f"welch_interval level must be in (0, 1), got {level!r}")
     xa, xb = _finite_sample("welch_interval a", a), _finite_sample("welch_interval b", b)
     n_a, n_b = len(xa), len(xb)
     mean_a, mean_b = sum(xa) / n_a, sum(xb) / n_b
@@ -176,7 +178,7 @@ def permutation_p(a: Sequence[float], b: Sequence[float], n_resamples: int = 20_
 
     xa, xb = _finite_sample("permutation_p a", a), _finite_sample("permutation_p b", b)
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
-        raise ValueError(f"permutation_p n_resamples must be a positive integer, got {n_resamples!r}")
+        raise UserError(f"permutation_p n_resamples must be a positive integer, got {n_resamples!r}")
     pooled = np.asarray(xa + xb, dtype=float)
     n_a, n = len(xa), len(xa) + len(xb)
     total = pooled.sum()
@@ -213,10 +215,10 @@ def combined_p(p_values: Sequence[float]) -> float:
     """
     values = [float(p) for p in p_values]
     if not values:
-        raise ValueError("combined_p needs at least one p-value")
+        raise UserError("combined_p needs at least one p-value")
     bad = [p for p in values if not (0.0 < p <= 1.0)]
     if bad:
-        raise ValueError(f"p-values must be in (0, 1], got {bad}")
+        raise UserError(f"p-values must be in (0, 1], got {bad}")
     half = -sum(math.log(p) for p in values)  # X / 2
     term, total = 1.0, 1.0
     for i in range(1, len(values)):

@@ -200,7 +200,7 @@ def read_study_record_or_empty(study_dir: str | Path) -> dict[str, Any]:
         return {}
     try:
         record = _parse_study_json(study_path)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, UserError) as err:
         raise UserError(f"study record {study_path} is unreadable ({err}); expected the JSON object a sweep "
                         "writes") from err
     if not isinstance(record, dict):
@@ -235,7 +235,7 @@ def _task_modulus(task: Mapping[str, Any], run_dir: Path) -> int:
         return LABELS[task["label"]]
     if "name" in task:
         return task_modulus(task["name"])
-    raise ValueError(f"run {run_dir} records neither a task name nor a label in run.json run_info.task")
+    raise UserError(f"run {run_dir} records neither a task name nor a label in run.json run_info.task")
 
 
 def run_near_miss(run_dir: Path, outcome: Mapping[str, Any], status: Any,
@@ -284,7 +284,7 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
     study_dir = Path(study_dir)
     runs_root = runs_dir(study_dir)
     if not runs_root.is_dir():
-        raise ValueError(f"{study_dir} is not a study directory (no runs/ folder inside)")
+        raise UserError(f"{study_dir} is not a study directory (no runs/ folder inside)")
     thresholds = read_thresholds(study_dir) if thresholds is None else thresholds
     study_name = read_study_name(study_dir)
     tied = read_data_seeds(study_dir) == "model"
@@ -295,7 +295,7 @@ def collect_runs(study_dir: str | Path, thresholds: OutcomeThresholds | None = N
         record = read_record(run_dir)
         task = task_dict(record) or {}
         if "r" not in task:
-            raise ValueError(f"run {run_dir} has no task ratio r in run.json run_info.task")
+            raise UserError(f"run {run_dir} has no task ratio r in run.json run_info.task")
         metrics = read_run_metrics(run_dir)
         if not metrics:
             continue
@@ -414,7 +414,7 @@ def default_study_dir(cfg: SweepConfig, root: str | Path = "runs/sweeps") -> Pat
         if isinstance(record, dict) and shared_settings_differing(record.get("config"), cfg) == []:
             matches.append(record_path.parent)
     if len(matches) > 1:
-        raise ValueError(f"several study directories hold sweeps with these settings: "
+        raise UserError(f"several study directories hold sweeps with these settings: "
                          f"{', '.join(str(m) for m in matches)}; choose one (--out, or study_dir=)")
     return matches[0] if matches else current
 
@@ -428,7 +428,7 @@ def shared_settings_differing(recorded: Any, cfg: SweepConfig) -> list[str] | No
     ours = json.loads(json.dumps(cfg.flat_dict()))  # tuples as lists, as the record stores them
     try:  # a record of any version (flat names or sections) in the same vocabulary as ours
         recorded = json.loads(json.dumps(type(cfg).from_dict(recorded).flat_dict()))
-    except (TypeError, ValueError):  # UserError included: compare the record as written
+    except (TypeError, ValueError, UserError):  # UserError included: compare the record as written
         pass
     return sorted(k for k in set(ours) | set(recorded) if k not in ignored and ours.get(k) != recorded.get(k))
 
@@ -500,7 +500,7 @@ def study_sweep(study_dir: str | Path) -> dict[str, Any]:
     data = {**record["config"], **{name: grid[name] for name in _LISTED_GRID_FIELDS if grid.get(name)}}
     try:
         cfg = SweepConfig.from_dict(data)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, UserError) as err:
         raise UserError(f"study record {study_record_path(study_dir)}: {err}") from err
     paths: dict[str, list[Path]] = {"extend_from": [], "recorded": []}
     for invocation in invocations_of(record):
@@ -562,7 +562,7 @@ def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:
         if differing is None or differing:
             detail = (f"settings that differ: {', '.join(differing)}" if differing
                       else f"key {existing.get('key')}, this sweep's key {cfg.key()}")
-            raise ValueError(
+            raise UserError(
                 f"study directory {study_dir} holds a different sweep ({detail}); choose another "
                 f"directory (a sweep may differ from a study's only in its grid: {', '.join(GRID_FIELDS)})"
             )

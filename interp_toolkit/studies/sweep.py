@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from interp_toolkit.callbacks import as_callbacks
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json
 from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.studies import execution
@@ -211,17 +212,17 @@ def run_sweep(
     if not isinstance(cfg, SweepConfig):
         raise TypeError(f"run_sweep expects a SweepConfig, got {type(cfg).__name__}")
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        raise UserError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
+        raise UserError(f"workers must be a positive integer or None, got {workers!r}")
     if jobs_per_gpu is not None and (isinstance(jobs_per_gpu, bool) or not isinstance(jobs_per_gpu, int)
                                      or jobs_per_gpu < 1):
-        raise ValueError(f"jobs_per_gpu must be a positive integer or None, got {jobs_per_gpu!r}")
+        raise UserError(f"jobs_per_gpu must be a positive integer or None, got {jobs_per_gpu!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        raise UserError(f"retries must be an integer >= 0, got {retries!r}")
     if log_every is not None and (isinstance(log_every, bool) or not isinstance(log_every, (int, float))
                                   or not log_every > 0):
-        raise ValueError(f"log_every must be a positive number of seconds or None, got {log_every!r}")
+        raise UserError(f"log_every must be a positive number of seconds or None, got {log_every!r}")
     study_dir = Path(study_dir) if study_dir is not None else default_study_dir(cfg)
     study_dir = study_dir.resolve()
     recorded_table = read_recorded_runs(recorded) if recorded else ([], {})
@@ -429,7 +430,6 @@ def check_extend_from(paths: Sequence[str | Path]) -> list[Path]:
         UserError: Naming a path that is not a directory, is a train run directory, or is a
             folder holding no run directory (the sweep would find nothing to extend there).
     """
-    from interp_toolkit.errors import UserError
     from interp_toolkit.runs.record import has_record
 
     expected = "expected a study directory (holding runs/) of a sweep with fewer epochs"
@@ -456,7 +456,6 @@ def extension_source(extend_from: Sequence[str | Path], name: str, model_cfg: An
     checks them too): the same run at fewer epochs, finished, continuable under ``stop_rule``
     (the sweep's early stop). Of several, the one with the most epochs. None if there is none.
     """
-    from interp_toolkit.errors import UserError
     from interp_toolkit.runs.extend import check_extension_source
     from interp_toolkit.runs.trainer import _NON_SEMANTIC
 

@@ -288,60 +288,60 @@ class SweepConfig(Config):
 
         check_device_name(self.device)
         if self.data_seeds not in ("fixed", "model"):
-            raise ValueError(f"SweepConfig.data_seeds must be 'fixed' or 'model', got {self.data_seeds!r}")
+            raise UserError(f"SweepConfig.data_seeds must be 'fixed' or 'model', got {self.data_seeds!r}")
         grid = getattr(self, "grid", None) or {}
         # (the task section is completed with the defaults on the way to a worker: only a seed
         # other than the default's is a conflict)
         if self.data_seeds == "model" and ("task.seed" in grid or (isinstance(self.task, dict)
                                                                    and self.task.get("seed", 0) != 0)):
-            raise ValueError("SweepConfig.data_seeds 'model' ties each run's data seed to its model seed; "
+            raise UserError("SweepConfig.data_seeds 'model' ties each run's data seed to its model seed; "
                              "task.seed (or a grid over it) would be overridden: give one of them")
         for name, default in (("warmup_steps", 0), ("lr_schedule", "constant"), ("grad_clip", None)):
             values = [self.train.get(name, default), *grid.get(f"train.{name}", [])] if isinstance(self.train, dict) \
                 else []
             if any(value != default for value in values):
-                raise ValueError(f"SweepConfig train.{name}: sweeps train with the batched trainer, at a constant "
+                raise UserError(f"SweepConfig train.{name}: sweeps train with the batched trainer, at a constant "
                                  f"learning rate without clipping (got {name} "
                                  f"{next(v for v in values if v != default)!r}); train such runs one at a time with "
                                  "`interp-toolkit train`")
         if isinstance(self.seeds, int) and not isinstance(self.seeds, bool):
             if self.seeds < 1:
-                raise ValueError(f"SweepConfig.seeds must be a positive count or a list of ints, got {self.seeds!r}")
+                raise UserError(f"SweepConfig.seeds must be a positive count or a list of ints, got {self.seeds!r}")
             self.seeds = list(range(self.seeds))
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
-            raise ValueError(f"SweepConfig.name must be a non-empty string without '/', got {self.name!r}")
+            raise UserError(f"SweepConfig.name must be a non-empty string without '/', got {self.name!r}")
         for name in ("tasks", "n_layers", "n_heads", "weight_decays", "seeds"):
             value = getattr(self, name)
             if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
-                raise ValueError(f"SweepConfig.{name} must be a non-empty list, got {value!r}")
+                raise UserError(f"SweepConfig.{name} must be a non-empty list, got {value!r}")
             if len(set(value)) != len(value):
-                raise ValueError(f"SweepConfig.{name} has duplicates: {list(value)!r}")
+                raise UserError(f"SweepConfig.{name} has duplicates: {list(value)!r}")
             setattr(self, name, list(value))
         if isinstance(self.ratios, (str, bytes)) or not isinstance(self.ratios, (list, tuple)) or not self.ratios:
-            raise ValueError(f"SweepConfig.ratios must be a non-empty list, got {self.ratios!r}")
+            raise UserError(f"SweepConfig.ratios must be a non-empty list, got {self.ratios!r}")
         for item in self.ratios:
             if item != CHANCE and (isinstance(item, bool) or not isinstance(item, (int, float))
                                    or not 0.0 <= item <= 1.0):
-                raise ValueError(f"SweepConfig.ratios must hold numbers in [0, 1] or {CHANCE!r}, got {item!r}")
+                raise UserError(f"SweepConfig.ratios must hold numbers in [0, 1] or {CHANCE!r}, got {item!r}")
         if len(set(self.ratios)) != len(self.ratios):
-            raise ValueError(f"SweepConfig.ratios has duplicates: {list(self.ratios)!r}")
+            raise UserError(f"SweepConfig.ratios has duplicates: {list(self.ratios)!r}")
         self.ratios = list(self.ratios)
         for name in ("n_layers", "n_heads", "seeds"):
             for item in getattr(self, name):
                 if isinstance(item, bool) or not isinstance(item, int) or (name != "seeds" and item < 1):
-                    raise ValueError(f"SweepConfig.{name} must hold positive integers (seeds: integers), got {item!r}")
+                    raise UserError(f"SweepConfig.{name} must hold positive integers (seeds: integers), got {item!r}")
         for wd in self.weight_decays:
             if isinstance(wd, bool) or not isinstance(wd, (int, float)) or wd < 0:
-                raise ValueError(f"SweepConfig.weight_decays must hold numbers >= 0, got {wd!r}")
+                raise UserError(f"SweepConfig.weight_decays must hold numbers >= 0, got {wd!r}")
         if self.seeds_per_process is not None and (
             isinstance(self.seeds_per_process, bool) or not isinstance(self.seeds_per_process, int)
             or self.seeds_per_process < 1
         ):
-            raise ValueError(f"SweepConfig.seeds_per_process must be a positive integer or None, got {self.seeds_per_process!r}")
+            raise UserError(f"SweepConfig.seeds_per_process must be a positive integer or None, got {self.seeds_per_process!r}")
         if not isinstance(self.early_stop, bool):
-            raise ValueError(f"SweepConfig.early_stop must be a bool, got {self.early_stop!r}")
+            raise UserError(f"SweepConfig.early_stop must be a bool, got {self.early_stop!r}")
         if not (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1):
-            raise ValueError(f"SweepConfig.threshold must be in (0, 1], got {self.threshold!r}")
+            raise UserError(f"SweepConfig.threshold must be in (0, 1], got {self.threshold!r}")
         self.outcome_thresholds()  # validates threshold and the transience settings by name
         for section in SECTIONS:
             setattr(self, section, self._completed_section(section))
@@ -489,7 +489,7 @@ def preset(name: str, **overrides: Any) -> SweepConfig:
     """The ``SweepConfig`` of a named preset, with settings overridden by keyword (flat names
     such as ``epochs=10``, dotted ones such as ``**{"train.lr": 3e-3}``, or sections)."""
     if name not in PRESETS:
-        raise ValueError(f"unknown sweep preset {name!r}; expected one of {sorted(PRESETS)}")
+        raise UserError(f"unknown sweep preset {name!r}; expected one of {sorted(PRESETS)}")
     return SweepConfig.from_dict(_merge(nested_settings(PRESETS[name]), nested_settings(overrides)))
 
 

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.record import FINISHED
 from interp_toolkit.studies.cells import (
     ARCH_FIELDS,
@@ -65,7 +66,7 @@ def compare_cells(row_a: Mapping[str, Any], row_b: Mapping[str, Any], column: st
             :func:`cell_label`); the fields that differ between the two rows are always named.
     """
     if column not in ("generalized", "rule_learned"):
-        raise ValueError(f"compare_cells column must be 'generalized' or 'rule_learned', got {column!r}")
+        raise UserError(f"compare_cells column must be 'generalized' or 'rule_learned', got {column!r}")
     k_a, n_a, k_b, n_b = row_a[f"n_{column}"], row_a["n_seeds"], row_b[f"n_{column}"], row_b["n_seeds"]
     diff, low, high = newcombe_interval(k_a, n_a, k_b, n_b)
     shown = [k for k in regime_fields([row_a, row_b]) if k in label_fields or k in varying_fields([row_a, row_b])]
@@ -121,7 +122,7 @@ class ReferenceRate:
     def __post_init__(self) -> None:
         wilson_interval(self.k, self.n)  # validates k and n, naming the bad value
         if not 0.0 <= self.r <= 1.0:
-            raise ValueError(f"ReferenceRate r must be in [0, 1], got {self.r!r}")
+            raise UserError(f"ReferenceRate r must be in [0, 1], got {self.r!r}")
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         """Whether a rate-table row is this reference's cell (task, layers, r; heads and

@@ -32,6 +32,7 @@ import functools
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies.statistics import fisher_exact_p, newcombe_interval
 
 #: The four verdicts (each followed by "in R").
@@ -49,9 +50,9 @@ MIN_SEEDS = 8
 
 def _check_cell(name: str, k: int, n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name}: n must be an integer >= 1, got {n!r}")
+        raise UserError(f"{name}: n must be an integer >= 1, got {n!r}")
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
-        raise ValueError(f"{name}: k must be an integer in [0, n={n}], got {k!r}")
+        raise UserError(f"{name}: k must be an integer in [0, n={n}], got {k!r}")
 
 
 def detects(k_a: int, n_a: int, k_b: int, n_b: int, sign: int) -> bool:
@@ -76,9 +77,9 @@ def detection_power(n_a: int, n_b: int, p_a: float, p_b: float) -> float:
     _check_cell("detection_power", 0, n_b)
     for name, p in (("p_a", p_a), ("p_b", p_b)):
         if not (isinstance(p, (int, float)) and 0.0 <= p <= 1.0):
-            raise ValueError(f"detection_power: {name} must be a rate in [0, 1], got {p!r}")
+            raise UserError(f"detection_power: {name} must be a rate in [0, 1], got {p!r}")
     if p_a == p_b:
-        raise ValueError(f"detection_power: the rates are equal ({p_a}); there is no effect to detect")
+        raise UserError(f"detection_power: the rates are equal ({p_a}); there is no effect to detect")
     sign = 1 if p_a > p_b else -1
     probs_a = binom.pmf(range(n_a + 1), n_a, p_a)
     probs_b = binom.pmf(range(n_b + 1), n_b, p_b)
@@ -158,7 +159,7 @@ def after_peak(steps: Sequence[float], values: Sequence[float], by_magnitude: bo
     """Rule 4: where the peak (largest ``|value|``, or largest value) sits and whether any
     checkpoint comes after it (``observable``: a fall can be seen)."""
     if len(steps) != len(values) or not steps:
-        raise ValueError(f"after_peak needs as many values as steps (>= 1), got {len(steps)} and {len(values)}")
+        raise UserError(f"after_peak needs as many values as steps (>= 1), got {len(steps)} and {len(values)}")
     order = sorted(range(len(steps)), key=lambda i: steps[i])
     keyed = [abs(values[i]) if by_magnitude else values[i] for i in order]
     peak = order[max(range(len(order)), key=lambda j: keyed[j])]
@@ -175,7 +176,7 @@ def observed(n_generalized: int) -> bool:
 def in_regime(verdict: str, regime: str) -> str:
     """``"reproduced in R1"``: the verdict with its regime."""
     if verdict not in VERDICTS:
-        raise ValueError(f"unknown verdict {verdict!r}; expected one of {VERDICTS}")
+        raise UserError(f"unknown verdict {verdict!r}; expected one of {VERDICTS}")
     return f"{verdict} in {regime}"
 
 

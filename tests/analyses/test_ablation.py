@@ -9,6 +9,7 @@ from interp_toolkit.analyses.ablation import (
     resample_ablation,
     zero_ablation,
 )
+from interp_toolkit.errors import UserError
 
 
 def _get(result, component, split, metric):
@@ -62,13 +63,13 @@ def test_compute_replacement():
 
 
 def test_ablation_bad_input(hand_model, splits):
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(UserError, match="method must be one of"):
         ablation(hand_model, splits, method="median")
-    with pytest.raises(ValueError, match="unknown component 'L5H0'"):
+    with pytest.raises(UserError, match="unknown component 'L5H0'"):
         ablation(hand_model, splits, components=["L5H0"])
-    with pytest.raises(ValueError, match="split 'test' not found"):
+    with pytest.raises(UserError, match="split 'test' not found"):
         ablation(hand_model, splits, split_names=["test"])
-    with pytest.raises(ValueError, match="position 9"):
+    with pytest.raises(UserError, match="position 9"):
         ablation(hand_model, splits, positions=[9])
 
 

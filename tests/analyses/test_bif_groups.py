@@ -16,6 +16,7 @@ from interp_toolkit.analyses.bif.groups import (
     jackknife_reduction,
     reduce_draws,
 )
+from interp_toolkit.errors import UserError
 
 torch.set_num_threads(1)
 
@@ -132,11 +133,11 @@ def test_streamed_group_rows_match_a_numpy_reference_on_the_same_draws():
 
 
 def test_bad_groups_are_refused_by_name():
-    with pytest.raises(ValueError, match="'empty' is empty"):
+    with pytest.raises(UserError, match="'empty' is empty"):
         check_groups({"empty": torch.zeros(4, dtype=torch.bool)}, 4)
-    with pytest.raises(ValueError, match=r"'short' must be a boolean mask of shape \[4\]"):
+    with pytest.raises(UserError, match=r"'short' must be a boolean mask of shape \[4\]"):
         check_groups({"short": torch.ones(3, dtype=torch.bool)}, 4)
-    with pytest.raises(ValueError, match="at least one group"):
+    with pytest.raises(UserError, match="at least one group"):
         check_groups({}, 4)
     assert torch.isnan(jackknife_reduction(torch.tensor([1.0])))
     assert float(jackknife_reduction(torch.tensor([1.0, 3.0]))) == pytest.approx(1.0)

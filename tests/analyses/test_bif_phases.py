@@ -17,6 +17,7 @@ from interp_toolkit.analyses.bif import (
     phase_share_with_null,
     threshold_phases,
 )
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies.dln import (
     DeepLinearNetwork,
     DLNConfig,
@@ -107,9 +108,9 @@ def test_threshold_phases_and_bad_thresholds():
     values = torch.tensor([[0.1, 0.9], [0.6, 0.2], [0.7, 0.8]])
     assert threshold_phases(values, 0.5).tolist() == [2, 1, 3]
     assert threshold_phases(values, [0.0, 0.85]).tolist() == [3, 1, 1]
-    with pytest.raises(ValueError, match="3 thresholds"):
+    with pytest.raises(UserError, match="3 thresholds"):
         threshold_phases(values, [0.1, 0.2, 0.3])
-    with pytest.raises(ValueError, match="null_repeats"):
+    with pytest.raises(UserError, match="null_repeats"):
         phase_share_with_null(_mixture(draws=10)[0], _split_on_phase, null_repeats=0)
 
 
@@ -133,7 +134,7 @@ def test_dln_mode_phase_fn_classifies_learned_modes():
             break
     assert mode_phase_fn(modes, which=[0, 1])(early) == 1
     assert observable_phase_fn(mode_strength_observable(modes, [0]), float(half[0]))(early) == 1
-    with pytest.raises(ValueError, match="fraction"):
+    with pytest.raises(UserError, match="fraction"):
         mode_phase_fn(modes, fraction=1.5)
 
 

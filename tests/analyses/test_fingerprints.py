@@ -13,6 +13,7 @@ from interp_toolkit.analyses.fingerprints import (
     pre_softmax_scores,
     qk_circuit,
 )
+from interp_toolkit.errors import UserError
 
 
 def test_pre_softmax_scores_are_pre_softmax(hand_model, splits):
@@ -76,11 +77,11 @@ def test_circuits_are_factored_matrices(hand_model):
 
 
 def test_fingerprints_bad_input(hand_model, splits):
-    with pytest.raises(ValueError, match="split 'nope' not found"):
+    with pytest.raises(UserError, match="split 'nope' not found"):
         fingerprints(hand_model, splits, split="nope")
-    with pytest.raises(ValueError, match="modulus 5 exceeds"):
+    with pytest.raises(UserError, match="modulus 5 exceeds"):
         fingerprints(hand_model, splits, modulus=5)
-    with pytest.raises(ValueError, match="layer 3"):
+    with pytest.raises(UserError, match="layer 3"):
         fingerprints(hand_model, splits, layers=[3])
 
 

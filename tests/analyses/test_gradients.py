@@ -10,6 +10,7 @@ from interp_toolkit.analyses.gradients import (
     parameter_groups,
     per_example_grads,
 )
+from interp_toolkit.errors import UserError
 
 
 def _loop_grads(model, tokens, labels):
@@ -113,16 +114,16 @@ def test_minority_amplification_edge_cases():
     assert minority_amplification(2.0, 6.0, "consistent") == pytest.approx(1 / 3)
     assert minority_amplification(2.0, 6.0, "none") != minority_amplification(2.0, 6.0, "none")  # NaN
     assert minority_amplification(0.0, 6.0, "anti") == float("inf")
-    with pytest.raises(ValueError, match="minority must be 'anti', 'consistent' or 'none', got 'rare'"):
+    with pytest.raises(UserError, match="minority must be 'anti', 'consistent' or 'none', got 'rare'"):
         minority_amplification(1.0, 1.0, "rare")
 
 
 def test_gradient_bad_input(hand_model, splits):
-    with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
+    with pytest.raises(UserError, match="chunk_size must be a positive integer"):
         gradient_conflict(hand_model, splits, chunk_size=0)
-    with pytest.raises(ValueError, match="at least one shortcut-consistent and one anti-shortcut"):
+    with pytest.raises(UserError, match="at least one shortcut-consistent and one anti-shortcut"):
         gradient_conflict(hand_model, splits, split="val")
-    with pytest.raises(ValueError, match="agrees must be a bool tensor"):
+    with pytest.raises(UserError, match="agrees must be a bool tensor"):
         compute_gradient_conflict({"all": torch.zeros(4, 3)}, torch.tensor([1, 0, 1, 0]))
 
 

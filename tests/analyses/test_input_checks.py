@@ -11,6 +11,7 @@ import torch
 from interp_toolkit.analyses.ablation import ablation
 from interp_toolkit.analyses.fingerprints import fingerprints
 from interp_toolkit.analyses.gradients import gradient_conflict
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
@@ -38,7 +39,7 @@ def _with(splits, **changes):
 def test_float_token_ids_are_refused_by_name(model_and_splits, analysis):
     model, splits = model_and_splits
     floats = {name: dataclasses.replace(split, tokens=split.tokens.float()) for name, split in splits.items()}
-    with pytest.raises(ValueError, match=r"tokens have dtype torch.float32; expected integer ids"):
+    with pytest.raises(UserError, match=r"tokens have dtype torch.float32; expected integer ids"):
         ANALYSES[analysis](model, floats)
 
 
@@ -46,11 +47,11 @@ def test_float_token_ids_are_refused_by_name(model_and_splits, analysis):
 def test_meta_tensors_and_a_meta_model_are_refused(model_and_splits, analysis):
     model, splits = model_and_splits
     meta = {name: dataclasses.replace(split, tokens=split.tokens.to("meta")) for name, split in splits.items()}
-    with pytest.raises(ValueError, match="tokens are on the meta device"):
+    with pytest.raises(UserError, match="tokens are on the meta device"):
         ANALYSES[analysis](model, meta)
     import copy
 
-    with pytest.raises(ValueError, match="the model is on the meta device"):
+    with pytest.raises(UserError, match="the model is on the meta device"):
         ANALYSES[analysis](copy.deepcopy(model).to("meta"), splits)
 
 
@@ -59,7 +60,7 @@ def test_a_model_of_another_task_is_refused(model_and_splits, analysis):
     _, parity = model_and_splits
     mod3_task = MPSPConfig.from_task("max_mod3_sum_mod3", seq_len=4, n_values=6, n_train=64, n_eval=32)
     mod3 = build_model(ModelConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=16, **mod3_task.model_dims()))
-    with pytest.raises(ValueError, match=r"task with 2 classes \(sum_parity\), but the model has 3 outputs"):
+    with pytest.raises(UserError, match=r"task with 2 classes \(sum_parity\), but the model has 3 outputs"):
         ANALYSES[analysis](mod3, parity)
 
 

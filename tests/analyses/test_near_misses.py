@@ -7,6 +7,7 @@ import torch
 
 from interp_toolkit.analyses.near_misses import describe_groups, failing_groups, near_misses
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints
+from interp_toolkit.errors import UserError
 
 from .conftest import SEQ_LEN, hand_built_parity_model
 
@@ -94,15 +95,15 @@ def test_the_purest_feature_wins_and_many_groups_are_counted():
     groups = failing_groups(rows, "adv")
     assert [g["value"] for g in groups] == [7, 8]  # purity 15/113 beats label's 15/1000
     assert describe_groups(groups, max_groups=1) == "n_odd=7 (2 of 100 wrong); 1 more groups (13 wrong)"
-    with pytest.raises(ValueError, match=r"no near_misses row of split 'val'.*\['adv'\]"):
+    with pytest.raises(UserError, match=r"no near_misses row of split 'val'.*\['adv'\]"):
         failing_groups(rows, "val")
 
 
 def test_bad_splits_are_refused_before_any_work(missing_model, splits):
-    with pytest.raises(ValueError, match="split 'nope' not found"):
+    with pytest.raises(UserError, match="split 'nope' not found"):
         near_misses(missing_model, splits, split_names=["nope"])
     plain = type("Plain", (), {"tokens": splits["adv"].tokens, "labels": splits["adv"].labels})()
-    with pytest.raises(ValueError, match="split 'adv' must be an MPSP split"):
+    with pytest.raises(UserError, match="split 'adv' must be an MPSP split"):
         near_misses(missing_model, {"adv": plain})
 
 

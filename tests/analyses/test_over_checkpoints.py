@@ -6,6 +6,7 @@ from interp_toolkit.analyses._common import Table
 from interp_toolkit.analyses.ablation import ablation
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints, splits_from_run
 from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
 
@@ -85,21 +86,21 @@ def test_callable_analysis_and_splits_from_run(tiny_run, tmp_path):
 
 def test_over_checkpoints_bad_input(tiny_run, tmp_path):
     run_dir, splits = tiny_run
-    with pytest.raises(ValueError, match="unknown analysis 'probing'"):
+    with pytest.raises(UserError, match="unknown analysis 'probing'"):
         over_checkpoints("probing", run_dir, splits=splits)
-    with pytest.raises(ValueError, match=r"no checkpoint for epochs \[5\]"):
+    with pytest.raises(UserError, match=r"no checkpoint for epochs \[5\]"):
         over_checkpoints("fingerprints", run_dir, splits=splits, epochs=[5])
-    with pytest.raises(ValueError, match="has no checkpoints"):
+    with pytest.raises(UserError, match="has no checkpoints"):
         over_checkpoints("fingerprints", tmp_path, splits=splits)
-    with pytest.raises(ValueError, match=r"does not accept config keys \['chunksize'\]"):
+    with pytest.raises(UserError, match=r"does not accept config keys \['chunksize'\]"):
         over_checkpoints("gradients", run_dir, splits=splits, config={"chunksize": 8})
-    with pytest.raises(ValueError, match="JSON-serializable"):
+    with pytest.raises(UserError, match="JSON-serializable"):
         over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": object()})
 
 
 def test_last_analyses_the_last_checkpoint_only(tiny_run, tmp_path):
     run_dir, splits = tiny_run
-    with pytest.raises(ValueError, match=r"last and epochs \(\[0\]\) are exclusive"):
+    with pytest.raises(UserError, match=r"last and epochs \(\[0\]\) are exclusive"):
         over_checkpoints("fingerprints", run_dir, splits=splits, epochs=[0], last=True, out_dir=tmp_path)
     assert not any(tmp_path.iterdir())  # refused before any work
     result = over_checkpoints("fingerprints", run_dir, splits=splits, config={"n": 16}, last=True,
@@ -151,6 +152,6 @@ def test_analysis_version_is_part_of_the_cache_key(tiny_run, tmp_path):
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
 def test_bad_analysis_version_is_refused_before_work(tiny_run, tmp_path, bad):
     run_dir, splits = tiny_run
-    with pytest.raises(ValueError, match=rf"version must be a positive int .*got {bad!r}"):
+    with pytest.raises(UserError, match=rf"version must be a positive int .*got {bad!r}"):
         over_checkpoints("fingerprints", run_dir, splits=splits, version=bad, out_dir=tmp_path / "fp")
     assert not (tmp_path / "fp").exists()

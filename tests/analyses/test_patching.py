@@ -14,6 +14,7 @@ from interp_toolkit.analyses.patching import (
     readout_metric,
     resample_ablation_damage,
 )
+from interp_toolkit.errors import UserError
 
 
 @pytest.mark.parametrize("source, target", [("val", "adv"), ("adv", "val")])
@@ -76,7 +77,7 @@ def test_normalized_is_blank_under_the_gap_tolerance():
     assert not torch.isnan(normalize_patching(torch.zeros(1, 1), source=2.0, target=2.0 - just_above)).any()
     with pytest.warns(UserWarning):
         normalize_patching(torch.zeros(1, 1), source=2.0, target=1.5, gap_rtol=0.5)
-    with pytest.raises(ValueError, match="gap_atol must be a number >= 0, got -1"):
+    with pytest.raises(UserError, match="gap_atol must be a number >= 0, got -1"):
         normalize_patching(torch.zeros(1, 1), source=2.0, target=0.0, gap_atol=-1)
 
 
@@ -140,11 +141,11 @@ def test_patching_figure_draws_every_cell_of_the_chosen_checkpoints(tmp_path):
 
 
 def test_minimal_pair_patching_bad_input(hand_parity_model, splits):
-    with pytest.raises(ValueError, match="mixes shortcut-consistent"):
+    with pytest.raises(UserError, match="mixes shortcut-consistent"):
         minimal_pair_patching(hand_parity_model, splits, source="train", target="adv")
-    with pytest.raises(ValueError, match="must differ"):
+    with pytest.raises(UserError, match="must differ"):
         minimal_pair_patching(hand_parity_model, splits, source="val", target="val")
-    with pytest.raises(ValueError, match="split 'x' not found"):
+    with pytest.raises(UserError, match="split 'x' not found"):
         minimal_pair_patching(hand_parity_model, splits, source="x")
 
 
@@ -199,14 +200,14 @@ def test_agrees_with_transformer_lens_patching(model_name, request, splits):
 
 
 def test_patching_bad_input(hand_model, splits):
-    with pytest.raises(ValueError, match="split 'x' not found"):
+    with pytest.raises(UserError, match="split 'x' not found"):
         resample_ablation_damage(hand_model, splits, source="x")
-    with pytest.raises(ValueError, match="metric must be one of"):
+    with pytest.raises(UserError, match="metric must be one of"):
         resample_ablation_damage(hand_model, splits, metric="kl")
-    with pytest.raises(ValueError, match="one shape"):
+    with pytest.raises(UserError, match="one shape"):
         activation_patching(hand_model, splits["val"].tokens[:4], splits["adv"].tokens[:5],
                             splits["adv"].labels[:4])
-    with pytest.raises(ValueError, match="positions must be"):
+    with pytest.raises(UserError, match="positions must be"):
         resample_ablation_damage(hand_model, splits, positions="last")
-    with pytest.raises(ValueError, match="positions must be"):
+    with pytest.raises(UserError, match="positions must be"):
         minimal_pair_patching(hand_model, splits, positions="last")

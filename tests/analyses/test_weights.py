@@ -6,6 +6,7 @@ import torch
 from interp_toolkit.analyses.gradients import parameter_groups
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints
 from interp_toolkit.analyses.weights import compute_weight_norms, weight_norms
+from interp_toolkit.errors import UserError
 
 
 def test_group_norms_partition_the_model_and_match_its_weights(small_trained_like_model):
@@ -40,7 +41,7 @@ def test_norms_follow_a_rescaled_model(small_trained_like_model):
 
 def test_groups_naming_missing_parameters_are_refused(small_trained_like_model):
     params = dict(small_trained_like_model.named_parameters())
-    with pytest.raises(ValueError, match=r"parameters the model does not have: \['nope.weight'\]"):
+    with pytest.raises(UserError, match=r"parameters the model does not have: \['nope.weight'\]"):
         compute_weight_norms(params, {"x": [("nope.weight", ())]})
 
 
@@ -80,14 +81,14 @@ def test_distance_and_cosine_to_a_reference(small_trained_like_model):
 
 
 def test_reference_problems_are_named(small_trained_like_model, tmp_path):
-    with pytest.raises(ValueError, match="reference checkpoint .*missing.safetensors' does not exist"):
+    with pytest.raises(UserError, match="reference checkpoint .*missing.safetensors' does not exist"):
         weight_norms(small_trained_like_model, reference=tmp_path / "missing.safetensors")
-    with pytest.raises(ValueError, match="reference must be a model or a checkpoint path, got int"):
+    with pytest.raises(UserError, match="reference must be a model or a checkpoint path, got int"):
         weight_norms(small_trained_like_model, reference=3)
     params = dict(small_trained_like_model.named_parameters())
     name = next(iter(params))
     bad = {**params, name: torch.zeros(3)}
-    with pytest.raises(ValueError, match=rf"differ in shape .*{name}"):
+    with pytest.raises(UserError, match=rf"differ in shape .*{name}"):
         compute_weight_norms(params, parameter_groups(small_trained_like_model), bad)
 
 

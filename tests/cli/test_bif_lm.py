@@ -6,6 +6,7 @@ import torch
 
 from interp_toolkit.cli import main as cli_main
 from interp_toolkit.cli.bif_lm import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies.lm_testbed import TestbedConfig, pythia_schedule, train_testbed
 from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
@@ -16,7 +17,7 @@ def test_pythia_schedule():
     steps = pythia_schedule(143000, 1000)
     assert len(steps) == 154 and steps[:11] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512] and steps[11] == 1000
     assert pythia_schedule(10, 4) == [0, 1, 2, 4, 8, 10]
-    with pytest.raises(ValueError, match="linear_every"):
+    with pytest.raises(UserError, match="linear_every"):
         pythia_schedule(10, 0)
 
 

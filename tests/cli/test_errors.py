@@ -318,6 +318,43 @@ def test_a_bug_exits_1_with_a_log_of_the_traceback(monkeypatch, capsys):
     log.unlink()
 
 
+def test_a_library_value_error_is_a_bug_not_a_user_error(monkeypatch, capsys, tmp_path):
+    """A ValueError from inside the library (here a torch shape error in the model's forward,
+    reached through a real command) is a bug: exit 1 and a crash log, never 'error:' and 2.
+    A UserError from the same place is the user's: exit 2, one line."""
+    from interp_toolkit.errors import UserError
+
+    assert not issubclass(UserError, ValueError)
+    monkeypatch.setenv("INTERP_TOOLKIT_LOG_DIR", str(tmp_path / "logs"))
+    import interp_toolkit.cli.info as info_command
+
+    def shape_bug(args):
+        import torch
+
+        torch.zeros(2, 3) @ torch.zeros(2, 3)  # RuntimeError in torch: a bug too
+        return 0
+
+    def value_bug(args):
+        int("not a number")  # a ValueError the library did not mean for the user
+        return 0
+
+    for broken in (shape_bug, value_bug):
+        monkeypatch.setattr(info_command, "run_config", broken)
+        assert main(["info", "anything"]) == 1
+        err = capsys.readouterr().err
+        assert "error:" not in err and "internal error" in err, err
+        log = Path(err.rsplit("traceback in ", 1)[1].strip())
+        assert log.parent == tmp_path / "logs" and "Traceback" in log.read_text()
+
+    def refused(args):
+        raise UserError("--r must be in [0, 1], got 2.0")
+
+    monkeypatch.setattr(info_command, "run_config", refused)
+    assert main(["info", "anything"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: --r must be in [0, 1], got 2.0"
+
+
 def test_a_warning_is_one_line_without_a_source_path(monkeypatch, capsys):
     import warnings
 

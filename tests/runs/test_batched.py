@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from interp_toolkit import ModelConfig, TrainConfig, load_checkpoint, train
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.batched import StackedAdamW, train_batched
 from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
@@ -74,7 +75,7 @@ def test_batched_dir_is_cache_hit_for_train_and_rerun(tmp_path):
     cached = train(build_model(cfgs[1]), splits, train_cfg, dirs[1])
     assert cached.already_finished
     # a different run into the same directory is refused
-    with pytest.raises(ValueError, match="different run"):
+    with pytest.raises(UserError, match="different run"):
         train_batched(cfgs[:1], splits, TrainConfig(epochs=5, progress=False), dirs[:1])
 
 
@@ -127,7 +128,7 @@ def test_stacked_adamw_matches_torch_adamw():
 def test_batched_rejects_mixed_architectures(tmp_path):
     task, splits, cfgs, train_cfg = _setup()
     other = ModelConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=32, seed=3, **task.model_dims())
-    with pytest.raises(ValueError, match="n_layers"):
+    with pytest.raises(UserError, match="n_layers"):
         train_batched([cfgs[0], other], splits, train_cfg, [tmp_path / "a", tmp_path / "b"])
 
 

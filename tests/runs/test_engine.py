@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import interp_toolkit.runs.engine as engine
 from interp_toolkit import ModelConfig, TrainConfig, build_model, load_checkpoint, train
 from interp_toolkit.devices import resolve_device
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.batched import StackedModel, train_batched
 from interp_toolkit.runs.engine import (
     EngineFallbackWarning,
@@ -320,18 +321,18 @@ def test_bridge_options_the_engine_cannot_express_fall_back(monkeypatch):
 
 def test_bad_engine_device_and_position_are_refused(tmp_path, task_splits):
     task, splits = task_splits
-    with pytest.raises(ValueError, match="engine must be one of"):
+    with pytest.raises(UserError, match="engine must be one of"):
         TrainConfig(engine="turbo")
-    with pytest.raises(ValueError, match="device must be"):
+    with pytest.raises(UserError, match="device must be"):
         TrainConfig(device="tpu")
     if not torch.cuda.is_available():
         cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, **task.model_dims())
-        with pytest.raises(ValueError, match="CUDA is not available"):
+        with pytest.raises(UserError, match="CUDA is not available"):
             train(build_model(cfg), splits, TrainConfig(device="cuda", progress=False), tmp_path / "r")
         assert not (tmp_path / "r").exists()
         assert resolve_device("auto") == torch.device("cpu")
     forward = ReadoutForward(_model(1, 1, "LN", "relu"), 20)
-    with pytest.raises(ValueError, match="readout position 20"):
+    with pytest.raises(UserError, match="readout position 20"):
         forward(_inputs()[0])
 
 
@@ -354,6 +355,6 @@ def test_train_restores_the_callers_thread_count(tmp_path, task_splits, monkeypa
         assert torch.get_num_threads() == 3
         with torch_threads(None):
             assert torch.get_num_threads() == 3
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(UserError, match="positive integer"):
         with torch_threads(0):
             pass

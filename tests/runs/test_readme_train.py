@@ -8,6 +8,7 @@ import json
 import pytest
 
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 
 
 def readme_run(run_dir, epochs: int = 4):
@@ -115,8 +116,8 @@ def test_train_refuses_a_model_config_that_does_not_describe_the_model(tmp_path)
     model_cfg = ModelConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, **task.model_dims())
     model = TransformerBridge.boot_native(bridge_config(model_cfg))
     wider = ModelConfig(n_layers=1, n_heads=2, d_model=32, d_mlp=32, **task.model_dims())
-    with pytest.raises(ValueError, match="does not describe the model"):
+    with pytest.raises(UserError, match="does not describe the model"):
         train(model, splits, TrainConfig(epochs=1), run_dir=tmp_path / "r", model_config=wider)
-    with pytest.raises(ValueError, match="has no interp_toolkit ModelConfig"):
+    with pytest.raises(UserError, match="has no interp_toolkit ModelConfig"):
         train(torch.nn.Linear(2, 2), splits, TrainConfig(epochs=1), run_dir=tmp_path / "s")
     assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()

@@ -23,6 +23,7 @@ import torch
 
 from interp_toolkit.checkpoint import load_checkpoint
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import read_jsonl
 from interp_toolkit.runs.lock import DirectoryLock, DirectoryLockedError
 from interp_toolkit.runs.resume import RESUME_NAME, ResumeStateError, load_resume_state
@@ -333,7 +334,7 @@ def test_fingerprints_refuse_data_without_a_readout_token():
     assert fingerprints(model, splits, n=16).rows  # with the readout token: fine
     values_only = type(splits["train"])(splits["train"].values, splits["train"].values, splits["train"].labels,
                                         splits["train"].shortcut, splits["train"].agrees, splits["train"].r)
-    with pytest.raises(ValueError, match="no readout token"):
+    with pytest.raises(UserError, match="no readout token"):
         fingerprints(model, {"train": values_only}, n=16)
 
 

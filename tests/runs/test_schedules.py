@@ -12,6 +12,7 @@ import torch
 
 import interp_toolkit.runs.trainer as training
 from interp_toolkit import TrainConfig, build_model, train
+from interp_toolkit.errors import UserError
 from interp_toolkit.tasks.mpsp import make_splits
 
 
@@ -46,9 +47,9 @@ def test_linear_and_constant_by_hand():
     ("grad_clip", 0.0, "grad_clip"), ("grad_clip", float("inf"), "grad_clip"),
 ])
 def test_bad_values_are_refused_by_name(field, value, named):
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(UserError, match=named):
         TrainConfig(**{field: value})
-    with pytest.raises(ValueError, match="floor of a decaying schedule"):
+    with pytest.raises(UserError, match="floor of a decaying schedule"):
         TrainConfig(min_lr_ratio=0.1)  # a floor without a decay says nothing
 
 
@@ -120,7 +121,7 @@ def test_a_schedule_cannot_be_extended_and_sweeps_refuse_it(tmp_path, splits, sm
     longer = TrainConfig(epochs=8, eval_every=2, lr_schedule="cosine", progress=False)
     with pytest.raises(ExtensionError, match="lr_schedule 'cosine'"):
         train(build_model(small_model_cfg), splits, longer, tmp_path / "long", extend_from=tmp_path / "short")
-    with pytest.raises(ValueError, match="train.warmup_steps"):
+    with pytest.raises(UserError, match="train.warmup_steps"):
         SweepConfig(train={"warmup_steps": 10})
-    with pytest.raises(ValueError, match="train.grad_clip"):
+    with pytest.raises(UserError, match="train.grad_clip"):
         SweepConfig(grid={"train.grad_clip": [None, 1.0]})

@@ -17,6 +17,7 @@ import interp_toolkit.runs.engine as engine
 from interp_toolkit import ModelConfig, build_model
 from interp_toolkit.analyses.bif import SamplerConfig, bif
 from interp_toolkit.analyses.bif.lm import next_token_losses
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.engine import SequenceForward, sequence_forward
 
 GRID = list(itertools.product((1, 2), (1, 2), ("LN", None), ("relu", "gelu"), (False, True)))
@@ -68,7 +69,7 @@ def test_sequence_logits_and_gradients_equal_the_bridge(n_layers, n_heads, norm,
 
 
 def test_longer_input_than_the_context_is_refused():
-    with pytest.raises(ValueError, match="exceeds the model's n_ctx=9"):
+    with pytest.raises(UserError, match="exceeds the model's n_ctx=9"):
         SequenceForward(_model())(_tokens(length=N_CTX + 1))
 
 

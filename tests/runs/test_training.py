@@ -5,6 +5,7 @@ import torch
 
 import interp_toolkit.runs.trainer as training
 from interp_toolkit import TrainConfig, build_model, list_checkpoints, load_checkpoint, train
+from interp_toolkit.errors import UserError
 from interp_toolkit.tasks.mpsp import make_splits
 
 
@@ -98,21 +99,21 @@ def test_finished_run_is_not_retrained(tmp_path, splits, small_model_cfg, monkey
 
 def test_different_run_in_same_directory_is_refused(tmp_path, splits, small_model_cfg):
     train(build_model(small_model_cfg), splits, TrainConfig(epochs=2, progress=False), tmp_path)
-    with pytest.raises(ValueError, match="holds a different run"):
+    with pytest.raises(UserError, match="holds a different run"):
         train(build_model(small_model_cfg), splits, TrainConfig(epochs=3, progress=False), tmp_path)
 
 
 def test_bad_inputs_fail_before_work(tmp_path, splits, small_model_cfg):
     model = build_model(small_model_cfg)
-    with pytest.raises(ValueError, match="no 'train' split"):
+    with pytest.raises(UserError, match="no 'train' split"):
         train(model, {"val": splits["val"]}, TrainConfig(progress=False), tmp_path / "a")
-    with pytest.raises(ValueError, match="epochs"):
+    with pytest.raises(UserError, match="epochs"):
         TrainConfig(epochs=0)
-    with pytest.raises(ValueError, match="lr"):
+    with pytest.raises(UserError, match="lr"):
         TrainConfig(lr=-1.0)
-    with pytest.raises(ValueError, match="betas"):
+    with pytest.raises(UserError, match="betas"):
         TrainConfig(betas=(0.9, 1.5))
-    with pytest.raises(ValueError, match="unknown TrainConfig keys"):
+    with pytest.raises(UserError, match="unknown TrainConfig keys"):
         TrainConfig.from_dict({"epochz": 3})
     assert not (tmp_path / "a").exists()
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.studies.cells import (
     CELL_FIELDS,
@@ -111,7 +112,7 @@ def test_cell_specs_accept_section_fields_typed():
     assert parse_cell_spec("L=2,train.seed=3") == {"n_layers": 2, "train.seed": 3}
     assert parse_cell_spec("model.act_fn=gelu,train.batch_size=full") == {"model.act_fn": "gelu",
                                                                           "train.batch_size": None}
-    with pytest.raises(ValueError, match="SECTION.FIELD"):
+    with pytest.raises(UserError, match="SECTION.FIELD"):
         parse_cell_spec("optimizer.lr=0.1")
 
 

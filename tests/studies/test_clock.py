@@ -7,6 +7,7 @@ import csv
 import pytest
 
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.plotting import drawn_series
 from interp_toolkit.studies.clock import clock_table, setting_fields
 from interp_toolkit.studies.report_plots import plot_rate_vs_clock
@@ -68,9 +69,9 @@ def test_settings_split_on_what_the_run_is_and_label_what_varies():
 
 def test_runs_without_a_clock_or_an_evaluation_are_left_out_and_bad_epochs_are_named():
     assert clock_table([_run("a", 150, 0), _run("a", 150, 150, lr=None), _run("a", 150, None)]) == []
-    with pytest.raises(ValueError, match=r"left_epoch 160 is after its final_epoch 150"):
+    with pytest.raises(UserError, match=r"left_epoch 160 is after its final_epoch 150"):
         clock_table([_run("a", 150, 150, gen=70, left=160)])
-    with pytest.raises(ValueError, match="at least one clock-table row"):
+    with pytest.raises(UserError, match="at least one clock-table row"):
         plot_rate_vs_clock([])
 
 

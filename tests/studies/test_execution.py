@@ -27,7 +27,7 @@ from tests.helpers import KillWorkerOnce
 
 def test_gpu_slots_deal_the_gpus_in_turn_and_cuda_n_pins_one(monkeypatch):
     assert deal_gpu_slots(["0", "1"], 2) == ["0", "1", "0", "1"]
-    with pytest.raises(ValueError, match="jobs_per_gpu >= 1"):
+    with pytest.raises(UserError, match="jobs_per_gpu >= 1"):
         deal_gpu_slots(["0"], 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)

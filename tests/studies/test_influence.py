@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import ModelConfig
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.mpsp import train_mpsp
@@ -108,7 +109,7 @@ def test_onset_examples_find_a_planted_feature_and_not_a_random_one():
     noise = onset_examples(values, anti, torch.rand(400, generator=gen), k=k, permutations=2000)
     assert noise["features"]["position_of_max"]["p_tv"] > 0.01
     assert all(i in torch.nonzero(anti).flatten().tolist() for i in found["top_index"])
-    with pytest.raises(ValueError, match="k must be in"):
+    with pytest.raises(UserError, match="k must be in"):
         onset_examples(values, anti, planted, k=0)
 
 

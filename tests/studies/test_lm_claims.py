@@ -95,7 +95,7 @@ def test_claims_csv_errors(tmp_path):
     path.write_text(path.read_text().replace("0.03", "zero", 1))
     with pytest.raises(UserError, match="line 2"):
         read_claims_csv(path)
-    with pytest.raises(ValueError, match="no rows of series 'x->y'"):
+    with pytest.raises(UserError, match="no rows of series 'x->y'"):
         claim_figure_data(_rows(), "x->y")
 
 

@@ -1,5 +1,7 @@
 import pytest
 
+from interp_toolkit.errors import UserError
+
 
 def test_induction_phases_and_testbed_plot():
     from matplotlib.figure import Figure
@@ -11,7 +13,7 @@ def test_induction_phases_and_testbed_plot():
     phases = induction_phases(steps, scores)
     assert phases["formation_step"] == 300 and phases["max_slope"] == pytest.approx(0.35 / 100)
     assert (phases["start"], phases["end"]) == (300, 400)  # 10% of the 0.78 rise reached at 300, 90% at 400
-    with pytest.raises(ValueError, match="increasing"):
+    with pytest.raises(UserError, match="increasing"):
         induction_phases([0, 0], [0.1, 0.2])
     rows = [{"step": s, "induction_score": v, "reduction": "class:all", "train_group": c, "query_group": "all",
              "bif": str(0.01 * i * v), "stderr": "0.001"} for s, v in zip(steps, scores)

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from interp_toolkit import ModelConfig, TrainConfig, build_model, train
 from interp_toolkit.analyses._common import Table
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.studies.mechanism import (
     ALL,
@@ -163,7 +164,7 @@ def test_plot_draws_into_given_axes_and_refuses_a_wrong_number(mech):
     host = Figure()
     axes = host.subplots(7, 1)
     assert plot_mechanism(result, ax=list(axes)) is host
-    with pytest.raises(ValueError, match="draws 7 panels"):
+    with pytest.raises(UserError, match="draws 7 panels"):
         plot_mechanism(result, ax=list(axes)[:5])
 
 
@@ -198,14 +199,14 @@ def test_write_puts_table_and_summary_beside_the_figure(mech, tmp_path):
 
     assert lines(plot_mechanism(back)) == lines(plot_mechanism(result))  # CSV floats round-trip exactly
     (tmp_path / "fig.json").unlink()
-    with pytest.raises(ValueError, match="fig.json does not exist"):
+    with pytest.raises(UserError, match="fig.json does not exist"):
         read_mechanism(tmp_path / "fig.csv")
 
 
 def test_config_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="grad_n must be a positive integer, got 0"):
+    with pytest.raises(UserError, match="grad_n must be a positive integer, got 0"):
         MechanismConfig(grad_n=0)
-    with pytest.raises(ValueError, match="ablation_method"):
+    with pytest.raises(UserError, match="ablation_method"):
         MechanismConfig(ablation_method="median")
 
 
@@ -220,7 +221,7 @@ def test_mod3_run_reads_its_modulus_from_the_run_record(tmp_path):
 
 def test_run_without_anti_shortcut_examples_is_refused_before_any_work(tmp_path):
     run_dir = _train(tmp_path, 1, r=1.0, epochs=2)
-    with pytest.raises(ValueError, match=r"r = 1.0.*all shortcut-consistent"):
+    with pytest.raises(UserError, match=r"r = 1.0.*all shortcut-consistent"):
         mechanism_over_checkpoints(run_dir, SMALL)
     assert not (run_dir / "analyses").exists()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from scipy.stats import binomtest, fisher_exact
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json
 from interp_toolkit.studies.outcomes import (
     OutcomeThresholds,
@@ -116,15 +117,15 @@ def test_stuck_run():
 
 
 def test_outcome_validates():
-    with pytest.raises(ValueError, match="threshold"):
+    with pytest.raises(UserError, match="threshold"):
         compute_outcome(_curve([(1.0, 1.0)]), r=0.9, thresholds=OutcomeThresholds(threshold=1.5))
-    with pytest.raises(ValueError, match="transient_min_span"):
+    with pytest.raises(UserError, match="transient_min_span"):
         OutcomeThresholds(transient_min_span=0)
-    with pytest.raises(ValueError, match="adv_acc"):
+    with pytest.raises(UserError, match="adv_acc"):
         compute_outcome([{"epoch": 0, "val_acc": 1.0}], r=0.9)
-    with pytest.raises(ValueError, match="modulus"):
+    with pytest.raises(UserError, match="modulus"):
         compute_outcome(_curve([(1.0, 1.0)]), r=0.9, modulus=1)
-    with pytest.raises(ValueError, match="r must be"):
+    with pytest.raises(UserError, match="r must be"):
         compute_outcome(_curve([(1.0, 1.0)]), r=1.5)
 
 
@@ -307,7 +308,7 @@ def test_report_uses_study_outcome_thresholds(tmp_path):
 
 
 def test_report_rejects_non_study(tmp_path):
-    with pytest.raises(ValueError, match="not a study directory"):
+    with pytest.raises(UserError, match="not a study directory"):
         write_report(tmp_path)
 
 
@@ -351,7 +352,7 @@ def test_rates_count_finished_runs_only(tmp_path, capsys):
 def test_compare_names_cells_still_training(tmp_path):
     _make_run(tmp_path, "f0", 0.9, 1, 0, _curve([(1.0, 0.0), (1.0, 1.0)]))
     _make_run(tmp_path, "u1", 0.5, 1, 1, _curve([(1.0, 0.0), (1.0, 0.0)]), status="running")
-    with pytest.raises(ValueError, match=r"matches no cell.*runs still training: 1;"):
+    with pytest.raises(UserError, match=r"matches no cell.*runs still training: 1;"):
         write_report(tmp_path, print_table=False, compare=[("r=0.9", "r=0.5")])
 
 
@@ -408,9 +409,9 @@ def test_paper_headline_rates_are_the_papers_percentages():
 def test_reference_rate_validates():
     from interp_toolkit.studies.tables import ReferenceRate
 
-    with pytest.raises(ValueError, match=r"\[0, 30\]"):
+    with pytest.raises(UserError, match=r"\[0, 30\]"):
         ReferenceRate("max_parity_sum_parity", 2, 0.9, 31, 30, "a typo")
-    with pytest.raises(ValueError, match="r must be in"):
+    with pytest.raises(UserError, match="r must be in"):
         ReferenceRate("max_parity_sum_parity", 2, 90, 23, 30, "a percentage")
 
 

@@ -111,19 +111,19 @@ def test_find_cell_regime_keys_and_ambiguity(tmp_path):
     assert find_cell(table, "r=0.9, seq_len=8, batch_size=full")["n_generalized"] == 0
     assert find_cell(table, "r=0.9,early_stop=true")["batch_size"] == 256
     assert find_cell(table, "L=1,r=0.5")["seq_len"] == 8
-    with pytest.raises(ValueError, match="ambiguous") as err:
+    with pytest.raises(UserError, match="ambiguous") as err:
         find_cell(table, "L=1,r=0.9")
     message = str(err.value)
     assert "'L=1,r=0.9'" in message and "matches 3 cells" in message
     assert "seq_len (5, 8)" in message and "batch_size (256, full)" in message
     assert "seq_len=5" in message and "seq_len=8" in message  # the matching cells are named
-    with pytest.raises(ValueError, match="matches no cell"):
+    with pytest.raises(UserError, match="matches no cell"):
         find_cell(table, "L=1,r=0.9,seq_len=10")
-    with pytest.raises(ValueError, match="not an integer"):
+    with pytest.raises(UserError, match="not an integer"):
         find_cell(table, "seq_len=eight")
-    with pytest.raises(ValueError, match="not a boolean"):
+    with pytest.raises(UserError, match="not a boolean"):
         find_cell(table, "early_stop=maybe")
-    with pytest.raises(ValueError, match="KEY=VALUE"):
+    with pytest.raises(UserError, match="KEY=VALUE"):
         find_cell(table, "length=8")
 
 
@@ -256,7 +256,7 @@ def test_rate_figure_draws_markers_never_lines_between_r(x_axis):
 def test_rate_figure_categorical_without_chance_in_data_has_no_chance_line():
     fig = plot_rate_vs_r(_table_rows({(1, 5, 0.7): (1, 4), (1, 5, 0.9): (0, 4)}), x_axis="categorical")
     assert not [line for line in fig.axes[0].lines if line.get_linestyle() == "--"]
-    with pytest.raises(ValueError, match="'log'"):
+    with pytest.raises(UserError, match="'log'"):
         plot_rate_vs_r(_table_rows({(1, 5, 0.9): (0, 4)}), x_axis="log")
 
 
@@ -349,5 +349,5 @@ def test_calibration_and_final_studies_stay_apart_at_equal_settings(tmp_path):
     # a comparison names a study's cell by the study's name
     assert find_cell(report["table"], "study=final,r=0.9")["n_seeds"] == 3
     assert find_cell(report["table"], "study=calibration")["n_seeds"] == 2
-    with pytest.raises(ValueError, match="ambiguous.*study"):
+    with pytest.raises(UserError, match="ambiguous.*study"):
         find_cell(report["table"], "r=0.9")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies import resources
 from interp_toolkit.studies.resources import (
     HEADLINE_SLICE,
@@ -57,7 +58,7 @@ def test_jobs_per_gpu_fill_a_step_of_about_a_teraflop():
     assert jobs_per_gpu(one_layer, 30) == math.ceil(resources.GPU_SATURATING_STEP_FLOP / step) > 1
     assert jobs_per_gpu(preset("smoke"), 2) == resources.GPU_MAX_JOBS_PER_DEVICE
     assert jobs_per_gpu(one_layer, 30, override=2) == 2
-    with pytest.raises(ValueError, match="jobs_per_gpu must be a positive integer or None, got 0"):
+    with pytest.raises(UserError, match="jobs_per_gpu must be a positive integer or None, got 0"):
         jobs_per_gpu(one_layer, 30, override=0)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, fisher_exact, permutation_test, ttest_ind
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies.statistics import (
     EXACT_PERMUTATIONS,
     fisher_exact_p,
@@ -52,7 +53,7 @@ def test_holm_adjusted_p_values_reject_what_the_step_down_procedure_rejects(p_va
 
 @pytest.mark.parametrize("bad", [[0.1, 1.5], [-0.1], [True], ["0.1"]])
 def test_holm_adjust_names_a_bad_p_value(bad):
-    with pytest.raises(ValueError, match="p-value"):
+    with pytest.raises(UserError, match="p-value"):
         holm_adjust(bad)
 
 
@@ -73,9 +74,9 @@ def test_wilson_bounds_are_exact_at_zero_and_all():
 
 
 def test_wilson_validates():
-    with pytest.raises(ValueError, match="n >= 1"):
+    with pytest.raises(UserError, match="n >= 1"):
         wilson_interval(0, 0)
-    with pytest.raises(ValueError, match=r"\[0, 3\]"):
+    with pytest.raises(UserError, match=r"\[0, 3\]"):
         wilson_interval(4, 3)
 
 
@@ -152,9 +153,9 @@ def test_welch_interval_without_spread_is_the_difference():
 ])
 def test_welch_and_permutation_name_bad_samples(a, b, needle):
     for fn in (welch_interval, permutation_p):
-        with pytest.raises(ValueError, match=needle):
+        with pytest.raises(UserError, match=needle):
             fn(a, b)
-    with pytest.raises(ValueError, match="level must be in"):
+    with pytest.raises(UserError, match="level must be in"):
         welch_interval([1.0, 2.0], [1.0, 2.0], 1.0)
 
 
@@ -227,5 +228,5 @@ def test_combined_p_is_fishers_method_by_hand():
 def test_combined_p_names_bad_input(bad):
     from interp_toolkit.studies.statistics import combined_p
 
-    with pytest.raises(ValueError, match="p-value"):
+    with pytest.raises(UserError, match="p-value"):
         combined_p(bad)

@@ -91,7 +91,7 @@ def test_rerun_is_cache_hit(smoke_local):
 
 
 def test_other_sweep_in_same_study_dir_is_refused(smoke_local):
-    with pytest.raises(ValueError, match="different sweep .settings that differ: epochs, lr"):
+    with pytest.raises(UserError, match="different sweep .settings that differ: epochs, lr"):
         run_sweep(preset("smoke", epochs=10, lr=1e-3), smoke_local.study_dir, progress=False)
 
 
@@ -151,7 +151,7 @@ def test_progress_lines_for_background_logs():
     assert stream.getvalue().count("\n") == 1
     tracker.maybe_log(force=True)
     assert stream.getvalue().splitlines()[-1] == "sweep demo: runs 3/3 done, evaluations 12/12 (100%), 0:01:10 elapsed"
-    with pytest.raises(ValueError, match="log_every must be a positive number"):
+    with pytest.raises(UserError, match="log_every must be a positive number"):
         run_sweep(preset("smoke"), log_every=0)
 
 
@@ -219,7 +219,7 @@ def test_default_study_dir_continues_a_study_named_by_its_whole_grid(smoke_local
     other = Path("runs/sweeps") / f"smoke_{preset('smoke', seeds=[5]).key()}"
     other.mkdir(parents=True)
     (other / "study.json").write_text(json.dumps({"key": "x", "config": preset("smoke", seeds=[5]).to_dict()}))
-    with pytest.raises(ValueError, match="several study directories"):
+    with pytest.raises(UserError, match="several study directories"):
         default_study_dir(preset("smoke", seeds=[0, 1, 2]))
     assert default_study_dir(preset("smoke", seeds=[5])) == other  # the one holding this exact sweep
     # once the new default directory exists, it is the study
@@ -256,7 +256,7 @@ def test_dry_run_says_what_a_sweep_would_do(smoke_local, tmp_path, capsys):
             "0 to extend from shorter runs, 2 to start") in capsys.readouterr().out
     assert sorted(str(p) for p in study.rglob("*")) == listing  # a dry run touches nothing
     # a directory the sweep would be refused in is refused by the dry run too
-    with pytest.raises(ValueError, match="settings that differ: epochs"):
+    with pytest.raises(UserError, match="settings that differ: epochs"):
         plan_sweep(preset("smoke", epochs=3), study)
 
 

@@ -102,7 +102,7 @@ def test_sweep_flags_cover_every_section_field():
     ({"bogus": 1}, "bogus"),
 ])
 def test_sweep_config_validation(bad, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(UserError, match=match):
         SweepConfig.from_dict({**preset("smoke").flat_dict(), **bad})
 
 
@@ -231,9 +231,9 @@ def test_data_seeds_follow_the_model_seed_or_stay_fixed():
     assert [cell_configs(tied, tied.cells()[0], s)[0].seed for s in (3, 4)] == [3, 4]  # a dataset per seed
     assert "data_seeds" not in fixed.flat_dict() and tied.flat_dict()["data_seeds"] == "model"
     assert fixed.key() != tied.key() and fixed.study_key() != tied.study_key()
-    with pytest.raises(ValueError, match="data_seeds"):
+    with pytest.raises(UserError, match="data_seeds"):
         SweepConfig(data_seeds="fresh")
-    with pytest.raises(ValueError, match="task.seed"):
+    with pytest.raises(UserError, match="task.seed"):
         SweepConfig(data_seeds="model", grid={"task.seed": [0, 1]})
 
 

@@ -5,6 +5,7 @@ import types
 
 import pytest
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies.sweep import plan_jobs, run_sweep
 from interp_toolkit.studies.sweep_config import cell_configs, preset, run_dir_name
 
@@ -19,7 +20,7 @@ def test_device_is_validated_and_changes_neither_the_study_key_nor_run_directori
     bridge_cfg = type(train_cfg).from_dict({**train_cfg.to_dict(), "engine": "bridge", "device": "cpu"})
     assert run_dir_name(cell, 0, task_cfg, model_cfg, train_cfg, info) == \
         run_dir_name(cell, 0, task_cfg, model_cfg, bridge_cfg, info)
-    with pytest.raises(ValueError, match="device must be"):
+    with pytest.raises(UserError, match="device must be"):
         preset("smoke", device="gpu0")
 
 
@@ -86,7 +87,7 @@ def test_jobs_per_gpu_can_be_set_and_is_validated(tmp_path, monkeypatch):
         run_sweep(preset("smoke", device="cuda"), tmp_path / "study", backend="ray", progress=False,
                   jobs_per_gpu=4, retries=5)
     assert (asked["num_gpus"], asked["max_retries"]) == (0.25, 5)
-    with pytest.raises(ValueError, match="jobs_per_gpu must be a positive integer or None, got 0"):
+    with pytest.raises(UserError, match="jobs_per_gpu must be a positive integer or None, got 0"):
         run_sweep(preset("smoke"), tmp_path / "other", jobs_per_gpu=0)
-    with pytest.raises(ValueError, match="retries must be an integer >= 0, got -1"):
+    with pytest.raises(UserError, match="retries must be an integer >= 0, got -1"):
         run_sweep(preset("smoke"), tmp_path / "other", retries=-1)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies import claims_table
 from interp_toolkit.studies.verdicts import (
     MIN_SEEDS,
@@ -49,7 +50,7 @@ def test_power_is_exact_enumeration():
     assert detection_power(30, 30, 1 / 3, 0.0) > detection_power(16, 16, 1 / 3, 0.0) > detection_power(8, 8, 1 / 3, 0.0)
     n = seeds_for_power(1 / 3, 0.0)
     assert detection_power(n, n, 1 / 3, 0.0) >= POWER_MIN > detection_power(n - 1, n - 1, 1 / 3, 0.0)
-    with pytest.raises(ValueError, match="equal"):
+    with pytest.raises(UserError, match="equal"):
         detection_power(8, 8, 0.2, 0.2)
 
 
@@ -61,7 +62,7 @@ def test_cells_below_the_minimum_are_inconclusive_even_with_power():
 
 @pytest.mark.parametrize("bad", [(9, 8), (-1, 8), (1, 0), (1.5, 8)])
 def test_bad_cells_are_refused(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         rate_verdict(bad[0], bad[1], 0, 8, 0.3, 0.0)
 
 
@@ -78,14 +79,14 @@ def test_after_peak_rule():
     fall = after_peak([0, 100, 200, 300], [0.1, -0.9, 0.2, 0.1])
     assert fall["observable"] and fall["peak_step"] == 100 and fall["after_peak"] == 2
     assert after_peak([200, 0, 100], [0.9, 0.1, 0.5])["peak_step"] == 200  # steps in any order
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         after_peak([0, 1], [0.1])
 
 
 def test_observability_and_regime_names():
     assert not observed(0) and observed(1)
     assert in_regime("inconclusive", "R1") == "inconclusive in R1"
-    with pytest.raises(ValueError, match="unknown verdict"):
+    with pytest.raises(UserError, match="unknown verdict"):
         in_regime("maybe", "R1")
 
 

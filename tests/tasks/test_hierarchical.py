@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies.dln import (
     DeepLinearNetwork,
     DLNConfig,
@@ -57,9 +58,9 @@ def test_binary_tree_generator_and_noise():
     assert not torch.equal(noisy.targets, binary_tree_hierarchy(3, 1).targets)
     assert torch.equal(noisy.targets, binary_tree_hierarchy(3, 1, noise=0.1, seed=1).targets)
     assert svd_modes(noisy).levels[:2] == [0, 1]
-    with pytest.raises(ValueError, match="depth"):
+    with pytest.raises(UserError, match="depth"):
         binary_tree_hierarchy(depth=0)
-    with pytest.raises(ValueError, match="noise"):
+    with pytest.raises(UserError, match="noise"):
         binary_tree_hierarchy(noise=-1.0)
 
 
@@ -69,11 +70,11 @@ def test_dln_hooks_and_validation():
     assert set(cache.keys()) == {"hook_hidden", "hook_output"}
     assert cache["hook_hidden"].shape == (8, 5)
     assert torch.allclose(out, torch.eye(8) @ model.network_map().T)
-    with pytest.raises(ValueError, match="init_scale"):
+    with pytest.raises(UserError, match="init_scale"):
         DLNConfig(init_scale=0.0)
-    with pytest.raises(ValueError, match="aligned"):
+    with pytest.raises(UserError, match="aligned"):
         DeepLinearNetwork(DLNConfig(init="aligned"))
-    with pytest.raises(ValueError, match="lr"):
+    with pytest.raises(UserError, match="lr"):
         DLNTrainConfig(lr=-1.0)
 
 
@@ -137,7 +138,7 @@ def test_train_dln_checkpoints_cache_and_resume(tmp_path):
     assert resumed.resumed_from is not None and resumed.resumed_from <= 64
     assert torch.equal(resumed.model.W2.weight, run.model.W2.weight)
     assert resumed.losses == run.losses
-    with pytest.raises(ValueError, match="different run"):
+    with pytest.raises(UserError, match="different run"):
         train_dln(data.inputs, data.targets, DLNConfig(8, 16, 30, seed=3), tcfg, run_dir=tmp_path / "run")
 
 
@@ -189,7 +190,7 @@ def test_tree_from_dict_builds_expected_correlation_and_singular_values():
 def test_tree_from_dict_rejects_bad_trees(tree, message):
     from interp_toolkit.tasks.hierarchical import hierarchy_from_dict
 
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         hierarchy_from_dict(tree)
 
 

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.tasks.induction_corpus import (
     CLASS_NAMES,
     CorpusConfig,
@@ -41,9 +42,9 @@ def test_corpus_labels_are_consistent():
 
 
 def test_corpus_config_validation():
-    with pytest.raises(ValueError, match="seq_len"):
+    with pytest.raises(UserError, match="seq_len"):
         CorpusConfig(seq_len=10, chunk_max=10)
-    with pytest.raises(ValueError, match="p_open"):
+    with pytest.raises(UserError, match="p_open"):
         CorpusConfig(p_open=1.5)
 
 

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.tasks.mpsp import (
     TASKS,
     MPSPConfig,
@@ -76,37 +77,37 @@ def test_compute_features_first_shortcut():
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), "0.5", True])
 def test_bad_ratio_raises(bad):
-    with pytest.raises(ValueError, match="r must be"):
+    with pytest.raises(UserError, match="r must be"):
         make_split(MPSPConfig(), bad, 10, seed=0)
-    with pytest.raises(ValueError, match="r must be"):
+    with pytest.raises(UserError, match="r must be"):
         MPSPConfig(r=bad)
 
 
 @pytest.mark.parametrize("field,value", [("seq_len", 0), ("n_values", -1), ("n_train", 0), ("label", "sum_mod5"),
                                          ("shortcut", "last")])
 def test_bad_config_names_the_field(field, value):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(UserError, match=field):
         MPSPConfig(**{field: value})
 
 
 def test_bad_n_raises():
-    with pytest.raises(ValueError, match="n must be"):
+    with pytest.raises(UserError, match="n must be"):
         make_split(MPSPConfig(), 0.5, 0, seed=0)
 
 
 def test_infeasible_groups_raise():
     # One value: sum = shortcut = 0 always, so no example can disagree.
-    with pytest.raises(ValueError, match="n_values=1"):
+    with pytest.raises(UserError, match="n_values=1"):
         make_split(MPSPConfig(seq_len=4, n_values=1), 0.5, 10, seed=0)
     # A single element: sum == first == max, so r < 1 is impossible.
-    with pytest.raises(ValueError, match="seq_len=1"):
+    with pytest.raises(UserError, match="seq_len=1"):
         make_split(MPSPConfig(seq_len=1), 0.9, 10, seed=0)
     # ... but r = 1 works there.
     assert make_split(MPSPConfig(seq_len=1), 1.0, 10, seed=0).r == 1.0
 
 
 def test_unknown_task_name():
-    with pytest.raises(ValueError, match="unknown MPSP task"):
+    with pytest.raises(UserError, match="unknown MPSP task"):
         MPSPConfig.from_task("parity")
     assert MPSPConfig.from_task("first_mod3_sum_mod3").name == "first_mod3_sum_mod3"
 
@@ -148,13 +149,13 @@ def test_minimal_pairs_differ_in_one_token_keep_the_shortcut_and_move_the_label(
 def test_minimal_pairs_bad_input():
     cfg = MPSPConfig(seq_len=4, n_train=8, n_eval=8)
     split = make_split(cfg, 1.0, 16, seed=0)
-    with pytest.raises(ValueError, match="n=999"):
+    with pytest.raises(UserError, match="n=999"):
         minimal_pairs(split, n=999)
     bare = MPSPSplit(split.values, split.tokens, split.labels, split.shortcut, split.agrees, 1.0)
-    with pytest.raises(ValueError, match="records its task"):
+    with pytest.raises(UserError, match="records its task"):
         minimal_pairs(bare)
     zeros = MPSPConfig(seq_len=3, n_values=1, n_train=4, n_eval=4)
-    with pytest.raises(ValueError, match="no example"):
+    with pytest.raises(UserError, match="no example"):
         minimal_pairs(make_split(zeros, 1.0, 4, seed=0))
 
 
@@ -188,7 +189,7 @@ def test_example_features_of_every_task_variant(task_name):
 def test_example_features_refuse_values_of_another_length():
     from interp_toolkit.tasks.mpsp import example_features
 
-    with pytest.raises(ValueError, match=r"integer tensor \[n, 5\].*\(2, 4\)"):
+    with pytest.raises(UserError, match=r"integer tensor \[n, 5\].*\(2, 4\)"):
         example_features(torch.zeros(2, 4, dtype=torch.long), MPSPConfig(seq_len=5))
 
 
@@ -226,5 +227,5 @@ def test_extreme_train_leaves_eval_splits_and_default_key_alone():
 
 @pytest.mark.parametrize("value", [-1, 5000, True, 1.5])
 def test_extreme_train_out_of_range_is_refused_by_name(value):
-    with pytest.raises(ValueError, match="MPSPConfig.extreme_train"):
+    with pytest.raises(UserError, match="MPSPConfig.extreme_train"):
         _extreme_cfg(extreme_train=value)

@@ -21,6 +21,7 @@ from interp_toolkit.analyses.bif.adaptive import (
     until_converged,
 )
 from interp_toolkit.analyses.bif.config import SamplerDivergenceError
+from interp_toolkit.errors import UserError
 
 torch.set_num_threads(1)
 
@@ -100,7 +101,7 @@ def test_a_diverging_step_size_is_lowered_then_given_up():
 
 @pytest.mark.parametrize("bad", [0, -5, 1.5, True, "100"])
 def test_bad_budgets_are_refused(bad):
-    with pytest.raises(ValueError, match="max_steps"):
+    with pytest.raises(UserError, match="max_steps"):
         AdaptiveConfig(max_steps=bad)
 
 

@@ -21,6 +21,7 @@ from interp_toolkit.analyses.bif import (
     estimate_from_moments,
     sample_sgld,
 )
+from interp_toolkit.errors import UserError
 from tests.helpers import assert_fields_equal
 
 torch.set_num_threads(1)
@@ -181,16 +182,16 @@ def test_param_restriction_keeps_other_parameters_fixed():
      ("steps_between_draws", 0), ("batch_size", 0), ("n_beta", 0.0), ("divergence_factor", 1.0)],
 )
 def test_bad_settings_raise_clear_errors(field, value):
-    with pytest.raises(ValueError, match=f"SamplerConfig.{field}"):
+    with pytest.raises(UserError, match=f"SamplerConfig.{field}"):
         small_config(**{field: value})
 
 
 def test_bad_usage_raises_before_work():
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(UserError, match="batch_size"):
         sample_sgld(Quadratic(), X_TRAIN, quadratic_loss, small_config(batch_size=100))
-    with pytest.raises(ValueError, match="match no parameter"):
+    with pytest.raises(UserError, match="match no parameter"):
         sample_sgld(Quadratic(), X_TRAIN, quadratic_loss, small_config(param_patterns=("nope*",)))
-    with pytest.raises(ValueError, match="phases must have shape"):
+    with pytest.raises(UserError, match="phases must have shape"):
         compute_bif(Draws(torch.zeros(2, 5, 3), torch.zeros(2, 5, 1)), phases=torch.zeros(2, 4, dtype=torch.long))
 
 
@@ -222,7 +223,7 @@ def test_cache_hit_and_files(tmp_path):
 def test_config_round_trip_and_observables():
     config = small_config(param_patterns=("w",))
     assert SamplerConfig.from_dict(config.to_dict()) == config
-    with pytest.raises(ValueError, match="unknown SamplerConfig keys"):
+    with pytest.raises(UserError, match="unknown SamplerConfig keys"):
         SamplerConfig.from_dict({"epsilon": 1.0})
     result = bif(Quadratic(), X_TRAIN, None, quadratic_loss, config, observables={"w0": lambda m: m.w[:1]})
     assert result.bif.shape == (6, 1)
@@ -289,7 +290,7 @@ def test_per_chain_estimates_in_place_and_blocked_stderr_match_direct():
     torch.testing.assert_close(in_place.stderr, jackknife, rtol=1e-8, atol=1e-12)
     torch.testing.assert_close(in_place.bif, copied.bif, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(copied.stderr, in_place.stderr, rtol=1e-10, atol=1e-12)
-    with pytest.raises(ValueError, match="per_chain_out"):
+    with pytest.raises(UserError, match="per_chain_out"):
         estimate_from_moments({(c, 0): CoMoments.from_batch(a[c], b[c]) for c in range(chains)},
                               chains, False, False, per_chain_out=torch.zeros(2, n_a, n_b, dtype=torch.float64))
 

@@ -18,6 +18,7 @@ from interp_toolkit.analyses.bif.lm import (
     naive_token_bif,
     reduce_matrix,
 )
+from interp_toolkit.errors import UserError
 
 torch.set_num_threads(1)
 NAMES = ["random", "induction", "open", "close"]
@@ -153,16 +154,16 @@ def test_planted_model_gives_the_known_influences_with_their_signs():
 
 @pytest.mark.filterwarnings("ignore:LM BIF not converged")
 def test_claim_errors_name_the_problem():
-    with pytest.raises(ValueError, match="not a class pair"):
+    with pytest.raises(UserError, match="not a class pair"):
         parse_claim("induction")
-    with pytest.raises(ValueError, match="not a class pair"):
+    with pytest.raises(UserError, match="not a class pair"):
         parse_claim("a->b - c")
     posterior, train, query = _sets()
     config = LMBIFConfig(SamplerConfig(eps=0.05, gamma=2.0, n_beta=8.0, chains=2, draws=4, burn_in=1,
                                        progress=False), reductions=("class:all",))
     result = lm_bif(Planted(), posterior, train, query, config, loss_fn=planted_losses)
-    with pytest.raises(ValueError, match=r"no query tokens of class 'bracket'.*\['random', 'induction', 'open', 'close'\]"):
+    with pytest.raises(UserError, match=r"no query tokens of class 'bracket'.*\['random', 'induction', 'open', 'close'\]"):
         class_influence(result, "open->bracket")
     result.train_class_means = None
-    with pytest.raises(ValueError, match="recompute"):
+    with pytest.raises(UserError, match="recompute"):
         class_influence(result, "open->close")

@@ -19,6 +19,7 @@ from interp_toolkit.analyses.bif.diagnostics import (
     tracked_indices,
 )
 from interp_toolkit.analyses.bif.estimator import estimate_from_moments
+from interp_toolkit.errors import UserError
 from tests.analyses.bif.test_bif import X_QUERY, X_TRAIN, Quadratic, quadratic_loss
 
 torch.set_num_threads(1)
@@ -165,7 +166,7 @@ def test_calibration_recommends_a_converged_setting_at_the_base_posterior_and_re
 
     base = SamplerConfig(eps=1e-5, gamma=1.0, n_beta=20.0, chains=4, draws=400, burn_in=200,
                          steps_between_draws=8, seed=1, progress=False, param_patterns=("w",))
-    with pytest.raises(ValueError, match="eps must be a non-empty list"):
+    with pytest.raises(UserError, match="eps must be a non-empty list"):
         calibrate_sampler(Quadratic(), X_TRAIN, X_QUERY, quadratic_loss, base, eps=[0.0])
     # eps 1e-5 barely moves in 3,400 steps; 5e-3 mixes (as in the converged test above); 2.0 diverges
     calibration = calibrate_sampler(Quadratic(), X_TRAIN, X_QUERY, quadratic_loss, base, eps=[1e-5, 5e-3, 2.0],

@@ -17,6 +17,7 @@ from interp_toolkit.analyses.bif.validation import (
     retrain_leave_one_out_effects,
     spearman,
 )
+from interp_toolkit.errors import UserError
 from interp_toolkit.tasks.dln import (
     DeepLinearNetwork,
     DLNConfig,
@@ -74,7 +75,7 @@ def test_window_end_effect_equals_leave_one_out_from_window_start():
     assert local_continuation_effects(_model(start), X, Y, LR, 0).abs().max() == 0
     # Including an example lowers its own loss.
     assert (torch.diagonal(loo) < 0).all()
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(UserError, match="window"):
         causal_window_effects(_model(0), X, Y, LR, [(50, 20)], horizon=100)
 
 
@@ -131,5 +132,5 @@ def test_retraining_leave_one_out_equals_independent_retrain():
     # The causal window covering the whole run is the retraining leave-one-out.
     window = causal_window_effects(_model(0), X, Y, LR, [(0, 300)], horizon=300)
     assert torch.allclose(window.inclusion_effect[0], effects[0], atol=1e-9)
-    with pytest.raises(ValueError, match="steps"):
+    with pytest.raises(UserError, match="steps"):
         retrain_leave_one_out_effects(_model(0), X, Y, LR, [-1])

@@ -8,6 +8,7 @@ import torch
 
 from interp_toolkit.analyses.bif import SamplerConfig
 from interp_toolkit.analyses.bif.config import DEVINTERP_NAMES
+from interp_toolkit.errors import UserError
 from tests.analyses.bif.test_bif import _record_draws
 
 OWN = dict(eps=0.02, gamma=5.0, n_beta=10.0, chains=3, draws=40, burn_in=20, steps_between_draws=2, batch_size=4,
@@ -34,13 +35,13 @@ def test_every_devinterp_name_maps_to_a_field_and_others_keep_their_defaults():
 
 
 def test_unknown_and_conflicting_names_are_refused():
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['num_burnin'\]"):
+    with pytest.raises(UserError, match=r"unknown setting\(s\) \['num_burnin'\]"):
         SamplerConfig.from_devinterp(num_burnin=10)
-    with pytest.raises(ValueError, match="eps twice with different values: lr=0.1 and eps=0.2"):
+    with pytest.raises(UserError, match="eps twice with different values: lr=0.1 and eps=0.2"):
         SamplerConfig.from_devinterp(lr=0.1, eps=0.2)
-    with pytest.raises(ValueError, match="n_beta twice"):
+    with pytest.raises(UserError, match="n_beta twice"):
         SamplerConfig.from_devinterp(optimizer_kwargs={"nbeta": 3.0}, n_beta=4.0)
     # the same value under both names is one setting
     assert SamplerConfig.from_devinterp(num_chains=2, chains=2).chains == 2
-    with pytest.raises(ValueError, match="SamplerConfig.eps must be a finite number > 0"):
+    with pytest.raises(UserError, match="SamplerConfig.eps must be a finite number > 0"):
         SamplerConfig.from_devinterp(lr=-1.0)

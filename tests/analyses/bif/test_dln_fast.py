@@ -7,6 +7,7 @@ import torch
 
 from interp_toolkit.analyses.bif import SamplerConfig, sample_sgld
 from interp_toolkit.analyses.bif.dln_fast import batched_dln_sgld, dln_losses_and_gradients
+from interp_toolkit.errors import UserError
 from interp_toolkit.tasks.dln import (
     DeepLinearNetwork,
     DLNConfig,
@@ -81,7 +82,7 @@ def test_a_seed_per_network_gives_each_the_library_chains_of_its_seed():
         torch.testing.assert_close(fast["losses"][:, :, r], drawn, rtol=2e-4, atol=1e-6)
     # the default drives every network with one seed's noise; own seeds do not
     assert not torch.allclose(fast["losses"], shared["losses"])
-    with pytest.raises(ValueError, match="one sampler seed per network"):
+    with pytest.raises(UserError, match="one sampler seed per network"):
         batched_dln_sgld(W1, W2, X, Y, config, seeds=[1])
 
 
@@ -95,7 +96,7 @@ def test_an_observable_is_recorded_at_every_draw():
     maps = out["observables"].reshape(2, 6, 2, n_out, n_in)
     losses = 0.5 * (X @ maps.transpose(-1, -2) - Y).pow(2).sum(-1)
     torch.testing.assert_close(losses, out["losses"])
-    with pytest.raises(ValueError, match="observable must return"):
+    with pytest.raises(UserError, match="observable must return"):
         batched_dln_sgld(W1, W2, X, Y, config, observable=lambda a, b: a.sum())
 
 
@@ -121,5 +122,5 @@ def test_bad_input_is_named(change, needle):
         W1 = W1[0]
     if change.get("X") == "narrow":
         X = X[:, :-1]
-    with pytest.raises(ValueError, match=needle):
+    with pytest.raises(UserError, match=needle):
         batched_dln_sgld(W1, W2, X, Y, config, trace_every=change.get("trace_every", 10))

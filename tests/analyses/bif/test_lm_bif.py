@@ -11,6 +11,7 @@ from interp_toolkit.analyses.bif.lm import (
     reduce_matrix,
 )
 from interp_toolkit.analyses.induction import induction_scores
+from interp_toolkit.errors import UserError
 from interp_toolkit.sources import resolve_checkpoints
 from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
 from tests.helpers import assert_fields_equal
@@ -94,12 +95,12 @@ def test_query_none_records_train_once_and_is_symmetric(neox_ref):
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="'class:bogus'"):
+    with pytest.raises(UserError, match="'class:bogus'"):
         LMBIFConfig(reductions=("class:bogus",))
-    with pytest.raises(ValueError, match="seq_len - 1"):
+    with pytest.raises(UserError, match="seq_len - 1"):
         TokenSet(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long))
     posterior, train, query = _data()
-    with pytest.raises(ValueError, match="max_matrix_entries"):
+    with pytest.raises(UserError, match="max_matrix_entries"):
         lm_bif(torch.nn.Linear(1, 1), posterior, train, query,
                LMBIFConfig(reductions=("token:token",), max_matrix_entries=10))
 
@@ -121,7 +122,7 @@ def test_pearson_conventions_streamed_and_from_draws_agree(neox_ref):
             torch.testing.assert_close(result[name].bif, again[name].bif, rtol=1e-6, atol=1e-9)
             torch.testing.assert_close(result[name].per_chain, again[name].per_chain, rtol=1e-6, atol=1e-9)
         assert result.config["pearson_convention"] == convention
-    with pytest.raises(ValueError, match="pearson_convention"):
+    with pytest.raises(UserError, match="pearson_convention"):
         LMBIFConfig(pearson_convention="mean")
 
 
@@ -144,7 +145,7 @@ def test_jackknife_stderr_streamed_and_from_draws(neox_ref):
         per_chain = compute_lm_bif(a, b, train, query, (name,), stderr_method="per_chain")[name]
         torch.testing.assert_close(per_chain.stderr, per_chain.per_chain.std(0) / 3**0.5)
         torch.testing.assert_close(per_chain.bif, result[name].bif, rtol=1e-6, atol=1e-12)
-    with pytest.raises(ValueError, match="stderr_method"):
+    with pytest.raises(UserError, match="stderr_method"):
         LMBIFConfig(stderr_method="bootstrap")
 
 
