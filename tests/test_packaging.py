@@ -60,3 +60,22 @@ def test_version_is_written_only_in_pyproject():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert interp_toolkit.__version__ == declared
     assert f'"{declared}"' not in (ROOT / "interp_toolkit" / "__init__.py").read_text()
+
+
+def test_tests_never_import_example_scripts():
+    """Tests test the package; an example is a script that calls it and is run as a user runs
+    it (a subprocess), so that what a test checks lives in the package, importable by users."""
+    import re
+
+    loader = re.compile(r"spec_from_file_location|run_path|import_module\([^)]*examples")
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path == Path(__file__).resolve():
+            continue
+        text = path.read_text(encoding="utf-8")
+        for match in loader.finditer(text):
+            line = text[text.rfind("\n", 0, match.start()) + 1: text.find("\n", match.end())]
+            window = text[match.start(): match.start() + 200] + line
+            if "examples" in window or "EXAMPLE" in window:
+                offenders.append(f"{path.relative_to(ROOT)}: {line.strip()}")
+    assert not offenders, offenders

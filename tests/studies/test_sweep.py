@@ -155,23 +155,26 @@ def test_progress_lines_for_background_logs():
         run_sweep(preset("smoke"), log_every=0)
 
 
-def test_scripted_study_example(tmp_path, capsys):
-    """examples/scripted_study.py at a tiny size: plan, run, grow by a seed, report."""
-    import importlib.util
+def test_scripted_study_example(tmp_path):
+    """examples/scripted_study.py at a tiny size, run as a user runs it: plan, run, grow by a
+    seed, report."""
+    import csv
+    import subprocess
+    import sys
 
     path = Path(__file__).parents[2] / "examples" / "scripted_study.py"
-    spec = importlib.util.spec_from_file_location("scripted_study", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    table_md = module.main(["--out", str(tmp_path / "study"), "--epochs", "4", "--n-train", "64", "--seeds", "3"])
-    out = capsys.readouterr().out
+    proc = subprocess.run([sys.executable, str(path), "--out", str(tmp_path / "study"), "--epochs", "4",
+                           "--n-train", "64", "--seeds", "3"], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     assert "plan, 2 seeds per cell: 0 finished, 0 recorded, 0 to resume, 4 to start" in out
     assert "plan, 3 seeds per cell: 4 finished, 0 recorded, 0 to resume, 2 to start" in out
     # the grown sweep's new seed shares a job with finished ones: they still count as cached
     assert out.count("trained: 4 runs (0 cached)") == 1 and "trained: 2 runs (4 cached)" in out
-    import csv
-
-    with open(table_md.with_name("table.csv"), newline="") as f:
+    tables = list((tmp_path / "study").rglob("table.csv"))
+    assert len(tables) == 1, tables
+    with open(tables[0], newline="") as f:
         assert [row["n_seeds"] for row in csv.DictReader(f)] == ["3", "3"]  # both cells pool their 3 seeds
     assert "requested comparisons" in out
 

@@ -1,25 +1,20 @@
-"""The claims measurement script's checkpoint order and sampler settings."""
+"""interp_toolkit.studies.lm_claims_study (the claims study of examples/lm_bif_claims.py):
+checkpoint order, sampler settings, resumed rows, the report, and the command line's refusals."""
 
-import argparse
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from interp_toolkit.errors import UserError
+from interp_toolkit.studies import lm_claims_study as example
+from interp_toolkit.studies.lm_claims_study import ClaimsStudyConfig
 
-
-def _example():
-    spec = importlib.util.spec_from_file_location("lm_bif_claims", ROOT / "examples" / "lm_bif_claims.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_transition_checkpoints_come_first_then_the_coarse_grid():
-    example = _example()
     steps = [0, 1, 2, 4, 8, 16, *range(25, 1001, 25)]
     scores = {s: 0.03 if s < 400 else (0.5 if s == 400 else 0.8) for s in steps}
     refs = [SimpleNamespace(step=s) for s in steps]
@@ -32,8 +27,7 @@ def test_transition_checkpoints_come_first_then_the_coarse_grid():
 
 
 def test_sampler_settings_come_from_the_calibration_unless_given(tmp_path):
-    example = _example()
-    args = argparse.Namespace(out=tmp_path, eps=None, gamma=None, chains=8, draws=200, burn_in=200)
+    args = ClaimsStudyConfig(out=tmp_path, chains=8, draws=200, burn_in=200)
     assert (example.sampler_config(args).eps, example.sampler_config(args).gamma) == (1e-4, 100.0)
     (tmp_path / "calibration.json").write_text(json.dumps({"recommended_setting": {"eps": 3e-4, "gamma": 300.0}}))
     config = example.sampler_config(args)
@@ -45,17 +39,15 @@ def test_sampler_settings_come_from_the_calibration_unless_given(tmp_path):
 def test_report_merges_seeds_and_writes_verdicts(tmp_path, capsys):
     from interp_toolkit.studies.lm_claims import read_claims_csv, write_claims_csv
 
-    example = _example()
     for seed in (0, 1):
         rows = [{"step": step, "seed": seed, "series": "induction->induction", "source_class": "induction",
                  "target_class": "induction", "minus": None, "bif": bif, "stderr": 0.1, "rhat": 1.01, "ess": 300.0,
                  "induction_score": score}
                 for step, bif, score in ((0, -0.1, 0.03), (100, -2.0, 0.5), (200, -0.5, 0.8))]
         write_claims_csv(rows, tmp_path / "study" / f"seed{seed}" / "claims.csv")
-    args = argparse.Namespace(out=tmp_path / "study", docs=tmp_path / "docs")
-    example.report(args)
+    verdicts = example.report_claims(tmp_path / "study", tmp_path / "docs")
     assert len(read_claims_csv(tmp_path / "docs" / "claims.csv")) == 6
-    verdicts = json.loads((tmp_path / "docs" / "verdicts.json").read_text())
+    assert verdicts == json.loads((tmp_path / "docs" / "verdicts.json").read_text())
     assert [r["verdict"] for r in verdicts["induction->induction"]["rise_and_fall"]] == ["rise and fall"] * 2
     assert (tmp_path / "docs" / "claim_induction_to_induction.png").is_file()
     assert "induction->induction seed 1: rise and fall (peak -2.00e+00 at step 100" in capsys.readouterr().out
@@ -66,7 +58,6 @@ def test_a_run_on_some_steps_keeps_the_rows_of_the_same_settings(tmp_path):
     from interp_toolkit.analyses.bif.lm import LMBIFConfig
     from interp_toolkit.studies.lm_claims import write_claims_csv
 
-    example = _example()
     config = LMBIFConfig(SamplerConfig(eps=1e-3), reductions=("class:class", "class:all"))
     assert example.earlier_rows(tmp_path, config) == []  # nothing yet
     row = {"step": 375, "seed": 1, "series": "induction->induction", "source_class": "induction",
@@ -83,13 +74,9 @@ def test_a_run_on_some_steps_keeps_the_rows_of_the_same_settings(tmp_path):
 
 
 def test_steps_not_on_the_checkpoint_schedule_are_refused_before_any_work(tmp_path):
-    example = _example()
-    args = argparse.Namespace(out=tmp_path, eps=None, gamma=None, chains=8, draws=200, burn_in=200, steps=[375, 380],
-                              seeds=[0], coarse=100)
-    from interp_toolkit.errors import UserError
-
+    args = ClaimsStudyConfig(out=tmp_path, steps=[375, 380], seeds=[0])
     with pytest.raises(UserError, match=r"--steps \[380\]: the testbed has no checkpoint there"):
-        example.run(args)
+        example.run_claims(args)
     assert list(tmp_path.iterdir()) == []  # nothing trained, nothing written
 
 
@@ -115,3 +102,20 @@ def test_bad_arguments_exit_2_with_one_error_line_before_any_work(argv, needle, 
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["out"]  # nothing trained, nothing written
+
+
+@pytest.mark.parametrize("settings, needle", [
+    ({"chains": 1}, "ClaimsStudyConfig.chains must be an integer >= 2, got 1"),
+    ({"seeds": []}, "ClaimsStudyConfig.seeds must be a non-empty list"),
+    ({"eps": float("nan")}, "ClaimsStudyConfig.eps must be a positive finite number or None, got nan"),
+    ({"total_steps": 0}, "ClaimsStudyConfig.total_steps must be an integer >= 1, got 0"),
+])
+def test_the_study_config_refuses_bad_settings_by_name(settings, needle):
+    with pytest.raises(UserError, match=needle):
+        ClaimsStudyConfig(**settings)
+
+
+def test_a_longer_testbed_keeps_the_committed_schedule_and_adds_to_it():
+    short, long = example.testbed_config(0), example.testbed_config(0, 4000)
+    assert short.total_steps == 1000 and long.total_steps == 4000
+    assert set(short.checkpoint_steps) <= set(long.checkpoint_steps) and long.checkpoint_steps[-1] == 4000
