@@ -49,6 +49,7 @@ from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.runs.engine import (
     adamw_step,
     batched_train_threads,
+    clip_member_grads_,
     engine_spec,
     param_key_map,
     stacked_grads,
@@ -150,12 +151,13 @@ class StackedAdamW:
         self.exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
 
     @torch.no_grad()
-    def step(self, params: dict[str, Tensor], grads: Mapping[str, Tensor]) -> None:
-        """Update ``params`` in place from ``grads`` (same keys and shapes)."""
+    def step(self, params: dict[str, Tensor], grads: Mapping[str, Tensor], lr: float | None = None) -> None:
+        """Update ``params`` in place from ``grads`` (same keys and shapes), at ``lr`` (default
+        the constructor's: a schedule passes each step's rate, as ``train`` sets its optimizer's)."""
         self.step_count += 1
         names = list(params)
         adamw_step([params[k] for k in names], [grads[k] for k in names], [self.exp_avg[k] for k in names],
-                   [self.exp_avg_sq[k] for k in names], self.step_count, self.lr, self.betas,
+                   [self.exp_avg_sq[k] for k in names], self.step_count, self.lr if lr is None else lr, self.betas,
                    self.weight_decay, self.eps)
 
     def select(self, keep: Tensor) -> None:
@@ -393,13 +395,6 @@ def train_batched(
         raise UserError(f"train_batched chunk_size must be a positive integer or None, got {chunk_size!r}")
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"train_batched expects a TrainConfig, got {type(cfg).__name__}")
-    if cfg.schedules_lr or cfg.grad_clip is not None:
-        given = ", ".join(f"{k} {v!r}" for k, v in (("warmup_steps", cfg.warmup_steps),
-                                                    ("lr_schedule", cfg.lr_schedule),
-                                                    ("grad_clip", cfg.grad_clip))
-                          if v not in (0, "constant", None))
-        raise UserError(f"the batched trainer (sweeps) trains at a constant learning rate without clipping; got "
-                        f"{given}: train such runs one at a time with `interp-toolkit train` or train()")
     _check_same_architecture(model_cfgs)
     validate_splits(splits, cfg, model_cfgs[0])
     device = resolve_device(device if device is not None else (cfg.device or "cpu"))
@@ -589,15 +584,22 @@ def _train_group(
     started = time.perf_counter()
     bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train x{len(states)} {states[0].run_dir.name}",
                disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
+    # the learning rate is a function of the global step (as in train), so a resumed group
+    # follows the schedule exactly; clipping is per member, as train clips its one model
+    per_epoch = cfg.steps_per_epoch(len(labels))
+    total_steps = cfg.epochs * per_epoch
     for epoch in bar:
-        for idx in epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device):
+        for batch, idx in enumerate(epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device)):
             grads, losses = batched_readout_loss(stacked, tokens[idx], labels[idx], cfg.readout_position,
                                                  chunk_size)
             if not bool(torch.isfinite(losses).all()):
                 first = next(j for j, value in enumerate(losses.tolist()) if not math.isfinite(value))
                 raise diverged(f"training loss became {losses.tolist()} at epoch {epoch}", cfg.lr,
                                states[active[first]].run_dir)
-            optimizer.step(stacked.params, grads)
+            if cfg.grad_clip is not None:
+                clip_member_grads_(grads, cfg.grad_clip)
+            lr = cfg.lr_at((epoch - 1) * per_epoch + batch + 1, total_steps) if cfg.schedules_lr else None
+            optimizer.step(stacked.params, grads, lr=lr)
         if epoch not in eval_epochs:
             continue
         logged = log_evaluation(epoch)

@@ -818,8 +818,23 @@ def adamw_step(
     torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
 
 
+@torch.no_grad()
+def clip_member_grads_(grads: Mapping[str, Tensor], max_norm: float) -> Float[Tensor, " members"]:
+    """Clip each member's gradient to global norm ``max_norm``, in place, as
+    ``torch.nn.utils.clip_grad_norm_`` clips one model's: every tensor of member k is multiplied
+    by ``min(1, max_norm / (norm_k + 1e-6))``, with ``norm_k`` the 2-norm over all of member k's
+    tensors (each ``[K, ...]``). Returns the norms before clipping."""
+    tensors = list(grads.values())
+    norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in tensors])  # [tensors, K]
+    total = torch.linalg.vector_norm(norms, dim=0)
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for g in tensors:
+        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
+    return total
+
+
 __all__ = ["CPU_MEMBER_POSITIONS_PER_PASS", "ENGINES", "EngineFallbackWarning", "EngineSpec", "ReadoutForward",
-           "adamw_step", "bytes_per_member_example", "check_engine_name",
+           "adamw_step", "bytes_per_member_example", "check_engine_name", "clip_member_grads_",
            "default_engine_chunk", "engine_spec", "member_losses", "members_per_pass", "param_key_map",
            "readout_logits", "stacked_grads", "stacked_logits", "state_dict_names",
            "step_flops", "train_threads", "batched_train_threads", "warn_fallback_once"]

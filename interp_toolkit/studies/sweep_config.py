@@ -296,14 +296,6 @@ class SweepConfig(Config):
                                                                    and self.task.get("seed", 0) != 0)):
             raise UserError("SweepConfig.data_seeds 'model' ties each run's data seed to its model seed; "
                              "task.seed (or a grid over it) would be overridden: give one of them")
-        for name, default in (("warmup_steps", 0), ("lr_schedule", "constant"), ("grad_clip", None)):
-            values = [self.train.get(name, default), *grid.get(f"train.{name}", [])] if isinstance(self.train, dict) \
-                else []
-            if any(value != default for value in values):
-                raise UserError(f"SweepConfig train.{name}: sweeps train with the batched trainer, at a constant "
-                                 f"learning rate without clipping (got {name} "
-                                 f"{next(v for v in values if v != default)!r}); train such runs one at a time with "
-                                 "`interp-toolkit train`")
         if isinstance(self.seeds, int) and not isinstance(self.seeds, bool):
             if self.seeds < 1:
                 raise UserError(f"SweepConfig.seeds must be a positive count or a list of ints, got {self.seeds!r}")

@@ -1,6 +1,7 @@
 """Warmup, learning-rate schedules and gradient clipping (``TrainConfig``): values at chosen
 steps against hand computation, the optimizer really sees them, exact resume mid-schedule,
-run keys unchanged at the defaults, and the places that cannot take them refuse by name."""
+run keys unchanged at the defaults, the batched trainer (sweeps) matching ``train`` under them,
+and the places that cannot take them refuse by name."""
 
 from __future__ import annotations
 
@@ -112,16 +113,101 @@ def test_resume_mid_schedule_is_exact(tmp_path, splits, small_model_cfg, monkeyp
     assert resumed.metrics == reference.metrics
 
 
-def test_a_schedule_cannot_be_extended_and_sweeps_refuse_it(tmp_path, splits, small_model_cfg):
+def test_a_schedule_cannot_be_extended(tmp_path, splits, small_model_cfg):
     from interp_toolkit.runs.extend import ExtensionError
-    from interp_toolkit.studies.sweep_config import SweepConfig
 
     short = TrainConfig(epochs=4, eval_every=2, lr_schedule="cosine", progress=False)
     train(build_model(small_model_cfg), splits, short, tmp_path / "short")
     longer = TrainConfig(epochs=8, eval_every=2, lr_schedule="cosine", progress=False)
     with pytest.raises(ExtensionError, match="lr_schedule 'cosine'"):
         train(build_model(small_model_cfg), splits, longer, tmp_path / "long", extend_from=tmp_path / "short")
-    with pytest.raises(UserError, match="train.warmup_steps"):
-        SweepConfig(train={"warmup_steps": 10})
-    with pytest.raises(UserError, match="train.grad_clip"):
-        SweepConfig(grid={"train.grad_clip": [None, 1.0]})
+
+
+def test_member_clipping_is_torch_clipping_of_each_member():
+    from interp_toolkit.runs.engine import clip_member_grads_
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"a": (3, 4, 5), "b": (3, 7), "c": (3, 2, 2, 2)}
+    stacked = {name: torch.randn(shape, generator=gen) for name, shape in shapes.items()}
+    for name in shapes:
+        stacked[name][1] *= 1e-3  # member 1 is under the limit: left as it is
+    expected, expected_norms = [], []
+    for k in range(3):  # each member alone, through torch's own clipping
+        tensors = [stacked[name][k].clone().requires_grad_() for name in shapes]
+        for t in tensors:
+            t.grad = t.detach().clone()
+        expected_norms.append(float(torch.nn.utils.clip_grad_norm_(tensors, 2.0)))
+        expected.append([t.grad for t in tensors])
+    assert expected_norms[1] < 2.0 < min(expected_norms[0], expected_norms[2])
+    norms = clip_member_grads_(stacked, 2.0)
+    assert norms.tolist() == pytest.approx(expected_norms, rel=1e-6)
+    for k in range(3):
+        for name, grad in zip(shapes, expected[k], strict=True):
+            torch.testing.assert_close(stacked[name][k], grad, atol=1e-7, rtol=1e-6)
+    clipped = torch.linalg.vector_norm(torch.cat([stacked[name][0].flatten() for name in shapes]))
+    assert float(clipped) == pytest.approx(2.0, rel=1e-5)
+
+
+def test_sweeps_train_with_a_schedule_and_clipping_as_train_does(tmp_path, splits, small_model_cfg, monkeypatch):
+    """The batched trainer (sweeps) at warmup + cosine + clipping: every member follows train()
+    at the same settings, and a group killed mid-schedule resumes to the uninterrupted result."""
+    import dataclasses
+
+    from interp_toolkit.runs.batched import train_batched
+    from interp_toolkit.studies.sweep_config import SweepConfig
+
+    cfg = TrainConfig(epochs=8, eval_every=2, checkpoint_every=4, batch_size=64, warmup_steps=4,
+                      lr_schedule="cosine", min_lr_ratio=0.1, grad_clip=0.2, lr=3e-3, progress=False)
+    models = [dataclasses.replace(small_model_cfg, seed=seed) for seed in (0, 1)]
+    batched = train_batched(models, splits, cfg, [tmp_path / f"b{i}" for i in range(2)])
+    for i, model_cfg in enumerate(models):
+        alone = train(build_model(model_cfg), splits, cfg, tmp_path / f"s{i}")
+        for key, value in alone.final.items():
+            assert batched.finals[i][key] == pytest.approx(value, abs=2e-4), (i, key)
+        record = json.loads((tmp_path / f"b{i}" / "run.json").read_text())
+        assert record["key"] == json.loads((tmp_path / f"s{i}" / "run.json").read_text())["key"]
+    assert batched.finals[0] != batched.finals[1]  # the seeds differ, so the comparison means something
+
+    def crash_at_epoch_4(metrics):
+        if metrics["epoch"] == 4:  # past the warmup (4 steps), inside the decay
+            raise KeyboardInterrupt("simulated kill")
+        return False
+
+    cut = [tmp_path / f"cut{i}" for i in range(2)]
+    with pytest.raises(KeyboardInterrupt):
+        train_batched(models, splits, cfg, cut, stop_rule=crash_at_epoch_4)
+    resumed = train_batched(models, splits, cfg, cut)
+    assert resumed.resumed_from == [4, 4]
+    uninterrupted = [load(tmp_path / f"b{i}") for i in range(2)]
+    for i in range(2):
+        assert resumed.finals[i] == batched.finals[i]
+        state = load(cut[i])
+        assert all(torch.equal(state[k], uninterrupted[i][k]) for k in state)
+
+    # a sweep takes these settings (it was refused before the batched trainer had them)
+    sweep = SweepConfig(train={"warmup_steps": 10, "grad_clip": 1.0}, grid={"train.lr_schedule": ["constant", "cosine"]})
+    assert sweep.train["warmup_steps"] == 10
+
+
+def load(run_dir):
+    from interp_toolkit import load_checkpoint
+    from interp_toolkit.runs.trainer import list_checkpoints
+
+    return load_checkpoint(list_checkpoints(run_dir)[-1][1])[0].state_dict()
+
+
+def test_a_sweep_cell_trains_at_its_schedule(tmp_path):
+    """Through run_sweep: a grid over the schedule gives each run its own, recorded in its run."""
+    from interp_toolkit.studies.sweep import run_sweep
+    from interp_toolkit.studies.sweep_config import preset
+
+    cfg = preset("smoke", seeds=[0], ratios=[0.9], epochs=4, n_train=64, **{"train.warmup_steps": 2,
+                                                                          "train.grad_clip": 1.0},
+                 grid={"train.lr_schedule": ["constant", "cosine"]})
+    result = run_sweep(cfg, tmp_path / "study", workers=1, progress=False, report=False)
+    assert len(result.rows) == 2
+    records = [json.loads(p.read_text()) for p in sorted((tmp_path / "study").rglob("run.json"))]
+    schedules = sorted(r["train_config"].get("lr_schedule", "constant") for r in records)
+    assert schedules == ["constant", "cosine"]
+    assert all(r["train_config"]["warmup_steps"] == 2 and r["train_config"]["grad_clip"] == 1.0 for r in records)
+    assert all(r["status"] == "finished" for r in records)
