@@ -34,36 +34,21 @@ name resolves to the module or the function, ``ablation(model, splits)`` works.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+from interp_toolkit.lazy import lazy_exports
 
 #: Modules whose public names (``__all__``) the package exports, in lookup order (a name in
 #: two modules comes from the first: ``KINDS`` is ablation's).
 _MODULES = ("ablation", "patching", "fingerprints", "gradients", "weights", "near_misses", "over_checkpoints",
             "induction")
-_exports: dict[str, str] | None = None
 
 
 def _export_table() -> dict[str, str]:
-    global _exports
-    if _exports is None:
-        table: dict[str, str] = {}
-        for module in _MODULES:
-            for name in importlib.import_module(f"{__name__}.{module}").__all__:
-                table.setdefault(name, module)
-        _exports = table
-    return _exports
+    table: dict[str, str] = {}
+    for module in _MODULES:
+        for name in importlib.import_module(f"{__name__}.{module}").__all__:
+            table.setdefault(name, f".{module}")
+    return table
 
 
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    if name in _MODULES or name in ("bif",):
-        return importlib.import_module(f"{__name__}.{name}")
-    module = _export_table().get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODULES, "bif", *_export_table()})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _export_table, submodules=(*_MODULES, "bif"))

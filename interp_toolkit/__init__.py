@@ -11,10 +11,10 @@ toy), in the repository beside this package.
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _distribution_version
-from typing import Any
+
+from interp_toolkit.lazy import lazy_exports
 
 try:  # the version lives only in pyproject.toml; installed metadata carries it
     __version__ = _distribution_version("interp-toolkit")
@@ -39,17 +39,6 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'interp_toolkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

@@ -55,8 +55,7 @@ causal-window checks on the deep linear network).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from interp_toolkit.lazy import lazy_exports
 
 # public name -> submodule (imported on first access, so that the CLI can read
 # ``SamplerConfig`` without importing torch)
@@ -103,17 +102,6 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 __all__ = sorted(_EXPORTS)

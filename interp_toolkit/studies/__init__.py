@@ -14,8 +14,7 @@ on first use, so importing this package stays cheap).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from interp_toolkit.lazy import lazy_exports
 
 _EXPORTS = {
     "SweepConfig": "sweep_config", "PRESETS": "sweep_config", "preset": "sweep_config",
@@ -26,12 +25,6 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value  # later lookups (and pdoc, which reads __dict__) skip __getattr__
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {name: f".{module}" for name, module in _EXPORTS.items()})
 
 __all__ = sorted(_EXPORTS)

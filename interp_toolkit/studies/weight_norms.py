@@ -24,7 +24,6 @@ memorization for the rule. :func:`weight_norm_study` measures that with the tool
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,17 +35,18 @@ from interp_toolkit.errors import UserError
 from interp_toolkit.plotting import save_figure
 from interp_toolkit.runs.record import read_record, task_dict
 from interp_toolkit.runs.trainer import list_checkpoints
+from interp_toolkit.studies.study import has_outcome, read_outcome, runs_dir
 
 
 def finished_runs(study_dirs: list[Path]) -> list[tuple[Path, Path]]:
     """(study, run directory) of every run with an outcome record, in name order."""
     runs = []
     for study in study_dirs:
-        if not (study / "runs").is_dir():
-            raise UserError(f"{study} is not a sweep study directory (expected {study}/runs)")
-        runs += [(study, d) for d in sorted((study / "runs").iterdir()) if (d / "outcome.json").is_file()]
+        if not runs_dir(study).is_dir():
+            raise UserError(f"{study} is not a sweep study directory (expected {runs_dir(study)})")
+        runs += [(study, d) for d in sorted(runs_dir(study).iterdir()) if has_outcome(d)]
     if not runs:
-        raise UserError(f"no finished runs (with outcome.json) under {', '.join(map(str, study_dirs))}")
+        raise UserError(f"no finished runs (with an outcome record) under {', '.join(map(str, study_dirs))}")
     return runs
 
 
@@ -60,7 +60,7 @@ def measure(runs: list[tuple[Path, Path]], progress: bool = True) -> list[dict]:
         task, model, train = task_dict(record), record["identity"]["model"], record["identity"]["train"]
         if task is None:
             raise UserError(f"run {run_dir} records no task (run_info.task): not a run of a sweep study")
-        outcome = json.loads((run_dir / "outcome.json").read_text())
+        outcome = read_outcome(run_dir)
         init = dict(list_checkpoints(run_dir)).get(0)
         config = {"reference": str(init)} if init is not None else {}
         result = over_checkpoints("weight_norms", run_dir, config=config, plot=False, progress=False)
