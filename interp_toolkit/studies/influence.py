@@ -16,10 +16,14 @@ What it computes at each chosen checkpoint (:func:`checkpoint_influence`):
   have not learned the rule (adversarial accuracy below 0.5), ``anti_memorized`` (anti-shortcut
   training examples the checkpoint classifies correctly: fitted without the rule) and
   ``anti_not_memorized``;
-* the **within/between-phase decomposition** with the run's own phases: every SGLD draw is
-  labelled by the outcome code's phase-2 criterion (:mod:`interp_toolkit.studies.outcomes`):
-  phase 2 when its adversarial accuracy is ``rise`` (0.1) above the run's shortcut-phase low,
-  else the shortcut phase;
+* the **within/between-phase decomposition**: every SGLD draw is labelled by the solution it
+  sits in (``draw_phases="solution"``, the default; :func:`solution_label`): the rule when
+  its accuracy on both query sets reaches :data:`SOLUTION_LEVEL`, the shortcut when its
+  validation accuracy does and its adversarial accuracy is at most ``1 - SOLUTION_LEVEL``,
+  neither otherwise. ``draw_phases="onset"`` keeps the earlier labels: phase 2 when a draw's
+  adversarial accuracy is ``rise`` (0.1) above the run's shortcut-phase low (the outcome
+  code's onset criterion), which labels draws of a checkpoint on the shortcut as phase 2 by
+  noise alone where that low is near 0;
 * the **amplification**: the paper's minority / majority mean per-example gradient norm
   (:func:`~interp_toolkit.analyses.gradients.gradient_conflict` on the training split, all
   parameters), and the gradient cosine between the two groups.
@@ -48,7 +52,8 @@ from interp_toolkit.config import Config, required_positional
 from interp_toolkit.errors import UserError
 from interp_toolkit.runs.layout import ANALYSES
 
-__all__ = ["CSV_COLUMNS", "GROUP_ORDER", "InfluenceConfig", "InfluenceResult", "VERSION", "attribution_rows",
+__all__ = ["CSV_COLUMNS", "DRAW_PHASES", "GROUP_ORDER", "InfluenceConfig", "InfluenceResult", "SOLUTIONS",
+           "SOLUTION_LEVEL", "VERSION", "attribution_rows", "solution_label",
            "checkpoint_influence", "draw_phase_threshold", "example_features", "run_outcome", "training_groups",
            "influence_rows", "onset_examples", "plot_influence", "plot_influence_summary", "read_influence_csv",
            "run_influence", "training_phase"]
@@ -63,6 +68,12 @@ CSV_COLUMNS = ("epoch", "phase", "train_group", "query_set", "bif", "stderr", "w
 #: Below this adversarial accuracy a checkpoint has not learned the rule, so an anti-shortcut
 #: training example it classifies correctly is fitted without it (memorized).
 MEMORIZED_BELOW_ADV_ACC = 0.5
+#: A draw sits in a solution when its accuracy on the query set(s) that solution gets right
+#: reaches this (and, for the shortcut, its adversarial accuracy is at most 1 minus it).
+SOLUTION_LEVEL = 0.9
+#: The draw labels of ``draw_phases="solution"``, by label.
+SOLUTIONS = ("shortcut", "rule", "neither")
+DRAW_PHASES = ("solution", "onset")
 
 
 def _default_sampler() -> SamplerConfig:
@@ -87,6 +98,9 @@ class InfluenceConfig(Config):
         amplification_n: Training examples used for the gradient amplification (at most all).
         device: cpu, cuda, cuda:N or auto.
         format: Figure file format (png, svg or pdf).
+        draw_phases: How SGLD draws are labelled for the within/between-phase split: solution
+            (the solution each draw sits in, by its accuracy on both query sets) or onset (its
+            adversarial accuracy above the run's onset threshold, the earlier labels).
         sampler: SGLD settings (flags without prefix: --eps, --chains, ...); --chains >= 2
             (the standard errors are a leave-one-chain-out jackknife).
     """
@@ -100,6 +114,7 @@ class InfluenceConfig(Config):
     amplification_n: int = 4096
     device: str = "cpu"
     format: Literal["png", "svg", "pdf"] = "png"
+    draw_phases: Literal["solution", "onset"] = "solution"
     sampler: SamplerConfig = field(default_factory=_default_sampler)
 
     def __post_init__(self) -> None:
@@ -111,6 +126,7 @@ class InfluenceConfig(Config):
         self.check("epochs", all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in self.epochs),
                    "checkpoint epochs (integers >= 0)")
         self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
+        self.check("draw_phases", self.draw_phases in DRAW_PHASES, f"one of {', '.join(DRAW_PHASES)}")
         if isinstance(self.sampler.chains, int) and self.sampler.chains < 2:
             raise UserError(f"--chains {self.sampler.chains}: the influence study needs at least 2 chains (its "
                             "standard errors are a leave-one-chain-out jackknife)")
@@ -180,6 +196,21 @@ def draw_phase_threshold(outcome: Mapping[str, Any], metrics: Sequence[Mapping[s
     return low + rise
 
 
+def solution_label(adv_acc: float, val_acc: float, level: float = SOLUTION_LEVEL) -> int:
+    """Which solution a model (an SGLD draw) sits in, from its accuracy on the adversarial and
+    the validation query sets: 1 (the rule) when both reach ``level``; 0 (the shortcut) when
+    validation does and adversarial accuracy is at most ``1 - level``; 2 (neither: between the
+    two, or off both) otherwise. For runs at r > 1/m, where the shortcut is right on the
+    validation set and wrong on the adversarial one (:data:`SOLUTIONS` names the labels)."""
+    if not 0.5 < level <= 1:
+        raise UserError(f"solution level must be in (0.5, 1], got {level!r}")
+    if val_acc >= level and adv_acc >= level:
+        return 1
+    if val_acc >= level and adv_acc <= 1 - level:
+        return 0
+    return 2
+
+
 # --------------------------------------------------------------------------- one checkpoint
 
 
@@ -197,9 +228,10 @@ def _accuracy_fn(tokens: Any, labels: Any, batch_size: int) -> Any:
     return adversarial_accuracy
 
 
-def _mean_loss_fn(tokens: Any, labels: Any, batch_size: int, name: str, accuracy_out: list[float] | None = None) -> Any:
+def _mean_loss_fn(tokens: Any, labels: Any, batch_size: int, name: str,
+                  accuracy_out: dict[str, float] | None = None) -> Any:
     """``model -> [mean readout loss]`` of a query set; with ``accuracy_out``, the same pass's
-    accuracy is appended to it (the draw's phase reads it)."""
+    accuracy is stored there under ``name`` (the draw's phase reads it)."""
     import torch
     import torch.nn.functional as F
 
@@ -212,7 +244,7 @@ def _mean_loss_fn(tokens: Any, labels: Any, batch_size: int, name: str, accuracy
                 total += float(F.cross_entropy(logits, batch_labels, reduction="sum"))
                 correct += int((logits.argmax(-1) == batch_labels).sum())
         if accuracy_out is not None:
-            accuracy_out[:] = [correct / tokens.shape[0]]
+            accuracy_out[name] = correct / tokens.shape[0]
         return torch.tensor([total / tokens.shape[0]], dtype=torch.float64)
 
     mean_loss.__qualname__ = f"mean_query_loss({name})"
@@ -254,7 +286,8 @@ def training_groups(model: Any, split: Any, adv_acc: float, batch_size: int = 10
 
 def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: SamplerConfig, threshold: float,
                          n_query: int = 1024, n_consistent: int = 512, amplification_n: int = 4096,
-                         cache_dir: Path | None = None, device: str = "cpu") -> dict[str, Any]:
+                         cache_dir: Path | None = None, device: str = "cpu",
+                         draw_phases: str = "solution") -> dict[str, Any]:
     """BIF of the training examples on the query losses at one checkpoint, with group
     reductions, the phase decomposition and the gradient amplification.
 
@@ -262,14 +295,16 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
         model: The checkpoint's model (its weights are the localization centre).
         splits: The run's MPSP splits (``train``, ``val``, ``adv``).
         sampler: SGLD settings.
-        threshold: Adversarial accuracy above which a draw is labelled phase 2
-            (:func:`draw_phase_threshold`).
+        threshold: Adversarial accuracy above which a draw is labelled phase 2 with
+            ``draw_phases="onset"`` (:func:`draw_phase_threshold`).
         n_query: Examples of each query set.
         n_consistent: Shortcut-consistent training examples scored (every anti-shortcut one is;
             :func:`attribution_rows`).
         amplification_n: Training examples of the gradient amplification.
         cache_dir: Where :func:`bif` caches its result (per-example values); None: not kept.
         device: Where the data goes (the model's device).
+        draw_phases: ``"solution"`` (:func:`solution_label`: 0 shortcut, 1 rule, 2 neither) or
+            ``"onset"`` (1 above ``threshold``, else 0).
 
     Returns:
         A JSON-able record: ``groups`` (name -> {query set -> bif, stderr, within, between,
@@ -296,17 +331,20 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
         sampler = SamplerConfig.from_dict({**sampler.to_dict(), "batch_size": None})
     scored_data = (scored.tokens.to(device), scored.labels.to(device))
     attribution = group_loss_fn(per_example_losses(readout_example_loss, scored_data, batch), groups)
-    last_adv_accuracy: list[float] = []
-    observables = {f"{name}_loss": _mean_loss_fn(*queries[name], batch, name,
-                                                 last_adv_accuracy if name == "adv" else None)
-                   for name in QUERY_SETS}
+    if draw_phases not in DRAW_PHASES:
+        raise UserError(f"draw_phases must be one of {DRAW_PHASES}, got {draw_phases!r}")
+    last_accuracy: dict[str, float] = {}
+    observables = {f"{name}_loss": _mean_loss_fn(*queries[name], batch, name, last_accuracy) for name in QUERY_SETS}
 
     def draw_phase(model: Any) -> int:
-        # bif() records the observables of a draw, then asks its phase: the adversarial
-        # accuracy of that same forward pass (no second pass over the adv query set)
-        return int(last_adv_accuracy[-1] > threshold)
+        # bif() records the observables of a draw, then asks its phase: the accuracies of those
+        # same forward passes (no second pass over the query sets)
+        if draw_phases == "solution":
+            return solution_label(last_accuracy["adv"], last_accuracy["val"])
+        return int(last_accuracy["adv"] > threshold)
 
-    draw_phase.__qualname__ = f"adv_accuracy_above({threshold:.6f})"
+    draw_phase.__qualname__ = (f"solution_of_draw(level={SOLUTION_LEVEL})" if draw_phases == "solution"
+                               else f"adv_accuracy_above({threshold:.6f})")
     started = time.perf_counter()
     result = bif(model, train_data, None, readout_example_loss, sampler, attribution_fn=attribution,
                  observables=observables, phase_fn=draw_phase, cache_dir=cache_dir,
@@ -325,9 +363,10 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
                              within_stderr=float(phases.within_stderr[row, q]),
                              between_stderr=float(phases.between_stderr[row, q]))
             record_groups[name][query] = entry
-    phase2_share = 0.0
-    if phases is not None and 1 in phases.labels:
-        phase2_share = float(phases.weights[phases.labels.index(1)])
+    shares = {label: 0.0 for label in ((0, 1, 2) if draw_phases == "solution" else (0, 1))}
+    if phases is not None:
+        shares.update({int(label): float(weight) for label, weight in zip(phases.labels, phases.weights, strict=True)})
+    phase2_share = shares[1]
     started = time.perf_counter()
     conflict = gradient_conflict(model, splits, split="train", n=min(amplification_n, n_train))
     grad_seconds = time.perf_counter() - started
@@ -339,8 +378,11 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
         "per_example": {query: {"bif": result.bif[:n_train, q].tolist(), "stderr": result.stderr[:n_train, q].tolist()}
                         for q, query in enumerate(QUERY_SETS)},
         "posterior_mean_loss": {query: float(result.observable_mean[q]) for q, query in enumerate(QUERY_SETS)},
+        "draw_phases": draw_phases,
         "draw_phase_threshold": threshold,
         "phase2_draw_share": phase2_share,
+        "draw_label_shares": ({SOLUTIONS[label]: share for label, share in shares.items()} if draw_phases == "solution"
+                              else {"shortcut phase": shares[0], "phase 2": shares[1]}),
         "convergence": result.convergence.summary() if result.convergence is not None else None,
         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
         "amplification": {k: everything[k] for k in ("minority_amplification", "amplification", "conflict_cos",
@@ -506,7 +548,7 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     device = str(resolve_device(args.device or "cpu"))
     settings = {"sampler": {k: v for k, v in args.sampler.to_dict().items() if k != "progress"},
                 "n_query": args.n_query, "n_consistent": args.n_consistent, "amplification_n": args.amplification_n, "threshold": round(threshold, 9),
-                "version": VERSION}
+                "version": VERSION, **({"draw_phases": args.draw_phases} if args.draw_phases != "onset" else {})}
     rows: list[dict[str, Any]] = []
     records: dict[int, dict[str, Any]] = {}
     computed, hits = [], []
@@ -523,7 +565,8 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
         else:
             model, _ = load_checkpoint(path, device=device)
             record = checkpoint_influence(model, splits, args.sampler, threshold, args.n_query, args.n_consistent,
-                                          args.amplification_n, cache_dir=out / "bif", device=device)
+                                          args.amplification_n, cache_dir=out / "bif", device=device,
+                                          draw_phases=args.draw_phases)
             record = {"epoch": epoch, "checkpoint": path.name, **record}
             # the digest makes an edited or flipped number a recomputation, never a result
             atomic_write_json(cache_path, with_header_digest(record))

@@ -146,3 +146,76 @@ def test_a_corrupted_cache_entry_is_recomputed_with_a_note(tiny_run, tmp_path, c
     notes = [line for line in captured.err.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "recomputed 1 cache entry" in notes[0] and why in notes[0], captured.err
     assert (out / "influence.csv").read_text() == written  # the corrupted number never reaches a result
+
+
+class _PlantedDraw:
+    """A stand-in for an SGLD draw that sits in a known solution of MPSP: it predicts each
+    query example's shortcut (or its label: the rule), with a fraction of its predictions
+    flipped at random (the draw's noise)."""
+
+    def __init__(self, splits, solution: str, flip: float, seed: int):
+        self.lookup = {}
+        gen = torch.Generator().manual_seed(seed)
+        for name in ("val", "adv"):
+            split = splits[name]
+            target = split.shortcut if solution == "shortcut" else split.labels
+            flipped = torch.rand(len(target), generator=gen) < flip
+            for row, value, swap in zip(split.tokens.tolist(), target.tolist(), flipped.tolist(), strict=True):
+                self.lookup[tuple(row)] = 1 - value if swap else value
+
+    def __call__(self, tokens):
+        preds = torch.tensor([self.lookup[tuple(row)] for row in tokens.tolist()])
+        logits = torch.zeros(tokens.shape[0], tokens.shape[1], 2)
+        logits[torch.arange(tokens.shape[0]), -1, preds] = 1.0
+        return logits
+
+
+def test_solution_labels_separate_planted_draws_of_the_two_solutions():
+    """Draws planted in the shortcut or the rule (with 0-8% of predictions flipped) get their
+    solution's label; a draw at chance, or between the two solutions, gets neither."""
+    from interp_toolkit.studies.influence import SOLUTIONS, _accuracy_fn, solution_label
+    from interp_toolkit.tasks.mpsp import make_splits
+
+    splits = make_splits(MPSPConfig(seq_len=5, n_values=10, r=0.9, n_train=64, n_eval=512))
+    labelled = {}
+    for solution in ("shortcut", "rule"):
+        for seed, flip in enumerate((0.0, 0.02, 0.05, 0.08)):
+            draw = _PlantedDraw(splits, solution, flip, seed)
+            acc = {name: float(_accuracy_fn(splits[name].tokens, splits[name].labels, 128)(draw))
+                   for name in ("val", "adv")}
+            labelled[solution, flip] = SOLUTIONS[solution_label(acc["adv"], acc["val"])]
+            if solution == "shortcut":
+                assert acc["val"] >= 0.9 and acc["adv"] <= 0.1, acc  # planted as intended
+    assert all(label == solution for (solution, _), label in labelled.items()), labelled
+    chance = _PlantedDraw(splits, "rule", 0.5, 9)
+    acc = {name: float(_accuracy_fn(splits[name].tokens, splits[name].labels, 128)(chance)) for name in ("val", "adv")}
+    assert SOLUTIONS[solution_label(acc["adv"], acc["val"])] == "neither"
+    # between the two solutions (the rule half learned): neither, not the rule
+    assert solution_label(0.6, 1.0) == 2 and solution_label(0.95, 0.95) == 1 and solution_label(0.05, 0.95) == 0
+    # a shortcut draw whose noise lifts its adversarial accuracy to 0.12: the onset labels of a
+    # run whose shortcut-phase low is 0.02 (threshold 0.12) would call it phase 2 at 0.13
+    assert solution_label(0.13, 0.97) == 2 and solution_label(0.08, 0.97) == 0
+    with pytest.raises(UserError, match="solution level"):
+        solution_label(0.5, 0.5, level=0.4)
+
+
+def test_the_influence_study_labels_draws_by_solution_by_default(tiny_run, tmp_path):
+    from interp_toolkit.analyses.bif.config import SamplerConfig
+    from interp_toolkit.studies.influence import InfluenceConfig, run_influence
+
+    sampler = SamplerConfig(eps=1e-4, gamma=1000.0, n_beta=64.0, chains=2, draws=4, burn_in=2, progress=False)
+    config = InfluenceConfig(run_dir=tiny_run, out=tmp_path / "solution", epochs=(20,), n_query=16, n_consistent=8,
+                             amplification_n=32, sampler=sampler)
+    assert config.draw_phases == "solution"  # the default
+    result = run_influence(config, progress=False)
+    record = result.records[20]
+    assert record["draw_phases"] == "solution"
+    shares = record["draw_label_shares"]
+    assert set(shares) == {"shortcut", "rule", "neither"} and sum(shares.values()) == pytest.approx(1.0)
+    assert record["phase2_draw_share"] == shares["rule"]
+    onset = run_influence(InfluenceConfig(run_dir=tiny_run, out=tmp_path / "onset", epochs=(20,), n_query=16,
+                                          n_consistent=8, amplification_n=32, sampler=sampler, draw_phases="onset"),
+                          progress=False)
+    assert set(onset.records[20]["draw_label_shares"]) == {"shortcut phase", "phase 2"}
+    with pytest.raises(UserError, match="draw_phases"):
+        InfluenceConfig(run_dir=tiny_run, draw_phases="by-eye")
