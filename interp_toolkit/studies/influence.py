@@ -48,12 +48,13 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 import tyro
 
 from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.callbacks import Callback
 from interp_toolkit.config import Config, required_positional
 from interp_toolkit.errors import UserError
 from interp_toolkit.runs.layout import ANALYSES
 
 __all__ = ["CSV_COLUMNS", "DRAW_PHASES", "GROUP_ORDER", "InfluenceConfig", "InfluenceResult", "SOLUTIONS",
-           "SOLUTION_LEVEL", "VERSION", "attribution_rows", "solution_label",
+           "SOLUTION_LEVEL", "VERSION", "attribution_rows", "solution_label", "solution_labels",
            "checkpoint_influence", "draw_phase_threshold", "example_features", "run_outcome", "training_groups",
            "influence_rows", "onset_examples", "plot_influence", "plot_influence_summary", "read_influence_csv",
            "run_influence", "training_phase"]
@@ -345,11 +346,19 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
 
     draw_phase.__qualname__ = (f"solution_of_draw(level={SOLUTION_LEVEL})" if draw_phases == "solution"
                                else f"adv_accuracy_above({threshold:.6f})")
+    # Each draw's accuracies, kept (with the draws themselves) for the between-phase share's
+    # Gaussian null: the null relabels Gaussian draws by the same solution rule.
+    recorder = _DrawAccuracies(sampler.chains, sampler.draws, last_accuracy)
+    if draw_phases == "solution" and not sampler.keep_draws:
+        sampler = SamplerConfig.from_dict({**sampler.to_dict(), "keep_draws": True})
     started = time.perf_counter()
     result = bif(model, train_data, None, readout_example_loss, sampler, attribution_fn=attribution,
                  observables=observables, phase_fn=draw_phase, cache_dir=cache_dir,
-                 cache_tag=f"influence-v{VERSION}:{','.join(groups)}")
+                 cache_tag=f"influence-v{VERSION}:{','.join(groups)}",
+                 callbacks=[recorder] if draw_phases == "solution" else None)
     bif_seconds = time.perf_counter() - started
+    null = _between_share_null(result, recorder, len(scored), list(groups), sampler.seed) \
+        if draw_phases == "solution" else {}
     n_train = len(scored)
     phases = result.phases
     record_groups: dict[str, Any] = {}
@@ -362,6 +371,7 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
                 entry.update(within=float(phases.within[row, q]), between=float(phases.between[row, q]),
                              within_stderr=float(phases.within_stderr[row, q]),
                              between_stderr=float(phases.between_stderr[row, q]))
+            entry.update(null.get((name, query), {}))
             record_groups[name][query] = entry
     shares = {label: 0.0 for label in ((0, 1, 2) if draw_phases == "solution" else (0, 1))}
     if phases is not None:
@@ -391,6 +401,63 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
         "seconds": {"bif": bif_seconds, "amplification": grad_seconds},
         "sampler": sampler.to_dict(),
     }
+
+
+class _DrawAccuracies(Callback):
+    """An SGLD callback keeping each draw's adversarial and validation accuracy (read from the
+    observables' pass of that draw) as ``values [chains, draws, 2]`` (NaN where no draw was
+    made: a result read from the BIF cache)."""
+
+    def __init__(self, chains: int, draws: int, last_accuracy: Mapping[str, float]) -> None:
+        import torch
+
+        self.values = torch.full((chains, draws, 2), float("nan"), dtype=torch.float64)
+        self.last = last_accuracy
+
+    def on_draw(self, chain: int, draw: int, info: Mapping[str, float]) -> None:
+        self.values[chain, draw, 0] = self.last["adv"]
+        self.values[chain, draw, 1] = self.last["val"]
+
+
+def solution_labels(adv_acc: Any, val_acc: Any, level: float = SOLUTION_LEVEL) -> Any:
+    """:func:`solution_label` of every draw at once (tensors of one shape)."""
+    import torch
+
+    rule = (val_acc >= level) & (adv_acc >= level)
+    shortcut = (val_acc >= level) & (adv_acc <= 1 - level)
+    return torch.where(rule, 1, torch.where(shortcut, 0, 2)).long()
+
+
+def _between_share_null(result: Any, recorder: _DrawAccuracies, n_train: int, groups: Sequence[str], seed: int,
+                        null_repeats: int = 20) -> dict[tuple[str, str], dict[str, float | None]]:
+    """Per (group, query set): the between-solution share of the group's BIF and its Gaussian
+    null (:func:`~interp_toolkit.analyses.bif.phases.phase_share_with_null`, the draws
+    relabelled by :func:`solution_labels`); None where the draws were not kept or not seen."""
+    import torch
+
+    from interp_toolkit.analyses.bif.phases import phase_share_with_null
+    from interp_toolkit.analyses.bif.results import Draws
+
+    draws = result.draws
+    if draws is None or not bool(torch.isfinite(recorder.values).all()):
+        return {(name, query): {"between_share": None, "null_between_share": None, "null_between_std": None}
+                for name in groups for query in QUERY_SETS}
+    n_b = draws.observables.shape[-1]
+    joined = Draws(draws.attribution, torch.cat([draws.observables, recorder.values.to(draws.observables.dtype)], -1),
+                   {**draws.observable_slices, "adv_acc": (n_b, n_b + 1), "val_acc": (n_b + 1, n_b + 2)},
+                   phase_labels=draws.phase_labels)
+
+    def split(d: Any) -> Any:
+        return solution_labels(d.observables[..., n_b], d.observables[..., n_b + 1])
+
+    out: dict[tuple[str, str], dict[str, float | None]] = {}
+    for g, name in enumerate(groups):
+        for query in QUERY_SETS:
+            share = phase_share_with_null(joined, split, index=(n_train + g, 0), observable=f"{query}_loss",
+                                          null_repeats=null_repeats, seed=seed)
+            out[name, query] = {"between_share": share.share, "null_between_share": share.null_share,
+                                "null_between_std": share.null_std}
+    return out
 
 
 # --------------------------------------------------------------------------- a run

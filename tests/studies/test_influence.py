@@ -213,6 +213,13 @@ def test_the_influence_study_labels_draws_by_solution_by_default(tiny_run, tmp_p
     shares = record["draw_label_shares"]
     assert set(shares) == {"shortcut", "rule", "neither"} and sum(shares.values()) == pytest.approx(1.0)
     assert record["phase2_draw_share"] == shares["rule"]
+    # the between-solution share of each group's BIF beside its Gaussian null
+    for name, values in record["groups"].items():
+        for query in ("adv", "val"):
+            entry = values[query]
+            assert entry["null_between_share"] is not None and entry["null_between_std"] >= 0, (name, query)
+            if entry["bif"] != 0:  # the share of the decomposition the study reports
+                assert entry["between_share"] == pytest.approx(entry["between"] / entry["bif"], rel=1e-4, abs=1e-9)
     onset = run_influence(InfluenceConfig(run_dir=tiny_run, out=tmp_path / "onset", epochs=(20,), n_query=16,
                                           n_consistent=8, amplification_n=32, sampler=sampler, draw_phases="onset"),
                           progress=False)
