@@ -29,13 +29,10 @@ from tqdm.auto import tqdm
 
 from interp_toolkit import __version__
 from interp_toolkit.checkpoint import load_checkpoint
-from interp_toolkit.errors import UserError, notice
+from interp_toolkit.errors import UserError
 from interp_toolkit.io import (
-    atomic_write_json,
+    CheckpointCache,
     config_hash,
-    file_digest,
-    read_verified_entry,
-    with_header_digest,
 )
 from interp_toolkit.runs import layout
 from interp_toolkit.runs.layout import metrics_path
@@ -297,38 +294,33 @@ def over_checkpoints(
     data_key = {split_name: fingerprint(split) for split_name, split in sorted(splits.items())}
     fn_key = _callable_key(spec.fn)
     out_dir = Path(out_dir) if out_dir is not None else run_dir / layout.ANALYSES / label
-    cache_dir = out_dir / "cache"
+    cache = CheckpointCache(out_dir / "cache", label)
+    settings = {"analysis": label, "version": spec.version, "fn": fn_key, "config": config, "data": data_key}
 
     rows: list[dict[str, Any]] = []
     computed, hits = [], []
-    rejected: list[str] = []  # cache entries that failed their digest or did not parse
     for epoch, path in tqdm(checkpoints, desc=f"{label} over checkpoints", disable=not progress):
-        key = config_hash({"checkpoint": file_digest(path), "analysis": label, "version": spec.version,
-                           "fn": fn_key, "config": config, "data": data_key})
-        cache_path = cache_dir / f"epoch_{epoch:06d}_{key}.json"
-        entry, problem = read_cache_entry(cache_path)
-        if problem is not None:
-            rejected.append(f"epoch {epoch} ({problem})")
-        cached = entry["rows"] if entry is not None else None
+        cache_path = cache.path(epoch, path, settings)
+        entry = cache.read(cache_path, epoch)
+        cached = entry.get("rows") if entry is not None else None
+        if entry is not None and not isinstance(cached, list):
+            cache.rejected.append(f"epoch {epoch} (not a cache entry)")
         # an entry written before the analysis gained a value column is stale, not a hit
-        if entry is not None and cached is not None and all(
-                column in row for row in cached for column in spec.value_columns):
-            epoch_rows = _in_column_order(cached, entry.get("columns"))
+        if isinstance(cached, list) and all(column in row for row in cached for column in spec.value_columns):
+            epoch_rows = _in_column_order(cached, entry.get("columns") if entry is not None else None)
             hits.append(epoch)
         else:
             model, _ = load_checkpoint(path, device=device)
             result = spec.fn(model, splits, **config)
             epoch_rows = [{"epoch": epoch, **row} for row in result.rows]
             # JSON objects are written with sorted keys: the column order is kept beside the rows
-            atomic_write_json(cache_path, with_header_digest({
+            cache.write(cache_path, {
                 "epoch": epoch, "checkpoint": path.name, "analysis": label, "version": spec.version,
                 "written_by": f"interp-toolkit {__version__}", "config": config,
-                "columns": Table(epoch_rows).columns, "rows": epoch_rows}))
+                "columns": Table(epoch_rows).columns, "rows": epoch_rows})
             computed.append(epoch)
         rows.extend(epoch_rows)
-    if rejected:
-        notice(f"{label}: recomputed {len(rejected)} cache entr{'y' if len(rejected) == 1 else 'ies'} in {cache_dir} "
-               f"that failed their check: {'; '.join(rejected)}")
+    cache.report()
     table = Table(rows)
     csv_path = table.to_csv(out_dir / f"{stem}.csv")
     png_path = None
@@ -348,17 +340,6 @@ def selection_stem(label: str, selected: Sequence[int], all_epochs: Sequence[int
     if len(selected) <= 4:
         return f"{label}_epochs_{'_'.join(str(epoch) for epoch in selected)}"
     return f"{label}_epochs_{selected[0]}-{selected[-1]}_{len(selected)}_{config_hash(selected)[:8]}"
-
-
-def read_cache_entry(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """A cache entry and, when it cannot be served, why: ``(entry, None)`` for a verified
-    entry, ``(None, None)`` when there is none, ``(None, reason)`` when the file is torn, not
-    UTF-8 JSON, or fails the digest of its content written with it (an edited number is
-    recomputed, never served)."""
-    entry, problem = read_verified_entry(path)
-    if entry is not None and not isinstance(entry.get("rows"), list):
-        return None, "not a cache entry"
-    return entry, problem
 
 
 def _in_column_order(rows: list[dict[str, Any]], columns: Sequence[str] | None) -> list[dict[str, Any]]:

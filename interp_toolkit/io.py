@@ -174,6 +174,49 @@ def read_verified_entry(path: str | os.PathLike) -> tuple[dict[str, Any] | None,
     return (None, problem) if problem is not None else (entry, None)
 
 
+class CheckpointCache:
+    """Per-checkpoint cache entries of one analysis, the one scheme every per-checkpoint cache
+    uses: ``folder/epoch_<epoch>_<key>.json``, ``key`` hashing the checkpoint file's digest
+    with the settings (a code version among them), each entry written atomically with a
+    digest of its content. An entry that is torn, not UTF-8 JSON, edited, or written without
+    its digest is recomputed, never served, and :meth:`report` says so in one ``note:`` line.
+
+    Args:
+        folder: Where the entries live.
+        label: The analysis's name in the note.
+    """
+
+    def __init__(self, folder: str | os.PathLike, label: str) -> None:
+        self.folder, self.label = Path(folder), label
+        self.rejected: list[str] = []
+
+    def path(self, epoch: int, checkpoint: str | os.PathLike, settings: Mapping[str, Any]) -> Path:
+        """The entry of ``epoch``'s ``checkpoint`` under ``settings`` (JSON-able)."""
+        key = config_hash({"checkpoint": file_digest(checkpoint), **settings})
+        return self.folder / f"epoch_{epoch:06d}_{key}.json"
+
+    def read(self, path: Path, epoch: int) -> dict[str, Any] | None:
+        """The verified entry at ``path`` without its digest field, or None (missing, or
+        failed its check: remembered for :meth:`report`)."""
+        entry, problem = read_verified_entry(path)
+        if problem is not None:
+            self.rejected.append(f"epoch {epoch} ({problem})")
+        return {k: v for k, v in entry.items() if k != HEADER_DIGEST_KEY} if entry is not None else None
+
+    def write(self, path: Path, entry: Mapping[str, Any]) -> Path:
+        """Store ``entry`` atomically with the digest of its content."""
+        return atomic_write_json(path, with_header_digest(entry))
+
+    def report(self) -> None:
+        """One ``note:`` line naming the entries that failed their check (none: silent)."""
+        if self.rejected:
+            from interp_toolkit.errors import notice
+
+            n = len(self.rejected)
+            notice(f"{self.label}: recomputed {n} cache entr{'y' if n == 1 else 'ies'} in {self.folder} "
+                   f"that failed their check: {'; '.join(self.rejected)}")
+
+
 def digest_problem(data: Mapping[str, Any]) -> str | None:
     """Why ``data`` (a JSON object written with :func:`with_header_digest`) fails its content
     digest: ``"written without a content digest"`` or ``"content does not match its digest"``;

@@ -58,3 +58,24 @@ def test_read_jsonl_names_a_file_that_is_not_utf8(tmp_path):
     path.write_bytes(b'{"a": 1}\n\xff\xfe\n')
     with pytest.raises(UserError, match="rows.jsonl is not UTF-8"):
         read_jsonl(path)
+
+
+def test_checkpoint_cache_serves_verified_entries_and_recomputes_the_rest_with_one_note(tmp_path, capsys):
+    from interp_toolkit.io import CheckpointCache, config_hash, file_digest
+
+    checkpoint = tmp_path / "epoch_000010.safetensors"
+    checkpoint.write_bytes(b"weights")
+    cache = CheckpointCache(tmp_path / "cache", "demo")
+    path = cache.path(10, checkpoint, {"config": {"n": 4}, "version": 1})
+    # the key hashes the checkpoint's digest with the settings (the scheme of every cache)
+    assert path.name == f"epoch_000010_{config_hash({'checkpoint': file_digest(checkpoint), 'config': {'n': 4}, 'version': 1})}.json"
+    assert cache.read(path, 10) is None and cache.rejected == []  # a miss is no problem
+    cache.write(path, {"rows": [{"value": 1.407}]})
+    assert cache.read(path, 10) == {"rows": [{"value": 1.407}]}  # served without its digest field
+    assert cache.path(10, checkpoint, {"config": {"n": 5}, "version": 1}) != path  # other settings: other entry
+    path.write_text(path.read_text().replace("1.407", "9.407"))  # a flipped digit
+    assert cache.read(path, 10) is None
+    cache.report()
+    err = capsys.readouterr().err
+    assert err.count("note:") == 1 and "demo: recomputed 1 cache entry" in err and "epoch 10" in err
+    assert "content does not match its digest" in err

@@ -583,15 +583,7 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     )
     from interp_toolkit.checkpoint import load_checkpoint
     from interp_toolkit.devices import resolve_device
-    from interp_toolkit.errors import notice
-    from interp_toolkit.io import (
-        HEADER_DIGEST_KEY,
-        atomic_write_json,
-        config_hash,
-        file_digest,
-        read_verified_entry,
-        with_header_digest,
-    )
+    from interp_toolkit.io import CheckpointCache, atomic_write_json
     from interp_toolkit.plotting import save_figure
     from interp_toolkit.studies.outcomes import describe_phases
     from interp_toolkit.userfiles import check_output_dir
@@ -619,15 +611,11 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     rows: list[dict[str, Any]] = []
     records: dict[int, dict[str, Any]] = {}
     computed, hits = [], []
-    rejected: list[str] = []  # cache entries that failed their digest or did not parse
+    cache = CheckpointCache(out / "cache", "influence")
     for epoch, path in tqdm(checkpoints, desc="influence over checkpoints", disable=not progress):
-        key = config_hash({"checkpoint": file_digest(path), **settings})
-        cache_path = out / "cache" / f"epoch_{epoch:06d}_{key}.json"
-        record, problem = read_verified_entry(cache_path)
-        if problem is not None:
-            rejected.append(f"epoch {epoch} ({problem})")
+        cache_path = cache.path(epoch, path, settings)
+        record = cache.read(cache_path, epoch)
         if record is not None:
-            record = {k: v for k, v in record.items() if k != HEADER_DIGEST_KEY}
             hits.append(epoch)
         else:
             model, _ = load_checkpoint(path, device=device)
@@ -636,13 +624,11 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
                                           draw_phases=args.draw_phases)
             record = {"epoch": epoch, "checkpoint": path.name, **record}
             # the digest makes an edited or flipped number a recomputation, never a result
-            atomic_write_json(cache_path, with_header_digest(record))
+            cache.write(cache_path, record)
             computed.append(epoch)
         records[epoch] = record
         rows.extend(influence_rows(epoch, training_phase(epoch, outcome), record))
-    if rejected:
-        notice(f"influence: recomputed {len(rejected)} cache entr{'y' if len(rejected) == 1 else 'ies'} in "
-               f"{out / 'cache'} that failed their check: {'; '.join(rejected)}")
+    cache.report()
     csv_path = _write_csv(out / "influence.csv", rows)
     figure_path = save_figure(plot_influence(rows, outcome, title=run_dir.name), out / f"influence.{args.format}")
     phases = describe_phases(outcome, metrics)
