@@ -366,7 +366,7 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
         row = n_train + g
         record_groups[name] = {"n_examples": int(groups[name].sum())}
         for q, query in enumerate(QUERY_SETS):
-            entry = {"bif": float(result.bif[row, q]), "stderr": float(result.stderr[row, q])}
+            entry: dict[str, float | None] = {"bif": float(result.bif[row, q]), "stderr": float(result.stderr[row, q])}
             if phases is not None:
                 entry.update(within=float(phases.within[row, q]), between=float(phases.between[row, q]),
                              within_stderr=float(phases.within_stderr[row, q]),
