@@ -93,3 +93,18 @@ def test_the_reproduction_report_is_a_report():
     assert len(lines) <= 450, len(lines)
     headings = [line for line in lines if line.startswith("## ")]
     assert "## Verdicts" in headings and len(headings) <= 12, headings
+
+
+#: An ALL_CAPS_WITH_UNDERSCORES word in prose (outside code) is a placeholder left for a number
+#: or a sentence unless the code defines it (a constant, an environment variable it reads).
+PLACEHOLDER = re.compile(r"\b[A-Z]{2,}(?:_[A-Z0-9]+)+\b")
+
+
+def test_no_page_holds_an_unfilled_placeholder():
+    code = "\n".join(p.read_text(encoding="utf-8") for pattern in ("*.py",) for p in _tracked(pattern))
+    found = []
+    for page in [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        text = re.sub(r"`[^`]*`", "", text)  # inline code, also across a line break
+        found += [f"{page.relative_to(ROOT)}: {word}" for word in PLACEHOLDER.findall(text) if word not in code]
+    assert not found, found

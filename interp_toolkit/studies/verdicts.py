@@ -110,8 +110,12 @@ def rate_verdict(k_a: int, n_a: int, k_b: int, n_b: int, paper_a: float, paper_b
         return {**row, "verdict": "inconclusive",
                 "why": f"a cell of {min(n_a, n_b)} seeds (a rate verdict needs {MIN_SEEDS} per cell)"}
     if detects(k_a, n_a, k_b, n_b, sign):
+        # The verdict is about the direction; whether the paper's size fits is said beside it.
+        effect = float(paper_a) - float(paper_b)
+        size = ("the paper's difference ({:+.2f}) lies inside it" if low <= effect <= high
+                else "the paper's difference ({:+.2f}) lies outside it: the direction, not the size").format(effect)
         return {**row, "verdict": "reproduced",
-                "why": "the difference has the paper's sign and its 95% interval excludes 0"}
+                "why": f"the difference has the paper's sign and its 95% interval excludes 0; {size}"}
     if power >= POWER_MIN:
         return {**row, "verdict": "not reproduced",
                 "why": f"not detected, with {power:.0%} power to detect the paper's effect at these cell sizes"}

@@ -39,6 +39,16 @@ def test_power_rule_small_cells_are_inconclusive():
     assert reverse["verdict"] == "not reproduced" and reverse["difference"] < 0
 
 
+def test_a_reproduced_direction_says_whether_the_papers_size_fits():
+    """16/16 vs 12/16 has the paper's sign and excludes 0, but the paper's +0.77 lies far above
+    the interval: reproduced (the direction), with the size said beside it."""
+    small_effect = rate_verdict(16, 16, 12, 16, 23 / 30, 0.0)
+    assert small_effect["verdict"] == "reproduced" and small_effect["high"] < 23 / 30
+    assert "the paper's difference (+0.77) lies outside it: the direction, not the size" in small_effect["why"]
+    fits = rate_verdict(10, 30, 0, 30, 10 / 30, 0.0)
+    assert "the paper's difference (+0.33) lies inside it" in fits["why"]
+
+
 def test_power_is_exact_enumeration():
     # p_b = 0: cell b is always 0/n, so the power is P(k_a >= the smallest detected k_a)
     from scipy.stats import binom
@@ -101,6 +111,31 @@ def test_a_2_layer_claim_is_judged_on_2_layer_runs(tmp_path):
     assert verdict["verdict"] == "not tested in R0"
     one_layer = claims_table.rate_claim(rows, "below chance helps", claims_table.R0, 1, 0.1, 0.5, (0.77, 0.0), [])
     assert one_layer["cells"] == "1L r = 0.1: 3/10; r = 0.5: 3/10"
+
+
+def test_a_headline_contrast_counts_the_papers_criterion_and_the_stricter_one_beside_it():
+    """100% adversarial accuracy is the paper's criterion; at r = 1/m this project's outcome
+    column also asks for 100% validation. Where the counts differ, both rows are given, the
+    stricter one under its own name; where they agree, only the paper's."""
+    header = ["task", "study", "seq_len", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads", "n_layers",
+              "r", "seed", "status", "generalized", "transient", "max_adv_acc", "threshold"]
+
+    def row(r, seed, generalized, max_adv):
+        return dict(zip(header, ["max_parity_sum_parity", "reproduce", "8", "16384", "0.1", "0.001", "", "1000", "2",
+                                 "2", str(r), str(seed), "finished", str(generalized), "False", str(max_adv), "1.0"]))
+
+    rows = [row(0.9, seed, True, 1.0) for seed in range(16)]
+    rows += [row(0.5, seed, seed < 12, 1.0 if seed < 13 else 0.99) for seed in range(16)]  # seed 12: adv only
+    claim = "2-layer models: more seeds reach 100% adversarial accuracy"
+    paper, stricter = claims_table.headline_claims(rows, claim, claims_table.R0, 2, 0.9, 0.5, (0.77, 0.0), [])
+    assert paper["claim"] == claim and paper["cells"] == "2L r = 0.9: 16/16; r = 0.5: 13/16"
+    assert paper["verdict"] == "not reproduced in R0"  # [-0.04, +0.43] holds 0; power to see 77 points
+    assert stricter["claim"].startswith("(this project's stricter criterion") and stricter["verdict"] == "reproduced in R0"
+    assert stricter["cells"] == "2L r = 0.9: 16/16; r = 0.5: 12/16"
+    agreeing = [r for r in rows if r["seed"] != "12"]
+    assert len(claims_table.headline_claims(agreeing, claim, claims_table.R0, 2, 0.9, 0.5, (0.77, 0.0), [])) == 1
+    with pytest.raises(UserError, match="criterion"):
+        claims_table.cell(rows, claims_table.R0, 2, 0.9, "by eye")
 
 
 def test_every_claim_has_a_verdict_and_its_files():
