@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from interp_toolkit.errors import CheckpointError, UserError
+from interp_toolkit.errors import CheckpointError, UserError, notice
 
 if TYPE_CHECKING:
     import torch
@@ -210,8 +210,6 @@ class CheckpointCache:
     def report(self) -> None:
         """One ``note:`` line naming the entries that failed their check (none: silent)."""
         if self.rejected:
-            from interp_toolkit.errors import notice
-
             n = len(self.rejected)
             notice(f"{self.label}: recomputed {n} cache entr{'y' if n == 1 else 'ies'} in {self.folder} "
                    f"that failed their check: {'; '.join(self.rejected)}")
@@ -239,7 +237,6 @@ def read_digested_json(path: str | os.PathLike, expected: str) -> dict[str, Any]
         UserError: Naming the file when it is unreadable, not UTF-8, not JSON, not an object,
             written without a digest, or its content does not match the digest.
     """
-
     path = Path(path)
     text = read_utf8(path, expected, UserError)
     try:
@@ -273,7 +270,6 @@ def read_utf8(path: Path, expected: str, error: type[Exception]) -> str:
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read a JSONL file, ignoring a trailing partial line left by a crash."""
-
     records: list[dict[str, Any]] = []
     path = Path(path)
     if not path.exists():

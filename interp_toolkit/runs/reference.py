@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from jaxtyping import Float, Int
+from torch import Tensor, nn
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.model import ModelConfig
@@ -21,7 +22,8 @@ from interp_toolkit.model import ModelConfig
 __all__ = ["BareBlock", "BareModel", "manual_attention"]
 
 
-def manual_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def manual_attention(q: Float[Tensor, "batch head pos d_head"], k: Float[Tensor, "batch head pos d_head"],
+                     v: Float[Tensor, "batch head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:
     """Causal attention written as matmul, mask and softmax (no fused kernel)."""
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
     hidden = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).triu(1)
@@ -38,7 +40,7 @@ class BareBlock(nn.Module):
         self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
         self.fc_in, self.fc_out = nn.Linear(d_model, d_mlp), nn.Linear(d_mlp, d_model)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         batch, pos, width = x.shape
         h = self.ln1(x)
         q, k, v = (lin(h).view(batch, pos, self.n_heads, -1).transpose(1, 2) for lin in (self.q, self.k, self.v))
@@ -63,7 +65,7 @@ class BareModel(nn.Module):
         self.ln_final = nn.LayerNorm(cfg.d_model)
         self.unembed = nn.Linear(cfg.d_model, cfg.d_vocab_out, bias=False)  # TransformerLens 4: a fixed zero bias
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch d_vocab_out"]:
         x = self.embed(tokens) + self.pos.weight[: tokens.shape[1]]
         for block in self.blocks:
             x = block(x)

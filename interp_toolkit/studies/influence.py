@@ -199,17 +199,26 @@ def draw_phase_threshold(outcome: Mapping[str, Any], metrics: Sequence[Mapping[s
 
 def solution_label(adv_acc: float, val_acc: float, level: float = SOLUTION_LEVEL) -> int:
     """Which solution a model (an SGLD draw) sits in, from its accuracy on the adversarial and
-    the validation query sets: 1 (the rule) when both reach ``level``; 0 (the shortcut) when
-    validation does and adversarial accuracy is at most ``1 - level``; 2 (neither: between the
-    two, or off both) otherwise. For runs at r > 1/m, where the shortcut is right on the
-    validation set and wrong on the adversarial one (:data:`SOLUTIONS` names the labels)."""
+    the validation query sets: :func:`solution_labels` of one draw (1 the rule, 0 the shortcut,
+    2 neither)."""
+    import torch
+
+    return int(solution_labels(torch.tensor(adv_acc), torch.tensor(val_acc), level))
+
+
+def solution_labels(adv_acc: Any, val_acc: Any, level: float = SOLUTION_LEVEL) -> Any:
+    """The solution of every draw at once, from tensors of one shape (``[chains, draws]`` or
+    any): 1 (the rule) where both accuracies reach ``level``; 0 (the shortcut) where validation
+    does and adversarial accuracy is at most ``1 - level``; 2 (neither: between the two, or off
+    both) elsewhere. For runs at r > 1/m, where the shortcut is right on the validation set and
+    wrong on the adversarial one (:data:`SOLUTIONS` names the labels)."""
+    import torch
+
     if not 0.5 < level <= 1:
         raise UserError(f"solution level must be in (0.5, 1], got {level!r}")
-    if val_acc >= level and adv_acc >= level:
-        return 1
-    if val_acc >= level and adv_acc <= 1 - level:
-        return 0
-    return 2
+    rule = (val_acc >= level) & (adv_acc >= level)
+    shortcut = (val_acc >= level) & (adv_acc <= 1 - level)
+    return torch.where(rule, 1, torch.where(shortcut, 0, 2)).long()
 
 
 # --------------------------------------------------------------------------- one checkpoint
@@ -319,6 +328,8 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
     from interp_toolkit.studies.bif_checkpoint import readout_example_loss
     from interp_toolkit.tasks.custom import split_subset
 
+    if draw_phases not in DRAW_PHASES:  # before any forward pass
+        raise UserError(f"draw_phases must be one of {DRAW_PHASES}, got {draw_phases!r}")
     train = splits["train"]
     queries = {name: (splits[name].tokens[:n_query].to(device), splits[name].labels[:n_query].to(device))
                for name in QUERY_SETS}
@@ -332,8 +343,6 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
         sampler = SamplerConfig.from_dict({**sampler.to_dict(), "batch_size": None})
     scored_data = (scored.tokens.to(device), scored.labels.to(device))
     attribution = group_loss_fn(per_example_losses(readout_example_loss, scored_data, batch), groups)
-    if draw_phases not in DRAW_PHASES:
-        raise UserError(f"draw_phases must be one of {DRAW_PHASES}, got {draw_phases!r}")
     last_accuracy: dict[str, float] = {}
     observables = {f"{name}_loss": _mean_loss_fn(*queries[name], batch, name, last_accuracy) for name in QUERY_SETS}
 
@@ -357,9 +366,9 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
                  cache_tag=f"influence-v{VERSION}:{','.join(groups)}",
                  callbacks=[recorder] if draw_phases == "solution" else None)
     bif_seconds = time.perf_counter() - started
-    null = _between_share_null(result, recorder, len(scored), list(groups), sampler.seed) \
-        if draw_phases == "solution" else {}
     n_train = len(scored)
+    null = _between_share_null(result, recorder, n_train, list(groups), sampler.seed) \
+        if draw_phases == "solution" else {}
     phases = result.phases
     record_groups: dict[str, Any] = {}
     for g, name in enumerate(groups):
@@ -417,15 +426,6 @@ class _DrawAccuracies(Callback):
     def on_draw(self, chain: int, draw: int, info: Mapping[str, float]) -> None:
         self.values[chain, draw, 0] = self.last["adv"]
         self.values[chain, draw, 1] = self.last["val"]
-
-
-def solution_labels(adv_acc: Any, val_acc: Any, level: float = SOLUTION_LEVEL) -> Any:
-    """:func:`solution_label` of every draw at once (tensors of one shape)."""
-    import torch
-
-    rule = (val_acc >= level) & (adv_acc >= level)
-    shortcut = (val_acc >= level) & (adv_acc <= 1 - level)
-    return torch.where(rule, 1, torch.where(shortcut, 0, 2)).long()
 
 
 def _between_share_null(result: Any, recorder: _DrawAccuracies, n_train: int, groups: Sequence[str], seed: int,
