@@ -226,3 +226,10 @@ def test_the_influence_study_labels_draws_by_solution_by_default(tiny_run, tmp_p
     assert set(onset.records[20]["draw_label_shares"]) == {"shortcut phase", "phase 2"}
     with pytest.raises(UserError, match="draw_phases"):
         InfluenceConfig(run_dir=tiny_run, draw_phases="by-eye")
+
+
+def test_a_bad_draw_phases_flag_is_one_error_line_and_exit_2(tiny_run, tmp_path, capsys):
+    assert main(["influence", str(tiny_run), "--out", str(tmp_path / "out"), "--draw-phases", "by-eye", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "by-eye" in err and "--draw-phases" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # refused before any work
