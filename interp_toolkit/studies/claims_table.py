@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import math
 import re
 import statistics
@@ -32,6 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies import verdicts as rules
+from interp_toolkit.studies.lm_claims import rise_and_fall, sign_change
 from interp_toolkit.studies.study import OUTCOMES_CSV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -504,42 +506,104 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
     return out
 
 
+#: Checkpoints after the peak that a converged, unmeasured fall needs before it is "not
+#: reproduced" (a fall that is there has room to show on a schedule like the testbed's).
+MIN_AFTER_PEAK = 8
+
+
+def lm_studies(root: Path) -> list[Path]:
+    """The language-model claim studies: ``docs/lm_bif`` (the 1,000-step testbed) and every
+    folder below it that holds a ``claims.csv`` (longer testbeds), in path order."""
+    base = root / "docs" / "lm_bif"
+    return sorted(p.parent for p in base.glob("*claims.csv")) + sorted(p.parent for p in base.glob("*/claims.csv"))
+
+
+def _lm_settings(folder: Path, rows: Sequence[Mapping[str, str]]) -> tuple[str, str]:
+    """(regime, settings) of one LM study, from the ``study.json`` its report wrote."""
+    record = folder / "study.json"
+    if not record.is_file():
+        raise UserError(f"{record} is missing: regenerate it with examples/lm_bif_claims.py --stage report")
+    study = json.loads(record.read_text())
+    steps, sampler = int(study["total_steps"]), study["sampler"]
+    seeds = len({r["seed"] for r in rows})
+    return (f"testbed, {steps:,} steps",
+            f"the toolkit's GPTNeoX testbed ({steps:,} steps, {seeds} training seeds), {sampler['chains']} chains x "
+            f"{sampler['draws']} draws after {sampler['burn_in']} burn-in, eps {sampler['eps']:g}, gamma "
+            f"{sampler['gamma']:g}")
+
+
 def lm_rows(root: Path) -> list[dict[str, str]]:
-    """The language-model claims: the induction rise and fall (rule 4 and 3) and the delimiter
-    sign change (rule 3), from claims.csv."""
-    path = root / "docs" / "lm_bif" / "claims.csv"
-    if not path.is_file():
-        return []
-    rows = _read(path)
-    settings = "the toolkit's GPTNeoX testbed (1,000 steps, 3 training seeds), 8 chains x 200 draws per checkpoint"
+    """The language-model claims, one pair of rows per testbed study: the induction rise and
+    fall (rules 3 and 4: a fall measured at |z| >= 2 in every seed, on converged chains at the
+    first, peak and last checkpoints) and the delimiter sign change (rule 3 on every row it
+    reads, then both signs measured in every seed)."""
     out = []
-    series = [r for r in rows if r["series"] == "induction->induction"]
-    observable, gates = [], []
-    for seed in sorted({r["seed"] for r in series}):
-        mine = sorted((r for r in series if r["seed"] == seed), key=lambda r: int(r["step"]))
-        peak = rules.after_peak([int(r["step"]) for r in mine], [float(r["bif"]) for r in mine])
-        observable.append(peak["observable"])
-        at_peak = next(r for r in mine if int(r["step"]) == peak["peak_step"])
-        gates.append((float(at_peak["rhat"]), float(at_peak["ess"])))
-    gate = rules.convergence_gate(gates)
-    cells = (f"{len(observable)} seeds; peak before the last checkpoint in {sum(observable)}; converged at the peak "
-             f"{gate['n_converged']}/{gate['n']}")
-    if not all(observable):
-        verdict, why = "not tested", ("a peak at the last checkpoint measured cannot show a fall: train past the peak "
-                                      "(>= 8 checkpoints after it)")
-    elif not gate["passed"]:
-        verdict, why = "inconclusive", "the chains at the peaks did not converge"
-    else:
-        verdict, why = "reproduced", "a peak with checkpoints after it, converged"
-    out.append(_row("B", "induction tokens' influence rises and falls as induction heads form", "testbed", settings,
-                    cells, verdict, why, [_rel(root, path)]))
-    diff = [r for r in rows if r["series"] == "open->close - close->open"]
-    gate = rules.convergence_gate((float(r["rhat"]), float(r["ess"])) for r in diff)
-    out.append(_row("B", "the influence between delimiters changes sign across checkpoints", "testbed", settings,
-                    f"{gate['n']} rows; {gate['n_converged']} converged", "inconclusive" if not gate["passed"] else
-                    "reproduced", "an SGLD verdict needs converged chains on every row it reads" if not gate["passed"]
-                    else "converged", [_rel(root, path)]))
+    for folder in lm_studies(root):
+        path = folder / "claims.csv"
+        rows = _read(path)
+        regime, settings = _lm_settings(folder, rows)
+        out += _rise_and_fall_row(rows, regime, settings, [_rel(root, path)])
+        out += _sign_change_row(rows, regime, settings, [_rel(root, path)])
     return out
+
+
+def _rise_and_fall_row(rows: Sequence[Mapping[str, str]], regime: str, settings: str,
+                       files: Sequence[str]) -> list[dict[str, str]]:
+    series = "induction->induction"
+    if not any(r["series"] == series for r in rows):
+        return []
+    found = rise_and_fall(rows, series)
+    gates, after = [], []
+    for seed_result in found:
+        mine = sorted((r for r in rows if r["series"] == series and int(r["seed"]) == seed_result["seed"]),
+                      key=lambda r: int(r["step"]))
+        read = {seed_result["first_step"], seed_result["peak_step"], seed_result["last_step"]}
+        gates += [(float(r["rhat"]), float(r["ess"])) for r in mine if int(r["step"]) in read]
+        after.append(sum(1 for r in mine if int(r["step"]) > seed_result["peak_step"]))
+    gate = rules.convergence_gate(gates)
+    falls = [r["verdict"] == "rise and fall" for r in found]
+    cells = (f"{len(found)} seeds; peak at step " + ", ".join(str(r["peak_step"]) for r in found)
+             + "; checkpoints after it " + ", ".join(str(a) for a in after) + "; rise z "
+             + ", ".join(f"{r['rise_z']:.1f}" for r in found) + "; fall z " + ", ".join(f"{r['fall_z']:.1f}" for r in found)
+             + f"; converged {gate['n_converged']}/{gate['n']} of the first, peak and last rows (max R-hat "
+             f"{_fmt(gate['max_rhat'])}, min ESS {_fmt(gate['min_ess'])})")
+    if not all(a > 0 for a in after):
+        verdict, why = "not tested", ("a peak at the last checkpoint measured cannot show a fall: train past the peak "
+                                      f"(>= {MIN_AFTER_PEAK} checkpoints after it)")
+    elif not gate["passed"]:
+        verdict, why = "inconclusive", "the chains at the first, peak or last checkpoints did not converge"
+    elif all(falls):
+        verdict, why = "reproduced", "a rise and a fall each measured at |z| >= 2 in every seed, converged"
+    elif min(after) >= MIN_AFTER_PEAK:
+        verdict, why = "not reproduced", (f"no fall measured at |z| >= 2 in {len(falls) - sum(falls)} of {len(falls)} "
+                                          f"seeds, with >= {MIN_AFTER_PEAK} converged checkpoints after the peak")
+    else:
+        verdict, why = "inconclusive", (f"no fall measured in {len(falls) - sum(falls)} of {len(falls)} seeds, with "
+                                        f"fewer than {MIN_AFTER_PEAK} checkpoints after the peak")
+    return [_row("B", "induction tokens' influence rises and falls as induction heads form", regime, settings,
+                 cells, verdict, why, files)]
+
+
+def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: str,
+                     files: Sequence[str]) -> list[dict[str, str]]:
+    series = "open->close - close->open"
+    diff = [r for r in rows if r["series"] == series]
+    if not diff:
+        return []
+    gate = rules.convergence_gate((float(r["rhat"]), float(r["ess"])) for r in diff)
+    found = sign_change(rows, series)
+    changed = [r["verdict"] == "sign change" for r in found]
+    cells = (f"{gate['n']} rows, {len(found)} seeds; converged {gate['n_converged']}/{gate['n']}; both signs at "
+             f"|z| >= 2 in {sum(changed)} of {len(found)} seeds")
+    if not gate["passed"]:
+        verdict, why = "inconclusive", "an SGLD verdict needs converged chains on every row it reads"
+    elif all(changed):
+        verdict, why = "reproduced", "both signs measured (|z| >= 2) in every seed, converged"
+    else:
+        verdict, why = "inconclusive", (f"one sign or none measured in {len(changed) - sum(changed)} of "
+                                        f"{len(changed)} seeds (the paper gives no effect size to power against)")
+    return [_row("B", "the influence between delimiters changes sign across checkpoints", regime, settings, cells,
+                 verdict, why, files)]
 
 
 def joined_rows(root: Path) -> list[dict[str, str]]:
@@ -632,7 +696,8 @@ def to_csv(rows: Sequence[Mapping[str, str]]) -> str:
 def to_markdown(rows: Sequence[Mapping[str, str]]) -> str:
     """The verdict table the docs show (claim, regime, cells, interval and p, power, verdict)."""
     lines = ["| claim (paper) | regime | cells | difference [95%], p | power | verdict |", "|---|---|---|---|---|---|"]
-    for row in rows:
+    for raw in rows:
+        row = {key: value.replace("|", "\\|") for key, value in raw.items()}  # a "|z|" must not split a cell
         interval = (f"{row['difference']} [{row['low']}, {row['high']}], p = {row['p']}" if row["difference"] else
                     (f"p = {row['p']}" if row["p"] else ""))
         lines.append(f"| {row['claim']} | {row['regime']} | {row['cells']} | {interval} | {row['power']} | "

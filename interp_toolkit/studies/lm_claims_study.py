@@ -57,6 +57,8 @@ class ClaimsStudyConfig:
         steps: Only these checkpoint steps, in this order (None: the transition first, then coarse).
         total_steps: The testbed's training steps (1,000: the committed study; longer to see
             past the induction peak).
+        checkpoint_every: The testbed's linear checkpoint spacing (log-spaced below it; 25 in the
+            committed study; a long testbed needs fewer).
         cost_draws: Draws (and burn-in) of the cost and calibration runs.
         calibrate_eps, calibrate_gamma: The calibration grid.
     """
@@ -71,6 +73,7 @@ class ClaimsStudyConfig:
     coarse: int = 100
     steps: list[int] | None = None
     total_steps: int = 1000
+    checkpoint_every: int = 25
     cost_draws: int = 10
     calibrate_eps: list[float] = field(default_factory=lambda: [1e-4, 3e-4, 1e-3])
     calibrate_gamma: list[float] = field(default_factory=lambda: [100.0, 300.0])
@@ -78,7 +81,7 @@ class ClaimsStudyConfig:
     def __post_init__(self) -> None:
         self.out = Path(self.out)
         for name, low in (("chains", 2), ("draws", 2), ("burn_in", 0), ("coarse", 1), ("total_steps", 1),
-                          ("cost_draws", 2)):
+                          ("checkpoint_every", 1), ("cost_draws", 2)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise UserError(f"ClaimsStudyConfig.{name} must be an integer >= {low}, got {value!r}")
@@ -93,12 +96,14 @@ class ClaimsStudyConfig:
                 raise UserError(f"ClaimsStudyConfig.{name} must be a positive finite number or None, got {value!r}")
 
 
-def testbed_config(seed: int, total_steps: int = 1000) -> TestbedConfig:
+def testbed_config(seed: int, total_steps: int = 1000, checkpoint_every: int = 25) -> TestbedConfig:
     """The claims testbed: the calibrated corpus (64 ordinary tokens), lr 3e-3 (an abrupt
     transition around step 400 in the calibration), ``total_steps`` steps (1,000 in the
-    committed study), a checkpoint every 25."""
+    committed study; the cosine decay spans them, so a longer testbed is a new one), a
+    checkpoint every ``checkpoint_every`` (25 in the committed study)."""
     corpus = CorpusConfig(n_sequences=2048, seq_len=48, n_ordinary=64, chunk_min=10, chunk_max=20)
-    return TestbedConfig(corpus=corpus, total_steps=total_steps, linear_every=25, batch_size=64, lr=3e-3, seed=seed)
+    return TestbedConfig(corpus=corpus, total_steps=total_steps, linear_every=checkpoint_every, batch_size=64,
+                         lr=3e-3, seed=seed)
 
 
 def sampler_config(args: ClaimsStudyConfig) -> SamplerConfig:
@@ -165,7 +170,7 @@ def run_claims(args: ClaimsStudyConfig) -> None:
     ``<out>/seed<S>/claims.csv`` after every checkpoint. Steps off the schedule are refused
     before any work."""
     config = LMBIFConfig(sampler_config(args), reductions=("class:class", "class:all"))
-    planned = testbed_config(0, args.total_steps).checkpoint_steps  # the same schedule for every seed
+    planned = testbed_config(0, args.total_steps, args.checkpoint_every).checkpoint_steps  # the same schedule for every seed
     missing = [step for step in args.steps or () if step not in planned]
     if missing:
         raise UserError(f"--steps {missing}: the testbed has no checkpoint there (it has {planned[:4]} ... "
@@ -173,7 +178,7 @@ def run_claims(args: ClaimsStudyConfig) -> None:
     print(f"sampler: {config.sampler.to_dict()}", flush=True)
     for seed in args.seeds:
         rows = earlier_rows(args.out / f"seed{seed}", config)
-        testbed = testbed_config(seed, args.total_steps)
+        testbed = testbed_config(seed, args.total_steps, args.checkpoint_every)
         started = time.process_time()
         refs = train_testbed(testbed, args.out / f"seed{seed}" / "testbed", progress=False)
         print(f"seed {seed}: testbed ready ({len(refs)} checkpoints, {time.process_time() - started:.0f} CPU s)",
@@ -200,7 +205,7 @@ def claims_cost(args: ClaimsStudyConfig) -> dict[str, Any]:
     from interp_toolkit.sources import resolve_checkpoints
     from interp_toolkit.studies.lm_testbed import testbed_model
 
-    testbed = testbed_config(0, args.total_steps)
+    testbed = testbed_config(0, args.total_steps, args.checkpoint_every)
     init = args.out / "cost_model" / "step000000"  # loaded as every checkpoint is (a TransformerBridge)
     if not init.is_dir():
         testbed_model(testbed).save_pretrained(init)
@@ -226,7 +231,7 @@ def calibrate_claims(args: ClaimsStudyConfig) -> str:
     from interp_toolkit.analyses.bif import calibrate_sampler
     from interp_toolkit.analyses.bif.lm import next_token_losses
 
-    testbed = testbed_config(0, args.total_steps)
+    testbed = testbed_config(0, args.total_steps, args.checkpoint_every)
     refs = train_testbed(testbed, args.out / "seed0" / "testbed", progress=False)
     scores = induction_scores_by_step(refs, testbed.corpus, args.out / "seed0" / "induction_scores.json")
     steps = sorted(scores)
@@ -242,6 +247,32 @@ def calibrate_claims(args: ClaimsStudyConfig) -> str:
     return calibration.reason
 
 
+def study_settings(out: Path) -> dict[str, Any]:
+    """What the verdict engine names a study by: the testbed's training steps and checkpoint
+    spacing (``seed*/testbed/testbed.json``) and the sampler (``seed*/claims_config.json``),
+    each the same for every seed.
+
+    Raises:
+        UserError: if the seeds were measured with different testbeds or samplers.
+    """
+    found: dict[str, set[str]] = {"testbed": set(), "sampler": set()}
+    for seed_dir in sorted(out.glob("seed*")):
+        testbed, measured = seed_dir / "testbed" / "testbed.json", seed_dir / "claims_config.json"
+        if testbed.is_file():
+            config = json.loads(testbed.read_text())["config"]
+            found["testbed"].add(json.dumps({k: config[k] for k in ("total_steps", "linear_every")}))
+        if measured.is_file():
+            sampler = json.loads(measured.read_text())["sampler"]
+            found["sampler"].add(json.dumps({k: sampler[k] for k in ("chains", "draws", "burn_in", "eps", "gamma")}))
+    for name, values in found.items():
+        if len(values) != 1:
+            raise UserError(f"{out}: the seeds' {name} settings differ or are missing ({sorted(values)}); report "
+                            f"one study per setting")
+    testbed = json.loads(found["testbed"].pop())
+    return {"total_steps": testbed["total_steps"], "checkpoint_every": testbed["linear_every"],
+            "sampler": json.loads(found["sampler"].pop())}
+
+
 def report_claims(out: Path, docs: Path) -> dict[str, Any]:
     """Merge every ``<out>/seed*/claims.csv`` into ``docs/claims.csv``, draw one figure per claim
     and write ``docs/verdicts.json`` (peaks, rise and fall, sign change per series); prints
@@ -251,8 +282,10 @@ def report_claims(out: Path, docs: Path) -> dict[str, Any]:
         raise UserError(f"--out {out} holds no seed*/claims.csv to report; run --stage run --out {out} "
                         f"first")
     rows = [row for path in found for row in read_claims_csv(path)]
+    settings = study_settings(out)  # refused before anything is written
     docs.mkdir(parents=True, exist_ok=True)
     write_claims_csv(rows, docs / "claims.csv")
+    atomic_write_json(docs / "study.json", settings)
     for path in write_claim_figures(rows, docs):
         print(path)
     verdicts: dict[str, Any] = {}

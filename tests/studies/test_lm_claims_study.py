@@ -36,17 +36,32 @@ def test_sampler_settings_come_from_the_calibration_unless_given(tmp_path):
     assert example.sampler_config(args).eps == 1e-3 and example.sampler_config(args).gamma == 300.0
 
 
+def _seed_study(study, seed, eps=1e-3, total_steps=200):
+    from interp_toolkit.analyses.bif import SamplerConfig
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig
+
+    rows = [{"step": step, "seed": seed, "series": "induction->induction", "source_class": "induction",
+             "target_class": "induction", "minus": None, "bif": bif, "stderr": 0.1, "rhat": 1.01, "ess": 300.0,
+             "induction_score": score}
+            for step, bif, score in ((0, -0.1, 0.03), (100, -2.0, 0.5), (200, -0.5, 0.8))]
+    config = LMBIFConfig(SamplerConfig(eps=eps, chains=8, draws=400, burn_in=200),
+                         reductions=("class:class", "class:all"))
+    example.write_seed_rows(study / f"seed{seed}", config, rows)
+    (study / f"seed{seed}" / "testbed").mkdir(parents=True, exist_ok=True)
+    testbed = example.testbed_config(seed, total_steps, 100)
+    (study / f"seed{seed}" / "testbed" / "testbed.json").write_text(json.dumps({"config": testbed.to_dict()}))
+
+
 def test_report_merges_seeds_and_writes_verdicts(tmp_path, capsys):
-    from interp_toolkit.studies.lm_claims import read_claims_csv, write_claims_csv
+    from interp_toolkit.studies.lm_claims import read_claims_csv
 
     for seed in (0, 1):
-        rows = [{"step": step, "seed": seed, "series": "induction->induction", "source_class": "induction",
-                 "target_class": "induction", "minus": None, "bif": bif, "stderr": 0.1, "rhat": 1.01, "ess": 300.0,
-                 "induction_score": score}
-                for step, bif, score in ((0, -0.1, 0.03), (100, -2.0, 0.5), (200, -0.5, 0.8))]
-        write_claims_csv(rows, tmp_path / "study" / f"seed{seed}" / "claims.csv")
+        _seed_study(tmp_path / "study", seed)
     verdicts = example.report_claims(tmp_path / "study", tmp_path / "docs")
     assert len(read_claims_csv(tmp_path / "docs" / "claims.csv")) == 6
+    assert json.loads((tmp_path / "docs" / "study.json").read_text()) == {
+        "total_steps": 200, "checkpoint_every": 100,
+        "sampler": {"chains": 8, "draws": 400, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}
     assert verdicts == json.loads((tmp_path / "docs" / "verdicts.json").read_text())
     assert [r["verdict"] for r in verdicts["induction->induction"]["rise_and_fall"]] == ["rise and fall"] * 2
     assert (tmp_path / "docs" / "claim_induction_to_induction.png").is_file()
@@ -109,6 +124,7 @@ def test_bad_arguments_exit_2_with_one_error_line_before_any_work(argv, needle, 
     ({"seeds": []}, "ClaimsStudyConfig.seeds must be a non-empty list"),
     ({"eps": float("nan")}, "ClaimsStudyConfig.eps must be a positive finite number or None, got nan"),
     ({"total_steps": 0}, "ClaimsStudyConfig.total_steps must be an integer >= 1, got 0"),
+    ({"checkpoint_every": 0}, "ClaimsStudyConfig.checkpoint_every must be an integer >= 1, got 0"),
 ])
 def test_the_study_config_refuses_bad_settings_by_name(settings, needle):
     with pytest.raises(UserError, match=needle):
@@ -119,3 +135,18 @@ def test_a_longer_testbed_keeps_the_committed_schedule_and_adds_to_it():
     short, long = example.testbed_config(0), example.testbed_config(0, 4000)
     assert short.total_steps == 1000 and long.total_steps == 4000
     assert set(short.checkpoint_steps) <= set(long.checkpoint_steps) and long.checkpoint_steps[-1] == 4000
+
+
+def test_a_long_testbed_can_space_its_checkpoints_wider_and_is_a_new_testbed():
+    sparse = example.testbed_config(0, 10000, 250)
+    assert sparse.checkpoint_steps[-3:] == [9500, 9750, 10000] and 9900 not in sparse.checkpoint_steps
+    assert sparse.to_dict() != example.testbed_config(0, 10000).to_dict()  # a different config: its own cache
+    assert example.testbed_config(0).checkpoint_steps == example.testbed_config(0, 1000, 25).checkpoint_steps
+
+
+def test_a_report_of_seeds_measured_differently_is_refused_naming_the_setting(tmp_path):
+    _seed_study(tmp_path / "study", 0)
+    _seed_study(tmp_path / "study", 1, eps=3e-4)
+    with pytest.raises(UserError, match="the seeds' sampler settings differ"):
+        example.report_claims(tmp_path / "study", tmp_path / "docs")
+    assert not (tmp_path / "docs").exists()  # refused before anything is written

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -211,8 +212,62 @@ def test_a_rise_and_fall_without_a_checkpoint_after_the_peak_is_not_tested(tmp_p
                                                                                          (1000, -2.0))]
     lines += [f"open->close - close->open,0,{step},0.1,0.1,1.001,500" for step in (0, 500, 1000)]
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
+    (folder / "study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
+        "chains": 8, "draws": 200, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
     rise = claims_table.lm_rows(tmp_path)[0]
-    assert rise["verdict"] == "not tested in testbed" and "train past the peak" in rise["why"]
+    assert rise["verdict"] == "not tested in testbed, 1,000 steps" and "train past the peak" in rise["why"]
     lines[3] = "induction->induction,0,1000,-0.5,0.1,1.001,500"  # now the peak (step 500) has one after it
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
-    assert claims_table.lm_rows(tmp_path)[0]["verdict"] == "reproduced in testbed"
+    assert claims_table.lm_rows(tmp_path)[0]["verdict"] == "reproduced in testbed, 1,000 steps"
+
+
+def _lm_claims(folder, induction, delimiter=((0, 0.1), (500, 0.1), (1000, 0.1)), rhat=1.001):
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["series,seed,step,bif,stderr,rhat,ess"]
+    lines += [f"induction->induction,0,{step},{value},0.1,{rhat},500" for step, value in induction]
+    lines += [f"open->close - close->open,0,{step},{value},0.1,1.001,500" for step, value in delimiter]
+    (folder / "claims.csv").write_text("\n".join(lines) + "\n")
+    (folder / "study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
+        "chains": 8, "draws": 200, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
+
+
+def test_a_rise_without_a_measured_fall_is_not_reproduced_only_with_room_after_the_peak(tmp_path):
+    folder = tmp_path / "docs" / "lm_bif"
+    flat_after = [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 4)]
+    _lm_claims(folder, flat_after)  # 3 checkpoints after the peak, none measurably lower
+    row = claims_table.lm_rows(tmp_path)[0]
+    assert row["verdict"] == "inconclusive in testbed, 1,000 steps" and "fewer than 8 checkpoints after the peak" in row["why"]
+    _lm_claims(folder, [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 9)])
+    row = claims_table.lm_rows(tmp_path)[0]
+    assert row["verdict"] == "not reproduced in testbed, 1,000 steps" and "checkpoints after it 8" in row["cells"]
+    _lm_claims(folder, [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 9)], rhat=1.05)
+    assert claims_table.lm_rows(tmp_path)[0]["verdict"] == "inconclusive in testbed, 1,000 steps"  # unconverged: no verdict
+
+
+def test_a_converged_delimiter_series_needs_both_signs_measured(tmp_path):
+    folder = tmp_path / "docs" / "lm_bif"
+    _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, 0.3)))
+    row = claims_table.lm_rows(tmp_path)[1]
+    assert row["verdict"] == "inconclusive in testbed, 1,000 steps" and "both signs at |z| >= 2 in 0 of 1 seeds" in row["cells"]
+    _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, -0.3)))
+    assert claims_table.lm_rows(tmp_path)[1]["verdict"] == "reproduced in testbed, 1,000 steps"
+
+
+def test_a_longer_testbed_is_its_own_regime_with_its_recorded_settings(tmp_path):
+    _lm_claims(tmp_path / "docs" / "lm_bif", [(0, -0.1), (500, -1.0), (1000, -0.5)])
+    long = tmp_path / "docs" / "lm_bif" / "long"
+    _lm_claims(long, [(0, -0.1), (5000, -1.0), (10000, -1.0)])
+    (long / "study.json").write_text(json.dumps({"total_steps": 10000, "sampler": {
+        "chains": 8, "draws": 400, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
+    rows = claims_table.lm_rows(tmp_path)
+    assert [r["regime"] for r in rows] == ["testbed, 1,000 steps"] * 2 + ["testbed, 10,000 steps"] * 2
+    assert "8 chains x 400 draws after 200 burn-in, eps 0.001" in rows[2]["settings"]
+    assert rows[2]["verdict"] == "inconclusive in testbed, 10,000 steps"  # 1 checkpoint after, no fall
+
+
+def test_a_pipe_in_a_cell_does_not_split_the_markdown_row():
+    row = {key: "" for key in ("claim", "regime", "cells", "difference", "low", "high", "p", "power", "verdict",
+                               "why")}
+    row.update(claim="c", cells="4 with |z| >= 2", verdict="v", why="w")
+    line = claims_table.to_markdown([row]).splitlines()[-1]
+    assert line.replace("\\|", "").count("|") == 7  # 6 cells, escaped pipes inside
