@@ -13,7 +13,12 @@ from torch import Tensor
 
 from interp_toolkit.errors import UserError
 
-from .diagnostics import convergence_diagnostics, tracked_indices
+from .diagnostics import (
+    convergence_diagnostics,
+    jackknife_stderr,
+    jackknife_stderr_streamed,
+    tracked_indices,
+)
 from .moments import CoMoments
 from .results import BIFResult, Draws, PhaseDecomposition
 
@@ -225,8 +230,8 @@ def _jackknife(total: Tensor, per_chain: Tensor | None, chain_means: list[tuple[
     dtype = total.dtype
     means_a = torch.stack([m[0] for m in chain_means])
     means_b = torch.stack([m[1] for m in chain_means])
-    squares = torch.zeros_like(total)
     if per_chain is not None:
+        stderr = torch.empty_like(total)
         # -Cov from the pooled estimate and low-rank terms, in row blocks (no full-size scratch)
         da_all, db_all = means_a - means_a.mean(0), means_b - means_b.mean(0)
         terms = []
@@ -241,26 +246,17 @@ def _jackknife(total: Tensor, per_chain: Tensor | None, chain_means: list[tuple[
             for k, (left, right) in enumerate(terms):
                 torch.mul(total[start:stop], chains, out=block[k]).sub_(per_chain[k, start:stop])
                 block[k].addmm_(left[start:stop], right).div_(chains - 1)
-            block.sub_(block.mean(0))
-            squares[start:stop] = block.pow_(2).sum(0)
-        return squares.mul_((chains - 1) / chains).sqrt_()
-    # pools the other chains' accumulators again (-Corr, or unequal draws per chain)
-    scratch = torch.empty_like(total)
-    mean = torch.zeros_like(total)
-
+            stderr[start:stop] = jackknife_stderr(block)
+        return stderr
+    # pools the other chains' accumulators again (-Corr, or unequal draws per chain), one
+    # leave-one-out estimate at a time into the streamed jackknife (two float64 matrices)
     def leave_out(k: int) -> Tensor:
         keep = [c for c in range(chains) if c != k]
         parts = [p for c in keep for p in (per_chain_acc[c] if isinstance(per_chain_acc[c], list) else [per_chain_acc[c]])]
         comoment, _, _, m2_a, m2_b, n = _pooled_comoment(parts)
-        return scratch.copy_(_estimate_(comoment, n, m2_a, m2_b, pearson))
+        return _estimate_(comoment, n, m2_a, m2_b, pearson)
 
-    for k in range(chains):
-        mean.add_(leave_out(k))
-    mean.div_(chains)
-    for k in range(chains):
-        leave_out(k).sub_(mean)
-        squares.addcmul_(scratch, scratch)
-    return squares.mul_((chains - 1) / chains).sqrt_()
+    return jackknife_stderr_streamed(leave_out(k) for k in range(chains)).to(dtype)
 
 
 def compute_bif(

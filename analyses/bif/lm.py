@@ -609,20 +609,18 @@ def _neg_cov_from_draws(a: Tensor, b: Tensor, jackknife: bool = False) -> tuple[
     if chains < 2:
         stderr = torch.full_like(total, float("nan"))
     elif jackknife:
-        # theta_-k = mean_{c != k} per_chain[c] - 1/(C-1) sum_{c != k} (mu_c - mu_-k)(mu_c - mu_-k)^T
-        sum_loo = torch.zeros_like(total)
-        stderr = torch.zeros_like(total)  # sum of squares, then the stderr in place
+        # theta_-k = mean_{c != k} per_chain[c] - 1/(C-1) sum_{c != k} (mu_c - mu_-k)(mu_c - mu_-k)^T,
+        # formed one at a time in one buffer and streamed into the toolkit's one jackknife
         estimate = torch.empty_like(total)
-        for k in range(chains):
+
+        def leave_out(k: int) -> Tensor:
             keep = [c for c in range(chains) if c != k]
             da, db = mean_a[keep] - mean_a[keep].mean(0), mean_b[keep] - mean_b[keep].mean(0)
             torch.sub(total, per_chain[k], out=estimate).div_(chains - 1)
-            estimate.addmm_(da.T, db, alpha=-1.0 / (chains - 1))
-            sum_loo.add_(estimate)
-            stderr.addcmul_(estimate, estimate)
+            return estimate.addmm_(da.T, db, alpha=-1.0 / (chains - 1))
+
+        stderr = jackknife_stderr_streamed(leave_out(k) for k in range(chains))
         del estimate
-        stderr.sub_(sum_loo.pow_(2).div_(chains)).mul_((chains - 1) / chains).clamp_min_(0).sqrt_()
-        del sum_loo
     else:
         stderr = per_chain.std(0).div_(chains**0.5)
     # pooled Cov = mean_c Cov_c + (1/C) sum_c (mu_c - mu)(mu_c - mu)^T  (equal draws per chain)
