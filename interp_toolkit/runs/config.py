@@ -25,6 +25,31 @@ LR_SCHEDULES = ("constant", "cosine", "linear")
 _LATER_FIELDS = {"warmup_steps": 0, "lr_schedule": "constant", "min_lr_ratio": 0.0, "grad_clip": None}
 
 
+def lr_factor(step: int, total_steps: int, warmup_steps: int = 0, lr_schedule: str = "constant",
+              min_lr_ratio: float = 0.0) -> float:
+    """The learning rate of optimizer step ``step`` (1-based) of ``total_steps`` as a fraction
+    of the peak lr (:meth:`TrainConfig.lr_at` divided by ``lr``; see it for the formula)."""
+    if step <= warmup_steps:
+        return step / warmup_steps
+    if lr_schedule == "constant":
+        return 1.0
+    decay_steps = max(1, total_steps - warmup_steps)
+    t = min(1.0, (step - warmup_steps - 1) / decay_steps)
+    shape = (1.0 + math.cos(math.pi * t)) / 2.0 if lr_schedule == "cosine" else 1.0 - t
+    return min_lr_ratio + (1.0 - min_lr_ratio) * shape
+
+
+def lr_steps(steps: int, total_steps: int, warmup_steps: int = 0, lr_schedule: str = "constant",
+             min_lr_ratio: float = 0.0) -> float:
+    """The learning rate summed over the first ``steps`` steps of ``total_steps``, in units of
+    the peak lr: ``steps`` itself without a warmup or a decay; the quantity decoupled weight
+    decay integrates (it shrinks weights by ``lr_t x wd`` per step)."""
+    if warmup_steps == 0 and lr_schedule == "constant":
+        return float(steps)
+    return math.fsum(lr_factor(step, total_steps, warmup_steps, lr_schedule, min_lr_ratio)
+                     for step in range(1, steps + 1))
+
+
 def check_engine_name(engine: str) -> None:
     """Raise ``ValueError`` naming ``engine`` unless it is one of :data:`ENGINES`."""
     if engine not in ENGINES:
@@ -150,15 +175,9 @@ class TrainConfig(Config):
         with ``m = min_lr_ratio`` and ``t`` the fraction of the post-warmup steps done before
         this one (0 at the first, reaching ``(n - 1) / n`` at the last).
         """
-        if step <= self.warmup_steps:
+        if step <= self.warmup_steps:  # lr * step / warmup, in this order: the rounding every run trained with
             return self.lr * step / self.warmup_steps
-        if self.lr_schedule == "constant":
-            return self.lr
-        decay_steps = max(1, total_steps - self.warmup_steps)
-        t = min(1.0, (step - self.warmup_steps - 1) / decay_steps)
-        m = self.min_lr_ratio
-        shape = (1.0 + math.cos(math.pi * t)) / 2.0 if self.lr_schedule == "cosine" else 1.0 - t
-        return self.lr * (m + (1.0 - m) * shape)
+        return self.lr * lr_factor(step, total_steps, self.warmup_steps, self.lr_schedule, self.min_lr_ratio)
 
     def checkpoint_epochs(self) -> list[int]:
         """Every epoch at which a checkpoint is saved, sorted."""
@@ -178,4 +197,4 @@ class TrainConfig(Config):
         return sorted(epochs)
 
 
-__all__ = ["ENGINES", "LR_SCHEDULES", "TrainConfig", "check_engine_name"]
+__all__ = ["ENGINES", "LR_SCHEDULES", "TrainConfig", "check_engine_name", "lr_factor", "lr_steps"]

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from interp_toolkit.config import _plain
 from interp_toolkit.errors import UserError
+from interp_toolkit.runs.config import lr_steps
 from interp_toolkit.runs.record import task_dict
 from interp_toolkit.studies.outcomes import OutcomeThresholds
 from interp_toolkit.studies.sweep_config import FLAT_NAMES, PER_RUN, SECTIONS, SweepConfig
@@ -100,9 +101,15 @@ def setting_default(name: str) -> Any:
     return _hashable_value(SweepConfig.section_defaults(section).get(field)) if section in SECTIONS else None
 
 
-#: Extra settings every report names, at their default too: the optimizer's betas (never
-#: stated by the paper, so every outcome table says which were used).
-ALWAYS_REPORTED = ("train.betas",)
+#: Extra settings every report names, at their default too: the optimizer's betas, its
+#: warmup, learning-rate schedule (and floor) and gradient clipping (none stated by the paper,
+#: so every outcome table says which were used; runs recorded before the schedule options
+#: existed trained at their defaults: no warmup, a constant lr, no clipping).
+ALWAYS_REPORTED = ("train.betas", "train.warmup_steps", "train.lr_schedule", "train.min_lr_ratio", "train.grad_clip")
+
+#: The ``"train.*"`` settings that shape the learning rate over training (with their
+#: :class:`~interp_toolkit.runs.config.TrainConfig` defaults), read by :func:`optimizer_clock`.
+SCHEDULE_SETTINGS = {"train.warmup_steps": 0, "train.lr_schedule": "constant", "train.min_lr_ratio": 0.0}
 
 
 def complete_settings(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -387,14 +394,40 @@ def _rounded(value: float) -> float:
     return float(f"{value:.12g}")  # 0.001 x 0.1 reads 0.0001, not 0.00010000000000000002
 
 
-def optimizer_clock(n_train: Any, batch_size: Any, lr: Any, weight_decay: Any, epochs: Any) -> dict[str, Any]:
+def schedule_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"warmup_steps", "lr_schedule", "min_lr_ratio"}`` of a run or cell row (its
+    :data:`SCHEDULE_SETTINGS`, text as written in an outcomes.csv parsed; absent or empty: the
+    default)."""
+    out = {}
+    for name, default in SCHEDULE_SETTINGS.items():
+        value = row.get(name)
+        if isinstance(value, str):
+            value = parse_setting_text(value) if value.strip() else None
+        out[name.partition(".")[2]] = default if value is None else value
+    return {"warmup_steps": int(out["warmup_steps"]), "lr_schedule": str(out["lr_schedule"]),
+            "min_lr_ratio": float(out["min_lr_ratio"])}
+
+
+def optimizer_clock(n_train: Any, batch_size: Any, lr: Any, weight_decay: Any, epochs: Any,
+                    schedule: Mapping[str, Any] | None = None, planned_epochs: Any = None) -> dict[str, Any]:
     """``{"steps", "lr_x_wd", "decay_clocks"}`` of ``epochs`` epochs: optimizer steps
-    (``epochs`` x :func:`steps_per_epoch`), ``lr x weight_decay`` (AdamW's decoupled decay
-    shrinks weights by that factor per step) and ``decay_clocks = steps x lr x wd``. A value
-    whose inputs are unknown (None) is None; ``batch_size`` None is full batch."""
+    (``epochs`` x :func:`steps_per_epoch`), ``lr x weight_decay`` at the peak lr (AdamW's
+    decoupled decay shrinks weights by ``lr_t x wd`` per step) and ``decay_clocks``, that
+    shrinkage summed over the steps: ``steps x lr x wd`` at a constant lr, ``lr x wd`` times
+    :func:`~interp_toolkit.runs.config.lr_steps` under a warmup or a decaying ``schedule`` (a
+    row with :data:`SCHEDULE_SETTINGS`; the schedule spans ``planned_epochs``, default
+    ``epochs``, so an early-stopped run's clock counts the lr it actually had). A value whose
+    inputs are unknown (None) is None; ``batch_size`` None is full batch."""
     lr_x_wd = None if lr is None or weight_decay is None else _rounded(float(lr) * float(weight_decay))
     steps = None if n_train is None or epochs is None else int(epochs) * steps_per_epoch(n_train, batch_size)
-    clocks = None if steps is None or lr_x_wd is None else _rounded(steps * float(lr) * float(weight_decay))
+    shape = schedule_of(schedule or {})
+    if steps is None or lr_x_wd is None:
+        clocks = None
+    elif shape["warmup_steps"] == 0 and shape["lr_schedule"] == "constant":
+        clocks = _rounded(steps * float(lr) * float(weight_decay))  # the committed tables' arithmetic
+    else:
+        planned = int(planned_epochs if planned_epochs is not None else epochs) * steps_per_epoch(n_train, batch_size)
+        clocks = _rounded(lr_steps(steps, planned, **shape) * float(lr) * float(weight_decay))
     return {"steps": steps, "lr_x_wd": lr_x_wd, "decay_clocks": clocks}
 
 
@@ -423,10 +456,10 @@ def run_settings(record: Mapping[str, Any], thresholds: OutcomeThresholds | None
 
 
 __all__ = ["ALWAYS_REPORTED", "ARCH_FIELDS", "CELL_FIELDS", "CLOCK_FIELDS", "NOT_CELL_SETTINGS",
-           "REGIME_FIELDS", "SHORT_NAMES", "TIED_DATA_SEED",
+           "REGIME_FIELDS", "SCHEDULE_SETTINGS", "SHORT_NAMES", "TIED_DATA_SEED",
            "arch_fields", "cell_fields", "cell_key", "cell_label", "complete_settings",
            "extra_fields", "extra_settings", "find_cell", "format_setting", "hashable",
            "is_extra_setting", "matches_spec", "optimizer_clock", "parse_cell_spec",
-           "parse_setting_text",
+           "parse_setting_text", "schedule_of",
            "regime_fields", "run_settings", "select_runs", "setting_default", "sort_key",
            "spec_list", "steps_per_epoch", "varying_fields", "with_clock"]

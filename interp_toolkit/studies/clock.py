@@ -61,7 +61,7 @@ def _clock(row: Mapping[str, Any], epoch: Any) -> float | None:
     if epoch is None:
         return None
     return optimizer_clock(row.get("n_train"), row.get("batch_size"), row.get("lr"), row.get("weight_decay"),
-                           epoch)["decay_clocks"]
+                           epoch, schedule=row, planned_epochs=row.get("epochs"))["decay_clocks"]
 
 
 def setting_label(row: Mapping[str, Any], fields: Sequence[str]) -> str:

@@ -55,7 +55,7 @@ def run_clock(row: Mapping[str, Any]) -> dict[str, Any]:
     than its ``epochs`` budget; a run still training, the steps so far), from its ``n_train``,
     ``batch_size`` (None: full batch), ``lr`` and ``weight_decay``. Unknown inputs give None."""
     return optimizer_clock(row.get("n_train"), row.get("batch_size"), row.get("lr"), row.get("weight_decay"),
-                           row.get("final_epoch"))
+                           row.get("final_epoch"), schedule=row, planned_epochs=row.get("epochs"))
 
 
 #: outcomes.csv columns read back as text and as booleans (every other column is a number).

@@ -268,7 +268,7 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         table.append({
             **cell,
             **optimizer_clock(cell.get("n_train"), cell.get("batch_size"), cell.get("lr"), cell.get("weight_decay"),
-                              cell.get("epochs")),
+                              cell.get("epochs"), schedule=cell),
             "n_seeds": n, "n_generalized": k, "rate": k / n, "wilson_low": low, "wilson_high": high,
             "n_rule_learned": k_rule, "rule_learned_rate": k_rule / n, "rule_learned_wilson_low": rule_low,
             "rule_learned_wilson_high": rule_high,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +104,11 @@ def test_rows_without_an_extra_setting_read_as_its_default():
     assert completed[0]["train.seed"] == TrainConfig().seed and completed[1]["train.seed"] == 3
     # betas are named in every report, at their default too (the paper states none)
     assert completed[0]["train.betas"] == (0.9, 0.98) == completed[1]["train.betas"]
-    assert cell_fields(completed) == CELL_FIELDS[:-1] + ("train.betas", "train.seed", "r")
+    # so are the warmup, the lr schedule and its floor, and clipping: none, constant, 0, none
+    assert [completed[0][k] for k in ("train.warmup_steps", "train.lr_schedule", "train.min_lr_ratio",
+                                      "train.grad_clip")] == [0, "constant", 0.0, None]
+    assert cell_fields(completed) == CELL_FIELDS[:-1] + ("train.betas", "train.grad_clip", "train.lr_schedule",
+                                                         "train.min_lr_ratio", "train.seed", "train.warmup_steps", "r")
     assert cell_fields([old]) == CELL_FIELDS  # no extra setting: the cells of earlier versions
     assert select_runs(completed, "train.seed=0") == [completed[0]]
 
@@ -129,3 +134,27 @@ def test_steps_per_epoch_counts_the_trainers_minibatches_last_partial_included()
     assert optimizer_clock(16_384, None, 1e-3, 0.1, 1_000) == {"steps": 1_000, "lr_x_wd": 0.0001, "decay_clocks": 0.1}
     assert optimizer_clock(16_384, 512, 1e-3, 0.1, 1_000) == {"steps": 32_000, "lr_x_wd": 0.0001, "decay_clocks": 3.2}
     assert optimizer_clock(None, 512, 1e-3, None, 1_000) == {"steps": None, "lr_x_wd": None, "decay_clocks": None}
+
+
+def test_a_scheduled_run_counts_the_decay_its_learning_rate_actually_applied():
+    from interp_toolkit.studies.cells import optimizer_clock, schedule_of
+
+    # 4 steps of warmup then a linear decay to 0 over 6 more: factors by hand
+    warm = [1 / 4, 2 / 4, 3 / 4, 4 / 4]
+    decay = [1 - k / 6 for k in range(6)]  # t = 0, 1/6, ..., 5/6 before each post-warmup step
+    row = {"train.warmup_steps": "4", "train.lr_schedule": "linear", "train.min_lr_ratio": "0.0"}
+    clock = optimizer_clock(10, 5, 1e-3, 0.5, 5, schedule=row)  # 2 steps per epoch: 10 steps
+    assert clock["steps"] == 10 and clock["lr_x_wd"] == 0.0005
+    assert clock["decay_clocks"] == pytest.approx(0.0005 * (sum(warm) + sum(decay)), rel=1e-12)
+    # an early-stopped run (3 of 5 planned epochs) counts the lr of its 6 steps on the planned schedule
+    early = optimizer_clock(10, 5, 1e-3, 0.5, 3, schedule=row, planned_epochs=5)
+    assert early["decay_clocks"] == pytest.approx(0.0005 * (sum(warm) + sum(decay[:2])), rel=1e-12)
+    # cosine to a floor of 0.1 over 4 steps, no warmup: 1, (1 + cos(pi/4))/2 ..., each lifted to the floor
+    cosine = {"train.lr_schedule": "cosine", "train.min_lr_ratio": 0.1}
+    shape = [(1 + math.cos(math.pi * k / 4)) / 2 for k in range(4)]
+    assert optimizer_clock(4, None, 1.0, 1.0, 4, schedule=cosine)["decay_clocks"] == pytest.approx(
+        sum(0.1 + 0.9 * v for v in shape), rel=1e-12)
+    # the defaults (and a row written before these columns existed) keep the constant clock exactly
+    assert schedule_of({}) == {"warmup_steps": 0, "lr_schedule": "constant", "min_lr_ratio": 0.0}
+    assert optimizer_clock(16_384, 512, 1e-3, 0.7, 300, schedule={"train.lr_schedule": "constant"}) == \
+        optimizer_clock(16_384, 512, 1e-3, 0.7, 300) == {"steps": 9_600, "lr_x_wd": 0.0007, "decay_clocks": 6.72}

@@ -44,8 +44,10 @@ def test_rows_and_outcomes_csv_carry_every_run_setting(tmp_path):
     other = next(r for r in result["rows"] if r["r"] == 0.5)
     assert other["early_stop"] is False and other["batch_size"] is None and other["seq_len"] == 5
     written = _read_csv(result["paths"]["outcomes_csv"])
-    at_r = RUN_FIELDS.index("r")  # the betas every table names sit among the cell settings, before r
-    assert list(written[0]) == [*RUN_FIELDS[:at_r], "train.betas", *RUN_FIELDS[at_r:]]
+    at_r = RUN_FIELDS.index("r")  # the settings every table names sit among the cell settings, before r
+    named = ["train.betas", "train.grad_clip", "train.lr_schedule", "train.min_lr_ratio", "train.warmup_steps"]
+    assert list(written[0]) == [*RUN_FIELDS[:at_r], *named, *RUN_FIELDS[at_r:]]
+    assert [written[0][k] for k in named[1:]] == ["", "constant", "0.0", "0"]  # the defaults
     assert list(written[0]).index("steps") == list(written[0]).index("epochs") + 1
     # 16,384 examples in batches of 512: 32 steps per epoch; the run stopped at epoch 20 of 15,000
     assert (row["steps"], row["lr_x_wd"], row["decay_clocks"]) == (640, 0.0012, 0.768)
