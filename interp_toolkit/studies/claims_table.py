@@ -7,10 +7,14 @@
 
 - ``docs/reproduction/outcomes.csv``: one row per run (the rate claims);
 - ``docs/reproduction/mechanism_contrast/*/``: the length-5 mechanism runs (R2);
+
+and, through :mod:`interp_toolkit.studies.claims_bif` (the stagewise-attribution rows):
+
 - ``docs/bif/ladder/eps*/remeasure_pairs.csv`` and ``remeasure_summary.json``: the hierarchy
   toy on a ladder of step sizes, with R-hat / ESS per pair and step, the peaks against the
   network's mode transitions and the causal windows;
-- ``docs/lm_bif/claims.csv``: the language-model claims per checkpoint and seed;
+- ``docs/lm_bif/claims.csv`` and ``docs/lm_bif/*/claims.csv``: the language-model claims per
+  checkpoint and seed, one testbed each (its ``study.json`` names it);
 - ``docs/influence/seed*.csv``: the joined study.
 
 Each row: the paper, the claim (the paper's wording), the regime and its settings, the
@@ -25,7 +29,6 @@ import dataclasses
 import io
 import json
 import math
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,21 +36,29 @@ from typing import Any, Callable, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies import verdicts as rules
-from interp_toolkit.studies.lm_claims import rise_and_fall, sign_change
+from interp_toolkit.studies.claims_bif import joined_rows, lm_rows, paper_b_rows
+from interp_toolkit.studies.claims_rows import FIELDS, ROOT, read_rows, rel, verdict_row
 from interp_toolkit.studies.study import OUTCOMES_CSV
 
-ROOT = Path(__file__).resolve().parents[2]
-FIELDS = ["paper", "claim", "regime", "settings", "cells", "difference", "low", "high", "p", "power", "verdict",
-          "why", "files"]
 BEGIN, END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
 
 #: The paper's headline counts (30 seeds per cell, from its rounded percentages).
 HEADLINE = {"1L": (10 / 30, 0.0), "2L": (0.0, 23 / 30)}  # (r = 0.5, r = 0.9)
 
+#: The learning-rate shape of a run as outcomes.csv writes it at the defaults (no warmup, a
+#: constant lr, no clipping); a file from before these columns existed reads as these.
+PLAIN_LR = {"train.warmup_steps": "0", "train.lr_schedule": "constant", "train.min_lr_ratio": "0.0",
+            "train.grad_clip": ""}
+
 # Run settings that make two outcomes.csv rows the same computation (with the seed).
 _SETTING_COLUMNS = ("task", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "n_layers", "n_heads",
                     "d_model", "d_mlp", "weight_decay", "lr", "epochs", "batch_size", "early_stop", "model.init",
-                    "train.betas", "r")
+                    "train.betas", *PLAIN_LR, "r")
+
+
+def _setting(row: Mapping[str, str], column: str) -> str | None:
+    """``row[column]``, or the default a file without that column implies."""
+    return row.get(column, PLAIN_LR.get(column))
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,7 @@ class Regime:
 
 
 R0 = Regime("R0", {"task": "max_parity_sum_parity", "seq_len": "8", "n_train": "16384", "weight_decay": "0.1",
-                   "lr": "0.001", "batch_size": "", "epochs": "1000", "n_heads": "2", "study": "reproduce"},
+                   "lr": "0.001", "batch_size": "", "epochs": "1000", "n_heads": "2", "study": "reproduce", **PLAIN_LR},
             "length 8, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 1,000 epochs = 1,000 steps "
             "= 0.1 decay clocks (the paper: 15,000 epochs), early stop once generalized")
 R0_WD04 = Regime("R0, wd 0.4", {**R0.where, "weight_decay": "0.4"},
@@ -71,12 +82,12 @@ R0_WD04 = Regime("R0, wd 0.4", {**R0.where, "weight_decay": "0.4"},
 R0_WD04_LONG = Regime("R0, wd 0.4, 3,000 epochs", {**R0.where, "weight_decay": "0.4", "epochs": "3000"},
                       "R0 with weight decay 0.4, no early stop, 3,000 epochs = 1.2 decay clocks")
 R1 = Regime("R1", {"task": "max_parity_sum_parity", "seq_len": "8", "n_train": "16384", "weight_decay": "0.7",
-                   "lr": "0.001", "batch_size": "512", "epochs": "300", "n_heads": "2"},
+                   "lr": "0.001", "batch_size": "512", "epochs": "300", "n_heads": "2", **PLAIN_LR},
             "length 8, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
             "6.72 decay clocks, no early stop")
 R_LEN5_N16K = Regime("length 5, n = 16,384", {"task": "max_parity_sum_parity", "seq_len": "5", "n_train": "16384",
                                                "weight_decay": "0.1", "lr": "0.001", "batch_size": "",
-                                               "epochs": "400", "n_heads": "2"},
+                                               "epochs": "400", "n_heads": "2", **PLAIN_LR},
                      "length 5, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 400 epochs = 0.04 "
                      "decay clocks, no early stop, a fresh dataset per seed")
 CONFIRM_LEN6 = "regime_axes_b_len6_b512_wd0.7_2L_confirm"
@@ -99,11 +110,6 @@ R1_FIRST = Regime("R1, first-element shortcut", {**R1.where, "task": "first_pari
 R1_MOD3 = Regime("R1, mod 3", {**R1.where, "task": "max_mod3_sum_mod3"}, "R1 on max_mod3_sum_mod3")
 
 
-def _rel(root: Path, path: Path) -> str:
-    """``path`` relative to the repository ``root`` (as the tables name their files)."""
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-
-
 def read_outcomes(path: Path) -> list[dict[str, str]]:
     """outcomes.csv rows, one per distinct run (a run listed by two studies counts once)."""
     seen: dict[tuple[str, ...], dict[str, str]] = {}
@@ -111,14 +117,14 @@ def read_outcomes(path: Path) -> list[dict[str, str]]:
         for row in csv.DictReader(handle):
             if row.get("status") != "finished":
                 continue
-            seen.setdefault(tuple(row.get(c, "") for c in _SETTING_COLUMNS) + (row["seed"],), row)
+            seen.setdefault(tuple(_setting(row, c) or "" for c in _SETTING_COLUMNS) + (row["seed"],), row)
     return list(seen.values())
 
 
 def cell_rows(rows: Sequence[Mapping[str, str]], regime: Regime, n_layers: int, r: float) -> list[Mapping[str, str]]:
     """The runs of ``regime`` with ``n_layers`` layers at ratio ``r``."""
-    return [row for row in rows if all(row.get(k) == v for k, v in regime.where.items())
-            and not any(row.get(k) in ((v,) if isinstance(v, str) else v) for k, v in regime.exclude.items())
+    return [row for row in rows if all(_setting(row, k) == v for k, v in regime.where.items())
+            and not any(_setting(row, k) in ((v,) if isinstance(v, str) else v) for k, v in regime.exclude.items())
             and row["n_layers"] == str(n_layers) and math.isclose(float(row["r"]), r, rel_tol=1e-9)]
 
 
@@ -145,24 +151,6 @@ def cell(rows: Sequence[Mapping[str, str]], regime: Regime, n_layers: int, r: fl
     return sum(_succeeded(row, criterion) for row in mine), len(mine)
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return ""
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
-def _row(paper: str, claim: str, regime: str, settings: str, cells: str, verdict: str, why: str,
-         files: Sequence[str], result: Mapping[str, Any] | None = None) -> dict[str, str]:
-    result = result or {}
-    return {"paper": paper, "claim": claim, "regime": regime, "settings": settings, "cells": cells,
-            "difference": _fmt(result.get("difference")), "low": _fmt(result.get("low")),
-            "high": _fmt(result.get("high")), "p": _fmt(result.get("p", result.get("fisher_p"))),
-            "power": _fmt(result.get("power"), 2), "verdict": rules.in_regime(verdict, regime), "why": why,
-            "files": " ".join(files)}
-
-
 def rate_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: Regime, n_layers: int, r_a: float,
                r_b: float, paper: tuple[float, float], files: Sequence[str], powered_at: str = "the paper's rates",
                min_runs: int = 1, criterion: str = "generalized") -> dict[str, str]:
@@ -172,14 +160,14 @@ def rate_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: Regime, n_
     k_b, n_b = cell(rows, regime, n_layers, r_b, criterion)
     cells = f"{n_layers}L r = {r_a:g}: {k_a}/{n_a}; r = {r_b:g}: {k_b}/{n_b}"
     if n_a < min_runs or n_b < min_runs:
-        return _row("A", claim, regime.name, regime.text, cells, "not tested",
+        return verdict_row("A", claim, regime.name, regime.text, cells, "not tested",
                     f"no {n_layers}-layer runs of both cells in {regime.name}", files)
     result = rules.rate_verdict(k_a, n_a, k_b, n_b, *paper)
     why = result["why"] + f" (powered at {powered_at}: {paper[0]:.2f} vs {paper[1]:.2f})"
     if result["verdict"] == "inconclusive":
         needed = rules.seeds_for_power(*paper)
         why += f"; {needed} seeds per cell would give 80% power" if needed else ""
-    return _row("A", claim, regime.name, regime.text, cells, result["verdict"], why, files, result)
+    return verdict_row("A", claim, regime.name, regime.text, cells, result["verdict"], why, files, result)
 
 
 def headline_claims(rows: Sequence[Mapping[str, str]], claim: str, regime: Regime, n_layers: int, r_a: float,
@@ -201,15 +189,15 @@ def observability_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: R
     k, n = cell(rows, regime, n_layers, r)
     cells = f"{n_layers}L r = {r:g}: {k}/{n} generalized"
     if n == 0:
-        return _row("A", claim, regime.name, regime.text, cells, "not tested", f"no {n_layers}-layer run at r = {r:g}",
+        return verdict_row("A", claim, regime.name, regime.text, cells, "not tested", f"no {n_layers}-layer run at r = {r:g}",
                     files)
     if not rules.observed(k):
-        return _row("A", claim, regime.name, regime.text, cells, "inconclusive",
+        return verdict_row("A", claim, regime.name, regime.text, cells, "inconclusive",
                     f"no run generalized, so {what} cannot be observed", files)
     mine = cell_rows(rows, regime, n_layers, r)
     transient = sum(row["transient"] == "True" for row in mine if row["generalized"] == "True")
     verdict = "reproduced" if transient else "not reproduced"
-    return _row("A", claim, regime.name, regime.text, f"{cells}, {transient} transient", verdict,
+    return verdict_row("A", claim, regime.name, regime.text, f"{cells}, {transient} transient", verdict,
                 f"{transient} of {k} generalizing runs fell back", files)
 
 
@@ -217,14 +205,12 @@ def observability_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: R
 
 
 def _contrast_runs(folder: Path) -> list[dict[str, str]]:
-    with open(folder / "runs.csv", newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+    return read_rows(folder / "runs.csv")
 
 
 def _moved_toward_zero(summary: Path, window: Mapping[str, str]) -> tuple[int, int]:
     """``(k, n)``: of the n generalizing runs in a contrast summary, k whose mean gradient
     cosine from their first generalized epoch on is above their median over ``window``."""
-    import json
 
     with open(summary, encoding="utf-8") as handle:
         data = json.load(handle)
@@ -253,7 +239,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
             "stop; n = 4,096 unless stated")
     two = _contrast_runs(base / "2L_r0.9") if (base / "2L_r0.9").is_dir() else []
     half = _contrast_runs(base / "2L_r0.5") if (base / "2L_r0.5").is_dir() else []
-    files = [_rel(root, base / "2L_r0.9" / "runs.csv"), _rel(root, base / "2L_r0.5" / "runs.csv")]
+    files = [rel(root, base / "2L_r0.9" / "runs.csv"), rel(root, base / "2L_r0.5" / "runs.csv")]
     small = [r for r in two if "n16k" not in r["run_dir"]]
     large = [r for r in two if "n16k" in r["run_dir"]]
     if small and half:
@@ -261,7 +247,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         k_b, n_b = sum(r["kind_generalized"] == "generalized" for r in half), len(half)
         result = rules.rate_verdict(k_a, n_a, k_b, n_b, HEADLINE["2L"][1], HEADLINE["2L"][0])
         k_l = sum(r["kind_generalized"] == "generalized" for r in large)
-        out.append(_row("A", "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 "
+        out.append(verdict_row("A", "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 "
                         "(0% -> 77%)", "R2", text,
                         f"2L n = 4,096: r = 0.9 {k_a}/{n_a}; r = 0.5 {k_b}/{n_b} (r = 0.9 at n = 16,384: "
                         f"{k_l}/{len(large)}, no r = 0.5 cell there)", result["verdict"],
@@ -271,10 +257,10 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                and float(r["shortcut_epoch"]) < float(r["first_generalized_epoch"])]
     verdict = "inconclusive" if not generalizing else ("reproduced" if len(ordered) == len(generalizing)
                                                         else "not reproduced")
-    out.append(_row("A", "a shortcut phase comes first, then a second phase in which the rule takes over", "R2", text,
+    out.append(verdict_row("A", "a shortcut phase comes first, then a second phase in which the rule takes over", "R2", text,
                     f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first",
                     verdict, "qualitative: the order of the shortcut epoch and the first generalized epoch",
-                    [_rel(root, base / "2L_r0.9" / "runs.csv")]))
+                    [rel(root, base / "2L_r0.9" / "runs.csv")]))
     windows = []
     folders = sorted(p for p in base.iterdir() if (p / "windows.csv").is_file()) if base.is_dir() else []
     for folder in folders:
@@ -295,7 +281,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         moved = [_moved_toward_zero(base / w["contrast"] / "contrast.json", w) for w in conflict]
         toward = sum(k for k, _ in moved)
         leavers = sum(n for _, n in moved)
-        out.append(_row("A", "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut examples "
+        out.append(verdict_row("A", "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut examples "
                         "point apart in the shortcut phase, and move toward 0 once the run leaves it", "R2", text,
                         "r = 0.9 (" + ", ".join(w["contrast"] for w in conflict) + "): shortcut-phase cosine "
                         + ", ".join(f"{m:+.2f}" for m in means)
@@ -304,19 +290,19 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                         "reproduced" if max(means) < 0 and leavers and toward == leavers else "not reproduced",
                         "the sign of the group means in the shortcut phase, and each generalizing run's mean cosine "
                         "after it generalized against its own shortcut-phase median",
-                        sorted({_rel(root, base / w["contrast"] / name) for w in conflict
+                        sorted({rel(root, base / w["contrast"] / name) for w in conflict
                                 for name in ("windows.csv", "contrast.json")})))
     amplified = [w for w in ratio if w["quantity"] == "minority_amplification" and w["window"] in first]
     if amplified:
         values = [float(w[k]) for w in amplified for k in ("mean_leaving", "mean_staying")]
         inside = [v for v in values if 9.0 <= v <= 17.0]
-        out.append(_row("A", "the minority's gradients are amplified about 9-17x at r = 0.9", "R2", text,
+        out.append(verdict_row("A", "the minority's gradients are amplified about 9-17x at r = 0.9", "R2", text,
                         "shortcut-phase group means (" + ", ".join(w["contrast"] for w in amplified) + ") "
                         + ", ".join(f"{v:.1f}x" for v in values),
                         "reproduced" if inside else "not reproduced",
                         f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the toolkit's "
                         "minority_amplification over the shortcut-phase window)",
-                        sorted({_rel(root, base / w["contrast"] / "windows.csv") for w in amplified})))
+                        sorted({rel(root, base / w["contrast"] / "windows.csv") for w in amplified})))
     if windows:
         family = [w for w in windows if w["p"] not in ("", "nan")]
         holm = rules.holm_family(family, key="p")
@@ -324,7 +310,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                        for w, p in zip(family, holm) if p < rules.ALPHA]
         shortcut = [w for w, p in zip(family, holm) if "shortcut" in w["window"] or "before" in w["window"]]
         before = [w for w in shortcut if holm[family.index(w)] < rules.ALPHA]
-        out.append(_row("A", "(this project's test, not a claim of the paper) gradient conflict and amplification "
+        out.append(verdict_row("A", "(this project's test, not a claim of the paper) gradient conflict and amplification "
                         "mark the runs that leave the shortcut before they leave", "R2", text,
                         f"{len(family)} tests in {len({(w['contrast'], w['grouping']) for w in family})} contrasts "
                         f"and groupings; Holm over all: "
@@ -333,295 +319,8 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                         f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm over "
                         "the whole family; 2L_r0.9's groups differ in n (16,384 vs 4,096), a confounder; at one n "
                         "(2L_r0.9_n16k) 5 vs 3 runs cannot reach the level",
-                        sorted({_rel(root, base / w["contrast"] / "windows.csv") for w in family})))
+                        sorted({rel(root, base / w["contrast"] / "windows.csv") for w in family})))
     return out
-
-
-# --------------------------------------------------------------------------- paper B
-
-
-def _read(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _steps_of(rows: Sequence[Mapping[str, str]]) -> str:
-    return ", ".join(str(int(float(r["step"]))) for r in rows)
-
-
-def _level_half_step(timeline: Mapping[str, Any], level: int) -> float:
-    """The half-strength step of the first (strongest) mode of a hierarchy level."""
-    return float(next(step for step, lv in zip(timeline["mode_half_steps"], timeline["mode_levels"], strict=True)
-                      if lv == level))
-
-
-def toy_sources(root: Path) -> list[tuple[str, Path]]:
-    """``(label, remeasure_pairs.csv)`` of every step size measured: the ladder
-    (``docs/bif/ladder/eps*/``), ascending in eps, where it exists, else the two earlier
-    re-measurements."""
-    ladder = sorted((p / "remeasure_pairs.csv" for p in (root / "docs" / "bif" / "ladder").glob("eps*")
-                     if (p / "remeasure_pairs.csv").is_file() and (p / "remeasure_summary.json").is_file()),
-                    key=lambda p: float(p.parent.name[3:]))
-    if ladder:
-        return [(f"eps {p.parent.name[3:]}", p) for p in ladder]
-    return [(label, path) for label, path in
-            (("eps 2e-5", root / "docs" / "bif" / "remeasure_pairs.csv"),
-             ("eps 1.6e-3", root / "docs" / "bif" / "eps1.6e-3" / "remeasure_pairs.csv")) if path.is_file()]
-
-
-def ladder_rows(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
-    """One row per toy claim over the whole step-size ladder: the verdict of the rungs whose
-    chains converged when they agree, ``inconclusive`` when they disagree (a verdict that
-    holds at one step size and not at its neighbours is not the posterior's)."""
-    out = []
-    for claim in dict.fromkeys(r["claim"] for r in rows):
-        mine = [r for r in rows if r["claim"] == claim]
-        converged = [r for r in mine if "did not converge" not in r["why"]]
-        verdicts = {r["regime"]: r["verdict"].split(" in ")[0] for r in converged}
-        names = [r["regime"].removeprefix("eps ") for r in converged]
-        regime = f"eps ladder {', '.join(names)}" if names else "eps ladder"
-        files = sorted({f for r in mine for f in r["files"].split()})
-        if not converged:
-            verdict, why = "inconclusive", "no step size converged"
-        elif len(set(verdicts.values())) == 1:
-            verdict = next(iter(verdicts.values()))
-            why = f"the same at every converged step size ({len(converged)} of {len(mine)} measured)"
-        else:
-            verdict = "inconclusive"
-            why = "the converged step sizes disagree: " + "; ".join(
-                f"{v} at {k}" for k, v in verdicts.items())
-        unconverged = [r["regime"] for r in mine if r not in converged]
-        if unconverged:
-            why += f"; unconverged (not counted): {', '.join(unconverged)}"
-        # the rungs' settings but for the step size and the chain length that goes with it
-        settings = re.sub(r"SGLD eps \S+, ", "SGLD at each step size eps, ", (converged or mine)[0]["settings"])
-        settings = re.sub(r"(\d+) chains x [\d,]+ steps", r"\1 chains of the same length in eps x steps", settings)
-        out.append({**_row("B", claim, regime, settings, "per step size: "
-                           + "; ".join(f"{r['regime']}: {r['verdict'].split(' in ')[0]}" for r in mine),
-                           verdict, why, files)})
-    return out
-
-
-def toy_rows(root: Path) -> list[dict[str, str]]:
-    """The hierarchy toy at each step size, gated on convergence (rule 3): dog -> sparrow
-    helpful early and harmful while mammal vs bird is learned; the peaks at the network's own
-    mode transitions; the causal windows against the pair-permuted null (Fisher's method over
-    the initializations)."""
-    import json
-
-    from interp_toolkit.studies.statistics import combined_p
-
-    out = []
-    for label, path in toy_sources(root):
-        pairs = _read(path)
-        rows = [r for r in pairs if r["pair"] == "dog->sparrow"]
-        summary = json.loads((path.parent / "remeasure_summary.json").read_text(encoding="utf-8"))
-        files = [_rel(root, path), _rel(root, path.parent / "remeasure_summary.json")]
-        timelines = summary["timelines"]
-        sampler = summary["sampler"]
-        # the windows: before the kingdom mode's (animal vs plant, level 1) half-strength step, then
-        # up to the first class mode's (mammal vs bird, level 2), each the mean over the
-        # initializations of the network's own modes (mode 0 is the root: what every item shares)
-        first = statistics.fmean(_level_half_step(t, 1) for t in timelines.values())
-        second = statistics.fmean(_level_half_step(t, 2) for t in timelines.values())
-        steps = sampler["burn_in"] + sampler["draws"] * sampler["steps_between_draws"]
-        settings = (f"2-layer deep linear network, animals and plants, SGLD {label}, gamma {sampler['gamma']:g}, "
-                    f"n_beta {sampler['n_beta']:g}, {sampler['chains']} chains x {steps:,} steps; "
-                    f"{len(summary['inits'])} initializations x {len(summary['seeds'])} sampler seeds; "
-                    f"animal vs plant learned by step {first:.0f}, mammal vs bird by {second:.0f}")
-        early = [r for r in rows if float(r["step"]) < first]
-        late = [r for r in rows if first <= float(r["step"]) < second]
-        for claim, part, sign in (("a dog sample helps a sparrow sample while animal vs plant is learned", early, -1),
-                                  ("a dog sample hurts a sparrow sample while mammal vs bird is learned", late, +1)):
-            gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
-                                          for r in part)
-            signed = [r for r in part if float(r["z"]) * sign >= 2.0]
-            against = [r for r in part if float(r["z"]) * sign <= -2.0]
-            cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction, "
-                     f"{len(against)} against it; converged {gate['n_converged']}/{gate['n']} (max R-hat "
-                     f"{_fmt(gate['max_rhat'])}, min ESS {_fmt(gate['min_ess'])})")
-            if not part:
-                out.append(_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files))
-            elif not gate["passed"]:
-                out.append(_row("B", claim, label, settings, cells, "inconclusive",
-                                "the chains did not converge on the checkpoints the claim rests on", files))
-            else:
-                why = ("converged chains; the sign at |z| >= 2 (error: spread over initializations and sampler "
-                       "seeds)" + (f"; in the paper's direction at steps {_steps_of(signed)}" if signed else "")
-                       + (f"; against it at steps {_steps_of(against)}" if against else ""))
-                out.append(_row("B", claim, label, settings, cells,
-                                "reproduced" if signed and not against else "not reproduced", why, files))
-        gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
-                                      for r in pairs)
-        peaks = summary.get("peak_vs_mode_transition_by_common_level") or {}
-        if peaks:
-            parts, inside = [], []
-            for level, v in sorted(peaks.items(), key=lambda kv: int(kv[0])):
-                for kind, key, iqr in (("helpful", "median_helpful_minus_transition", "iqr_helpful"),
-                                       ("harmful", "median_harmful_minus_transition_below", "iqr_harmful")):
-                    low, high = v[iqr]
-                    inside.append(low <= 0 <= high)
-                    parts.append(f"level {level} {kind} {v[key]:+.0f} [{low:+.0f}, {high:+.0f}]")
-            cells = ("peak step minus the mode transition (median [IQR] over pairs, initializations and seeds): "
-                     + "; ".join(parts) + f"; converged {gate['n_converged']}/{gate['n']}")
-            verdict = ("inconclusive" if not gate["passed"] else "reproduced" if all(inside) else "not reproduced")
-            why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
-                   f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
-            out.append(_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's mode "
-                            "transitions)", label, settings, cells, verdict, why, files))
-        phases_path = path.parent / "phases.csv"
-        if phases_path.is_file():
-            cases = [r for r in _read(phases_path) if r["entry"] == "all entries"]
-            dominant = [r for r in cases if float(r["share"]) > 0.5 and float(r["z"] or "nan") >= 2.0]
-            above = [r for r in cases if float(r["z"] or "nan") >= 2.0]
-            shares = [float(r["share"]) for r in cases]
-            cells = (f"{len(cases)} (network, mode) cases whose draws straddle the mode's half strength; between-phase "
-                     f"share of all entries {min(shares):.2f}-{max(shares):.2f} (median "
-                     f"{statistics.median(shares):.2f}); above its Gaussian null by >= 2 sd in {len(above)}, above "
-                     f"0.5 and the null in {len(dominant)}") if cases else "no checkpoint straddles a transition"
-            verdict = ("not tested" if not cases else "inconclusive" if not gate["passed"] else
-                       "reproduced" if 2 * len(dominant) > len(cases) else "not reproduced")
-            why = ("the draws of no checkpoint straddle a mode's half strength" if not cases else
-                   "the chains did not converge on every checkpoint" if not gate["passed"] else
-                   "phases by solution (the transitioning mode learned or not, per draw); a majority of cases must "
-                   "have a between-phase share above 0.5 and above its Gaussian null")
-            out.append(_row("B", "at a transition the influence is mostly between-phase (law of total covariance, "
-                            "phases by solution)", label, settings, cells, verdict, why,
-                            files + [_rel(root, phases_path)]))
-        causal = summary.get("causal_windows") or []
-        pooled = [c for c in causal if c["seed"] == "all" and c["windows"] == "all"]
-        if pooled:
-            p = combined_p([c["p_value"] for c in pooled])
-            cells = (f"{len(pooled)} initializations: agreement " + ", ".join(f"{c['agreement']:.2f}" for c in pooled)
-                     + " against null means " + ", ".join(f"{c['null_mean']:.2f}" for c in pooled)
-                     + "; per-initialization p " + ", ".join(f"{c['p_value']:.2g}" for c in pooled)
-                     + f"; Fisher combined p {p:.3g}")
-            verdict = ("inconclusive" if not gate["passed"] else "reproduced" if p < rules.ALPHA else "inconclusive")
-            why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
-                   "the window of largest |BIF| matches the window whose removal matters most more often than "
-                   "the pair-permuted null" if p < rules.ALPHA else
-                   f"not detected at {len(pooled)} initializations (the paper gives no effect size to power against)")
-            out.append(_row("B", "the window of largest influence is the window where leaving the sample out of "
-                            "training matters most (causal windows)", label, settings, cells, verdict, why, files))
-    return out
-
-
-#: Checkpoints after the peak that a converged, unmeasured fall needs before it is "not
-#: reproduced" (a fall that is there has room to show on a schedule like the testbed's).
-MIN_AFTER_PEAK = 8
-
-
-def lm_studies(root: Path) -> list[Path]:
-    """The language-model claim studies: ``docs/lm_bif`` (the 1,000-step testbed) and every
-    folder below it that holds a ``claims.csv`` (longer testbeds), in path order."""
-    base = root / "docs" / "lm_bif"
-    return sorted(p.parent for p in base.glob("*claims.csv")) + sorted(p.parent for p in base.glob("*/claims.csv"))
-
-
-def _lm_settings(folder: Path, rows: Sequence[Mapping[str, str]]) -> tuple[str, str]:
-    """(regime, settings) of one LM study, from the ``study.json`` its report wrote."""
-    record = folder / "study.json"
-    if not record.is_file():
-        raise UserError(f"{record} is missing: regenerate it with examples/lm_bif_claims.py --stage report")
-    study = json.loads(record.read_text())
-    steps, sampler = int(study["total_steps"]), study["sampler"]
-    seeds = len({r["seed"] for r in rows})
-    return (f"testbed, {steps:,} steps",
-            f"the toolkit's GPTNeoX testbed ({steps:,} steps, {seeds} training seeds), {sampler['chains']} chains x "
-            f"{sampler['draws']} draws after {sampler['burn_in']} burn-in, eps {sampler['eps']:g}, gamma "
-            f"{sampler['gamma']:g}")
-
-
-def lm_rows(root: Path) -> list[dict[str, str]]:
-    """The language-model claims, one pair of rows per testbed study: the induction rise and
-    fall (rules 3 and 4: a fall measured at |z| >= 2 in every seed, on converged chains at the
-    first, peak and last checkpoints) and the delimiter sign change (rule 3 on every row it
-    reads, then both signs measured in every seed)."""
-    out = []
-    for folder in lm_studies(root):
-        path = folder / "claims.csv"
-        rows = _read(path)
-        regime, settings = _lm_settings(folder, rows)
-        out += _rise_and_fall_row(rows, regime, settings, [_rel(root, path)])
-        out += _sign_change_row(rows, regime, settings, [_rel(root, path)])
-    return out
-
-
-def _rise_and_fall_row(rows: Sequence[Mapping[str, str]], regime: str, settings: str,
-                       files: Sequence[str]) -> list[dict[str, str]]:
-    series = "induction->induction"
-    if not any(r["series"] == series for r in rows):
-        return []
-    found = rise_and_fall(rows, series)
-    gates, after = [], []
-    for seed_result in found:
-        mine = sorted((r for r in rows if r["series"] == series and int(r["seed"]) == seed_result["seed"]),
-                      key=lambda r: int(r["step"]))
-        read = {seed_result["first_step"], seed_result["peak_step"], seed_result["last_step"]}
-        gates += [(float(r["rhat"]), float(r["ess"])) for r in mine if int(r["step"]) in read]
-        after.append(sum(1 for r in mine if int(r["step"]) > seed_result["peak_step"]))
-    gate = rules.convergence_gate(gates)
-    falls = [r["verdict"] == "rise and fall" for r in found]
-    cells = (f"{len(found)} seeds; peak at step " + ", ".join(str(r["peak_step"]) for r in found)
-             + "; checkpoints after it " + ", ".join(str(a) for a in after) + "; rise z "
-             + ", ".join(f"{r['rise_z']:.1f}" for r in found) + "; fall z " + ", ".join(f"{r['fall_z']:.1f}" for r in found)
-             + f"; converged {gate['n_converged']}/{gate['n']} of the first, peak and last rows (max R-hat "
-             f"{_fmt(gate['max_rhat'])}, min ESS {_fmt(gate['min_ess'])})")
-    if not all(a > 0 for a in after):
-        verdict, why = "not tested", ("a peak at the last checkpoint measured cannot show a fall: train past the peak "
-                                      f"(>= {MIN_AFTER_PEAK} checkpoints after it)")
-    elif not gate["passed"]:
-        verdict, why = "inconclusive", "the chains at the first, peak or last checkpoints did not converge"
-    elif all(falls):
-        verdict, why = "reproduced", "a rise and a fall each measured at |z| >= 2 in every seed, converged"
-    elif min(after) >= MIN_AFTER_PEAK:
-        verdict, why = "not reproduced", (f"no fall measured at |z| >= 2 in {len(falls) - sum(falls)} of {len(falls)} "
-                                          f"seeds, with >= {MIN_AFTER_PEAK} converged checkpoints after the peak")
-    else:
-        verdict, why = "inconclusive", (f"no fall measured in {len(falls) - sum(falls)} of {len(falls)} seeds, with "
-                                        f"fewer than {MIN_AFTER_PEAK} checkpoints after the peak")
-    return [_row("B", "induction tokens' influence rises and falls as induction heads form", regime, settings,
-                 cells, verdict, why, files)]
-
-
-def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: str,
-                     files: Sequence[str]) -> list[dict[str, str]]:
-    series = "open->close - close->open"
-    diff = [r for r in rows if r["series"] == series]
-    if not diff:
-        return []
-    gate = rules.convergence_gate((float(r["rhat"]), float(r["ess"])) for r in diff)
-    found = sign_change(rows, series)
-    changed = [r["verdict"] == "sign change" for r in found]
-    cells = (f"{gate['n']} rows, {len(found)} seeds; converged {gate['n_converged']}/{gate['n']}; both signs at "
-             f"|z| >= 2 in {sum(changed)} of {len(found)} seeds")
-    if not gate["passed"]:
-        verdict, why = "inconclusive", "an SGLD verdict needs converged chains on every row it reads"
-    elif all(changed):
-        verdict, why = "reproduced", "both signs measured (|z| >= 2) in every seed, converged"
-    else:
-        verdict, why = "inconclusive", (f"one sign or none measured in {len(changed) - sum(changed)} of "
-                                        f"{len(changed)} seeds (the paper gives no effect size to power against)")
-    return [_row("B", "the influence between delimiters changes sign across checkpoints", regime, settings, cells,
-                 verdict, why, files)]
-
-
-def joined_rows(root: Path) -> list[dict[str, str]]:
-    """The joined study (which training examples drive a run out of its shortcut): rule 3."""
-    paths = sorted((root / "docs" / "influence").glob("seed*.csv"))
-    if not paths:
-        return []
-    rows = [r for p in paths for r in _read(p)]
-    gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"])) for r in rows
-                                  if r.get("max_rhat") not in (None, ""))
-    return [_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes when a "
-                 "run leaves the shortcut", "R2 influence runs",
-                 "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
-                 f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
-                 f"{_fmt(gate['max_rhat'])}, min ESS {_fmt(gate['min_ess'])})",
-                 "inconclusive" if not gate["passed"] else "reproduced",
-                 "unconverged chains, no Gaussian null, and per-draw phase labels that do not separate solutions"
-                 if not gate["passed"] else "converged", [_rel(root, p) for p in paths])]
 
 
 # --------------------------------------------------------------------------- the tables
@@ -631,7 +330,7 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
     """Every shortcut-saturation claim, in the order of the report."""
     path = root / "docs" / "reproduction" / OUTCOMES_CSV
     rows = read_outcomes(path)
-    files = [_rel(root, path)]
+    files = [rel(root, path)]
     one, two = HEADLINE["1L"], HEADLINE["2L"]
     headline_1l = "1-layer models: fewer seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 (33% -> 0%)"
     headline_2l = "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 (0% -> 77%)"
@@ -676,13 +375,6 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
     out.append(observability_claim(rows, "more heads speed up the second phase", R1_1HEAD, 1, 0.9, files,
                                    "the second phase's timing"))
     return out
-
-
-def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:
-    """Every stagewise-attribution claim: the toy over its step-size ladder first, then per
-    step size, the language-model claims and the joined study."""
-    toy = toy_rows(root)
-    return ladder_rows(toy) + toy + lm_rows(root) + joined_rows(root)
 
 
 def to_csv(rows: Sequence[Mapping[str, str]]) -> str:

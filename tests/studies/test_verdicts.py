@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies import claims_table
+from interp_toolkit.studies import claims_bif, claims_table
 from interp_toolkit.studies.verdicts import (
     MIN_SEEDS,
     POWER_MIN,
@@ -170,15 +170,15 @@ def _rung(eps, verdict, why="converged chains"):
 
 
 def test_the_step_size_ladder_gives_a_verdict_only_where_converged_rungs_agree():
-    agree = claims_table.ladder_rows([_rung("4e-4", "not reproduced"), _rung("8e-4", "not reproduced"),
+    agree = claims_bif.ladder_rows([_rung("4e-4", "not reproduced"), _rung("8e-4", "not reproduced"),
                                       _rung("2e-5", "inconclusive", "the chains did not converge on ...")])
     assert agree[0]["verdict"] == "not reproduced in eps ladder 4e-4, 8e-4"
     assert "unconverged (not counted): eps 2e-5" in agree[0]["why"]
     assert agree[0]["settings"] == "DLN, SGLD at each step size eps, gamma 100"
-    split = claims_table.ladder_rows([_rung("4e-4", "inconclusive"), _rung("1.6e-3", "reproduced")])
+    split = claims_bif.ladder_rows([_rung("4e-4", "inconclusive"), _rung("1.6e-3", "reproduced")])
     assert split[0]["verdict"] == "inconclusive in eps ladder 4e-4, 1.6e-3"
     assert "disagree: inconclusive at eps 4e-4; reproduced at eps 1.6e-3" in split[0]["why"]
-    none = claims_table.ladder_rows([_rung("2e-5", "inconclusive", "the chains did not converge")])
+    none = claims_bif.ladder_rows([_rung("2e-5", "inconclusive", "the chains did not converge")])
     assert none[0]["verdict"] == "inconclusive in eps ladder" and none[0]["why"].startswith("no step size converged")
 
 
@@ -197,7 +197,7 @@ def test_a_sign_claim_needs_every_resolved_checkpoint_in_the_papers_direction(tm
     (rung / "remeasure_summary.json").write_text(json.dumps({
         "timelines": {"0": timeline}, "inits": [0], "seeds": [0],
         "sampler": {"gamma": 100, "n_beta": 400, "chains": 4, "burn_in": 100, "draws": 10, "steps_between_draws": 1}}))
-    early, late = claims_table.toy_rows(tmp_path)[:2]
+    early, late = claims_bif.toy_rows(tmp_path)[:2]
     assert "animal vs plant learned by step 400, mammal vs bird by 600" in early["settings"]
     assert early["verdict"] == "not reproduced in eps 1e-3"  # helpful at 50, harmful at 214 and 300
     assert "in the paper's direction at steps 50; against it at steps 214, 300" in early["why"]
@@ -214,11 +214,11 @@ def test_a_rise_and_fall_without_a_checkpoint_after_the_peak_is_not_tested(tmp_p
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
     (folder / "study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
         "chains": 8, "draws": 200, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
-    rise = claims_table.lm_rows(tmp_path)[0]
+    rise = claims_bif.lm_rows(tmp_path)[0]
     assert rise["verdict"] == "not tested in testbed, 1,000 steps" and "train past the peak" in rise["why"]
     lines[3] = "induction->induction,0,1000,-0.5,0.1,1.001,500"  # now the peak (step 500) has one after it
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
-    assert claims_table.lm_rows(tmp_path)[0]["verdict"] == "reproduced in testbed, 1,000 steps"
+    assert claims_bif.lm_rows(tmp_path)[0]["verdict"] == "reproduced in testbed, 1,000 steps"
 
 
 def _lm_claims(folder, induction, delimiter=((0, 0.1), (500, 0.1), (1000, 0.1)), rhat=1.001):
@@ -235,22 +235,22 @@ def test_a_rise_without_a_measured_fall_is_not_reproduced_only_with_room_after_t
     folder = tmp_path / "docs" / "lm_bif"
     flat_after = [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 4)]
     _lm_claims(folder, flat_after)  # 3 checkpoints after the peak, none measurably lower
-    row = claims_table.lm_rows(tmp_path)[0]
+    row = claims_bif.lm_rows(tmp_path)[0]
     assert row["verdict"] == "inconclusive in testbed, 1,000 steps" and "fewer than 8 checkpoints after the peak" in row["why"]
     _lm_claims(folder, [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 9)])
-    row = claims_table.lm_rows(tmp_path)[0]
+    row = claims_bif.lm_rows(tmp_path)[0]
     assert row["verdict"] == "not reproduced in testbed, 1,000 steps" and "checkpoints after it 8" in row["cells"]
     _lm_claims(folder, [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 9)], rhat=1.05)
-    assert claims_table.lm_rows(tmp_path)[0]["verdict"] == "inconclusive in testbed, 1,000 steps"  # unconverged: no verdict
+    assert claims_bif.lm_rows(tmp_path)[0]["verdict"] == "inconclusive in testbed, 1,000 steps"  # unconverged: no verdict
 
 
 def test_a_converged_delimiter_series_needs_both_signs_measured(tmp_path):
     folder = tmp_path / "docs" / "lm_bif"
     _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, 0.3)))
-    row = claims_table.lm_rows(tmp_path)[1]
+    row = claims_bif.lm_rows(tmp_path)[1]
     assert row["verdict"] == "inconclusive in testbed, 1,000 steps" and "both signs at |z| >= 2 in 0 of 1 seeds" in row["cells"]
     _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, -0.3)))
-    assert claims_table.lm_rows(tmp_path)[1]["verdict"] == "reproduced in testbed, 1,000 steps"
+    assert claims_bif.lm_rows(tmp_path)[1]["verdict"] == "reproduced in testbed, 1,000 steps"
 
 
 def test_a_longer_testbed_is_its_own_regime_with_its_recorded_settings(tmp_path):
@@ -259,7 +259,7 @@ def test_a_longer_testbed_is_its_own_regime_with_its_recorded_settings(tmp_path)
     _lm_claims(long, [(0, -0.1), (5000, -1.0), (10000, -1.0)])
     (long / "study.json").write_text(json.dumps({"total_steps": 10000, "sampler": {
         "chains": 8, "draws": 400, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
-    rows = claims_table.lm_rows(tmp_path)
+    rows = claims_bif.lm_rows(tmp_path)
     assert [r["regime"] for r in rows] == ["testbed, 1,000 steps"] * 2 + ["testbed, 10,000 steps"] * 2
     assert "8 chains x 400 draws after 200 burn-in, eps 0.001" in rows[2]["settings"]
     assert rows[2]["verdict"] == "inconclusive in testbed, 10,000 steps"  # 1 checkpoint after, no fall
@@ -271,3 +271,12 @@ def test_a_pipe_in_a_cell_does_not_split_the_markdown_row():
     row.update(claim="c", cells="4 with |z| >= 2", verdict="v", why="w")
     line = claims_table.to_markdown([row]).splitlines()[-1]
     assert line.replace("\\|", "").count("|") == 7  # 6 cells, escaped pipes inside
+
+
+def test_a_run_with_a_warmup_or_a_schedule_never_pools_into_a_constant_lr_regime():
+    base = {**claims_table.R1.where, "seq_len": "6", "n_layers": "2", "r": "0.9", "seed": "1", "status": "finished"}
+    old = {k: v for k, v in base.items() if not k.startswith("train.")}  # a file before the schedule columns
+    cosine = {**base, "seed": "2", "train.warmup_steps": "320", "train.lr_schedule": "cosine"}
+    clipped = {**base, "seed": "3", "train.grad_clip": "1.0"}
+    found = claims_table.cell_rows([base, old, cosine, clipped], claims_table.R1_LEN6, 2, 0.9)
+    assert [row["seed"] for row in found] == ["1", "1"]  # the plain run, and the same run from an older file
