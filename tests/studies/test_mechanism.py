@@ -21,10 +21,10 @@ from interp_toolkit.studies.mechanism import (
     WHOLE_MODEL_QUANTITIES,
     MechanismConfig,
     mechanism_over_checkpoints,
-    plot_mechanism,
     read_mechanism,
     write_mechanism,
 )
+from interp_toolkit.studies.mechanism_plot import plot_mechanism
 from interp_toolkit.studies.outcomes import outcome_of_run
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 from tests.helpers import assert_fields_equal
