@@ -81,12 +81,9 @@ def figures(out: Path, dest: Path) -> dict:
 
     from interp_toolkit.analyses.over_checkpoints import splits_from_run
     from interp_toolkit.plotting import save_figure
-    from interp_toolkit.studies.influence import (
-        onset_examples,
-        plot_influence,
-        plot_influence_summary,
-        read_influence_csv,
-    )
+    from interp_toolkit.studies.influence import read_influence_csv
+    from interp_toolkit.studies.influence_examples import onset_examples
+    from interp_toolkit.studies.influence_plot import plot_influence, plot_influence_summary
 
     dest.mkdir(parents=True, exist_ok=True)
     runs, kinds, numbers = {}, {}, {}

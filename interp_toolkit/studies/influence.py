@@ -32,7 +32,8 @@ Each checkpoint's record is cached in ``OUT/cache/epoch_<epoch>_<key>.json`` (``
 the checkpoint file, the settings and :data:`VERSION`; the BIF result with every per-example
 value sits in ``OUT/bif/bif_<hash>/``), so an interrupted study resumes and a rerun reads the
 cache. :func:`run_influence` writes ``OUT/influence.csv`` (one row per epoch, training group
-and query set) and ``OUT/influence.png`` (:func:`plot_influence`); :func:`onset_examples`
+and query set) and ``OUT/influence.png`` (:func:`~interp_toolkit.studies.influence_plot.plot_influence`);
+:func:`~interp_toolkit.studies.influence_examples.onset_examples`
 describes the most influential anti-shortcut examples at the onset of phase 2 against random
 ones (a permutation test). The CLI is ``interp-toolkit influence RUN_DIR``.
 """
@@ -55,8 +56,8 @@ from interp_toolkit.runs.layout import ANALYSES
 
 __all__ = ["CSV_COLUMNS", "DRAW_PHASES", "GROUP_ORDER", "InfluenceConfig", "InfluenceResult", "SOLUTIONS",
            "SOLUTION_LEVEL", "VERSION", "attribution_rows", "solution_label", "solution_labels",
-           "checkpoint_influence", "draw_phase_threshold", "example_features", "run_outcome", "training_groups",
-           "influence_rows", "onset_examples", "plot_influence", "plot_influence_summary", "read_influence_csv",
+           "checkpoint_influence", "draw_phase_threshold", "run_outcome", "training_groups",
+           "influence_rows", "read_influence_csv",
            "run_influence", "training_phase"]
 
 #: Part of every cache key: bump when a record's numbers or fields change.
@@ -630,6 +631,10 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
         rows.extend(influence_rows(epoch, training_phase(epoch, outcome), record))
     cache.report()
     csv_path = _write_csv(out / "influence.csv", rows)
+    from interp_toolkit.studies.influence_plot import (
+        plot_influence,  # the drawing imports this module
+    )
+
     figure_path = save_figure(plot_influence(rows, outcome, title=run_dir.name), out / f"influence.{args.format}")
     phases = describe_phases(outcome, metrics)
     atomic_write_json(out / "summary.json", {
@@ -639,176 +644,3 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
         "seconds_per_checkpoint": {e: r["seconds"] for e, r in records.items()},
     })
     return InfluenceResult(rows, records, outcome, phases, csv_path, figure_path, computed, hits)
-
-
-# --------------------------------------------------------------------------- figures
-
-_GROUP_COLORS = {"anti": "tab:red", "consistent": "tab:blue", "anti_memorized": "tab:purple",
-                 "anti_not_memorized": "tab:pink"}
-
-
-def plot_influence(rows: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any] | None = None,
-                   query_set: str = "adv", title: str | None = None) -> Any:
-    """Group influence on one query set vs epoch (log axis), phases shaded, the gradient
-    amplification in a panel beside it (same epoch axis).
-
-    Args:
-        rows: :data:`CSV_COLUMNS` rows (:func:`read_influence_csv` or ``InfluenceResult.rows``).
-        outcome: The run's outcome record (phase shading; default: from the rows' ``phase``).
-        query_set: ``adv`` or ``val``.
-        title: Figure title (e.g. the run's name).
-    """
-    from interp_toolkit.plotting import new_panels, style
-
-    if query_set not in QUERY_SETS:
-        raise UserError(f"query_set must be one of {QUERY_SETS}, got {query_set!r}")
-    with style():
-        fig, (left, right) = new_panels(2, ncols=2, figsize=(11.0, 3.8))
-        chosen = [r for r in rows if r["query_set"] == query_set and r["epoch"] > 0]
-        for group in dict.fromkeys(r["train_group"] for r in chosen):
-            series = sorted((r["epoch"], r["bif"], r["stderr"]) for r in chosen if r["train_group"] == group)
-            epochs = [s[0] for s in series]
-            left.errorbar(epochs, [s[1] for s in series], yerr=[s[2] for s in series], marker="o", ms=3,
-                          capsize=2, color=_GROUP_COLORS.get(group), label=f"{group} training examples")
-        left.axhline(0.0, color="0.5", lw=0.8)
-        left.set(xscale="log", xlabel="epoch",
-                 ylabel=f"mean BIF on {query_set} loss\n(-Cov; negative = lowers it)")
-        amp = sorted({(r["epoch"], r["amplification"]) for r in chosen})
-        right.plot([a[0] for a in amp], [a[1] for a in amp], marker="o", ms=3, color="black",
-                   label="minority / majority gradient norm")
-        right.set(xscale="log", yscale="log", xlabel="epoch", ylabel="gradient amplification of the minority")
-        for axis in (left, right):
-            _shade_phases(axis, chosen, outcome)
-            axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
-        if title:
-            fig.suptitle(title)
-    return fig
-
-
-def _shade_phases(axis: Any, rows: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any] | None) -> None:
-    epochs = sorted({r["epoch"] for r in rows})
-    if not epochs:
-        return
-    last = epochs[-1]
-    if outcome is not None:
-        shortcut, onset = outcome.get("shortcut_epoch"), outcome.get("phase2_onset_epoch")
-        generalized = outcome.get("first_generalized_epoch")
-    else:
-        first = {p: min(r["epoch"] for r in rows if r["phase"] == p) for p in {r["phase"] for r in rows}}
-        shortcut, onset, generalized = first.get("shortcut"), first.get("phase 2"), first.get("generalized")
-    if shortcut is not None:
-        axis.axvspan(max(shortcut, epochs[0]), onset or generalized or last, color="tab:orange", alpha=0.12, lw=0,
-                     label="phase 1: shortcut")
-    if onset is not None:
-        axis.axvspan(onset, generalized or last, color="tab:green", alpha=0.15, lw=0, label="phase 2")
-    if generalized is not None:
-        axis.axvline(generalized, color="tab:green", ls="--", lw=1.0, label=f"generalized (epoch {generalized})")
-
-
-def plot_influence_summary(runs: Mapping[str, Sequence[Mapping[str, Any]]], kinds: Mapping[str, str],
-                           query_set: str = "adv", group: str = "anti") -> Any:
-    """One panel across runs: a group's influence on a query set vs epoch, one line per run,
-    coloured by the run's kind (``left the shortcut`` / anything else, e.g. ``no phase 2``), each
-    line's first checkpoint in phase 2 marked."""
-    from interp_toolkit.plotting import new_figure, style
-
-    colors = {"left the shortcut": "tab:green"}
-    with style():
-        fig, axis = new_figure(figsize=(7.5, 4.0))
-        seen = set()
-        for name, rows in runs.items():
-            series = sorted((r["epoch"], r["bif"]) for r in rows
-                            if r["query_set"] == query_set and r["train_group"] == group and r["epoch"] > 0)
-            kind = kinds.get(name, "no phase 2")
-            axis.plot([s[0] for s in series], [s[1] for s in series], marker="o", ms=2.5, lw=1.2,
-                      color=colors.get(kind, "tab:gray"), label=kind if kind not in seen else None)
-            seen.add(kind)
-            onset = [r["epoch"] for r in rows if r["phase"] == "phase 2"]
-            if onset:
-                value = dict(series).get(min(onset))
-                if value is not None:
-                    axis.plot([min(onset)], [value], marker="*", ms=10, color="tab:green", ls="none",
-                              label="first checkpoint in phase 2" if "onset" not in seen else None)
-                    seen.add("onset")
-        axis.axhline(0.0, color="0.5", lw=0.8)
-        axis.set(xscale="log", xlabel="epoch",
-                 ylabel=f"mean BIF of {group} examples on {query_set} loss\n(-Cov; negative = lowers it)")
-        axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    return fig
-
-
-# --------------------------------------------------------------------------- onset examples
-
-
-def example_features(values: Any) -> dict[str, Any]:
-    """Features of MPSP sequences ``[n, seq_len]``: position of the (first) max, the max, the
-    sum and the number of odd values."""
-    import torch
-
-    values = torch.as_tensor(values)
-    return {"position_of_max": values.argmax(1), "max": values.max(1).values, "sum": values.sum(1),
-            "n_odd": (values % 2).sum(1)}
-
-
-def onset_examples(values: Any, anti: Any, bif_values: Any, k: int = 50, permutations: int = 10_000,
-                   seed: int = 0) -> dict[str, Any]:
-    """The ``k`` most helpful anti-shortcut training examples (most negative BIF on the query
-    loss) against random anti-shortcut examples, feature by feature.
-
-    For each feature the statistic is the top-``k`` mean minus the mean of all anti-shortcut
-    examples, and, for the discrete position / max, the total-variation distance between the
-    top-``k`` value counts and the anti-shortcut ones. Its p-value is the share of
-    ``permutations`` random ``k``-subsets of the anti-shortcut examples with a statistic at
-    least as extreme (two-sided for means), plus one over permutations plus one.
-
-    Args:
-        values: The training sequences ``[n, seq_len]``.
-        anti: Bool mask of anti-shortcut examples ``[n]``.
-        bif_values: Per-example BIF on the query loss ``[n]``.
-        k: Examples taken as "most influential".
-
-    Returns:
-        ``{"k", "n_anti", "top_index", "features": {name: {top_mean, all_mean, diff, p_mean,
-        tv, p_tv, top_counts, all_counts}}}``.
-    """
-    import torch
-
-    values, anti = torch.as_tensor(values), torch.as_tensor(anti).bool()
-    bif_values = torch.as_tensor(bif_values, dtype=torch.float64)
-    pool = torch.nonzero(anti).flatten()
-    if not 1 <= k < pool.numel():
-        raise UserError(f"k must be in [1, {pool.numel() - 1}] (the anti-shortcut examples minus one), got {k}")
-    order = torch.argsort(bif_values[pool])
-    top = pool[order[:k]]
-    features = example_features(values)
-    gen = torch.Generator().manual_seed(seed)
-    random_sets = torch.stack([pool[torch.randperm(pool.numel(), generator=gen)[:k]] for _ in range(permutations)])
-    out: dict[str, Any] = {"k": k, "n_anti": int(pool.numel()), "top_index": top.tolist(), "features": {}}
-    for name, feature in features.items():
-        feature = feature.double()
-        all_mean = feature[pool].mean()
-        diff = float(feature[top].mean() - all_mean)
-        null = feature[random_sets].mean(1) - all_mean
-        entry: dict[str, Any] = {"top_mean": float(feature[top].mean()), "all_mean": float(all_mean), "diff": diff,
-                 "p_mean": float(((null.abs() >= abs(diff) - 1e-12).sum() + 1) / (permutations + 1))}
-        if name in ("position_of_max", "max"):
-            levels = int(feature[pool].max()) + 1
-            all_share = torch.bincount(feature[pool].long(), minlength=levels).double() / pool.numel()
-            observed = float(_total_variation(feature[top][None].long(), all_share)[0])
-            null_tv = _total_variation(feature[random_sets].long(), all_share)
-            entry.update(tv=observed, p_tv=float(((null_tv >= observed - 1e-12).sum() + 1) / (permutations + 1)),
-                         top_counts=torch.bincount(feature[top].long(), minlength=levels).tolist(),
-                         all_counts=torch.bincount(feature[pool].long(), minlength=levels).tolist())
-        out["features"][name] = entry
-    return out
-
-
-def _total_variation(samples: Any, reference: Any) -> Any:
-    """Total-variation distance between each row's value counts (``[sets, k]`` integers) and
-    the ``reference`` distribution over ``0..levels-1``."""
-    import torch
-
-    levels = reference.shape[0]
-    counts = torch.zeros(samples.shape[0], levels, dtype=torch.float64)
-    counts.scatter_add_(1, samples, torch.ones_like(samples, dtype=torch.float64))
-    return 0.5 * (counts / samples.shape[1] - reference).abs().sum(-1)

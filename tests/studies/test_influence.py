@@ -16,12 +16,11 @@ from interp_toolkit.runs.mpsp import train_mpsp
 from interp_toolkit.studies.influence import (
     CSV_COLUMNS,
     draw_phase_threshold,
-    onset_examples,
-    plot_influence,
-    plot_influence_summary,
     read_influence_csv,
     training_phase,
 )
+from interp_toolkit.studies.influence_examples import onset_examples
+from interp_toolkit.studies.influence_plot import plot_influence, plot_influence_summary
 from interp_toolkit.tasks.mpsp import MPSPConfig
 
 torch.set_num_threads(1)
