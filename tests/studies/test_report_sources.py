@@ -302,7 +302,8 @@ def test_known_two_by_two_through_report(tmp_path, capsys):
     assert "| 0/8 |" in markdown and "| 6/8 |" in markdown and "[-0.93, -0.28]" in markdown
     assert markdown.startswith("Settings of every cell: seq_len 5, n_values 10, n_train 4096, n_eval 512, "
                                "data_seed 0, d_model 64, d_mlp 128, lr 0.001, epochs 300, batch_size full, "
-                               "eval_every 20, early_stop no, threshold 1, train.betas 0.9/0.98.")
+                               "eval_every 20, early_stop no, threshold 1, train.betas 0.9/0.98, "
+                               "train.lr_schedule constant, train.min_lr_ratio 0, train.warmup_steps 0.")
     assert "every cell: seq_len 5" in printed
 
 
@@ -321,8 +322,11 @@ def test_older_outcomes_csv_without_regime_columns_still_reports(tmp_path):
         (row["r"], row["n_generalized"], row["n_seeds"]) for row in new["table"]]
     assert all(row["seq_len"] is None for row in result["table"])
     assert all(row["steps"] is None for row in result["table"])  # no n_train, no epochs: no clock
-    # none of the regime is known; the betas read as TrainConfig's default, the only one any version had
-    assert result["paths"]["table_md"].read_text().startswith("Settings of every cell: train.betas 0.9/0.98.\n")
+    # none of the regime is known; the betas and the lr shape read as TrainConfig's defaults, the only
+    # ones any version had
+    assert result["paths"]["table_md"].read_text().startswith(
+        "Settings of every cell: train.betas 0.9/0.98, train.lr_schedule constant, train.min_lr_ratio 0, "
+        "train.warmup_steps 0.\n")
 
 
 def test_calibration_and_final_studies_stay_apart_at_equal_settings(tmp_path):
