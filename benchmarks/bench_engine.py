@@ -12,7 +12,7 @@ the ratios, not the absolute times):
 
 Useful GFLOP per epoch counts a dense implementation of what the loss needs (every position
 below the last layer, the readout position only in the last; forward + backward = 3x
-forward; ``engine.step_flops``). The engine computes less than that count (layer 0's
+forward; ``cost.step_flops``). The engine computes less than that count (layer 0's
 projections come from a (token, position) table), so its "achieved" rate is an effective
 rate. The peak is a 2048^3 fp32 matmul timed in the same run. Then seed-epochs/s of K
 stacked members (the batched trainer's engine path) against K sequential engine runs.
@@ -36,7 +36,8 @@ import torch.nn.functional as F
 
 from interp_toolkit import ModelConfig, build_model
 from interp_toolkit.runs.batched import StackedAdamW, StackedModel, batched_readout_loss
-from interp_toolkit.runs.engine import ReadoutForward, step_flops
+from interp_toolkit.runs.cost import step_flops
+from interp_toolkit.runs.engine import ReadoutForward
 from interp_toolkit.runs.trainer import readout_loss
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 

@@ -12,7 +12,7 @@ Each point times full-batch AdamW steps of K stacked seeds exactly as a sweep jo
 passes sized to the GPU's free memory), at the ``paper`` preset's shape (16,384 examples of
 length 10, d_model 64, d_mlp 128, 2 heads), after one warm-up step, with the GPU synchronized
 around the timed steps. Printed: seed-epochs/s, seconds per epoch, and the effective TFLOP/s
-(``engine.step_flops``, the count behind ``resources.GPU_EFFECTIVE_FLOP_PER_S``).
+(``cost.step_flops``, the count behind ``resources.GPU_EFFECTIVE_FLOP_PER_S``).
 
 The slice (one task, r in {0.5, 0.9}, 1L and 2L, 30 seeds, 15,000 epochs) is 2 cells x 30 seeds
 x 15,000 epochs per layer count. Its wall time is estimated two ways: one job at a time (each
@@ -68,7 +68,7 @@ def measure(n_layers: int, k: int, tokens: torch.Tensor, labels: torch.Tensor, s
     """``(seconds per epoch, FLOPs per epoch)`` of K stacked seeds (one warm-up step first)."""
     from interp_toolkit import ModelConfig
     from interp_toolkit.runs.batched import StackedAdamW, StackedModel, batched_readout_loss
-    from interp_toolkit.runs.engine import step_flops
+    from interp_toolkit.runs.cost import step_flops
 
     cfgs = [ModelConfig(n_layers=n_layers, n_heads=shape["n_heads"], d_model=shape["d_model"],
                         d_mlp=shape["d_mlp"], seed=seed, **shape["dims"]) for seed in range(k)]

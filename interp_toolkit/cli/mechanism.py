@@ -118,11 +118,8 @@ def phases_summary(outcome: dict) -> str:
 def run_config(args: MechanismCommandConfig) -> int:
     """Run the ``mechanism`` subcommand; returns 0 (bad input raises a user error: exit 2 in ``main``)."""
     from interp_toolkit.devices import resolve_device
-    from interp_toolkit.studies.mechanism import (
-        check_run_dir,
-        mechanism_over_checkpoints,
-        write_mechanism,
-    )
+    from interp_toolkit.studies.mechanism import check_run_dir, mechanism_over_checkpoints
+    from interp_toolkit.studies.mechanism_plot import write_mechanism
 
     path, fmt = figure_path(args)
     run_dir = args.target()

@@ -5,7 +5,7 @@ generalize against runs that do not, over the same epochs.
 measures gradient cosine and the minority's amplification at every checkpoint they share
 (cached with the ``mechanism`` command's gradient analysis), and writes the figure, the
 per-epoch, per-window and per-run tables and a JSON into DIR
-(:func:`interp_toolkit.studies.mechanism_contrast.write_contrast`); ``--from-summary
+(:func:`interp_toolkit.studies.mechanism_contrast_plot.write_contrast`); ``--from-summary
 DIR/contrast.json`` redraws them from that JSON alone.
 """
 
@@ -80,11 +80,8 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit mechanism-contrast") 
 
 def run_config(args: ContrastCommandConfig) -> int:
     """Run the subcommand; returns 0 (bad input raises a user error: exit 2 in ``main``)."""
-    from interp_toolkit.studies.mechanism_contrast import (
-        contrast_runs,
-        read_contrast,
-        write_contrast,
-    )
+    from interp_toolkit.studies.mechanism_contrast import contrast_runs, read_contrast
+    from interp_toolkit.studies.mechanism_contrast_plot import write_contrast
 
     out = args.check_required()
     if args.from_summary is not None:

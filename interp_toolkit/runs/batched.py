@@ -46,10 +46,8 @@ from interp_toolkit.io import (
     config_hash,
 )
 from interp_toolkit.model import ModelConfig, build_model
+from interp_toolkit.runs.cost import batched_train_threads
 from interp_toolkit.runs.engine import (
-    adamw_step,
-    batched_train_threads,
-    clip_member_grads_,
     engine_spec,
     param_key_map,
     stacked_grads,
@@ -67,6 +65,7 @@ from interp_toolkit.runs.extend import (
 from interp_toolkit.runs.layout import METRICS, curves_path, metrics_path
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.metrics import read_metrics
+from interp_toolkit.runs.optim import adamw_step, clip_member_grads_
 from interp_toolkit.runs.record import (
     finish_record,
     new_training_record,

@@ -35,16 +35,16 @@ import math
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp_toolkit.devices import resolve_device
 from interp_toolkit.errors import UserError
 from interp_toolkit.runs.config import ENGINES, check_engine_name
+from interp_toolkit.runs.cost import default_engine_chunk, members_per_pass
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     # The formulas of transformer_lens.model_bridge.sources.native.model._ACTIVATIONS.
@@ -617,52 +617,6 @@ def sequence_forward(model: Any) -> SequenceForward:
 # ----------------------------------------------------------------------------- many members
 
 
-#: Member-positions (members x examples x positions) per forward/backward pass on CPU. A
-#: step's gradient is accumulated over passes of this size: their activations stay near the
-#: caches instead of growing with K x n (measured at n = 4,096, 6 positions, 2 layers, one
-#: thread: a pass of ~4,096 member-examples took 0.65 s per seed-epoch against 0.75 s for one
-#: member's full batch in one pass and 0.85 s for 16 members x 1,024 examples). Scaled by
-#: the torch thread count: with more threads every op must be larger to pay for the
-#: fork/join (2 threads on a loaded machine: 4.5 s per 1-layer epoch at n = 16,384 in
-#: passes of 2,234 examples, 2.6 s in one pass; 1 thread: 0.78 s and 1.33 s).
-CPU_MEMBER_POSITIONS_PER_PASS = 24_576
-
-
-def default_engine_chunk(n_members: int, n_examples: int, device: str | torch.device = "cpu",
-                         spec: "EngineSpec | None" = None, n_pos: int = 1) -> int:
-    """Examples per pass of :func:`stacked_grads`.
-
-    On a CPU, :data:`CPU_MEMBER_POSITIONS_PER_PASS` member-positions per pass and thread; on a GPU, the
-    whole batch if every member's activations fit in 60% of the free memory, else as many
-    examples as fit (so a GPU holds as many seeds as it can, each pass as large as fits).
-    """
-    device = torch.device(device)
-    if device.type == "cpu":
-        budget = CPU_MEMBER_POSITIONS_PER_PASS * torch.get_num_threads()
-        return max(32, budget // (max(1, n_members) * max(1, n_pos)))
-    if device.type != "cuda" or spec is None:
-        return n_examples
-    free, _ = torch.cuda.mem_get_info(device)
-    per_example = bytes_per_member_example(spec, n_pos) * max(1, n_members)
-    return max(1, min(n_examples, int(0.6 * free // per_example)))
-
-
-def members_per_pass(n_members: int, chunk: int, n_pos: int, device: str | torch.device = "cpu") -> int:
-    """Members whose gradients one pass of :func:`stacked_grads` computes together.
-
-    On a CPU, a pass holds each member's full pass of ``chunk`` examples (the pass a single
-    run makes) and as many members as fit in :data:`CPU_MEMBER_POSITIONS_PER_PASS`
-    member-positions per thread, at least one. So K stacked members never make more passes,
-    nor smaller matmuls per member, than K single runs: stacking merges the passes of runs
-    whose batches are small, and is the single runs' own computation when they are large.
-    On a GPU every member goes in each pass (:func:`default_engine_chunk` sizes the pass).
-    """
-    if torch.device(device).type != "cpu":
-        return n_members
-    budget = CPU_MEMBER_POSITIONS_PER_PASS * torch.get_num_threads()
-    return max(1, min(n_members, budget // max(1, chunk * n_pos)))
-
-
 def stacked_grads(
     spec: EngineSpec,
     params: Mapping[str, Tensor],
@@ -729,112 +683,6 @@ def stacked_logits(spec: EngineSpec, tensors: Mapping[str, Tensor], tokens: Int[
     return readout_logits(spec, tensors, tokens, position)
 
 
-def step_flops(model_cfg: Any, n_examples: int, n_pos: int, readout_only: bool = True) -> float:
-    """Floating-point operations of one forward + backward pass (~3x the forward).
-
-    Counts the matmuls and attention products of a dense implementation: with
-    ``readout_only`` the last layer at the readout position only (what the loss needs,
-    the engine's computation), else every layer at every position (the bridge's).
-    """
-    d, hd, mlp = model_cfg.d_model, model_cfg.n_heads * model_cfg.d_head, model_cfg.d_mlp
-    mlp_flops = 0 if model_cfg.attn_only else 4 * d * mlp
-    full_layer = n_pos * (2 * d * 3 * hd + 4 * n_pos * hd + 2 * hd * d + mlp_flops)
-    if readout_only:
-        last = n_pos * 2 * d * 2 * hd + 2 * d * hd + 4 * n_pos * hd + 2 * hd * d + mlp_flops
-        unembed = 2 * d * model_cfg.d_vocab_out
-    else:
-        last = full_layer
-        unembed = n_pos * 2 * d * model_cfg.d_vocab_out
-    forward = (model_cfg.n_layers - 1) * full_layer + last + unembed
-    return 3.0 * forward * n_examples
-
-
-def bytes_per_member_example(model_cfg: Any, n_pos: int) -> int:
-    """Rough bytes of activations autograd keeps per member and example (float32).
-
-    ``model_cfg``: a ``ModelConfig`` or :class:`EngineSpec` (both have the fields used).
-    """
-    d, hd, mlp = model_cfg.d_model, model_cfg.n_heads * model_cfg.d_head, model_cfg.d_mlp
-    per_position = 4 * d + 3 * hd + 2 * hd + (0 if model_cfg.attn_only else 2 * mlp + 2 * d)
-    return 4 * 2 * n_pos * per_position * model_cfg.n_layers  # x2: temporaries, gradients
-
-
-def train_threads(model: Any, splits: Mapping[str, Any], cfg: Any, *args: Any, **kwargs: Any) -> int | None:
-    """Thread policy of ``train``: 1 torch thread when one step is tiny, else unchanged."""
-    from interp_toolkit.model import model_config_of
-    from interp_toolkit.threads import threads_for
-
-    tokens = splits[cfg.train_split].tokens
-    device = cfg.device or next(model.parameters()).device
-    return threads_for(step_flops(model_config_of(model), min(cfg.batch_size or len(tokens), len(tokens)),
-                                  tokens.shape[1]), resolve_device(device))
-
-
-def batched_train_threads(model_cfgs: Sequence[Any], splits: Mapping[str, Any], cfg: Any, *args: Any,
-                          device: Any = None, **kwargs: Any) -> int | None:
-    """Thread policy of ``train_batched``: 1 torch thread when one step of all members is tiny."""
-    from interp_toolkit.threads import threads_for
-
-    tokens = splits[cfg.train_split].tokens
-    flops = step_flops(model_cfgs[0], min(cfg.batch_size or len(tokens), len(tokens)), tokens.shape[1])
-    return threads_for(flops * len(model_cfgs), resolve_device(device or cfg.device or "cpu"))
-
-
-# ----------------------------------------------------------------------------- AdamW
-
-
-@torch.no_grad()
-def adamw_step(
-    params: Sequence[Tensor],
-    grads: Sequence[Tensor],
-    exp_avgs: Sequence[Tensor],
-    exp_avg_sqs: Sequence[Tensor],
-    step: int,
-    lr: float,
-    betas: tuple[float, float],
-    weight_decay: float,
-    eps: float = 1e-8,
-) -> None:
-    """One ``torch.optim.AdamW`` step, in place, on lists of tensors (any shapes, e.g. stacked).
-
-    The update of ``torch.optim.AdamW`` (``foreach`` path, ``amsgrad=False``,
-    ``maximize=False``): decoupled weight decay, ``exp_avg.lerp_``, bias corrections of
-    step ``step`` (1 for the first step), ``eps`` added after the bias-corrected root.
-    """
-    beta1, beta2 = betas
-    params, grads, exp_avgs, exp_avg_sqs = list(params), list(grads), list(exp_avgs), list(exp_avg_sqs)
-    if weight_decay != 0:
-        torch._foreach_mul_(params, 1 - lr * weight_decay)
-    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-    torch._foreach_mul_(exp_avg_sqs, beta2)
-    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-    # Python floats, computed as torch.optim.adam._multi_tensor_adam does (bit-identical).
-    bias_correction1 = 1 - beta1 ** float(step)
-    bias_correction2_sqrt = (1 - beta2 ** float(step)) ** 0.5
-    step_size = (lr / bias_correction1) * -1
-    denom = torch._foreach_sqrt(exp_avg_sqs)
-    torch._foreach_div_(denom, bias_correction2_sqrt)
-    torch._foreach_add_(denom, eps)
-    torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
-
-
-@torch.no_grad()
-def clip_member_grads_(grads: Mapping[str, Tensor], max_norm: float) -> Float[Tensor, " members"]:
-    """Clip each member's gradient to global norm ``max_norm``, in place, as
-    ``torch.nn.utils.clip_grad_norm_`` clips one model's: every tensor of member k is multiplied
-    by ``min(1, max_norm / (norm_k + 1e-6))``, with ``norm_k`` the 2-norm over all of member k's
-    tensors (each ``[K, ...]``). Returns the norms before clipping."""
-    tensors = list(grads.values())
-    norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in tensors])  # [tensors, K]
-    total = torch.linalg.vector_norm(norms, dim=0)
-    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for g in tensors:
-        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))).to(g.dtype))
-    return total
-
-
-__all__ = ["CPU_MEMBER_POSITIONS_PER_PASS", "ENGINES", "EngineFallbackWarning", "EngineSpec", "ReadoutForward",
-           "adamw_step", "bytes_per_member_example", "check_engine_name", "clip_member_grads_",
-           "default_engine_chunk", "engine_spec", "member_losses", "members_per_pass", "param_key_map",
-           "readout_logits", "stacked_grads", "stacked_logits", "state_dict_names",
-           "step_flops", "train_threads", "batched_train_threads", "warn_fallback_once"]
+__all__ = ["ENGINES", "EngineFallbackWarning", "EngineSpec", "ReadoutForward", "check_engine_name",
+           "engine_spec", "member_losses", "param_key_map", "readout_logits", "stacked_grads", "stacked_logits",
+           "state_dict_names", "warn_fallback_once"]

@@ -40,7 +40,8 @@ from interp_toolkit.io import (
 )
 from interp_toolkit.model import model_config_of, move_model
 from interp_toolkit.runs.config import TrainConfig
-from interp_toolkit.runs.engine import ReadoutForward, train_threads
+from interp_toolkit.runs.cost import train_threads
+from interp_toolkit.runs.engine import ReadoutForward
 from interp_toolkit.runs.extend import (
     carried_fields,
     clear_run_outputs,

@@ -109,7 +109,7 @@ ALWAYS_REPORTED = ("train.betas", "train.warmup_steps", "train.lr_schedule", "tr
 
 #: The ``"train.*"`` settings that shape the learning rate over training (with their
 #: :class:`~interp_toolkit.runs.config.TrainConfig` defaults), read by :func:`optimizer_clock`.
-SCHEDULE_SETTINGS = {"train.warmup_steps": 0, "train.lr_schedule": "constant", "train.min_lr_ratio": 0.0}
+SCHEDULE_SETTINGS: dict[str, Any] = {"train.warmup_steps": 0, "train.lr_schedule": "constant", "train.min_lr_ratio": 0.0}
 
 
 def complete_settings(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -398,7 +398,7 @@ def schedule_of(row: Mapping[str, Any]) -> dict[str, Any]:
     """``{"warmup_steps", "lr_schedule", "min_lr_ratio"}`` of a run or cell row (its
     :data:`SCHEDULE_SETTINGS`, text as written in an outcomes.csv parsed; absent or empty: the
     default)."""
-    out = {}
+    out: dict[str, Any] = {}
     for name, default in SCHEDULE_SETTINGS.items():
         value = row.get(name)
         if isinstance(value, str):

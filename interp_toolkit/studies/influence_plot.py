@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.influence import QUERY_SETS
 
 _GROUP_COLORS = {"anti": "tab:red", "consistent": "tab:blue", "anti_memorized": "tab:purple",
                  "anti_not_memorized": "tab:pink"}
@@ -27,8 +26,9 @@ def plot_influence(rows: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
     """
     from interp_toolkit.plotting import new_panels, style
 
-    if query_set not in QUERY_SETS:
-        raise UserError(f"query_set must be one of {QUERY_SETS}, got {query_set!r}")
+    measured = sorted({row["query_set"] for row in rows})
+    if query_set not in measured:
+        raise UserError(f"query_set must be one of the rows' query sets {measured}, got {query_set!r}")
     with style():
         fig, (left, right) = new_panels(2, ncols=2, figsize=(11.0, 3.8))
         chosen = [r for r in rows if r["query_set"] == query_set and r["epoch"] > 0]

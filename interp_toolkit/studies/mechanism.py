@@ -33,14 +33,14 @@ in every panel:
 7. mean ablation of each head: change of accuracy on ``val`` and on ``adv``.
 
 The result is also a tidy table, one row per ``(epoch, head, quantity, value)``
-(``head`` is ``all`` for whole-model quantities), which :func:`write_mechanism` saves as CSV
+(``head`` is ``all`` for whole-model quantities), which :func:`~interp_toolkit.studies.mechanism_plot.write_mechanism` saves as CSV
 beside the figure, with a JSON of the settings and the run's outcome; :func:`read_mechanism`
 reads both back, so the figure can be redrawn from its data alone. Quantities per panel
 are listed in :data:`PANEL_QUANTITIES`.
 
     result = mechanism_over_checkpoints("runs/my_run")
     fig = plot_mechanism(result)        # interp_toolkit.studies.mechanism_plot
-    write_mechanism(result, "runs/my_run/mechanism.png")   # + mechanism.csv, mechanism.json
+    write_mechanism(result, "runs/my_run/mechanism.png")   # + .csv, .json (mechanism_plot too)
 
 Command line: ``interp-toolkit mechanism RUN_DIR [--out FIG] [--format png|svg|pdf]``.
 """
@@ -193,7 +193,8 @@ class MechanismResult:
         return self.table.to_pandas()
 
     def summary(self) -> dict[str, Any]:
-        """JSON-able settings and outcome (written beside the figure by :func:`write_mechanism`)."""
+        """JSON-able settings and outcome (written beside the figure by
+        :func:`~interp_toolkit.studies.mechanism_plot.write_mechanism`)."""
         return {"run_dir": str(self.run_dir), "task": self.task, "model": self.model,
                 "settings": self.config.to_dict(), "heads": self.heads,
                 "checkpoint_epochs": self.checkpoint_epochs, "outcome": self.outcome,
@@ -521,93 +522,9 @@ def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any], minority: str) 
     return Table(rows)
 
 
-def write_mechanism(result: MechanismResult, path: str | Path, fmt: str | None = None) -> dict[str, Path]:
-    """Save the figure, its tidy table (``.csv``) and settings + outcome (``.json``) side by side.
-
-    Args:
-        result: What :func:`mechanism_over_checkpoints` returned.
-        path: The figure's path; the CSV and JSON get the same stem.
-        fmt: ``png``, ``svg`` or ``pdf`` (default: the path's suffix, else ``png``).
-
-    Files are written atomically. When the three files at ``path`` are the ones written
-    before for a result of the same :attr:`MechanismResult.cache_key` (their digests are
-    recorded in the run's ``analyses/mechanism/written.json``), nothing is drawn or written
-    again: a cached rerun costs what reading the cache costs.
-
-    Returns:
-        ``{"figure": ..., "table": ..., "summary": ...}`` paths of the three files.
-    """
-    from interp_toolkit.io import atomic_write_json
-    from interp_toolkit.plotting import check_format
-
-    path = Path(path)
-    fmt = check_format(fmt if fmt is not None else (path.suffix[1:] if path.suffix[1:].lower() in FIGURE_SUFFIXES
-                                                     else "png"))
-    figure_path = path.with_suffix(f".{fmt}")
-    paths = {"figure": figure_path, "table": figure_path.with_suffix(".csv"),
-             "summary": figure_path.with_suffix(".json")}
-    written = _written_files(result, paths)
-    if written is not None and all(paths[name].is_file() and _digest(paths[name]) == d
-                                   for name, d in written.items()):
-        return paths  # these files are this result's, as written before: drawing again changes nothing
-    from interp_toolkit.plotting import save_figure
-    from interp_toolkit.studies.mechanism_plot import (
-        plot_mechanism,  # the drawing imports this module
-    )
-
-    save_figure(plot_mechanism(result), figure_path, fmt)
-    result.to_csv(paths["table"])
-    atomic_write_json(paths["summary"], result.summary())
-    _record_written_files(result, paths)
-    return paths
-
-
-FIGURE_SUFFIXES = ("png", "svg", "pdf")
-_WRITTEN = "written.json"
-
-
-def _digest(path: Path) -> str:
-    from interp_toolkit.io import file_digest
-
-    return file_digest(path)
-
-
-def _written_files(result: MechanismResult, paths: dict[str, Path]) -> dict[str, str] | None:
-    """Digests of the files :func:`write_mechanism` last wrote at ``paths`` for a result with
-    this ``cache_key`` (None when unknown)."""
-    import json
-
-    if result.cache_key is None:
-        return None
-    record = analysis_dir(result.run_dir, _WRITTEN)
-    try:
-        entries = json.loads(record.read_text(encoding="utf-8"))
-        entry = entries[str(paths["figure"].resolve())]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return entry["digests"] if isinstance(entry, dict) and entry.get("key") == result.cache_key else None
-
-
-def _record_written_files(result: MechanismResult, paths: dict[str, Path]) -> None:
-    import json
-
-    from interp_toolkit.io import atomic_write_json
-
-    if result.cache_key is None or not (result.run_dir / ANALYSES).is_dir():
-        return
-    record = analysis_dir(result.run_dir, _WRITTEN)
-    try:
-        entries = json.loads(record.read_text(encoding="utf-8"))
-        entries = entries if isinstance(entries, dict) else {}
-    except (OSError, ValueError):
-        entries = {}
-    entries[str(paths["figure"].resolve())] = {"key": result.cache_key,
-                                               "digests": {name: _digest(p) for name, p in paths.items()}}
-    atomic_write_json(record, entries)
-
-
 def read_mechanism(path: str | Path) -> MechanismResult:
-    """A :class:`MechanismResult` read back from the CSV and JSON :func:`write_mechanism` wrote.
+    """A :class:`MechanismResult` read back from the CSV and JSON
+    :func:`~interp_toolkit.studies.mechanism_plot.write_mechanism` wrote.
 
     Redraws (or restyles) the figure from its data without the run's checkpoints.
 
@@ -644,4 +561,4 @@ def read_mechanism(path: str | Path) -> MechanismResult:
 
 __all__ = ["ALL", "MechanismConfig", "MechanismResult", "PANEL_QUANTITIES", "WHOLE_MODEL_QUANTITIES",
            "RESULT_CODE", "RESULT_VERSION", "check_run_dir", "mechanism_over_checkpoints",
-           "read_cached_result", "read_mechanism", "result_key", "write_cached_result", "write_mechanism"]
+           "analysis_dir", "read_cached_result", "read_mechanism", "result_key", "write_cached_result"]

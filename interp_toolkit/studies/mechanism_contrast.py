@@ -665,45 +665,6 @@ def compute_contrast(runs: Sequence[RunSeries], config: ContrastConfig | None = 
 # --------------------------------------------------------------------------- files
 
 
-def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    from interp_toolkit.table import Table
-
-    return Table([{k: _cell(v) for k, v in row.items()} for row in rows]).to_csv(path)
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, float):
-        return "" if math.isnan(value) else f"{value:.6g}"
-    return "" if value is None else value
-
-
-def write_contrast(result: ContrastResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write the figure, the per-epoch, per-window and per-run tables and the JSON summary
-    into ``out_dir`` (names: :data:`FILES`), each atomically.
-
-    Returns:
-        ``{name: path}`` for the keys of :data:`FILES`.
-    """
-    from interp_toolkit.io import atomic_write_json, strict_json, with_header_digest
-    from interp_toolkit.plotting import save_figure
-
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir} is a file; expected a folder for the contrast's files")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {name: out_dir / filename for name, filename in FILES.items()}
-    from interp_toolkit.studies.mechanism_contrast_plot import (
-        plot_contrast,  # the drawing imports this module
-    )
-
-    save_figure(plot_contrast(result), paths["figure"])
-    _write_csv(paths["by_epoch"], result.by_epoch)
-    _write_csv(paths["windows"], result.window_rows)
-    _write_csv(paths["runs"], result.run_rows)
-    atomic_write_json(paths["summary"], with_header_digest(strict_json(result.summary())))
-    return paths
-
-
 def read_contrast(path: str | Path) -> ContrastResult:
     """Recompute a contrast from the JSON summary :func:`write_contrast` wrote (its series
     and settings), so the figure and tables regenerate without the runs.
@@ -735,4 +696,4 @@ def read_contrast(path: str | Path) -> ContrastResult:
 __all__ = ["DEFAULT_QUANTITIES", "FILES", "KINDS", "QUANTITIES", "VERDICTS", "ContrastConfig", "ContrastResult",
            "RunSeries", "check_contrast_inputs", "compute_contrast", "contrast_runs", "default_windows",
            "differing_settings", "formable_groupings", "run_settings",
-           "expand_sources", "parse_window", "read_contrast", "window_label", "write_contrast", "LABELS"]
+           "expand_sources", "parse_window", "read_contrast", "window_label", "LABELS"]

@@ -1,14 +1,19 @@
-"""The figure of a mechanism contrast (:func:`plot_contrast`): each quantity's per-run curves
-by group with the windows the contrast compares, drawn from a
+"""The figure of a mechanism contrast (:func:`plot_contrast`: each quantity's per-run curves
+by group with the windows the contrast compares) and the contrast's files
+(:func:`write_contrast`: the figure, the per-epoch, per-window and per-run tables and the JSON
+summary), drawn from a
 :class:`~interp_toolkit.studies.mechanism_contrast.ContrastResult` alone (computed, or read back
 by :func:`~interp_toolkit.studies.mechanism_contrast.read_contrast`)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
+from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism_contrast import (
+    FILES,
     LABELS,
     RATIO_QUANTITIES,
     ContrastResult,
@@ -103,4 +108,39 @@ def _limit_to_typical(panel: Any, values: Sequence[float], bounds: Sequence[floa
     panel.set_ylim(low - pad, high + pad)
 
 
-__all__ = ["plot_contrast"]
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    from interp_toolkit.table import Table
+
+    return Table([{k: _cell(v) for k, v in row.items()} for row in rows]).to_csv(path)
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    return "" if value is None else value
+
+
+def write_contrast(result: ContrastResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write the figure, the per-epoch, per-window and per-run tables and the JSON summary
+    into ``out_dir`` (names: :data:`FILES`), each atomically.
+
+    Returns:
+        ``{name: path}`` for the keys of :data:`FILES`.
+    """
+    from interp_toolkit.io import atomic_write_json, strict_json, with_header_digest
+    from interp_toolkit.plotting import save_figure
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file; expected a folder for the contrast's files")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {name: out_dir / filename for name, filename in FILES.items()}
+    save_figure(plot_contrast(result), paths["figure"])
+    _write_csv(paths["by_epoch"], result.by_epoch)
+    _write_csv(paths["windows"], result.window_rows)
+    _write_csv(paths["runs"], result.run_rows)
+    atomic_write_json(paths["summary"], with_header_digest(strict_json(result.summary())))
+    return paths
+
+
+__all__ = ["plot_contrast", "write_contrast"]

@@ -1,4 +1,5 @@
-"""The mechanism figure of one run (:func:`plot_mechanism`): seven panels on one log-scaled
+"""The mechanism figure of one run (:func:`plot_mechanism`), and the figure saved with its data
+(:func:`write_mechanism`: figure, tidy CSV and JSON side by side): seven panels on one log-scaled
 epoch axis, one colour per head, drawn from a
 :class:`~interp_toolkit.studies.mechanism.MechanismResult` alone (computed, or read back from
 its CSV by :func:`~interp_toolkit.studies.mechanism.read_mechanism`); the panels are listed
@@ -7,9 +8,17 @@ in :mod:`interp_toolkit.studies.mechanism`'s docstring."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
-from interp_toolkit.studies.mechanism import ALL, PANEL_QUANTITIES, MechanismResult, minority_of
+from interp_toolkit.runs.layout import ANALYSES
+from interp_toolkit.studies.mechanism import (
+    ALL,
+    PANEL_QUANTITIES,
+    MechanismResult,
+    analysis_dir,
+    minority_of,
+)
 
 
 def _title(result: MechanismResult) -> str:
@@ -202,4 +211,86 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
 
 
 
-__all__ = ["PANEL_ORDER", "plot_mechanism"]
+def write_mechanism(result: MechanismResult, path: str | Path, fmt: str | None = None) -> dict[str, Path]:
+    """Save the figure, its tidy table (``.csv``) and settings + outcome (``.json``) side by side.
+
+    Args:
+        result: What :func:`mechanism_over_checkpoints` returned.
+        path: The figure's path; the CSV and JSON get the same stem.
+        fmt: ``png``, ``svg`` or ``pdf`` (default: the path's suffix, else ``png``).
+
+    Files are written atomically. When the three files at ``path`` are the ones written
+    before for a result of the same :attr:`MechanismResult.cache_key` (their digests are
+    recorded in the run's ``analyses/mechanism/written.json``), nothing is drawn or written
+    again: a cached rerun costs what reading the cache costs.
+
+    Returns:
+        ``{"figure": ..., "table": ..., "summary": ...}`` paths of the three files.
+    """
+    from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.plotting import check_format
+
+    path = Path(path)
+    fmt = check_format(fmt if fmt is not None else (path.suffix[1:] if path.suffix[1:].lower() in FIGURE_SUFFIXES
+                                                     else "png"))
+    figure_path = path.with_suffix(f".{fmt}")
+    paths = {"figure": figure_path, "table": figure_path.with_suffix(".csv"),
+             "summary": figure_path.with_suffix(".json")}
+    written = _written_files(result, paths)
+    if written is not None and all(paths[name].is_file() and _digest(paths[name]) == d
+                                   for name, d in written.items()):
+        return paths  # these files are this result's, as written before: drawing again changes nothing
+    from interp_toolkit.plotting import save_figure
+
+    save_figure(plot_mechanism(result), figure_path, fmt)
+    result.to_csv(paths["table"])
+    atomic_write_json(paths["summary"], result.summary())
+    _record_written_files(result, paths)
+    return paths
+
+
+FIGURE_SUFFIXES = ("png", "svg", "pdf")
+_WRITTEN = "written.json"
+
+
+def _digest(path: Path) -> str:
+    from interp_toolkit.io import file_digest
+
+    return file_digest(path)
+
+
+def _written_files(result: MechanismResult, paths: dict[str, Path]) -> dict[str, str] | None:
+    """Digests of the files :func:`write_mechanism` last wrote at ``paths`` for a result with
+    this ``cache_key`` (None when unknown)."""
+    import json
+
+    if result.cache_key is None:
+        return None
+    record = analysis_dir(result.run_dir, _WRITTEN)
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8"))
+        entry = entries[str(paths["figure"].resolve())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return entry["digests"] if isinstance(entry, dict) and entry.get("key") == result.cache_key else None
+
+
+def _record_written_files(result: MechanismResult, paths: dict[str, Path]) -> None:
+    import json
+
+    from interp_toolkit.io import atomic_write_json
+
+    if result.cache_key is None or not (result.run_dir / ANALYSES).is_dir():
+        return
+    record = analysis_dir(result.run_dir, _WRITTEN)
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8"))
+        entries = entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError):
+        entries = {}
+    entries[str(paths["figure"].resolve())] = {"key": result.cache_key,
+                                               "digests": {name: _digest(p) for name, p in paths.items()}}
+    atomic_write_json(record, entries)
+
+
+__all__ = ["FIGURE_SUFFIXES", "PANEL_ORDER", "plot_mechanism", "write_mechanism"]

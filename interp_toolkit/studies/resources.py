@@ -5,7 +5,7 @@ The rules (documented in docs/sweeps.md, "Job sizing"):
 
 - **Cost of one seed-epoch.** On one CPU core: the seconds measured at a reference shape
   (:data:`CPU_SECONDS_PER_SEED_EPOCH`, one torch thread, full batch, the fast engine), scaled
-  by the FLOPs of one full-batch step (:func:`interp_toolkit.runs.engine.step_flops`) of the
+  by the FLOPs of one full-batch step (:func:`interp_toolkit.runs.cost.step_flops`) of the
   run's shape over the reference's, separately for 1-layer and deeper models (their measured
   speeds differ by more than their FLOPs). On a GPU: the step's FLOPs at
   :data:`GPU_EFFECTIVE_FLOP_PER_S`, an assumption until ``benchmarks/gpu_slice.py`` measures it.
@@ -59,7 +59,7 @@ def _check_positive_int(name: str, value: Any) -> None:
 
 def step_flop(cfg: Any, cell: Mapping[str, Any]) -> float:
     """FLOPs of one full-batch (or one epoch of minibatches) step of one seed of ``cell``."""
-    from interp_toolkit.runs.engine import step_flops
+    from interp_toolkit.runs.cost import step_flops
     from interp_toolkit.studies.sweep_config import cell_configs
 
     task_cfg, model_cfg, _train_cfg, _info = cell_configs(cfg, cell, cfg.seeds[0])
@@ -68,7 +68,7 @@ def step_flop(cfg: Any, cell: Mapping[str, Any]) -> float:
 
 def _reference_flop(n_layers: int) -> float:
     from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.engine import step_flops
+    from interp_toolkit.runs.cost import step_flops
     from interp_toolkit.tasks.mpsp import MPSPConfig
 
     ref = CPU_REFERENCE

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import interp_toolkit.runs.cost as cost
 import interp_toolkit.runs.engine as engine
 from interp_toolkit import ModelConfig, TrainConfig, build_model, load_checkpoint, train
 from interp_toolkit.devices import resolve_device
@@ -19,10 +20,10 @@ from interp_toolkit.runs.batched import StackedModel, train_batched
 from interp_toolkit.runs.engine import (
     EngineFallbackWarning,
     ReadoutForward,
-    adamw_step,
     readout_logits,
     stacked_grads,
 )
+from interp_toolkit.runs.optim import adamw_step
 from interp_toolkit.runs.trainer import evaluate, list_checkpoints
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 from interp_toolkit.threads import torch_threads
@@ -202,16 +203,16 @@ def test_stacked_members_compute_what_single_members_compute():
 def test_stacked_members_make_the_passes_of_single_runs(monkeypatch):
     # a budget so small that a single run takes 2 passes (32 + 8 examples): each member is computed alone,
     # by its single run's own passes (bit for bit), never in more passes than K runs
-    monkeypatch.setattr(engine, "CPU_MEMBER_POSITIONS_PER_PASS", 16 * N_CTX)
+    monkeypatch.setattr(cost, "CPU_MEMBER_POSITIONS_PER_PASS", 16 * N_CTX)
     cfgs = [ModelConfig(n_layers=2, n_heads=2, d_vocab=D_VOCAB, n_ctx=N_CTX, d_vocab_out=N_OUT, d_model=16,
                         d_mlp=32, seed=s) for s in (0, 1, 2)]
     stacked = StackedModel(cfgs)
     tokens, labels = _inputs(40)
     with torch_threads(1):
-        assert engine.default_engine_chunk(1, 40, "cpu", stacked.spec, N_CTX) == 32  # the floor
-        assert engine.members_per_pass(3, 32, N_CTX) == 1
-        assert engine.members_per_pass(3, 5, N_CTX) == 3  # small batches: members share a pass
-        assert engine.members_per_pass(3, 8, N_CTX) == 2
+        assert cost.default_engine_chunk(1, 40, "cpu", stacked.spec, N_CTX) == 32  # the floor
+        assert cost.members_per_pass(3, 32, N_CTX) == 1
+        assert cost.members_per_pass(3, 5, N_CTX) == 3  # small batches: members share a pass
+        assert cost.members_per_pass(3, 8, N_CTX) == 2
         params, constants = stacked.engine_tensors()
         grads, losses = stacked_grads(stacked.spec, params, constants, tokens, labels, -1)
         for i, cfg in enumerate(cfgs):

@@ -124,7 +124,7 @@ def test_a_schedule_cannot_be_extended(tmp_path, splits, small_model_cfg):
 
 
 def test_member_clipping_is_torch_clipping_of_each_member():
-    from interp_toolkit.runs.engine import clip_member_grads_
+    from interp_toolkit.runs.optim import clip_member_grads_
 
     gen = torch.Generator().manual_seed(0)
     shapes = {"a": (3, 4, 5), "b": (3, 7), "c": (3, 2, 2, 2)}

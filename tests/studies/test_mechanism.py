@@ -22,9 +22,8 @@ from interp_toolkit.studies.mechanism import (
     MechanismConfig,
     mechanism_over_checkpoints,
     read_mechanism,
-    write_mechanism,
 )
-from interp_toolkit.studies.mechanism_plot import plot_mechanism
+from interp_toolkit.studies.mechanism_plot import plot_mechanism, write_mechanism
 from interp_toolkit.studies.outcomes import outcome_of_run
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 from tests.helpers import assert_fields_equal
@@ -331,7 +330,7 @@ def test_a_cached_rerun_reads_one_file_and_imports_no_torch(one_run, tmp_path, c
     assert first.outcome == result.outcome and first.near_miss == result.near_miss
     written = write_mechanism(first, tmp_path / "m.png")
     stamps = {name: path.stat().st_mtime_ns for name, path in written.items()}
-    code = ("import sys; from pathlib import Path; from interp_toolkit.studies.mechanism import *; "
+    code = ("import sys; from pathlib import Path; from interp_toolkit.studies.mechanism import *; from interp_toolkit.studies.mechanism_plot import write_mechanism; "
             f"r = mechanism_over_checkpoints(Path({str(run_dir)!r}), MechanismConfig(**{SMALL.to_dict()!r})); "
             f"write_mechanism(r, Path({str(tmp_path / 'm.png')!r})); "
             "print(r.n_computed, r.n_cached, 'torch' in sys.modules, 'matplotlib' in sys.modules)")

@@ -23,8 +23,8 @@ from interp_toolkit.studies.mechanism_contrast import (
     default_windows,
     parse_window,
     read_contrast,
-    write_contrast,
 )
+from interp_toolkit.studies.mechanism_contrast_plot import write_contrast
 from tests.studies.fakes import GEN, STUCK, curve
 from tests.studies.test_mechanism import _cli, _train
 
