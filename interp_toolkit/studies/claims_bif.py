@@ -1,7 +1,7 @@
 """The stagewise-attribution claims, judged by the verdict engine from the committed tables:
 the hierarchy toy per step size and over its step-size ladder
 (``docs/bif/ladder/eps*/``), the language-model claims per testbed (``docs/lm_bif/``, one
-regime per ``claims.csv`` with its ``study.json``) and the joined study
+regime per ``claims.csv`` with its ``claims_study.json``) and the joined study
 (``docs/influence/seed*.csv``). :mod:`interp_toolkit.studies.claims_table` writes them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies import verdicts as rules
 from interp_toolkit.studies.claims_rows import ROOT, fmt, read_rows, rel, verdict_row
-from interp_toolkit.studies.lm_claims import rise_and_fall, sign_change
+from interp_toolkit.studies.lm_claims import CLAIMS_STUDY_JSON, rise_and_fall, sign_change
 
 
 def _steps_of(rows: Sequence[Mapping[str, str]]) -> str:
@@ -192,8 +192,8 @@ def lm_studies(root: Path) -> list[Path]:
 
 
 def _lm_settings(folder: Path, rows: Sequence[Mapping[str, str]]) -> tuple[str, str]:
-    """(regime, settings) of one LM study, from the ``study.json`` its report wrote."""
-    record = folder / "study.json"
+    """(regime, settings) of one LM study, from the ``claims_study.json`` its report wrote."""
+    record = folder / CLAIMS_STUDY_JSON
     if not record.is_file():
         raise UserError(f"{record} is missing: regenerate it with examples/lm_bif_claims.py --stage report")
     study = json.loads(record.read_text())

@@ -14,7 +14,7 @@ and, through :mod:`interp_toolkit.studies.claims_bif` (the stagewise-attribution
   toy on a ladder of step sizes, with R-hat / ESS per pair and step, the peaks against the
   network's mode transitions and the causal windows;
 - ``docs/lm_bif/claims.csv`` and ``docs/lm_bif/*/claims.csv``: the language-model claims per
-  checkpoint and seed, one testbed each (its ``study.json`` names it);
+  checkpoint and seed, one testbed each (its ``claims_study.json`` names it);
 - ``docs/influence/seed*.csv``: the joined study.
 
 Each row: the paper, the claim (the paper's wording), the regime and its settings, the

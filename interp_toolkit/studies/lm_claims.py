@@ -29,6 +29,11 @@ from typing import Any, Mapping, Sequence
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_text
 
+#: The record of a claims study's testbed and sampler, written beside its merged
+#: ``claims.csv`` (:func:`interp_toolkit.studies.lm_claims_study.report_claims`), read by the
+#: verdicts (:mod:`interp_toolkit.studies.claims_bif`).
+CLAIMS_STUDY_JSON = "claims_study.json"
+
 __all__ = ["CLAIM_CSV_FIELDS", "MIN_MEASURED_RISE", "MIN_Z", "claim_figure_data", "claim_peaks", "claim_rows",
            "plot_claim", "read_claims_csv", "rise_and_fall", "sign_change", "write_claim_figures", "write_claims_csv"]
 

@@ -28,6 +28,7 @@ from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json
 from interp_toolkit.studies.bif_lm_series import corpus_sets
 from interp_toolkit.studies.lm_claims import (
+    CLAIMS_STUDY_JSON,
     claim_peaks,
     claim_rows,
     read_claims_csv,
@@ -285,7 +286,7 @@ def report_claims(out: Path, docs: Path) -> dict[str, Any]:
     settings = study_settings(out)  # refused before anything is written
     docs.mkdir(parents=True, exist_ok=True)
     write_claims_csv(rows, docs / "claims.csv")
-    atomic_write_json(docs / "study.json", settings)
+    atomic_write_json(docs / CLAIMS_STUDY_JSON, settings)
     for path in write_claim_figures(rows, docs):
         print(path)
     verdicts: dict[str, Any] = {}

@@ -59,7 +59,7 @@ def test_report_merges_seeds_and_writes_verdicts(tmp_path, capsys):
         _seed_study(tmp_path / "study", seed)
     verdicts = example.report_claims(tmp_path / "study", tmp_path / "docs")
     assert len(read_claims_csv(tmp_path / "docs" / "claims.csv")) == 6
-    assert json.loads((tmp_path / "docs" / "study.json").read_text()) == {
+    assert json.loads((tmp_path / "docs" / "claims_study.json").read_text()) == {
         "total_steps": 200, "checkpoint_every": 100,
         "sampler": {"chains": 8, "draws": 400, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}
     assert verdicts == json.loads((tmp_path / "docs" / "verdicts.json").read_text())

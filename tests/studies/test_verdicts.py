@@ -212,7 +212,7 @@ def test_a_rise_and_fall_without_a_checkpoint_after_the_peak_is_not_tested(tmp_p
                                                                                          (1000, -2.0))]
     lines += [f"open->close - close->open,0,{step},0.1,0.1,1.001,500" for step in (0, 500, 1000)]
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
-    (folder / "study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
+    (folder / "claims_study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
         "chains": 8, "draws": 200, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
     rise = claims_bif.lm_rows(tmp_path)[0]
     assert rise["verdict"] == "not tested in testbed, 1,000 steps" and "train past the peak" in rise["why"]
@@ -227,7 +227,7 @@ def _lm_claims(folder, induction, delimiter=((0, 0.1), (500, 0.1), (1000, 0.1)),
     lines += [f"induction->induction,0,{step},{value},0.1,{rhat},500" for step, value in induction]
     lines += [f"open->close - close->open,0,{step},{value},0.1,1.001,500" for step, value in delimiter]
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
-    (folder / "study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
+    (folder / "claims_study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
         "chains": 8, "draws": 200, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
 
 
@@ -257,7 +257,7 @@ def test_a_longer_testbed_is_its_own_regime_with_its_recorded_settings(tmp_path)
     _lm_claims(tmp_path / "docs" / "lm_bif", [(0, -0.1), (500, -1.0), (1000, -0.5)])
     long = tmp_path / "docs" / "lm_bif" / "long"
     _lm_claims(long, [(0, -0.1), (5000, -1.0), (10000, -1.0)])
-    (long / "study.json").write_text(json.dumps({"total_steps": 10000, "sampler": {
+    (long / "claims_study.json").write_text(json.dumps({"total_steps": 10000, "sampler": {
         "chains": 8, "draws": 400, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
     rows = claims_bif.lm_rows(tmp_path)
     assert [r["regime"] for r in rows] == ["testbed, 1,000 steps"] * 2 + ["testbed, 10,000 steps"] * 2
