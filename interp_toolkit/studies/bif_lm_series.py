@@ -33,6 +33,7 @@ from interp_toolkit.studies.bif_checkpoint import (
     check_calibration_grids,
     round_notice,
 )
+from interp_toolkit.studies.lm_testbed import TESTBED_JSON
 
 if TYPE_CHECKING:
     import torch
@@ -313,7 +314,7 @@ def _testbed_config(refs: Sequence[CheckpointRef]) -> dict[str, Any] | None:
         if ref.kind == "hub":
             continue
         for folder in list(Path(ref.location).parents)[:3]:
-            record = folder / "testbed.json"
+            record = folder / TESTBED_JSON
             if record.is_file():
                 return dict(json.loads(record.read_text())["config"])
     return None

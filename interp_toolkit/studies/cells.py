@@ -101,15 +101,15 @@ def setting_default(name: str) -> Any:
     return _hashable_value(SweepConfig.section_defaults(section).get(field)) if section in SECTIONS else None
 
 
+#: The ``"train.*"`` settings that shape the learning rate over training, read by
+#: :func:`optimizer_clock` (absent: their :func:`setting_default`).
+SCHEDULE_SETTINGS = ("train.warmup_steps", "train.lr_schedule", "train.min_lr_ratio")
+
 #: Extra settings every report names, at their default too: the optimizer's betas, its
 #: warmup, learning-rate schedule (and floor) and gradient clipping (none stated by the paper,
 #: so every outcome table says which were used; runs recorded before the schedule options
 #: existed trained at their defaults: no warmup, a constant lr, no clipping).
-ALWAYS_REPORTED = ("train.betas", "train.warmup_steps", "train.lr_schedule", "train.min_lr_ratio", "train.grad_clip")
-
-#: The ``"train.*"`` settings that shape the learning rate over training (with their
-#: :class:`~interp_toolkit.runs.config.TrainConfig` defaults), read by :func:`optimizer_clock`.
-SCHEDULE_SETTINGS: dict[str, Any] = {"train.warmup_steps": 0, "train.lr_schedule": "constant", "train.min_lr_ratio": 0.0}
+ALWAYS_REPORTED = ("train.betas", *SCHEDULE_SETTINGS, "train.grad_clip")
 
 
 def complete_settings(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -399,11 +399,11 @@ def schedule_of(row: Mapping[str, Any]) -> dict[str, Any]:
     :data:`SCHEDULE_SETTINGS`, text as written in an outcomes.csv parsed; absent or empty: the
     default)."""
     out: dict[str, Any] = {}
-    for name, default in SCHEDULE_SETTINGS.items():
+    for name in SCHEDULE_SETTINGS:
         value = row.get(name)
         if isinstance(value, str):
             value = parse_setting_text(value) if value.strip() else None
-        out[name.partition(".")[2]] = default if value is None else value
+        out[name.partition(".")[2]] = setting_default(name) if value is None else value
     return {"warmup_steps": int(out["warmup_steps"]), "lr_schedule": str(out["lr_schedule"]),
             "min_lr_ratio": float(out["min_lr_ratio"])}
 

@@ -70,8 +70,8 @@ def ladder_rows(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
         settings = re.sub(r"SGLD eps \S+, ", "SGLD at each step size eps, ", (converged or mine)[0]["settings"])
         settings = re.sub(r"(\d+) chains x [\d,]+ steps", r"\1 chains of the same length in eps x steps", settings)
         out.append({**verdict_row("B", claim, regime, settings, "per step size: "
-                           + "; ".join(f"{r['regime']}: {r['verdict'].split(' in ')[0]}" for r in mine),
-                           verdict, why, files)})
+                                  + "; ".join(f"{r['regime']}: {r['verdict'].split(' in ')[0]}" for r in mine),
+                                  verdict, why, files)})
     return out
 
 
@@ -117,13 +117,13 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                 out.append(verdict_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files))
             elif not gate["passed"]:
                 out.append(verdict_row("B", claim, label, settings, cells, "inconclusive",
-                                "the chains did not converge on the checkpoints the claim rests on", files))
+                                       "the chains did not converge on the checkpoints the claim rests on", files))
             else:
                 why = ("converged chains; the sign at |z| >= 2 (error: spread over initializations and sampler "
                        "seeds)" + (f"; in the paper's direction at steps {_steps_of(signed)}" if signed else "")
                        + (f"; against it at steps {_steps_of(against)}" if against else ""))
                 out.append(verdict_row("B", claim, label, settings, cells,
-                                "reproduced" if signed and not against else "not reproduced", why, files))
+                                       "reproduced" if signed and not against else "not reproduced", why, files))
         gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
                                       for r in pairs)
         peaks = summary.get("peak_vs_mode_transition_by_common_level") or {}
@@ -141,7 +141,7 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
             why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
                    f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
             out.append(verdict_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's mode "
-                            "transitions)", label, settings, cells, verdict, why, files))
+                                   "transitions)", label, settings, cells, verdict, why, files))
         phases_path = path.parent / "phases.csv"
         if phases_path.is_file():
             cases = [r for r in read_rows(phases_path) if r["entry"] == "all entries"]
@@ -159,8 +159,8 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                    "phases by solution (the transitioning mode learned or not, per draw); a majority of cases must "
                    "have a between-phase share above 0.5 and above its Gaussian null")
             out.append(verdict_row("B", "at a transition the influence is mostly between-phase (law of total covariance, "
-                            "phases by solution)", label, settings, cells, verdict, why,
-                            files + [rel(root, phases_path)]))
+                                   "phases by solution)", label, settings, cells, verdict, why,
+                                   files + [rel(root, phases_path)]))
         causal = summary.get("causal_windows") or []
         pooled = [c for c in causal if c["seed"] == "all" and c["windows"] == "all"]
         if pooled:
@@ -175,7 +175,7 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                    "the pair-permuted null" if p < rules.ALPHA else
                    f"not detected at {len(pooled)} initializations (the paper gives no effect size to power against)")
             out.append(verdict_row("B", "the window of largest influence is the window where leaving the sample out of "
-                            "training matters most (causal windows)", label, settings, cells, verdict, why, files))
+                                   "training matters most (causal windows)", label, settings, cells, verdict, why, files))
     return out
 
 
@@ -188,7 +188,7 @@ def lm_studies(root: Path) -> list[Path]:
     """The language-model claim studies: ``docs/lm_bif`` (the 1,000-step testbed) and every
     folder below it that holds a ``claims.csv`` (longer testbeds), in path order."""
     base = root / "docs" / "lm_bif"
-    return sorted(p.parent for p in base.glob("*claims.csv")) + sorted(p.parent for p in base.glob("*/claims.csv"))
+    return ([base] if (base / "claims.csv").is_file() else []) + sorted(p.parent for p in base.glob("*/claims.csv"))
 
 
 def _lm_settings(folder: Path, rows: Sequence[Mapping[str, str]]) -> tuple[str, str]:
@@ -230,9 +230,10 @@ def _rise_and_fall_row(rows: Sequence[Mapping[str, str]], regime: str, settings:
     for seed_result in found:
         mine = sorted((r for r in rows if r["series"] == series and int(r["seed"]) == seed_result["seed"]),
                       key=lambda r: int(r["step"]))
-        read = {seed_result["first_step"], seed_result["peak_step"], seed_result["last_step"]}
+        peak = rules.after_peak([int(r["step"]) for r in mine], [float(r["bif"]) for r in mine])  # rule 4
+        read = {seed_result["first_step"], peak["peak_step"], seed_result["last_step"]}
         gates += [(float(r["rhat"]), float(r["ess"])) for r in mine if int(r["step"]) in read]
-        after.append(sum(1 for r in mine if int(r["step"]) > seed_result["peak_step"]))
+        after.append(peak["after_peak"])
     gate = rules.convergence_gate(gates)
     falls = [r["verdict"] == "rise and fall" for r in found]
     cells = (f"{len(found)} seeds; peak at step " + ", ".join(str(r["peak_step"]) for r in found)
@@ -254,7 +255,7 @@ def _rise_and_fall_row(rows: Sequence[Mapping[str, str]], regime: str, settings:
         verdict, why = "inconclusive", (f"no fall measured in {len(falls) - sum(falls)} of {len(falls)} seeds, with "
                                         f"fewer than {MIN_AFTER_PEAK} checkpoints after the peak")
     return [verdict_row("B", "induction tokens' influence rises and falls as induction heads form", regime, settings,
-                 cells, verdict, why, files)]
+                        cells, verdict, why, files)]
 
 
 def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: str,
@@ -276,7 +277,7 @@ def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: s
         verdict, why = "inconclusive", (f"one sign or none measured in {len(changed) - sum(changed)} of "
                                         f"{len(changed)} seeds (the paper gives no effect size to power against)")
     return [verdict_row("B", "the influence between delimiters changes sign across checkpoints", regime, settings, cells,
-                 verdict, why, files)]
+                        verdict, why, files)]
 
 
 def joined_rows(root: Path) -> list[dict[str, str]]:
@@ -288,13 +289,13 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
     gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"])) for r in rows
                                   if r.get("max_rhat") not in (None, ""))
     return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes when a "
-                 "run leaves the shortcut", "R2 influence runs",
-                 "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
-                 f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
-                 f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})",
-                 "inconclusive" if not gate["passed"] else "reproduced",
-                 "unconverged chains, no Gaussian null, and per-draw phase labels that do not separate solutions"
-                 if not gate["passed"] else "converged", [rel(root, p) for p in paths])]
+                        "run leaves the shortcut", "R2 influence runs",
+                        "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
+                        f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
+                        f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})",
+                        "inconclusive" if not gate["passed"] else "reproduced",
+                        "unconverged chains, no Gaussian null, and per-draw phase labels that do not separate solutions"
+                        if not gate["passed"] else "converged", [rel(root, p) for p in paths])]
 
 
 def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:

@@ -161,7 +161,7 @@ def rate_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: Regime, n_
     cells = f"{n_layers}L r = {r_a:g}: {k_a}/{n_a}; r = {r_b:g}: {k_b}/{n_b}"
     if n_a < min_runs or n_b < min_runs:
         return verdict_row("A", claim, regime.name, regime.text, cells, "not tested",
-                    f"no {n_layers}-layer runs of both cells in {regime.name}", files)
+                           f"no {n_layers}-layer runs of both cells in {regime.name}", files)
     result = rules.rate_verdict(k_a, n_a, k_b, n_b, *paper)
     why = result["why"] + f" (powered at {powered_at}: {paper[0]:.2f} vs {paper[1]:.2f})"
     if result["verdict"] == "inconclusive":
@@ -190,15 +190,15 @@ def observability_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: R
     cells = f"{n_layers}L r = {r:g}: {k}/{n} generalized"
     if n == 0:
         return verdict_row("A", claim, regime.name, regime.text, cells, "not tested", f"no {n_layers}-layer run at r = {r:g}",
-                    files)
+                           files)
     if not rules.observed(k):
         return verdict_row("A", claim, regime.name, regime.text, cells, "inconclusive",
-                    f"no run generalized, so {what} cannot be observed", files)
+                           f"no run generalized, so {what} cannot be observed", files)
     mine = cell_rows(rows, regime, n_layers, r)
     transient = sum(row["transient"] == "True" for row in mine if row["generalized"] == "True")
     verdict = "reproduced" if transient else "not reproduced"
     return verdict_row("A", claim, regime.name, regime.text, f"{cells}, {transient} transient", verdict,
-                f"{transient} of {k} generalizing runs fell back", files)
+                       f"{transient} of {k} generalizing runs fell back", files)
 
 
 # --------------------------------------------------------------------------- R2 (length 5)
@@ -248,19 +248,19 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         result = rules.rate_verdict(k_a, n_a, k_b, n_b, HEADLINE["2L"][1], HEADLINE["2L"][0])
         k_l = sum(r["kind_generalized"] == "generalized" for r in large)
         out.append(verdict_row("A", "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 "
-                        "(0% -> 77%)", "R2", text,
-                        f"2L n = 4,096: r = 0.9 {k_a}/{n_a}; r = 0.5 {k_b}/{n_b} (r = 0.9 at n = 16,384: "
-                        f"{k_l}/{len(large)}, no r = 0.5 cell there)", result["verdict"],
-                        result["why"] + "; at n = 16,384 there is no r = 0.5 cell to contrast", files, result))
+                               "(0% -> 77%)", "R2", text,
+                               f"2L n = 4,096: r = 0.9 {k_a}/{n_a}; r = 0.5 {k_b}/{n_b} (r = 0.9 at n = 16,384: "
+                               f"{k_l}/{len(large)}, no r = 0.5 cell there)", result["verdict"],
+                               result["why"] + "; at n = 16,384 there is no r = 0.5 cell to contrast", files, result))
     generalizing = [r for r in two if r["kind_generalized"] == "generalized" and float(r["r"]) == 0.9]
     ordered = [r for r in generalizing if r["shortcut_epoch"] and r["first_generalized_epoch"]
                and float(r["shortcut_epoch"]) < float(r["first_generalized_epoch"])]
     verdict = "inconclusive" if not generalizing else ("reproduced" if len(ordered) == len(generalizing)
                                                         else "not reproduced")
     out.append(verdict_row("A", "a shortcut phase comes first, then a second phase in which the rule takes over", "R2", text,
-                    f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first",
-                    verdict, "qualitative: the order of the shortcut epoch and the first generalized epoch",
-                    [rel(root, base / "2L_r0.9" / "runs.csv")]))
+                           f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first",
+                           verdict, "qualitative: the order of the shortcut epoch and the first generalized epoch",
+                           [rel(root, base / "2L_r0.9" / "runs.csv")]))
     windows = []
     folders = sorted(p for p in base.iterdir() if (p / "windows.csv").is_file()) if base.is_dir() else []
     for folder in folders:
@@ -282,27 +282,27 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         toward = sum(k for k, _ in moved)
         leavers = sum(n for _, n in moved)
         out.append(verdict_row("A", "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut examples "
-                        "point apart in the shortcut phase, and move toward 0 once the run leaves it", "R2", text,
-                        "r = 0.9 (" + ", ".join(w["contrast"] for w in conflict) + "): shortcut-phase cosine "
-                        + ", ".join(f"{m:+.2f}" for m in means)
-                        + f"; from its first generalized epoch on, {toward} of {leavers} generalizing runs sit "
-                        "above their shortcut-phase value",
-                        "reproduced" if max(means) < 0 and leavers and toward == leavers else "not reproduced",
-                        "the sign of the group means in the shortcut phase, and each generalizing run's mean cosine "
-                        "after it generalized against its own shortcut-phase median",
-                        sorted({rel(root, base / w["contrast"] / name) for w in conflict
+                               "point apart in the shortcut phase, and move toward 0 once the run leaves it", "R2", text,
+                               "r = 0.9 (" + ", ".join(w["contrast"] for w in conflict) + "): shortcut-phase cosine "
+                               + ", ".join(f"{m:+.2f}" for m in means)
+                               + f"; from its first generalized epoch on, {toward} of {leavers} generalizing runs sit "
+                               "above their shortcut-phase value",
+                               "reproduced" if max(means) < 0 and leavers and toward == leavers else "not reproduced",
+                               "the sign of the group means in the shortcut phase, and each generalizing run's mean cosine "
+                               "after it generalized against its own shortcut-phase median",
+                               sorted({rel(root, base / w["contrast"] / name) for w in conflict
                                 for name in ("windows.csv", "contrast.json")})))
     amplified = [w for w in ratio if w["quantity"] == "minority_amplification" and w["window"] in first]
     if amplified:
         values = [float(w[k]) for w in amplified for k in ("mean_leaving", "mean_staying")]
         inside = [v for v in values if 9.0 <= v <= 17.0]
         out.append(verdict_row("A", "the minority's gradients are amplified about 9-17x at r = 0.9", "R2", text,
-                        "shortcut-phase group means (" + ", ".join(w["contrast"] for w in amplified) + ") "
-                        + ", ".join(f"{v:.1f}x" for v in values),
-                        "reproduced" if inside else "not reproduced",
-                        f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the toolkit's "
-                        "minority_amplification over the shortcut-phase window)",
-                        sorted({rel(root, base / w["contrast"] / "windows.csv") for w in amplified})))
+                               "shortcut-phase group means (" + ", ".join(w["contrast"] for w in amplified) + ") "
+                               + ", ".join(f"{v:.1f}x" for v in values),
+                               "reproduced" if inside else "not reproduced",
+                               f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the toolkit's "
+                               "minority_amplification over the shortcut-phase window)",
+                               sorted({rel(root, base / w["contrast"] / "windows.csv") for w in amplified})))
     if windows:
         family = [w for w in windows if w["p"] not in ("", "nan")]
         holm = rules.holm_family(family, key="p")
@@ -311,15 +311,15 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         shortcut = [w for w, p in zip(family, holm) if "shortcut" in w["window"] or "before" in w["window"]]
         before = [w for w in shortcut if holm[family.index(w)] < rules.ALPHA]
         out.append(verdict_row("A", "(this project's test, not a claim of the paper) gradient conflict and amplification "
-                        "mark the runs that leave the shortcut before they leave", "R2", text,
-                        f"{len(family)} tests in {len({(w['contrast'], w['grouping']) for w in family})} contrasts "
-                        f"and groupings; Holm over all: "
-                        f"{len(significant)} below 0.05 ({'; '.join(significant) or 'none'})",
-                        "not reproduced" if not before else "reproduced",
-                        f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm over "
-                        "the whole family; 2L_r0.9's groups differ in n (16,384 vs 4,096), a confounder; at one n "
-                        "(2L_r0.9_n16k) 5 vs 3 runs cannot reach the level",
-                        sorted({rel(root, base / w["contrast"] / "windows.csv") for w in family})))
+                               "mark the runs that leave the shortcut before they leave", "R2", text,
+                               f"{len(family)} tests in {len({(w['contrast'], w['grouping']) for w in family})} contrasts "
+                               f"and groupings; Holm over all: "
+                               f"{len(significant)} below 0.05 ({'; '.join(significant) or 'none'})",
+                               "not reproduced" if not before else "reproduced",
+                               f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm over "
+                               "the whole family; 2L_r0.9's groups differ in n (16,384 vs 4,096), a confounder; at one n "
+                               "(2L_r0.9_n16k) 5 vs 3 runs cannot reach the level",
+                               sorted({rel(root, base / w["contrast"] / "windows.csv") for w in family})))
     return out
 
 

@@ -37,8 +37,16 @@ from interp_toolkit.studies.lm_claims import (
     write_claim_figures,
     write_claims_csv,
 )
-from interp_toolkit.studies.lm_testbed import TestbedConfig, induction_phases, train_testbed
+from interp_toolkit.studies.lm_testbed import (
+    TESTBED_JSON,
+    TestbedConfig,
+    induction_phases,
+    train_testbed,
+)
 from interp_toolkit.tasks.induction_corpus import CorpusConfig, repeated_random_tokens
+
+#: Beside a seed's claims.csv: the settings its rows were measured with.
+CLAIMS_CONFIG_JSON = "claims_config.json"
 
 #: Posterior, attribution (train) and query sequences drawn from the testbed's corpus.
 SIZES = {"n_posterior": 512, "n_train": 16, "n_query": 16}
@@ -154,7 +162,7 @@ def earlier_rows(seed_dir: Path, config: LMBIFConfig) -> list[dict[str, Any]]:
     """The rows of ``seed_dir/claims.csv`` if they were measured with ``config`` (recorded in
     ``claims_config.json`` beside it by :func:`write_seed_rows`), else none. So a run on some
     steps keeps the steps an earlier run of the same settings measured."""
-    record = seed_dir / "claims_config.json"
+    record = seed_dir / CLAIMS_CONFIG_JSON
     same = record.is_file() and json.loads(record.read_text()) == _settings(config)
     return read_claims_csv(seed_dir / "claims.csv") if same and (seed_dir / "claims.csv").is_file() else []
 
@@ -162,7 +170,7 @@ def earlier_rows(seed_dir: Path, config: LMBIFConfig) -> list[dict[str, Any]]:
 def write_seed_rows(seed_dir: Path, config: LMBIFConfig, rows: list[dict[str, Any]]) -> None:
     """``seed_dir/claims.csv`` and, beside it, the settings its rows were measured with."""
     write_claims_csv(rows, seed_dir / "claims.csv")
-    atomic_write_json(seed_dir / "claims_config.json", _settings(config))
+    atomic_write_json(seed_dir / CLAIMS_CONFIG_JSON, _settings(config))
 
 
 def run_claims(args: ClaimsStudyConfig) -> None:
@@ -258,7 +266,7 @@ def study_settings(out: Path) -> dict[str, Any]:
     """
     found: dict[str, set[str]] = {"testbed": set(), "sampler": set()}
     for seed_dir in sorted(out.glob("seed*")):
-        testbed, measured = seed_dir / "testbed" / "testbed.json", seed_dir / "claims_config.json"
+        testbed, measured = seed_dir / "testbed" / TESTBED_JSON, seed_dir / CLAIMS_CONFIG_JSON
         if testbed.is_file():
             config = json.loads(testbed.read_text())["config"]
             found["testbed"].add(json.dumps({k: config[k] for k in ("total_steps", "linear_every")}))

@@ -32,8 +32,11 @@ from interp_toolkit.runs.layout import CHECKPOINTS
 from interp_toolkit.sources import CheckpointRef, hf_local_checkpoints, pythia_schedule
 from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
 
-__all__ = ["TestbedConfig", "gptneox_config", "induction_phases", "plot_testbed_bif", "pythia_schedule",
+__all__ = ["TESTBED_JSON", "TestbedConfig", "gptneox_config", "induction_phases", "plot_testbed_bif", "pythia_schedule",
            "testbed_model", "testbed_training_steps", "train_testbed"]
+
+#: A trained testbed's record (its config, hash and whether training completed), in its folder.
+TESTBED_JSON = "testbed.json"
 
 
 @dataclass
@@ -185,7 +188,7 @@ def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = T
         raise UserError(f"config must be a TestbedConfig, got {type(config).__name__}")
     out = Path(out_dir)
     key = config_hash(config.to_dict())
-    record = out / "testbed.json"
+    record = out / TESTBED_JSON
     if record.exists():
         meta = json.loads(record.read_text())
         if meta.get("config_hash") == key and meta.get("complete"):

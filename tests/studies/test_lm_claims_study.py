@@ -97,6 +97,9 @@ def test_steps_not_on_the_checkpoint_schedule_are_refused_before_any_work(tmp_pa
 
 @pytest.mark.parametrize("argv, needle", [
     (["--stage", "run", "--coarse", "0"], "argument --coarse: expected an integer >= 1, got 0"),
+    (["--stage", "run", "--checkpoint-every", "0"], "argument --checkpoint-every: expected an integer >= 1, got 0"),
+    (["--stage", "run", "--total-steps", "10000", "--checkpoint-every", "250", "--steps", "9900", "--out", "OUT"],
+     "--steps [9900]: the testbed has no checkpoint there"),
     (["--stage", "run", "--chains", "0"], "argument --chains: expected an integer >= 2, got 0"),
     (["--stage", "run", "--eps", "inf"], "argument --eps: expected a positive finite number, got inf"),
     (["--stage", "run", "--out", "/dev/null"], "--out /dev/null is a file, not a folder"),
