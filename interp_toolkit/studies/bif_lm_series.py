@@ -33,7 +33,6 @@ from interp_toolkit.studies.bif_checkpoint import (
     check_calibration_grids,
     round_notice,
 )
-from interp_toolkit.studies.lm_testbed import TESTBED_JSON
 
 if TYPE_CHECKING:
     import torch
@@ -310,6 +309,10 @@ def plot_per_class(rows: Sequence[dict[str, Any]], ax: Any = None, pearson: bool
 def _testbed_config(refs: Sequence[CheckpointRef]) -> dict[str, Any] | None:
     """The ``config`` of the testbed run whose ``testbed.json`` sits at or up to three folders
     above a local checkpoint of ``refs``; None when there is none (hub checkpoints, real text)."""
+    from interp_toolkit.studies.lm_testbed import (
+        TESTBED_JSON,  # lm_testbed imports torch: not at start-up
+    )
+
     for ref in refs:
         if ref.kind == "hub":
             continue
