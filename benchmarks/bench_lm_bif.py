@@ -45,7 +45,7 @@ def _setup(n: int, tmp: Path):
     from transformers import GPTNeoXForCausalLM
 
     from interp_toolkit.sources import CheckpointRef
-    from interp_toolkit.studies.lm_testbed import TestbedConfig, gptneox_config
+    from interp_toolkit.studies.lm.testbed import TestbedConfig, gptneox_config
     from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
 
     torch.set_num_threads(1)

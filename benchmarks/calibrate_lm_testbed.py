@@ -1,8 +1,8 @@
 """Calibration of the LM testbed: induction score over training steps for candidate configs.
 
-Trains the testbed's tiny GPTNeoX (:func:`interp_toolkit.studies.lm_testbed.testbed_model`)
+Trains the testbed's tiny GPTNeoX (:func:`interp_toolkit.studies.lm.testbed.testbed_model`)
 on the induction/delimiter corpus with the testbed's optimizer and schedule
-(:func:`interp_toolkit.studies.lm_testbed.testbed_training_steps`), and prints one
+(:func:`interp_toolkit.studies.lm.testbed.testbed_training_steps`), and prints one
 JSON line every ``--eval-every`` steps: step, training loss, induction score (max over heads
 of the prefix-matching attention on repeated random tokens, as in
 :mod:`interp_toolkit.analyses.induction`, computed here from the HF model's eager attention)
@@ -29,7 +29,7 @@ def probe_score(model, probe: torch.Tensor, half: int) -> float:
 
 
 def main() -> None:
-    from interp_toolkit.studies.lm_testbed import (
+    from interp_toolkit.studies.lm.testbed import (
         TestbedConfig,
         testbed_model,
         testbed_training_steps,

@@ -76,7 +76,7 @@ def main() -> None:
         next_token_losses,
     )
     from interp_toolkit.io import atomic_write_json
-    from interp_toolkit.studies.lm_testbed import TestbedConfig, train_testbed
+    from interp_toolkit.studies.lm.testbed import TestbedConfig, train_testbed
     from interp_toolkit.tasks.induction_corpus import (
         CLASS_NAMES,
         CorpusConfig,
@@ -221,7 +221,7 @@ def probe_minibatch_order(args: argparse.Namespace) -> None:
 
     from interp_toolkit.analyses.bif import SamplerConfig
     from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet, lm_bif, next_token_losses
-    from interp_toolkit.studies.lm_testbed import TestbedConfig, train_testbed
+    from interp_toolkit.studies.lm.testbed import TestbedConfig, train_testbed
     from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
 
     corpus_cfg = CorpusConfig(n_sequences=1024, seq_len=32, n_ordinary=24, chunk_min=6, chunk_max=12)

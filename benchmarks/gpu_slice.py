@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                   "--dry runs its logic on the CPU", file=sys.stderr)
             return 2
         device = torch.device("cuda")
-        # The paper preset's task and widths (sweep_config.PRESETS["paper"]).
+        # The paper preset's task and widths (studies.grid.config.PRESETS["paper"]).
         task = MPSPConfig(seq_len=10, n_values=10, n_train=16_384, n_eval=2_048, r=0.9)
         shape = {"d_model": 64, "d_mlp": 128, "n_heads": 2}
         ks, epochs = sorted(args.ks), args.epochs

@@ -42,9 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0]) if argv else Path("build/api")
     import pdoc
-    import pdoc.render
-
     import pdoc.extract
+    import pdoc.render
 
     pdoc.render.configure(docformat="google", footer_text="interp-toolkit API reference")
     with warnings.catch_warnings():

@@ -12,8 +12,8 @@ STUDY=${STUDY:-runs/tb_sweep}
 import sys
 
 from interp_toolkit.loggers import TensorBoardLogger
-from interp_toolkit.studies.sweep import run_sweep
-from interp_toolkit.studies.sweep_config import preset
+from interp_toolkit.studies.sweep.run import run_sweep
+from interp_toolkit.studies.grid.config import preset
 
 result = run_sweep(preset("smoke"), sys.argv[1], workers=1, progress=False, report=False,
                    callbacks=[TensorBoardLogger()])

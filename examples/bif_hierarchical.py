@@ -48,7 +48,7 @@ from interp_toolkit.analyses.bif.validation import (
 )
 from interp_toolkit.io import atomic_write_json
 from interp_toolkit.plotting import save_figure
-from interp_toolkit.studies.dln import (
+from interp_toolkit.studies.bif.dln import (
     DeepLinearNetwork,
     DLNConfig,
     DLNTrainConfig,

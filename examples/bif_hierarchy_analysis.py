@@ -54,7 +54,7 @@ def timeline(data, init: int, lr: float, steps: int = 2000) -> dict:
 def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
     from bif_hierarchy_remeasure import HORIZON, STEPS, WINDOW, load_draws  # noqa: PLC0415
 
-    from interp_toolkit.studies.statistics import combined_p
+    from interp_toolkit.studies.common.statistics import combined_p
 
     docs.mkdir(parents=True, exist_ok=True)
     data = animals_and_plants()

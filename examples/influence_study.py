@@ -56,7 +56,7 @@ def measure(out: Path, seeds: list[int]) -> None:
     import torch
 
     from interp_toolkit.runs.resume import list_checkpoints
-    from interp_toolkit.studies.influence import InfluenceConfig, run_influence
+    from interp_toolkit.studies.influence.measure import InfluenceConfig, run_influence
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # convergence notes are recorded per checkpoint in the CSV
@@ -81,9 +81,9 @@ def figures(out: Path, dest: Path) -> dict:
 
     from interp_toolkit.analyses.over_checkpoints import splits_from_run
     from interp_toolkit.plotting import save_figure
-    from interp_toolkit.studies.influence import read_influence_csv
-    from interp_toolkit.studies.influence_examples import onset_examples
-    from interp_toolkit.studies.influence_plot import plot_influence, plot_influence_summary
+    from interp_toolkit.studies.influence.examples import onset_examples
+    from interp_toolkit.studies.influence.measure import read_influence_csv
+    from interp_toolkit.studies.influence.plot import plot_influence, plot_influence_summary
 
     dest.mkdir(parents=True, exist_ok=True)
     runs, kinds, numbers = {}, {}, {}

@@ -1,6 +1,6 @@
 """The language-model claims on the testbed: class-to-class influence across checkpoints
 dense through the induction transition, for several training seeds (resumable). The command
-line of :mod:`interp_toolkit.studies.lm_claims_study` (its docstring says what is cached where).
+line of :mod:`interp_toolkit.studies.lm.claims_study` (its docstring says what is cached where).
 
     python examples/lm_bif_claims.py --stage cost        # CPU seconds of one checkpoint's BIF
     python examples/lm_bif_claims.py --stage calibrate   # eps sweep at the transition (seed 0)
@@ -20,7 +20,7 @@ import torch
 
 from interp_toolkit.cli import run_script
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.lm_claims_study import (
+from interp_toolkit.studies.lm.claims_study import (
     ClaimsStudyConfig,
     calibrate_claims,
     claims_cost,

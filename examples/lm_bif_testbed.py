@@ -9,7 +9,7 @@ Everything is cached by config hash under ``--out`` (a rerun only redoes what ch
 Outputs: ``<out>/testbed/checkpoints/step*/`` (HF directories), ``<out>/bif/per_class.csv``,
 ``<out>/bif/per_class.png``, ``<out>/bif/summary.json``, ``<out>/testbed_bif.png`` (the
 per-class BIF with the induction transition's before / during / after bands and formation
-step, :func:`~interp_toolkit.studies.lm_testbed.plot_testbed_bif`; ``docs/lm_bif_testbed.png``)
+step, :func:`~interp_toolkit.studies.lm.testbed.plot_testbed_bif`; ``docs/lm_bif_testbed.png``)
 and ``<out>/note.txt`` (a short reading of the figure computed from the table).
 """
 
@@ -29,7 +29,7 @@ from interp_toolkit.analyses.induction import induction_score
 from interp_toolkit.cli.bif_lm import bif_over_checkpoints
 from interp_toolkit.io import atomic_write_text
 from interp_toolkit.plotting import save_figure
-from interp_toolkit.studies.lm_testbed import (
+from interp_toolkit.studies.lm.testbed import (
     TestbedConfig,
     induction_phases,
     plot_testbed_bif,

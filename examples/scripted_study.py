@@ -12,9 +12,9 @@ Run: python examples/scripted_study.py [--out runs/scripted_study] [--epochs 40]
 import argparse
 from pathlib import Path
 
-from interp_toolkit.studies.report import write_report
-from interp_toolkit.studies.sweep import plan_sweep, run_sweep
-from interp_toolkit.studies.sweep_config import preset
+from interp_toolkit.studies.grid.config import preset
+from interp_toolkit.studies.report.write import write_report
+from interp_toolkit.studies.sweep.run import plan_sweep, run_sweep
 
 
 def describe(plan: dict) -> str:

@@ -2,9 +2,9 @@
 
 Trains ``max_parity_sum_parity`` (label: sum of 10 values mod 2; shortcut: max value mod 2,
 agreeing with the label on 90% of training examples), then calls the library:
-:func:`interp_toolkit.studies.mechanism.mechanism_over_checkpoints` runs the analyses over
+:func:`interp_toolkit.studies.mechanism.measure.mechanism_over_checkpoints` runs the analyses over
 every checkpoint (cached: a rerun only recomputes what changed) and
-:func:`~interp_toolkit.studies.mechanism_plot.write_mechanism` saves the seven-panel figure
+:func:`~interp_toolkit.studies.mechanism.plot.write_mechanism` saves the seven-panel figure
 (accuracies with the two phases marked, gradient cosine, amplification, QK and OV
 fingerprints, minimal-pair patching and ablation per head, on one log-scaled epoch axis)
 with its tidy table (CSV) and settings (JSON) beside it. The same figure for any existing
@@ -27,11 +27,11 @@ import torch
 
 from interp_toolkit import ModelConfig, TrainConfig, build_model, train
 from interp_toolkit.plotting import FORMATS
-from interp_toolkit.studies.mechanism import (
+from interp_toolkit.studies.mechanism.measure import (
     MechanismConfig,
     mechanism_over_checkpoints,
 )
-from interp_toolkit.studies.mechanism_plot import write_mechanism
+from interp_toolkit.studies.mechanism.plot import write_mechanism
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 

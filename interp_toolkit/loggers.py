@@ -2,7 +2,7 @@
 
 Both are :class:`interp_toolkit.callbacks.Callback` objects; pass them as ``callbacks=`` to
 :func:`interp_toolkit.train`, :func:`interp_toolkit.runs.batched.train_batched`,
-:func:`interp_toolkit.studies.sweep.run_sweep` or :func:`interp_toolkit.analyses.bif.bif`.
+:func:`interp_toolkit.studies.sweep.run.run_sweep` or :func:`interp_toolkit.analyses.bif.bif`.
 
 TensorBoard event files go into each run's own directory, so one command shows every run
 of a sweep side by side::

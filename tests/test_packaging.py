@@ -31,6 +31,18 @@ def test_wheel_layout(wheel):
     assert "interp-toolkit = interp_toolkit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
+def test_wheel_holds_every_module_of_the_source_tree(wheel):
+    # setuptools lists packages by hand (pyproject [tool.setuptools] packages): a subpackage
+    # left off that list installs without its modules, which no import in the repo would show
+    names = set(zipfile.ZipFile(wheel).namelist())
+    homes = {"interp_toolkit": "interp_toolkit", "tasks": "interp_toolkit/tasks", "analyses": "interp_toolkit/analyses"}
+    sources = {f"{home}/{path.relative_to(ROOT / top).as_posix()}"
+               for top, home in homes.items() for path in (ROOT / top).rglob("*.py")
+               if "__pycache__" not in path.parts}
+    assert len(sources) > 100
+    assert sorted(sources - names) == []
+
+
 def test_installed_wheel_imports_from_outside_repo(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],

@@ -26,9 +26,9 @@ from interp_toolkit.plotting import (
     save_figure,
 )
 from interp_toolkit.runs.trainer import plot_training_curves
-from interp_toolkit.studies.mechanism import MechanismConfig, mechanism_over_checkpoints
-from interp_toolkit.studies.mechanism_plot import plot_mechanism
-from interp_toolkit.studies.report_plots import plot_curves_by_cell, plot_rate_vs_r
+from interp_toolkit.studies.mechanism.measure import MechanismConfig, mechanism_over_checkpoints
+from interp_toolkit.studies.mechanism.plot import plot_mechanism
+from interp_toolkit.studies.report.plots import plot_curves_by_cell, plot_rate_vs_r
 from interp_toolkit.tasks.induction_corpus import CLASS_NAMES
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 

@@ -31,7 +31,7 @@ def test_threads_for_is_one_for_tiny_work_only():
 
 
 def test_dln_training_uses_one_thread_and_restores_the_callers(tmp_path, monkeypatch):
-    import interp_toolkit.studies.dln as dln
+    import interp_toolkit.studies.bif.dln as dln
     import interp_toolkit.tasks.dln as dln_model  # the model and its GD step live here
     from interp_toolkit.tasks.hierarchical import living_things
 

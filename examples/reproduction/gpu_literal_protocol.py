@@ -34,8 +34,8 @@ CELLS = 2  # r = 0.5 and r = 0.9
 
 
 def sweep_config(dry: bool, device: str):
-    """The slice's :class:`~interp_toolkit.studies.sweep_config.SweepConfig` (tiny under ``dry``)."""
-    from interp_toolkit.studies.sweep_config import SweepConfig
+    """The slice's :class:`~interp_toolkit.studies.grid.config.SweepConfig` (tiny under ``dry``)."""
+    from interp_toolkit.studies.grid.config import SweepConfig
 
     if dry:
         return SweepConfig(name="literal_2L_dry", tasks=["max_parity_sum_parity"], ratios=[0.5, 0.9], n_layers=[2],
@@ -58,8 +58,8 @@ def expected_seconds(rate: float, n_seeds: int = len(SEEDS), epochs: int = EPOCH
 
 
 def run(args: argparse.Namespace) -> int:
-    from interp_toolkit.studies.report import write_report
-    from interp_toolkit.studies.sweep import run_sweep
+    from interp_toolkit.studies.report.write import write_report
+    from interp_toolkit.studies.sweep.run import run_sweep
 
     cfg = sweep_config(args.dry, args.device)
     if not args.dry:

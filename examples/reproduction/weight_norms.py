@@ -1,5 +1,5 @@
 """Parameter norms over the checkpoints of every finished run of one or more sweep studies:
-the command line of :func:`interp_toolkit.studies.weight_norms.weight_norm_study` (its module
+the command line of :func:`interp_toolkit.studies.mechanism.weight_norms.weight_norm_study` (its module
 docstring says what each output holds and why).
 
     python examples/reproduction/weight_norms.py runs/sweeps/reproduce_final_2L \\
@@ -15,7 +15,11 @@ from pathlib import Path
 
 from interp_toolkit.cli import run_script
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.weight_norms import decay_share_lines, replot, weight_norm_study
+from interp_toolkit.studies.mechanism.weight_norms import (
+    decay_share_lines,
+    replot,
+    weight_norm_study,
+)
 
 
 def main(argv: list[str] | None = None) -> None:

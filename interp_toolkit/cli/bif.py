@@ -15,7 +15,7 @@ the task config used, where it came from, the mean BIF of shortcut-consistent vs
 shortcut-inconsistent training examples on the query loss (negative = helpful) and the
 convergence verdict. With ``--calibrate``: a sweep of eps x gamma (x n_beta) instead, written to
 ``calibration.json`` / ``calibration.png`` with the recommended setting. The work is done by
-:mod:`interp_toolkit.studies.bif_checkpoint`.
+:mod:`interp_toolkit.studies.bif.checkpoint`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Sequence
 
 from interp_toolkit.config import parse_config
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.bif_checkpoint import (
+from interp_toolkit.studies.bif.checkpoint import (
     BIFCommandConfig,
     calibration_lines,
     compute_bif_summary,
@@ -71,7 +71,7 @@ def run_config(config: BIFCommandConfig) -> int:
     """The ``bif`` handler: computes, prints the task used, the mean BIFs and the convergence
     verdict (or, with ``--calibrate``, the sweep and its recommendation); returns 0."""
     if config.calibrate:
-        from interp_toolkit.studies.bif_checkpoint import calibrate_checkpoint
+        from interp_toolkit.studies.bif.checkpoint import calibrate_checkpoint
 
         print(calibration_lines(calibrate_checkpoint(config)))
         return 0

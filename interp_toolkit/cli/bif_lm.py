@@ -32,7 +32,7 @@ from typing import Sequence
 
 from interp_toolkit.config import parse_config
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.bif_lm_series import (
+from interp_toolkit.studies.lm.series import (
     CSV_FIELDS,
     LMBIFCommandConfig,
     bif_over_checkpoints,

@@ -9,7 +9,7 @@ minority at the same epochs. Writes ``influence.csv``, ``influence.png`` and
 ``summary.json`` under ``--out`` (default ``RUN_DIR/analyses/influence``), cached per
 checkpoint. A command of its own rather than an ``analyze`` kind: it needs the run's
 history (its phases from the outcome code) and keeps per-example values beside the table.
-The work is done by :mod:`interp_toolkit.studies.influence`.
+The work is done by :mod:`interp_toolkit.studies.influence.measure`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Sequence
 
 from interp_toolkit.config import parse_config
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.influence import InfluenceConfig
+from interp_toolkit.studies.influence.measure import InfluenceConfig
 
 __all__ = ["DESCRIPTION", "InfluenceConfig", "main", "parse", "run_config"]
 
@@ -38,7 +38,7 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit influence") -> Influe
 def run_config(config: InfluenceConfig) -> int:
     """The ``influence`` handler: computes (or reads the cache), prints the phases, the anti and
     consistent groups' BIF on the adversarial loss per epoch and the files written; returns 0."""
-    from interp_toolkit.studies.influence import run_influence
+    from interp_toolkit.studies.influence.measure import run_influence
 
     result = run_influence(config, progress=config.sampler.progress)
     for line in result.phases:

@@ -1,6 +1,6 @@
 """The ``mechanism`` subcommand: ``interp-toolkit mechanism RUN_DIR [--out FIG] [--format png|svg|pdf]``.
 
-Runs :func:`interp_toolkit.studies.mechanism.mechanism_over_checkpoints` on every checkpoint
+Runs :func:`interp_toolkit.studies.mechanism.measure.mechanism_over_checkpoints` on every checkpoint
 of a run directory (written by ``train`` or ``sweep``; results cached per checkpoint, so a
 rerun computes nothing) and writes the seven-panel mechanism figure, its tidy table
 (``.csv``: epoch, head, quantity, value) and its settings and outcome (``.json``) side by
@@ -17,7 +17,7 @@ import tyro
 
 from interp_toolkit.config import Config, parse_config, required_positional
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.mechanism import MechanismConfig
+from interp_toolkit.studies.mechanism.measure import MechanismConfig
 
 DESCRIPTION = ("Accuracies with the two phases marked, gradient cosine, amplification, QK / OV fingerprints, "
                "minimal-pair patching and ablation per head, over every checkpoint of an MPSP run directory, "
@@ -118,8 +118,8 @@ def phases_summary(outcome: dict) -> str:
 def run_config(args: MechanismCommandConfig) -> int:
     """Run the ``mechanism`` subcommand; returns 0 (bad input raises a user error: exit 2 in ``main``)."""
     from interp_toolkit.devices import resolve_device
-    from interp_toolkit.studies.mechanism import check_run_dir, mechanism_over_checkpoints
-    from interp_toolkit.studies.mechanism_plot import write_mechanism
+    from interp_toolkit.studies.mechanism.measure import check_run_dir, mechanism_over_checkpoints
+    from interp_toolkit.studies.mechanism.plot import write_mechanism
 
     path, fmt = figure_path(args)
     run_dir = args.target()

@@ -5,7 +5,7 @@ generalize against runs that do not, over the same epochs.
 measures gradient cosine and the minority's amplification at every checkpoint they share
 (cached with the ``mechanism`` command's gradient analysis), and writes the figure, the
 per-epoch, per-window and per-run tables and a JSON into DIR
-(:func:`interp_toolkit.studies.mechanism_contrast_plot.write_contrast`); ``--from-summary
+(:func:`interp_toolkit.studies.mechanism.contrast_plot.write_contrast`); ``--from-summary
 DIR/contrast.json`` redraws them from that JSON alone.
 """
 
@@ -19,7 +19,7 @@ import tyro
 
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.mechanism_contrast import ContrastConfig
+from interp_toolkit.studies.mechanism.contrast import ContrastConfig
 
 DESCRIPTION = ("Mechanism with controls: sort MPSP runs (run or study directories) into those that left the "
                "shortcut and those that did not (by generalizing and by a phase-2 onset, unless --by names one), measure gradient cosine and the minority's amplification at every "
@@ -80,8 +80,8 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit mechanism-contrast") 
 
 def run_config(args: ContrastCommandConfig) -> int:
     """Run the subcommand; returns 0 (bad input raises a user error: exit 2 in ``main``)."""
-    from interp_toolkit.studies.mechanism_contrast import contrast_runs, read_contrast
-    from interp_toolkit.studies.mechanism_contrast_plot import write_contrast
+    from interp_toolkit.studies.mechanism.contrast import contrast_runs, read_contrast
+    from interp_toolkit.studies.mechanism.contrast_plot import write_contrast
 
     out = args.check_required()
     if args.from_summary is not None:

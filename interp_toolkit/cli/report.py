@@ -91,7 +91,7 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit report") -> ReportCom
 
 def run_config(args: ReportCommandConfig) -> int:
     """``interp-toolkit report SOURCE [SOURCE ...]``."""
-    from interp_toolkit.studies.report import write_report, write_report_sources
+    from interp_toolkit.studies.report.write import write_report, write_report_sources
 
     pairs = list(zip(args.compare[::2], args.compare[1::2])) if args.compare else []
     where = args.where or ()

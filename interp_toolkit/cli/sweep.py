@@ -1,6 +1,6 @@
 """``interp-toolkit sweep``: a grid of MPSP cells x seeds, resumable and cached per run.
 
-The study itself lives in :mod:`interp_toolkit.studies.sweep`. Flags are generated from the
+The study itself lives in :mod:`interp_toolkit.studies.sweep.run`. Flags are generated from the
 configs (:func:`_sweep_flags`): the command's own options (:class:`SweepCommandConfig`),
 ``SweepConfig``'s grid and study settings (``--ratios 0.5 0.9``, ``--n-layers 1 2``,
 ``--early-stop`` ...), every field of its ``task``, ``model`` and ``train`` sections (under the
@@ -26,7 +26,7 @@ from typing import Any, Literal, Optional, Sequence
 
 from interp_toolkit.config import Config, load_config_file, parse_config, split_config_flag
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.sweep_config import (
+from interp_toolkit.studies.grid.config import (
     FLAT_NAMES,
     PRESET_NOTES,
     PRESETS,
@@ -162,7 +162,7 @@ def _flag_value(argv: Sequence[str], flag: str) -> str | None:
 def _study_settings(out: str | None, argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """``(sweep settings, command settings)`` recorded by the study at ``out``, if one is there
     (its paths checked unless ``argv`` gives the flag that replaces them)."""
-    from interp_toolkit.studies.study import study_record_path, study_sweep
+    from interp_toolkit.studies.grid.study import study_record_path, study_sweep
 
     if out is None or not study_record_path(out).exists():
         return None
@@ -352,14 +352,14 @@ def progress_lines(runs: list[dict]) -> list[str]:
 def run_config(args: SweepCommandConfig) -> int:
     """``interp-toolkit sweep``."""
     from interp_toolkit.devices import resolve_device
-    from interp_toolkit.studies.sweep import plan_sweep, run_sweep
+    from interp_toolkit.studies.sweep.run import plan_sweep, run_sweep
 
     cfg = args.sweep
     if args.backend == "local" and not args.dry_run:
         resolve_device(cfg.device)  # this machine is the worker: an unavailable device fails before any work
     # With Ray the device is resolved on each worker: a CPU-only head node drives GPU nodes.
     if args.dry_run:
-        from interp_toolkit.studies.resources import sweep_cost
+        from interp_toolkit.studies.sweep.resources import sweep_cost
         plan = plan_sweep(cfg, args.out, recorded=args.recorded, extend_from=args.extend_from)
         print(json.dumps(cfg.to_dict(), indent=2))
         print(f"{len(cfg.cells())} cells x {len(cfg.seeds)} seeds = {cfg.n_runs()} runs")
@@ -375,7 +375,7 @@ def run_config(args: SweepCommandConfig) -> int:
             print(line)
         return 0
     from interp_toolkit.loggers import loggers_from_flags
-    from interp_toolkit.studies.study import default_study_dir
+    from interp_toolkit.studies.grid.study import default_study_dir
 
     study_name = (args.out if args.out is not None else default_study_dir(cfg)).name  # the W&B group by default
     result = run_sweep(cfg, args.out, backend=args.backend, workers=args.workers, address=args.address,
@@ -385,7 +385,7 @@ def run_config(args: SweepCommandConfig) -> int:
     recorded = f", {result.n_recorded} taken from recorded outcomes" if args.recorded else ""
     print(f"study {result.study_dir}: {len(result.rows) + result.n_recorded} runs ({result.n_cached} cached{recorded}) "
           f"in {result.seconds:.0f} s")
-    from interp_toolkit.studies.report import write_report
+    from interp_toolkit.studies.report.write import write_report
 
     write_report(result.study_dir, print_table=True)
     if result.failed:

@@ -11,7 +11,7 @@ A run directory (``interp_toolkit.train``, ``train_batched``, a sweep's ``runs/<
       final_state.safetensors   a finished run's last resume state, kept so it can be extended
       curves.png                the run's learning curves
       .lock                     held by the process writing to the directory (interp_toolkit.runs.lock)
-      outcome.json              a study's outcome record of the run (interp_toolkit.studies.study)
+      outcome.json              a study's outcome record of the run (interp_toolkit.studies.grid.study)
       analyses/                 analysis outputs over the run's checkpoints
 
 The modules that own a file's format (record, resume, lock, extend) keep their readers and

@@ -12,7 +12,7 @@ A run directory's ``run.json`` says what the run is and how far it got:
 - ``versions``: library versions at write time; ``final``: the last evaluation.
 
 Every trainer (:mod:`interp_toolkit.runs.trainer`, :mod:`interp_toolkit.runs.batched`,
-:mod:`interp_toolkit.studies.dln`, the DLN trainer) writes records through :func:`write_record`, and every
+:mod:`interp_toolkit.studies.bif.dln`, the DLN trainer) writes records through :func:`write_record`, and every
 reader (CLI ``info``/``bif``/``analyze``, reports, sweeps) goes through :func:`read_record`
 or :func:`task_config`, so a missing or foreign record fails the same way everywhere.
 """

@@ -1,15 +1,26 @@
-"""Studies built on the core: MPSP sweeps, outcomes, reports and the mechanism figure over
-checkpoints, the LM induction testbed, the deep-linear-network toy.
+"""Studies built on the core, one subpackage each.
 
-The sweep and report layer, by module: :mod:`~interp_toolkit.studies.sweep_config` (the sweep
-config, presets, every run's configs), :mod:`~interp_toolkit.studies.cells` (cell settings and
-specs), :mod:`~interp_toolkit.studies.study` (a study directory's files, run collection, outcome
-tables), :mod:`~interp_toolkit.studies.sweep` (planning and running),
-:mod:`~interp_toolkit.studies.execution` (local pool, Ray, progress),
-:mod:`~interp_toolkit.studies.statistics`, :mod:`~interp_toolkit.studies.tables`,
-:mod:`~interp_toolkit.studies.report_format`, :mod:`~interp_toolkit.studies.report_plots` and
-:mod:`~interp_toolkit.studies.report`. Their entry points are importable from here too (loaded
-on first use, so importing this package stays cheap).
+* :mod:`~interp_toolkit.studies.common`: a run's outcome from its metrics (``outcomes``), near
+  misses, the statistics of rates (Wilson, Newcombe, Fisher, power).
+* :mod:`~interp_toolkit.studies.grid`: what a sweep is: its config (``config.SweepConfig``), its
+  cells, its study directory (``study``) and its outcome tables.
+* :mod:`~interp_toolkit.studies.report`: tables of rates, the optimizer clock, plots and the
+  markdown report (``write.write_report``).
+* :mod:`~interp_toolkit.studies.sweep`: planning and running a sweep (``run.run_sweep``) on the
+  local pool or Ray (``execution``), with resources and progress.
+* :mod:`~interp_toolkit.studies.verdicts`: the verdict engine (``rules``) and every claim of both
+  papers judged from the committed tables (``python -m interp_toolkit.studies.verdicts.table``).
+* :mod:`~interp_toolkit.studies.mechanism`: the mechanism over checkpoints and its contrast
+  across runs.
+* :mod:`~interp_toolkit.studies.influence`: the joined study (per-example BIF across a run's
+  phases).
+* :mod:`~interp_toolkit.studies.lm`: the language-model testbed and its token-class BIF series.
+* :mod:`~interp_toolkit.studies.bif`: one checkpoint's BIF command and the deep-linear-network toy.
+* :mod:`~interp_toolkit.studies.demo` and :mod:`~interp_toolkit.studies.rounding_probe`: the demo,
+  and the probe of float rounding in one run's outcome.
+
+The sweep entry points are importable from here too (loaded on first use, so importing this
+package stays cheap).
 """
 
 from __future__ import annotations
@@ -17,11 +28,11 @@ from __future__ import annotations
 from interp_toolkit.lazy import lazy_exports
 
 _EXPORTS = {
-    "SweepConfig": "sweep_config", "PRESETS": "sweep_config", "preset": "sweep_config",
-    "run_sweep": "sweep", "plan_sweep": "sweep", "SweepResult": "sweep",
-    "study_sweep": "study", "collect_runs": "study", "read_outcomes_csv": "outcome_table",
-    "select_runs": "cells", "parse_cell_spec": "cells", "find_cell": "cells",
-    "rate_table": "tables", "write_report": "report", "write_report_sources": "report",
+    "SweepConfig": "grid.config", "PRESETS": "grid.config", "preset": "grid.config",
+    "run_sweep": "sweep.run", "plan_sweep": "sweep.run", "SweepResult": "sweep.run",
+    "study_sweep": "grid.study", "collect_runs": "grid.study", "read_outcomes_csv": "grid.outcome_table",
+    "select_runs": "grid.cells", "parse_cell_spec": "grid.cells", "find_cell": "grid.cells",
+    "rate_table": "report.tables", "write_report": "report.write", "write_report_sources": "report.write",
 }
 
 

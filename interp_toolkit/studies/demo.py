@@ -2,7 +2,7 @@
 
 What ``interp-toolkit demo`` does below its command line: :func:`run_demo` trains one
 1-layer run in the demo's regime (:data:`DEMO_TASK`, model seed :data:`DEMO_SEED`), finds its
-phases (:func:`~interp_toolkit.studies.outcomes.compute_outcome`), draws them, and writes
+phases (:func:`~interp_toolkit.studies.common.outcomes.compute_outcome`), draws them, and writes
 ``summary.json`` beside the run's files.
 """
 
@@ -67,7 +67,7 @@ def run_demo(out: str | Path = DEMO_OUT, epochs: int = 500, n_train: int = 4096,
     from interp_toolkit.runs.config import TrainConfig
     from interp_toolkit.runs.layout import curves_path
     from interp_toolkit.runs.mpsp import train_mpsp, write_curves
-    from interp_toolkit.studies.outcomes import compute_outcome, describe_phases, plot_phases
+    from interp_toolkit.studies.common.outcomes import compute_outcome, describe_phases, plot_phases
     from interp_toolkit.tasks.mpsp import MPSPConfig, task_modulus
 
     figure_format = check_format(figure_format)
@@ -83,7 +83,7 @@ def run_demo(out: str | Path = DEMO_OUT, epochs: int = 500, n_train: int = 4096,
     phases = describe_phases(outcome, metrics)
     near_miss: dict[str, Any] = {}
     if not outcome["generalized"]:  # which examples stand between the run and 100%
-        from interp_toolkit.studies.near_miss import near_miss_of_run
+        from interp_toolkit.studies.common.near_miss import near_miss_of_run
 
         split = outcome["generalization_split"] if outcome["generalization_split"] in ("adv", "val") else "adv"
         near = near_miss_of_run(run_dir, split=split)

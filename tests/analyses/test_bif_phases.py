@@ -18,7 +18,7 @@ from interp_toolkit.analyses.bif import (
     threshold_phases,
 )
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.dln import (
+from interp_toolkit.studies.bif.dln import (
     DeepLinearNetwork,
     DLNConfig,
     dln_per_example_loss,

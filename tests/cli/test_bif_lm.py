@@ -7,7 +7,7 @@ import torch
 from interp_toolkit.cli import main as cli_main
 from interp_toolkit.cli.bif_lm import main
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.lm_testbed import TestbedConfig, pythia_schedule, train_testbed
+from interp_toolkit.studies.lm.testbed import TestbedConfig, pythia_schedule, train_testbed
 from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
 torch.set_num_threads(1)
@@ -39,7 +39,7 @@ def test_testbed_and_cli_end_to_end(tmp_path, capsys):
     assert {r["reduction"] for r in table} == {"class:class", "class:all", "sequence:sequence"}
     assert all(0.0 <= float(r["induction_score"]) <= 1.0 for r in table)
     # the claim series: one row per (checkpoint, claim), the testbed's seed, a figure each
-    from interp_toolkit.studies.lm_claims import CLAIM_CSV_FIELDS, read_claims_csv
+    from interp_toolkit.studies.lm.claims import CLAIM_CSV_FIELDS, read_claims_csv
 
     claims_text = (tmp_path / "out" / "claims.csv").read_text()
     assert claims_text.splitlines()[0] == ",".join(CLAIM_CSV_FIELDS)
@@ -186,7 +186,7 @@ def test_bif_lm_extends_chains_reports_and_calibrates(tmp_path, capsys):
 
 
 def test_per_class_figure_marks_unconverged_checkpoints():
-    from interp_toolkit.studies.bif_lm_series import plot_per_class
+    from interp_toolkit.studies.lm.series import plot_per_class
 
     rows = [{"step": s, "checkpoint": str(s), "induction_score": 0.1, "reduction": "class:all", "train_group": g,
              "query_group": "all", "bif": 0.01 * s, "stderr": 0.001} for s in (0, 1, 2) for g in ("induction", "random")]

@@ -15,7 +15,7 @@ import torch
 from interp_toolkit.cli import COMMANDS, main
 from interp_toolkit.runs.record import read_record
 from interp_toolkit.runs.trainer import list_checkpoints
-from interp_toolkit.studies.outcome_table import read_outcomes_csv
+from interp_toolkit.studies.grid.outcome_table import read_outcomes_csv
 
 torch.set_num_threads(1)
 
@@ -140,7 +140,7 @@ def test_demo_sweep_report_through_main(tmp_path, capsys):
 
 
 def test_bif_lm_through_main(tmp_path, capsys):
-    from interp_toolkit.studies.lm_testbed import TestbedConfig, train_testbed
+    from interp_toolkit.studies.lm.testbed import TestbedConfig, train_testbed
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
     corpus = CorpusConfig(n_sequences=32, seq_len=12, n_ordinary=8, chunk_min=3, chunk_max=4)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from interp_toolkit.cli import main
-from interp_toolkit.studies.report import write_report
+from interp_toolkit.studies.report.write import write_report
 from tests.studies.fakes import GEN, STUCK, make_study
 
 

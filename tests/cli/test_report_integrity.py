@@ -8,7 +8,7 @@ import json
 import pytest
 
 from interp_toolkit.cli import main
-from interp_toolkit.studies.report import write_report
+from interp_toolkit.studies.report.write import write_report
 from tests.studies.fakes import GEN, STUCK, make_study
 
 

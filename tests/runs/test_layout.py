@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from interp_toolkit.runs import layout
-from interp_toolkit.studies import study
+from interp_toolkit.studies.grid import study
 
 ROOT = Path(__file__).resolve().parents[2]
 #: name -> the one module allowed to spell it (paths relative to the repository)
@@ -15,7 +15,7 @@ OWNERS = {
     **{name: "interp_toolkit/runs/layout.py" for name in (
         layout.RECORD, layout.METRICS, layout.CHECKPOINTS, layout.RESUME_STATE, layout.LEGACY_RESUME_STATE,
         layout.FINAL_STATE, layout.CURVES, layout.LOCK, layout.ANALYSES)},
-    **{name: "interp_toolkit/studies/study.py" for name in (
+    **{name: "interp_toolkit/studies/grid/study.py" for name in (
         study.STUDY_RECORD, study.RUNS, study.OUTCOME, study.OUTCOMES_CSV, study.RECORDED_OUTCOMES, study.TABLE_CSV,
         study.TABLE_MD, study.CONTRASTS_CSV, study.PAPER_COMPARISON_CSV)},
 }

@@ -361,8 +361,8 @@ def _smoke_overrides():
 
 
 def test_truncated_resume_file_in_a_sweep_fails_that_run_only(tmp_path):
-    from interp_toolkit.studies.sweep import run_sweep
-    from interp_toolkit.studies.sweep_config import preset
+    from interp_toolkit.studies.grid.config import preset
+    from interp_toolkit.studies.sweep.run import run_sweep
 
     cfg = preset("smoke", **_smoke_overrides())
     study = tmp_path / "study"

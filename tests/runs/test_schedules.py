@@ -154,7 +154,7 @@ def test_sweeps_train_with_a_schedule_and_clipping_as_train_does(tmp_path, split
     import dataclasses
 
     from interp_toolkit.runs.batched import train_batched
-    from interp_toolkit.studies.sweep_config import SweepConfig
+    from interp_toolkit.studies.grid.config import SweepConfig
 
     cfg = TrainConfig(epochs=8, eval_every=2, checkpoint_every=4, batch_size=64, warmup_steps=4,
                       lr_schedule="cosine", min_lr_ratio=0.1, grad_clip=0.2, lr=3e-3, progress=False)
@@ -198,8 +198,8 @@ def load(run_dir):
 
 def test_a_sweep_cell_trains_at_its_schedule(tmp_path):
     """Through run_sweep: a grid over the schedule gives each run its own, recorded in its run."""
-    from interp_toolkit.studies.sweep import run_sweep
-    from interp_toolkit.studies.sweep_config import preset
+    from interp_toolkit.studies.grid.config import preset
+    from interp_toolkit.studies.sweep.run import run_sweep
 
     cfg = preset("smoke", seeds=[0], ratios=[0.9], epochs=4, n_train=64, **{"train.warmup_steps": 2,
                                                                           "train.grad_clip": 1.0},

@@ -18,7 +18,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_dry_run_writes_an_outcomes_table_the_report_reads(tmp_path):
-    from interp_toolkit.studies.outcome_table import read_outcomes_csv
+    from interp_toolkit.studies.grid.outcome_table import read_outcomes_csv
 
     done = _run("--dry", "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-2000:]

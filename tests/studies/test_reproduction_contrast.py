@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from interp_toolkit.studies.mechanism_contrast import FILES, read_contrast
-from interp_toolkit.studies.mechanism_contrast_plot import write_contrast
+from interp_toolkit.studies.mechanism.contrast import FILES, read_contrast
+from interp_toolkit.studies.mechanism.contrast_plot import write_contrast
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = sorted(p.parent for p in (ROOT / "docs" / "reproduction" / "mechanism_contrast").glob("*/contrast.json"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from interp_toolkit.cli import main
-from interp_toolkit.studies.study import (
+from interp_toolkit.studies.grid.study import (
     CLOCK_CSV,
     CONTRASTS_CSV,
     OUTCOMES_CSV,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.dln import (
+from interp_toolkit.studies.bif.dln import (
     DeepLinearNetwork,
     DLNConfig,
     DLNTrainConfig,

@@ -1,0 +1,1 @@
+"""BIF studies on the core: one checkpoint's BIF command, and the deep-linear-network toy."""

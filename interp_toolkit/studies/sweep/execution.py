@@ -1,0 +1,623 @@
+"""Where a sweep's jobs run: in this process, in a local process pool, or as Ray tasks, with
+one progress bar (and plain log lines) over every evaluation of every run.
+
+The device is resolved on the worker (:func:`job_device`): local workers on GPUs are pinned to
+one each by ``CUDA_VISIBLE_DEVICES`` (:func:`local_gpu_slots`), Ray tasks ask for a share of a
+GPU and use the one Ray assigns. A job that raises or whose worker dies fails alone: its runs
+come back as ``error`` rows naming their directories (:func:`failed_rows`) while the other jobs
+finish; Ray retries a task whose worker died, and the retry resumes every run from its own
+directory. Before a Ray sweep, :func:`check_shared_storage` makes sure every node shares the
+study directory with the driver.
+
+Local workers die with the sweep: on Linux each worker asks the kernel for SIGKILL when its
+parent dies (``PR_SET_PDEATHSIG``), and on an error or Ctrl-C the parent cancels pending jobs
+and terminates its workers. A run that cannot start (e.g. a truncated resume file) fails
+alone: the other runs of its job go on, and its row carries the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence, cast
+
+from interp_toolkit.errors import UserError
+from interp_toolkit.studies.grid.config import SweepConfig, cell_configs, stop_rule_of
+from interp_toolkit.studies.grid.study import has_outcome, read_outcome, write_outcome
+from interp_toolkit.threads import with_threads
+
+
+def _job_threads(job: Mapping[str, Any], threads: int = 1, *rest: Any, **kwargs: Any) -> int:
+    return max(1, threads)
+
+
+class _ProgressEvents:
+    """Callback that forwards evaluations and run ends to a queue the sweep's bar reads.
+
+    Progress is a view, never a reason to stop training: a queue that fails (Ray's queue
+    actor killed, a closed pipe) is dropped, and the runs go on without reporting to it."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+
+    def _put(self, item: tuple[str, str]) -> None:
+        if self.queue is None:
+            return
+        try:
+            self.queue.put(item)
+        except Exception:  # noqa: BLE001 - any failure of the queue: stop reporting, keep training
+            self.queue = None
+
+    def on_evaluation(self, run_dir: Path, metrics: dict[str, Any]) -> None:
+        self._put(("evaluation", str(run_dir)))
+
+    def on_run_end(self, run_dir: Path, final: dict[str, Any]) -> None:
+        self._put(("run_end", str(run_dir)))
+
+
+def _clock_text(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class SweepProgress:
+    """One bar over every evaluation of every run; a run's end fills its remaining ones.
+
+    With ``log_every`` (seconds), also a plain line on ``stream`` at most that often (and one
+    at the end): readable in the log of a background sweep, where a bar is not.
+    """
+
+    def __init__(self, bar: Any, jobs: list[dict[str, Any]], n_runs: int, n_cached: int,
+                 log_every: float | None = None, name: str = "sweep", initial: int = 0, stream: Any = None,
+                 clock: Any = time.monotonic) -> None:
+        self.bar, self.n_runs, self.runs_done = bar, n_runs, n_cached
+        self.expected = {run["run_dir"]: job["evaluations_per_run"] for job in jobs for run in job["runs"]}
+        self.seen = dict.fromkeys(self.expected, 0)
+        self.ended: set[str] = set()
+        self.bar.set_postfix_str(f"runs {self.runs_done}/{self.n_runs}")
+        self.log_every, self.name, self.clock = log_every, name, clock
+        self.stream = stream if stream is not None else sys.stderr
+        self.total = initial + sum(self.expected.values())  # evaluations done before + those to come
+        self.initial = self.done = initial
+        self.started = self.last_log = clock()
+        self.queue_lost = False  # the events queue failed: drain no more
+
+    def event(self, kind: str, run_dir: str) -> None:
+        if run_dir not in self.expected or run_dir in self.ended:
+            return
+        if kind == "evaluation" and self.seen[run_dir] < self.expected[run_dir] - 1:
+            self.seen[run_dir] += 1  # the last one is counted by the run's end
+            self._advance(1)
+        elif kind == "run_end":
+            self._advance(self.expected[run_dir] - self.seen[run_dir])
+            self.ended.add(run_dir)
+            self.runs_done += 1
+            self.bar.set_postfix_str(f"runs {self.runs_done}/{self.n_runs}")
+        self.maybe_log()
+
+    def _advance(self, n: int) -> None:
+        self.bar.update(n)
+        self.done += n
+
+    def line(self) -> str:
+        """``sweep NAME: runs 3/32 done, evaluations 310/3232 (10%), 0:12:05 elapsed, at most ~1:48:40 left``."""
+        elapsed = self.clock() - self.started
+        text = (f"sweep {self.name}: runs {self.runs_done}/{self.n_runs} done, evaluations {self.done}/{self.total} "
+                f"({100 * self.done / max(self.total, 1):.0f}%), {_clock_text(elapsed)} elapsed")
+        if self.done > self.initial and self.done < self.total:
+            # Early stopping ends runs sooner, so the rate so far bounds the time left from above.
+            left = (self.total - self.done) * elapsed / (self.done - self.initial)
+            text += f", at most ~{_clock_text(left)} left"
+        return text
+
+    def maybe_log(self, force: bool = False) -> None:
+        if self.log_every is None:
+            return
+        now = self.clock()
+        if force or now - self.last_log >= self.log_every:
+            print(self.line(), file=self.stream, flush=True)
+            self.last_log = now
+
+    def drain(self, queue: Any) -> None:
+        """Take every event waiting on ``queue``. A queue that fails otherwise than by being
+        empty (Ray's queue actor killed) is given up, with one ``note:``: the bar then moves
+        as jobs end (:meth:`job_done`), and the sweep goes on."""
+        import queue as queue_module
+
+        if self.queue_lost:
+            self.maybe_log()
+            return
+        while True:
+            try:
+                item = queue.get_nowait()
+            except queue_module.Empty:
+                self.maybe_log()
+                return
+            except Exception as err:  # noqa: BLE001 - the queue itself failed: progress is a view only
+                from interp_toolkit.errors import notice
+
+                self.queue_lost = True
+                notice(f"the sweep's progress queue failed ({type(err).__name__}); training goes on, and progress "
+                       "now advances as jobs end")
+                return
+            self.event(*item)
+
+    def job_done(self, job: Mapping[str, Any]) -> None:
+        """A job returned: count its runs (also those already finished before this sweep)."""
+        for run in job["runs"]:
+            self.event("run_end", run["run_dir"])
+
+
+def _sweep_class(job: Mapping[str, Any]) -> type[SweepConfig]:
+    """The SweepConfig class (or subclass) a job was planned with."""
+    import importlib
+
+    module, _, name = job.get("sweep_class", "").partition(":")
+    if not module:
+        return SweepConfig
+    found = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return cast("type[SweepConfig]", found)
+
+
+@with_threads(_job_threads)  # the caller's torch thread count is restored on return
+def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] | None = None,
+            events: Any = None) -> list[dict[str, Any]]:
+    """Train one job's seeds together and write each run's ``outcome.json``.
+
+    This is the unit a backend executes (a top-level function, picklable by reference).
+    A run whose directory cannot be used (unreadable resume file, another run's files)
+    fails alone: its row carries ``error`` (the message naming the file) and no outcome.
+
+    Args:
+        job: One entry of :func:`plan_jobs`.
+        threads: Torch threads of this worker.
+        callbacks: :class:`interp_toolkit.callbacks.Callback` objects passed to the trainer
+            (each worker gets its own copy).
+        events: Optional queue receiving ``("evaluation" | "run_end", run_dir)`` tuples
+            (the sweep's progress bar).
+
+    Returns:
+        One outcome row per run: cell fields, seed, run directory and the outcome record.
+    """
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.io import config_hash
+    from interp_toolkit.runs.batched import train_batched
+    from interp_toolkit.runs.extend import check_extension_source
+    from interp_toolkit.runs.resume import run_dir_state
+    from interp_toolkit.runs.trainer import run_identity
+    from interp_toolkit.studies.common.outcomes import outcome_of_run
+    from interp_toolkit.tasks.mpsp import make_splits, task_modulus
+
+    cfg = _sweep_class(job).from_dict(job["sweep"])
+    device = resolve_device(job_device(job))  # on the worker: the driver may have no GPU
+    cell = job["cell"]
+    modulus = task_modulus(cell["task"])
+    per_run = [cell_configs(cfg, cell, run["seed"]) for run in job["runs"]]
+    todo = [i for i, run in enumerate(job["runs"]) if not has_outcome(run["run_dir"])]
+    failed: dict[int, str] = {}
+    stop_rule = stop_rule_of(cfg, cell)
+    if todo:
+        splits = make_splits(per_run[0][0])
+        for i in todo:  # a run that cannot start must not take the job's other runs down
+            identity = run_identity(per_run[i][1].to_dict(), per_run[i][2], splits, per_run[i][3])
+            try:
+                fresh = run_dir_state(job["runs"][i]["run_dir"], config_hash(identity),
+                                      per_run[i][2].epochs).status == "fresh"
+                source = job["runs"][i].get("extend_from")
+                if source and fresh:
+                    check_extension_source(source, identity, stop_rule, per_run[i][2].evaluation_epochs())
+            except UserError as err:
+                failed[i] = str(err)
+        todo = [i for i in todo if i not in failed]
+    if todo:
+        result = train_batched(
+            [per_run[i][1] for i in todo], splits, per_run[0][2], [job["runs"][i]["run_dir"] for i in todo],
+            [per_run[i][3] for i in todo],
+            stop_rule=stop_rule, device=device, extend_from=[job["runs"][i].get("extend_from") for i in todo],
+            callbacks=[*(callbacks or []), *([_ProgressEvents(events)] if events is not None else [])],
+        )
+        for j, i in enumerate(todo):
+            run_dir = Path(job["runs"][i]["run_dir"])
+            outcome = outcome_of_run(run_dir, cell["r"], modulus, cfg.outcome_thresholds())
+            outcome.update(resumed_from=result.resumed_from[j], stopped_early_at=result.stopped_early_at[j])
+            write_outcome(run_dir, outcome)
+    rows = []
+    for i, run in enumerate(job["runs"]):
+        if i in failed:
+            rows.append({**cell, "seed": run["seed"], "run_dir": run["run_dir"], "error": failed[i]})
+            continue
+        rows.append({**cell, "seed": run["seed"], "run_dir": run["run_dir"], **read_outcome(run["run_dir"])})
+    return rows
+
+
+def job_device(job: Mapping[str, Any]) -> str:
+    """The device string a job trains on: the one its backend chose (``job["device"]``: a
+    worker pinned to one GPU sees it as ``cuda``) or else the sweep's ``device``."""
+    return str(job.get("device") or job["sweep"].get("device") or "auto")
+
+
+def failed_rows(job: Mapping[str, Any], error: BaseException | str) -> list[dict[str, Any]]:
+    """One ``error`` row per run of a job that failed as a whole (its worker raised or died),
+    naming the run directory to inspect; the run resumes from there when the sweep is rerun."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    text = " ".join(text.split())
+    if len(text) > 2_000:
+        text = text[:2_000] + " ..."
+    return [{**job["cell"], "seed": run["seed"], "run_dir": run["run_dir"], "error": f"job failed: {text}"}
+            for run in job["runs"]]
+
+
+def placement() -> dict[str, Any]:
+    """Where this process runs: host, PID, ``CUDA_VISIBLE_DEVICES`` and (in a Ray task) the
+    Ray node and GPU ids assigned to it."""
+    import socket
+
+    out: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
+                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        context = ray.get_runtime_context()
+        out.update(node_id=context.get_node_id(), gpu_ids=[str(g) for g in ray.get_gpu_ids()])
+    return out
+
+
+def local_gpu_slots(device: str, jobs_per_gpu: int) -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` values for the local pool's workers (one each, dealt in turn),
+    or None when the sweep trains on the CPU here.
+
+    ``cuda:N`` pins every worker to the N-th visible GPU; ``cuda`` and ``auto`` (with CUDA
+    here) spread them over every visible GPU; each GPU appears ``jobs_per_gpu`` times.
+    """
+    from interp_toolkit.devices import resolve_device
+
+    resolved = resolve_device(device)
+    if resolved.type != "cuda":
+        return None
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else \
+        [str(i) for i in range(torch.cuda.device_count())]
+    gpus = [ids[resolved.index]] if resolved.index is not None else ids
+    return deal_gpu_slots(gpus, jobs_per_gpu)
+
+
+def deal_gpu_slots(gpus: Sequence[str], jobs_per_gpu: int) -> list[str]:
+    """Worker slots over ``gpus``: one per job that runs at once, the GPUs dealt in turn
+    (``["0", "1"]``, 2 -> ``["0", "1", "0", "1"]``), so N workers spread over the GPUs."""
+    if jobs_per_gpu < 1 or not gpus:
+        raise UserError(f"deal_gpu_slots needs GPUs and jobs_per_gpu >= 1, got {list(gpus)!r}, {jobs_per_gpu!r}")
+    return [gpu for _ in range(jobs_per_gpu) for gpu in gpus]
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op).
+
+    Used as the pool initializer of local sweep workers, so a sweep killed with ``kill -9``
+    leaves no worker training on as an orphan.
+    """
+    import signal
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the parent's cleanup still applies
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before the request took effect
+
+
+_WORKER_EVENTS: list[Any] = []  # the progress queue of this local worker process
+
+
+def take_gpu_slot(slots: Any, timeout: float = 5) -> str | None:
+    """Pin this worker process to the next GPU of the pool's ``slots`` queue (sets
+    ``CUDA_VISIBLE_DEVICES`` before CUDA starts here, so ``cuda`` is that GPU); None if no
+    slot is left or none were given."""
+    import queue as queue_module
+
+    if slots is None:
+        return None
+    try:
+        gpu = slots.get(timeout=timeout)
+    except queue_module.Empty:
+        return None
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return str(gpu)
+
+
+def _init_local_worker(parent_pid: int, events: Any, slots: Any = None) -> None:
+    """Pool initializer of local sweep workers: die with the parent, keep the progress queue,
+    take a GPU slot (when the sweep trains on GPUs)."""
+    die_with_parent(parent_pid)
+    _WORKER_EVENTS[:] = [events]
+    take_gpu_slot(slots)
+
+
+def _run_job_in_worker(job: Mapping[str, Any], threads: int,
+                       callbacks: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    return _run_job_here(job, threads, callbacks, _WORKER_EVENTS[0] if _WORKER_EVENTS else None)
+
+
+def _run_job_here(job: Mapping[str, Any], threads: int, callbacks: Sequence[Any],
+                  events: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """:func:`run_job` on this worker, with where it ran; a job that raises comes back as
+    :func:`failed_rows` (the other jobs go on), its worker's placement still recorded."""
+    from interp_toolkit.devices import resolve_device
+
+    where = placement()
+    try:
+        where["device"] = str(resolve_device(job_device(job)))  # here, on the worker
+        return run_job(job, threads, callbacks, events), where
+    except Exception as err:
+        return failed_rows(job, err), {**where, "error": f"{type(err).__name__}: {err}"}
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel pending jobs and terminate this process's pool workers (no waiting for jobs)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    for child in multiprocessing.active_children():
+        child.terminate()
+    for child in multiprocessing.active_children():
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+
+
+def run_local(jobs: list[dict[str, Any]], workers: int, threads: int, progress: SweepProgress,
+              callbacks: Sequence[Any], gpu_slots: Sequence[str] | None = None,
+              placements: list[dict[str, Any]] | None = None, retries: int = 3) -> list[dict[str, Any]]:
+    """Run ``jobs`` in this process (``workers == 1`` and no GPU slots) or a spawned pool.
+
+    A job that raises fails alone: its runs come back as ``error`` rows (:func:`failed_rows`)
+    and the other jobs go on. A worker that dies (killed, out of memory) breaks the pool, and
+    with it every job in flight there, and which of them was on the dead worker cannot be
+    told: those jobs run again, each in a pool of its own (still ``workers`` at a time), where
+    a death is the job's own and counts against its ``retries``; past them it is reported as
+    failed. So a job that kills its worker fails alone, never its neighbours, and every rerun
+    resumes its runs from their directories. With ``gpu_slots`` (:func:`local_gpu_slots`),
+    each worker takes one ``CUDA_VISIBLE_DEVICES`` value at start. ``placements`` receives
+    one entry per job: where it ran (:func:`placement`) and its device.
+    """
+    from concurrent.futures.process import BrokenProcessPool
+
+    rows: list[dict[str, Any]] = []
+    placements = placements if placements is not None else []
+    if workers == 1 and not gpu_slots:
+        for job in jobs:
+            job_rows, where = _run_job_here(job, threads, callbacks, _LiveEvents(progress))
+            rows.extend(job_rows)  # a failed job's rows carry its error: reported at the end
+            placements.append({**where, "runs": [r["run_dir"] for r in job["runs"]]})
+            progress.job_done(job)
+        return rows
+    context = multiprocessing.get_context("spawn")  # fork + torch threads is unsafe
+    # Per-evaluation progress comes back on a plain queue handed to each worker at start (no
+    # Manager process: nothing but the workers, which die with this process, is spawned).
+    events = context.Queue()
+    deaths = [0] * len(jobs)  # worker deaths while the job ran alone: its own
+
+    def new_pool(size: int, first_slot: int = 0) -> ProcessPoolExecutor:
+        slots = None
+        if gpu_slots:  # pools side by side take different slots: ``first_slot`` is this pool's first
+            slots = context.Queue()
+            for i in range(size):
+                slots.put(gpu_slots[(first_slot + i) % len(gpu_slots)])
+        return ProcessPoolExecutor(max_workers=size, mp_context=context, initializer=_init_local_worker,
+                                   initargs=(os.getpid(), events, slots))
+
+    def finish(index: int, job_rows: list[dict[str, Any]], where: dict[str, Any]) -> None:
+        rows.extend(job_rows)
+        placements.append({**where, "runs": [r["run_dir"] for r in jobs[index]["runs"]]})
+        progress.job_done(jobs[index])
+
+    def run_round(pools: list[tuple[ProcessPoolExecutor, list[int]]], alone: bool) -> list[int]:
+        """Run each pool's jobs; returns the jobs a dead worker broke (to run again, alone)."""
+        broken: list[int] = []
+        try:
+            futures = {pool.submit(_run_job_in_worker, jobs[i], threads, callbacks): i
+                       for pool, indices in pools for i in indices}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                progress.drain(events)
+                for future in done:
+                    index = futures[future]
+                    try:
+                        job_rows, where = future.result()
+                    except BrokenProcessPool as err:  # a worker died: this job's, if it ran alone
+                        if alone:
+                            deaths[index] += 1
+                        if deaths[index] <= retries:
+                            broken.append(index)
+                            continue
+                        job_rows, where = failed_rows(jobs[index], err), {"error": f"{type(err).__name__}: {err}"}
+                    finish(index, job_rows, where)
+        except BaseException:
+            for pool, _ in pools:
+                _stop_workers(pool)  # Ctrl-C: no worker goes on alone
+            raise
+        for pool, _ in pools:
+            pool.shutdown(wait=True)
+        progress.drain(events)
+        return broken
+
+    # First every job in one shared pool; whatever a worker death broke there runs again
+    # alone, in rounds of up to ``workers`` single-worker pools.
+    todo = run_round([(new_pool(min(workers, len(jobs))), list(range(len(jobs))))], alone=False) if jobs else []
+    while todo:
+        batch, todo = sorted(todo)[:workers], sorted(todo)[workers:]
+        todo += run_round([(new_pool(1, k), [i]) for k, i in enumerate(batch)], alone=True)
+    events.close()
+    return rows
+
+
+class _LiveEvents:
+    """A queue stand-in that updates the bar at once (single-process sweeps)."""
+
+    def __init__(self, progress: SweepProgress) -> None:
+        self.progress = progress
+
+    def put(self, item: tuple[str, str]) -> None:
+        self.progress.event(*item)
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None) -> Iterator[Any]:
+    """The ``ray`` module, connected: to ``address``, to a Ray already initialized here, or to
+    a local Ray started (and shut down on exit) here."""
+    try:
+        import ray
+    except ImportError as err:
+        raise UserError("backend 'ray' needs Ray: pip install 'interp-toolkit[ray]'") from err
+    started_here = False
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
+        started_here = True
+    try:
+        yield ray
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def ray_wants_gpu(ray: Any, device: str) -> bool:
+    """Whether a sweep's Ray tasks ask for GPUs: on ``cuda``/``cuda:N``, and on ``auto`` when
+    the cluster declares any (the driver's own node may have none)."""
+    text = device.strip().lower()
+    return text.startswith("cuda") or (text == "auto" and ray.cluster_resources().get("GPU", 0) > 0)
+
+
+def ray_job_device(device: str, wants_gpu: bool) -> str:
+    """The device a Ray task resolves on its worker: ``cuda`` (the GPU Ray assigned it: Ray
+    sets ``CUDA_VISIBLE_DEVICES``, so ``cuda:N`` of the driver means nothing there) for
+    ``cuda``/``cuda:N``; ``auto`` for ``auto`` with a GPU asked for (the CPU where the node
+    turns out to have no CUDA); ``cpu`` when no GPU was asked for (no unaccounted GPU use)."""
+    text = device.strip().lower()
+    if not wants_gpu:
+        return "cpu"
+    return "cuda" if text.startswith("cuda") else "auto"
+
+
+SENTINEL_DIR = ".shared-storage-check"
+
+
+def _answer_sentinel(check_dir: str, token: str) -> str:
+    """On one node: read the driver's sentinel and write this node's answer beside it."""
+    from interp_toolkit.io import atomic_write_text
+
+    driver = Path(check_dir) / "driver"
+    node = placement().get("node_id") or placement()["host"]
+    if not driver.is_file() or driver.read_text() != token:
+        return f"{node}: cannot read {driver} written by the driver"
+    atomic_write_text(Path(check_dir) / f"node-{node}", token)
+    return ""
+
+
+def verify_sentinels(study_dir: Path, check_dir: Path, token: str, nodes: Mapping[str, str],
+                     answers: Mapping[str, str]) -> None:
+    """Raise naming ``--out`` unless every node in ``nodes`` (``{node id: address}``) wrote its
+    sentinel into ``check_dir`` and the driver reads it back (``answers``: each node's own
+    complaint, empty when it saw the driver's file)."""
+    problems = []
+    for node, address in nodes.items():
+        answer = check_dir / f"node-{node}"
+        if answers.get(node):
+            problems.append(f"node {address}: {answers[node]}")
+        elif not answer.is_file() or answer.read_text() != token:
+            problems.append(f"node {address} wrote {answer}, which this driver cannot read")
+    if problems:
+        raise UserError(f"--out {study_dir} is not on storage shared by this driver and every Ray node ("
+                        + "; ".join(problems) + "): point --out at a file system every node mounts at the same "
+                        "path (NFS, Lustre, a mounted bucket), or the report would miss their runs")
+
+
+def check_shared_storage(ray: Any, study_dir: Path, timeout: float = 300) -> None:
+    """Before any work: a sentinel written by the driver is read on every node that can run
+    jobs (one task pinned to each), each writes its own, and the driver reads them back.
+
+    Raises:
+        UserError: Naming ``--out`` and the nodes that do not share it with the driver.
+    """
+    import secrets
+    import shutil
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from interp_toolkit.io import atomic_write_text
+
+    token = secrets.token_hex(8)
+    check_dir = study_dir / SENTINEL_DIR / token
+    check_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        atomic_write_text(check_dir / "driver", token)
+        nodes = {node["NodeID"]: node.get("NodeManagerAddress", node["NodeID"]) for node in ray.nodes()
+                 if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) >= 1}
+        answer = ray.remote(num_cpus=0)(_answer_sentinel)
+        refs = {node: answer.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                .remote(str(check_dir), token) for node in nodes}
+        answers = dict(zip(refs, ray.get(list(refs.values()), timeout=timeout), strict=True))
+        verify_sentinels(study_dir, check_dir, token, nodes, answers)
+    finally:
+        shutil.rmtree(check_dir, ignore_errors=True)
+        try:
+            (study_dir / SENTINEL_DIR).rmdir()
+        except OSError:
+            pass  # another check's folder is still there
+
+
+def _run_job_on_ray(job: Mapping[str, Any], callbacks: Sequence[Any],
+                    events: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A Ray task: resolve the device here, on the worker, then :func:`run_job`. A job that
+    raises fails alone (no retry: it would fail again); a worker or node that dies is retried."""
+    return _run_job_here(job, 1, callbacks, events)
+
+
+def run_ray(ray: Any, jobs: list[dict[str, Any]], progress: SweepProgress, callbacks: Sequence[Any],
+            num_gpus: float = 0, retries: int = 3,
+            placements: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Run ``jobs`` as Ray tasks of 1 CPU and ``num_gpus`` GPUs each.
+
+    A task whose worker or node dies is retried (``retries`` times) by Ray; the retry resumes
+    each run from its own directory, so it ends as an uninterrupted run would. A job that
+    raises, or runs out of retries, fails alone: its runs come back as ``error`` rows
+    (:func:`failed_rows`) while the other jobs finish.
+    """
+    placements = placements if placements is not None else []
+    remote_job = ray.remote(num_cpus=1, num_gpus=num_gpus, max_retries=retries)(_run_job_on_ray)
+    # Imported after the request, which a test checks with a stand-in ray that has no queue.
+    from ray.util.queue import Queue as RayQueue
+
+    events = RayQueue()
+    pending = {remote_job.remote(job, callbacks, events): job for job in jobs}
+    rows: list[dict[str, Any]] = []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+        progress.drain(events)
+        for ref in done:
+            job = pending.pop(ref)
+            try:
+                job_rows, where = ray.get(ref)
+            except Exception as err:  # RayTaskError, WorkerCrashedError after the retries, ...
+                job_rows, where = failed_rows(job, err), {"error": f"{type(err).__name__}: {err}"}
+            rows.extend(job_rows)
+            placements.append({**where, "runs": [r["run_dir"] for r in job["runs"]]})
+            progress.job_done(job)
+    progress.drain(events)
+    return rows
+
+
+__all__ = ["SENTINEL_DIR", "SweepProgress", "check_shared_storage", "deal_gpu_slots", "die_with_parent",
+           "failed_rows", "job_device", "local_gpu_slots", "placement", "ray_job_device", "ray_session",
+           "ray_wants_gpu", "run_job", "run_local", "run_ray", "take_gpu_slot", "verify_sentinels"]

@@ -1,0 +1,1 @@
+"""The verdict engine: its rules, its rows, and every claim of both papers judged from committed tables."""

@@ -1,0 +1,307 @@
+"""The stagewise-attribution claims, judged by the verdict engine from the committed tables:
+the hierarchy toy per step size and over its step-size ladder
+(``docs/bif/ladder/eps*/``), the language-model claims per testbed (``docs/lm_bif/``, one
+regime per ``claims.csv`` with its ``claims_study.json``) and the joined study
+(``docs/influence/seed*.csv``). :mod:`interp_toolkit.studies.verdicts.table` writes them."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from interp_toolkit.errors import UserError
+from interp_toolkit.studies.lm.claims import CLAIMS_STUDY_JSON, rise_and_fall, sign_change
+from interp_toolkit.studies.verdicts import rules
+from interp_toolkit.studies.verdicts.rows import ROOT, fmt, read_rows, rel, verdict_row
+
+
+def _steps_of(rows: Sequence[Mapping[str, str]]) -> str:
+    return ", ".join(str(int(float(r["step"]))) for r in rows)
+
+
+def _level_half_step(timeline: Mapping[str, Any], level: int) -> float:
+    """The half-strength step of the first (strongest) mode of a hierarchy level."""
+    return float(next(step for step, lv in zip(timeline["mode_half_steps"], timeline["mode_levels"], strict=True)
+                      if lv == level))
+
+
+def toy_sources(root: Path) -> list[tuple[str, Path]]:
+    """``(label, remeasure_pairs.csv)`` of every step size measured: the ladder
+    (``docs/bif/ladder/eps*/``), ascending in eps, where it exists, else the two earlier
+    re-measurements."""
+    ladder = sorted((p / "remeasure_pairs.csv" for p in (root / "docs" / "bif" / "ladder").glob("eps*")
+                     if (p / "remeasure_pairs.csv").is_file() and (p / "remeasure_summary.json").is_file()),
+                    key=lambda p: float(p.parent.name[3:]))
+    if ladder:
+        return [(f"eps {p.parent.name[3:]}", p) for p in ladder]
+    return [(label, path) for label, path in
+            (("eps 2e-5", root / "docs" / "bif" / "remeasure_pairs.csv"),
+             ("eps 1.6e-3", root / "docs" / "bif" / "eps1.6e-3" / "remeasure_pairs.csv")) if path.is_file()]
+
+
+def ladder_rows(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """One row per toy claim over the whole step-size ladder: the verdict of the rungs whose
+    chains converged when they agree, ``inconclusive`` when they disagree (a verdict that
+    holds at one step size and not at its neighbours is not the posterior's)."""
+    out = []
+    for claim in dict.fromkeys(r["claim"] for r in rows):
+        mine = [r for r in rows if r["claim"] == claim]
+        converged = [r for r in mine if "did not converge" not in r["why"]]
+        verdicts = {r["regime"]: r["verdict"].split(" in ")[0] for r in converged}
+        names = [r["regime"].removeprefix("eps ") for r in converged]
+        regime = f"eps ladder {', '.join(names)}" if names else "eps ladder"
+        files = sorted({f for r in mine for f in r["files"].split()})
+        if not converged:
+            verdict, why = "inconclusive", "no step size converged"
+        elif len(set(verdicts.values())) == 1:
+            verdict = next(iter(verdicts.values()))
+            why = f"the same at every converged step size ({len(converged)} of {len(mine)} measured)"
+        else:
+            verdict = "inconclusive"
+            why = "the converged step sizes disagree: " + "; ".join(
+                f"{v} at {k}" for k, v in verdicts.items())
+        unconverged = [r["regime"] for r in mine if r not in converged]
+        if unconverged:
+            why += f"; unconverged (not counted): {', '.join(unconverged)}"
+        # the rungs' settings but for the step size and the chain length that goes with it
+        settings = re.sub(r"SGLD eps \S+, ", "SGLD at each step size eps, ", (converged or mine)[0]["settings"])
+        settings = re.sub(r"(\d+) chains x [\d,]+ steps", r"\1 chains of the same length in eps x steps", settings)
+        out.append({**verdict_row("B", claim, regime, settings, "per step size: "
+                                  + "; ".join(f"{r['regime']}: {r['verdict'].split(' in ')[0]}" for r in mine),
+                                  verdict, why, files)})
+    return out
+
+
+def toy_rows(root: Path) -> list[dict[str, str]]:
+    """The hierarchy toy at each step size, gated on convergence (rule 3): dog -> sparrow
+    helpful early and harmful while mammal vs bird is learned; the peaks at the network's own
+    mode transitions; the causal windows against the pair-permuted null (Fisher's method over
+    the initializations)."""
+    import json
+
+    from interp_toolkit.studies.common.statistics import combined_p
+
+    out = []
+    for label, path in toy_sources(root):
+        pairs = read_rows(path)
+        rows = [r for r in pairs if r["pair"] == "dog->sparrow"]
+        summary = json.loads((path.parent / "remeasure_summary.json").read_text(encoding="utf-8"))
+        files = [rel(root, path), rel(root, path.parent / "remeasure_summary.json")]
+        timelines = summary["timelines"]
+        sampler = summary["sampler"]
+        # the windows: before the kingdom mode's (animal vs plant, level 1) half-strength step, then
+        # up to the first class mode's (mammal vs bird, level 2), each the mean over the
+        # initializations of the network's own modes (mode 0 is the root: what every item shares)
+        first = statistics.fmean(_level_half_step(t, 1) for t in timelines.values())
+        second = statistics.fmean(_level_half_step(t, 2) for t in timelines.values())
+        steps = sampler["burn_in"] + sampler["draws"] * sampler["steps_between_draws"]
+        settings = (f"2-layer deep linear network, animals and plants, SGLD {label}, gamma {sampler['gamma']:g}, "
+                    f"n_beta {sampler['n_beta']:g}, {sampler['chains']} chains x {steps:,} steps; "
+                    f"{len(summary['inits'])} initializations x {len(summary['seeds'])} sampler seeds; "
+                    f"animal vs plant learned by step {first:.0f}, mammal vs bird by {second:.0f}")
+        early = [r for r in rows if float(r["step"]) < first]
+        late = [r for r in rows if first <= float(r["step"]) < second]
+        for claim, part, sign in (("a dog sample helps a sparrow sample while animal vs plant is learned", early, -1),
+                                  ("a dog sample hurts a sparrow sample while mammal vs bird is learned", late, +1)):
+            gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
+                                          for r in part)
+            signed = [r for r in part if float(r["z"]) * sign >= 2.0]
+            against = [r for r in part if float(r["z"]) * sign <= -2.0]
+            cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction, "
+                     f"{len(against)} against it; converged {gate['n_converged']}/{gate['n']} (max R-hat "
+                     f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})")
+            if not part:
+                out.append(verdict_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files))
+            elif not gate["passed"]:
+                out.append(verdict_row("B", claim, label, settings, cells, "inconclusive",
+                                       "the chains did not converge on the checkpoints the claim rests on", files))
+            else:
+                why = ("converged chains; the sign at |z| >= 2 (error: spread over initializations and sampler "
+                       "seeds)" + (f"; in the paper's direction at steps {_steps_of(signed)}" if signed else "")
+                       + (f"; against it at steps {_steps_of(against)}" if against else ""))
+                out.append(verdict_row("B", claim, label, settings, cells,
+                                       "reproduced" if signed and not against else "not reproduced", why, files))
+        gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
+                                      for r in pairs)
+        peaks = summary.get("peak_vs_mode_transition_by_common_level") or {}
+        if peaks:
+            parts, inside = [], []
+            for level, v in sorted(peaks.items(), key=lambda kv: int(kv[0])):
+                for kind, key, iqr in (("helpful", "median_helpful_minus_transition", "iqr_helpful"),
+                                       ("harmful", "median_harmful_minus_transition_below", "iqr_harmful")):
+                    low, high = v[iqr]
+                    inside.append(low <= 0 <= high)
+                    parts.append(f"level {level} {kind} {v[key]:+.0f} [{low:+.0f}, {high:+.0f}]")
+            cells = ("peak step minus the mode transition (median [IQR] over pairs, initializations and seeds): "
+                     + "; ".join(parts) + f"; converged {gate['n_converged']}/{gate['n']}")
+            verdict = ("inconclusive" if not gate["passed"] else "reproduced" if all(inside) else "not reproduced")
+            why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
+                   f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
+            out.append(verdict_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's mode "
+                                   "transitions)", label, settings, cells, verdict, why, files))
+        phases_path = path.parent / "phases.csv"
+        if phases_path.is_file():
+            cases = [r for r in read_rows(phases_path) if r["entry"] == "all entries"]
+            dominant = [r for r in cases if float(r["share"]) > 0.5 and float(r["z"] or "nan") >= 2.0]
+            above = [r for r in cases if float(r["z"] or "nan") >= 2.0]
+            shares = [float(r["share"]) for r in cases]
+            cells = (f"{len(cases)} (network, mode) cases whose draws straddle the mode's half strength; between-phase "
+                     f"share of all entries {min(shares):.2f}-{max(shares):.2f} (median "
+                     f"{statistics.median(shares):.2f}); above its Gaussian null by >= 2 sd in {len(above)}, above "
+                     f"0.5 and the null in {len(dominant)}") if cases else "no checkpoint straddles a transition"
+            verdict = ("not tested" if not cases else "inconclusive" if not gate["passed"] else
+                       "reproduced" if 2 * len(dominant) > len(cases) else "not reproduced")
+            why = ("the draws of no checkpoint straddle a mode's half strength" if not cases else
+                   "the chains did not converge on every checkpoint" if not gate["passed"] else
+                   "phases by solution (the transitioning mode learned or not, per draw); a majority of cases must "
+                   "have a between-phase share above 0.5 and above its Gaussian null")
+            out.append(verdict_row("B", "at a transition the influence is mostly between-phase (law of total covariance, "
+                                   "phases by solution)", label, settings, cells, verdict, why,
+                                   files + [rel(root, phases_path)]))
+        causal = summary.get("causal_windows") or []
+        pooled = [c for c in causal if c["seed"] == "all" and c["windows"] == "all"]
+        if pooled:
+            p = combined_p([c["p_value"] for c in pooled])
+            cells = (f"{len(pooled)} initializations: agreement " + ", ".join(f"{c['agreement']:.2f}" for c in pooled)
+                     + " against null means " + ", ".join(f"{c['null_mean']:.2f}" for c in pooled)
+                     + "; per-initialization p " + ", ".join(f"{c['p_value']:.2g}" for c in pooled)
+                     + f"; Fisher combined p {p:.3g}")
+            verdict = ("inconclusive" if not gate["passed"] else "reproduced" if p < rules.ALPHA else "inconclusive")
+            why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
+                   "the window of largest |BIF| matches the window whose removal matters most more often than "
+                   "the pair-permuted null" if p < rules.ALPHA else
+                   f"not detected at {len(pooled)} initializations (the paper gives no effect size to power against)")
+            out.append(verdict_row("B", "the window of largest influence is the window where leaving the sample out of "
+                                   "training matters most (causal windows)", label, settings, cells, verdict, why, files))
+    return out
+
+
+#: Checkpoints after the peak that a converged, unmeasured fall needs before it is "not
+#: reproduced" (a fall that is there has room to show on a schedule like the testbed's).
+MIN_AFTER_PEAK = 8
+
+
+def lm_studies(root: Path) -> list[Path]:
+    """The language-model claim studies: ``docs/lm_bif`` (the 1,000-step testbed) and every
+    folder below it that holds a ``claims.csv`` (longer testbeds), in path order."""
+    base = root / "docs" / "lm_bif"
+    return ([base] if (base / "claims.csv").is_file() else []) + sorted(p.parent for p in base.glob("*/claims.csv"))
+
+
+def _lm_settings(folder: Path, rows: Sequence[Mapping[str, str]]) -> tuple[str, str]:
+    """(regime, settings) of one LM study, from the ``claims_study.json`` its report wrote."""
+    record = folder / CLAIMS_STUDY_JSON
+    if not record.is_file():
+        raise UserError(f"{record} is missing: regenerate it with examples/lm_bif_claims.py --stage report")
+    study = json.loads(record.read_text())
+    steps, sampler = int(study["total_steps"]), study["sampler"]
+    seeds = len({r["seed"] for r in rows})
+    return (f"testbed, {steps:,} steps",
+            f"the toolkit's GPTNeoX testbed ({steps:,} steps, {seeds} training seeds), {sampler['chains']} chains x "
+            f"{sampler['draws']} draws after {sampler['burn_in']} burn-in, eps {sampler['eps']:g}, gamma "
+            f"{sampler['gamma']:g}")
+
+
+def lm_rows(root: Path) -> list[dict[str, str]]:
+    """The language-model claims, one pair of rows per testbed study: the induction rise and
+    fall (rules 3 and 4: a fall measured at |z| >= 2 in every seed, on converged chains at the
+    first, peak and last checkpoints) and the delimiter sign change (rule 3 on every row it
+    reads, then both signs measured in every seed)."""
+    out = []
+    for folder in lm_studies(root):
+        path = folder / "claims.csv"
+        rows = read_rows(path)
+        regime, settings = _lm_settings(folder, rows)
+        out += _rise_and_fall_row(rows, regime, settings, [rel(root, path)])
+        out += _sign_change_row(rows, regime, settings, [rel(root, path)])
+    return out
+
+
+def _rise_and_fall_row(rows: Sequence[Mapping[str, str]], regime: str, settings: str,
+                       files: Sequence[str]) -> list[dict[str, str]]:
+    series = "induction->induction"
+    if not any(r["series"] == series for r in rows):
+        return []
+    found = rise_and_fall(rows, series)
+    gates, after = [], []
+    for seed_result in found:
+        mine = sorted((r for r in rows if r["series"] == series and int(r["seed"]) == seed_result["seed"]),
+                      key=lambda r: int(r["step"]))
+        peak = rules.after_peak([int(r["step"]) for r in mine], [float(r["bif"]) for r in mine])  # rule 4
+        read = {seed_result["first_step"], peak["peak_step"], seed_result["last_step"]}
+        gates += [(float(r["rhat"]), float(r["ess"])) for r in mine if int(r["step"]) in read]
+        after.append(peak["after_peak"])
+    gate = rules.convergence_gate(gates)
+    falls = [r["verdict"] == "rise and fall" for r in found]
+    cells = (f"{len(found)} seeds; peak at step " + ", ".join(str(r["peak_step"]) for r in found)
+             + "; checkpoints after it " + ", ".join(str(a) for a in after) + "; rise z "
+             + ", ".join(f"{r['rise_z']:.1f}" for r in found) + "; fall z " + ", ".join(f"{r['fall_z']:.1f}" for r in found)
+             + f"; converged {gate['n_converged']}/{gate['n']} of the first, peak and last rows (max R-hat "
+             f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})")
+    if not all(a > 0 for a in after):
+        verdict, why = "not tested", ("a peak at the last checkpoint measured cannot show a fall: train past the peak "
+                                      f"(>= {MIN_AFTER_PEAK} checkpoints after it)")
+    elif not gate["passed"]:
+        verdict, why = "inconclusive", "the chains at the first, peak or last checkpoints did not converge"
+    elif all(falls):
+        verdict, why = "reproduced", "a rise and a fall each measured at |z| >= 2 in every seed, converged"
+    elif min(after) >= MIN_AFTER_PEAK:
+        verdict, why = "not reproduced", (f"no fall measured at |z| >= 2 in {len(falls) - sum(falls)} of {len(falls)} "
+                                          f"seeds, with >= {MIN_AFTER_PEAK} converged checkpoints after the peak")
+    else:
+        verdict, why = "inconclusive", (f"no fall measured in {len(falls) - sum(falls)} of {len(falls)} seeds, with "
+                                        f"fewer than {MIN_AFTER_PEAK} checkpoints after the peak")
+    return [verdict_row("B", "induction tokens' influence rises and falls as induction heads form", regime, settings,
+                        cells, verdict, why, files)]
+
+
+def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: str,
+                     files: Sequence[str]) -> list[dict[str, str]]:
+    series = "open->close - close->open"
+    diff = [r for r in rows if r["series"] == series]
+    if not diff:
+        return []
+    gate = rules.convergence_gate((float(r["rhat"]), float(r["ess"])) for r in diff)
+    found = sign_change(rows, series)
+    changed = [r["verdict"] == "sign change" for r in found]
+    cells = (f"{gate['n']} rows, {len(found)} seeds; converged {gate['n_converged']}/{gate['n']}; both signs at "
+             f"|z| >= 2 in {sum(changed)} of {len(found)} seeds")
+    if not gate["passed"]:
+        verdict, why = "inconclusive", "an SGLD verdict needs converged chains on every row it reads"
+    elif all(changed):
+        verdict, why = "reproduced", "both signs measured (|z| >= 2) in every seed, converged"
+    else:
+        verdict, why = "inconclusive", (f"one sign or none measured in {len(changed) - sum(changed)} of "
+                                        f"{len(changed)} seeds (the paper gives no effect size to power against)")
+    return [verdict_row("B", "the influence between delimiters changes sign across checkpoints", regime, settings, cells,
+                        verdict, why, files)]
+
+
+def joined_rows(root: Path) -> list[dict[str, str]]:
+    """The joined study (which training examples drive a run out of its shortcut): rule 3."""
+    paths = sorted((root / "docs" / "influence").glob("seed*.csv"))
+    if not paths:
+        return []
+    rows = [r for p in paths for r in read_rows(p)]
+    gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"])) for r in rows
+                                  if r.get("max_rhat") not in (None, ""))
+    return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes when a "
+                        "run leaves the shortcut", "R2 influence runs",
+                        "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
+                        f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
+                        f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})",
+                        "inconclusive" if not gate["passed"] else "reproduced",
+                        "unconverged chains, no Gaussian null, and per-draw phase labels that do not separate solutions"
+                        if not gate["passed"] else "converged", [rel(root, p) for p in paths])]
+
+
+def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:
+    """Every stagewise-attribution claim: the toy over its step-size ladder first, then per
+    step size, the language-model claims and the joined study."""
+    toy = toy_rows(root)
+    return ladder_rows(toy) + toy + lm_rows(root) + joined_rows(root)
+
+

@@ -1,0 +1,52 @@
+"""The pieces every verdict row is made of (:mod:`interp_toolkit.studies.verdicts.table` for
+the shortcut-saturation claims, :mod:`interp_toolkit.studies.verdicts.bif` for the
+stagewise-attribution ones): the columns, one row, number formatting, file names."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from interp_toolkit.studies.verdicts import rules
+
+#: The repository the committed tables live in.
+ROOT = Path(__file__).resolve().parents[3]
+
+FIELDS = ["paper", "claim", "regime", "settings", "cells", "difference", "low", "high", "p", "power", "verdict",
+          "why", "files"]
+
+def rel(root: Path, path: Path) -> str:
+    """``path`` relative to the repository ``root`` (as the tables name their files)."""
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a committed CSV, as text."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def verdict_row(paper: str, claim: str, regime: str, settings: str, cells: str, verdict: str, why: str,
+                files: Sequence[str], result: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """One verdict row (:data:`FIELDS`): the verdict is named with its regime, the interval and
+    p come from ``result`` (a contrast) when there is one."""
+    result = result or {}
+    return {"paper": paper, "claim": claim, "regime": regime, "settings": settings, "cells": cells,
+            "difference": fmt(result.get("difference")), "low": fmt(result.get("low")),
+            "high": fmt(result.get("high")), "p": fmt(result.get("p", result.get("fisher_p"))),
+            "power": fmt(result.get("power"), 2), "verdict": rules.in_regime(verdict, regime), "why": why,
+            "files": " ".join(files)}
+
+
+
+__all__ = ["FIELDS", "ROOT", "fmt", "read_rows", "rel", "verdict_row"]
