@@ -5,7 +5,7 @@ al. mode trajectories.
 The model sits here, beside the hierarchical data it learns and below the analyses that use
 it (:mod:`interp_toolkit.analyses.bif.validation`); the study-level parts (the trainer with
 run records and checkpoints, phase labels for the BIF, MDS of hidden representations) are
-in :mod:`interp_toolkit.studies.dln`.
+in :mod:`interp_toolkit.studies.bif.dln`.
 
 Model: ``y_hat = W2 (W1 x)`` with ``W1: [hidden, in]``, ``W2: [out, hidden]`` (no biases),
 hook points ``hook_hidden`` (the hidden layer ``W1 x``) and ``hook_output``.

@@ -65,7 +65,7 @@ def bif(
             ``"query_loss"`` if ``query_data`` is given.
         phase_fn: ``model -> int`` phase label evaluated at every draw; adds a streaming
             :class:`PhaseDecomposition`. Label draws by solution with
-            :func:`observable_phase_fn` (e.g. ``studies.dln.mode_phase_fn``); to compare a
+            :func:`observable_phase_fn` (e.g. ``studies.bif.dln.mode_phase_fn``); to compare a
             between-phase share with its Gaussian null use ``keep_draws=True`` and
             :func:`phase_share_with_null` (:func:`cluster_phases` splits any posterior,
             phases or not: its null share is about ``2/pi``).

@@ -5,7 +5,7 @@ Two ways to label draws:
 * **By solution** (:func:`threshold_phases`, :func:`observable_phase_fn`): each draw is
   classified by an observable of its weights against thresholds, e.g. which data modes a
   deep linear network has learned (its map projected on the data's singular modes against
-  half their strength; :func:`interp_toolkit.studies.dln.mode_phase_fn`). This is the
+  half their strength; :func:`interp_toolkit.studies.bif.dln.mode_phase_fn`). This is the
   paper's notion of a phase: the solution a draw sits in.
 * **By clustering** (:func:`cluster_phases`): 1-D k-means of a per-draw scalar. Beware:
   splitting *any* unimodal distribution in two produces a large between-phase term. For a
