@@ -24,7 +24,7 @@ import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence, cast
+from typing import Any, Iterator, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.grid.config import SweepConfig, cell_configs, stop_rule_of
@@ -153,19 +153,6 @@ class SweepProgress:
             self.event("run_end", run["run_dir"])
 
 
-def _sweep_class(job: Mapping[str, Any]) -> type[SweepConfig]:
-    """The SweepConfig class (or subclass) a job was planned with."""
-    import importlib
-
-    module, _, name = job.get("sweep_class", "").partition(":")
-    if not module:
-        return SweepConfig
-    found = importlib.import_module(module)
-    for part in name.split("."):
-        found = getattr(found, part)
-    return cast("type[SweepConfig]", found)
-
-
 @with_threads(_job_threads)  # the caller's torch thread count is restored on return
 def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] | None = None,
             events: Any = None) -> list[dict[str, Any]]:
@@ -195,7 +182,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
     from interp_toolkit.studies.common.outcomes import outcome_of_run
     from interp_toolkit.tasks.mpsp import make_splits, task_modulus
 
-    cfg = _sweep_class(job).from_dict(job["sweep"])
+    cfg: SweepConfig = job["sweep"]
     device = resolve_device(job_device(job))  # on the worker: the driver may have no GPU
     cell = job["cell"]
     modulus = task_modulus(cell["task"])
@@ -240,7 +227,7 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
 def job_device(job: Mapping[str, Any]) -> str:
     """The device string a job trains on: the one its backend chose (``job["device"]``: a
     worker pinned to one GPU sees it as ``cuda``) or else the sweep's ``device``."""
-    return str(job.get("device") or job["sweep"].get("device") or "auto")
+    return str(job.get("device") or job["sweep"].device or "auto")
 
 
 def failed_rows(job: Mapping[str, Any], error: BaseException | str) -> list[dict[str, Any]]:

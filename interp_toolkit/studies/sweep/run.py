@@ -19,6 +19,7 @@ other runs go on, and the sweep reports it.
 from __future__ import annotations
 
 import contextlib
+import copy
 import glob
 import os
 import sys
@@ -382,7 +383,10 @@ class SweepResult:
 
 def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Path] = (),
               seeds: int | None = None) -> list[dict[str, Any]]:
-    """One job per (cell, chunk of seeds): everything a worker needs, as plain data.
+    """One job per (cell, chunk of seeds): everything a worker needs, picklable.
+
+    A job is ``{"sweep": cfg, "cell": ..., "runs": [{"seed", "run_dir"[, "extend_from"]}]}``:
+    ``sweep`` is the typed config (of ``cfg``'s own class) holding the job's seeds only.
 
     A chunk holds ``seeds`` seeds (default: :func:`~interp_toolkit.studies.sweep.resources.seeds_per_job`
     for CPUs: ``cfg.seeds_per_process`` if set, else a few hours of one core).
@@ -397,10 +401,6 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
 
     jobs = []
     chunk = seeds if seeds is not None else seeds_per_job(cfg)
-    # One plain copy of the settings, not one per job: a copy per job (each holding every
-    # seed) grew planning with the square of the seed count (20,000 seeds planned for minutes).
-    sweep: dict[str, Any] = cfg.to_dict()
-    sweep_class = f"{type(cfg).__module__}:{type(cfg).__qualname__}"
     for start in range(0, len(cfg.seeds), chunk):
         for cell in cfg.cells():
             runs = []
@@ -413,9 +413,13 @@ def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Pat
                     if source is not None:
                         run["extend_from"] = str(source)
                 runs.append(run)
-            # the job's own seeds only: a worker rebuilds its runs' configs from the cell and seed
-            job_sweep: dict[str, Any] = {**sweep, "seeds": [run["seed"] for run in runs]}
-            jobs.append({"sweep": job_sweep, "sweep_class": sweep_class, "cell": cell, "runs": runs})
+            # The typed config itself (a subclass travels as itself, pickled by reference),
+            # holding the job's own seeds only: a worker rebuilds its runs' configs from the
+            # cell and seed. A shallow copy shares the sections; a copy of every seed per job
+            # grew planning with the square of the seed count (20,000 seeds: minutes).
+            job_sweep = copy.copy(cfg)
+            job_sweep.seeds = [run["seed"] for run in runs]
+            jobs.append({"sweep": job_sweep, "cell": cell, "runs": runs})
     return jobs
 
 

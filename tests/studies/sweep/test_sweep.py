@@ -6,6 +6,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -656,18 +657,21 @@ def test_bad_recorded_outcomes_are_refused_before_any_work(tmp_path, capsys):
 
 
 
-def test_planning_copies_the_settings_once_and_each_job_holds_its_own_seeds(tmp_path, monkeypatch):
+def test_planning_hands_each_job_the_typed_config_with_its_own_seeds(tmp_path, monkeypatch):
     # a copy of every seed per job made planning quadratic in the seed count (20,000 seeds: minutes)
     cfg = preset("smoke", seeds=list(range(40)), seeds_per_process=4)
     calls = []
     original = SweepConfig.to_dict
     monkeypatch.setattr(SweepConfig, "to_dict", lambda self: calls.append(1) or original(self))
     jobs = plan_jobs(cfg, tmp_path / "study")
-    assert len(calls) == 1 and len(jobs) == 20
+    assert calls == [] and len(jobs) == 20  # no dict round trip
     for job in jobs:
-        assert job["sweep"]["seeds"] == [run["seed"] for run in job["runs"]] and len(job["runs"]) == 4
-        assert {k: v for k, v in job["sweep"].items() if k != "seeds"} == \
-            {k: v for k, v in original(cfg).items() if k != "seeds"}
+        assert type(job["sweep"]) is SweepConfig and set(job) == {"sweep", "cell", "runs"}
+        assert job["sweep"].seeds == [run["seed"] for run in job["runs"]] and len(job["runs"]) == 4
+        assert {f.name: getattr(job["sweep"], f.name) for f in dataclasses.fields(cfg) if f.name != "seeds"} == \
+            {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "seeds"}
+    assert cfg.seeds == list(range(40))  # the caller's config is left alone
+    assert pickle.loads(pickle.dumps(jobs[0]))["sweep"].seeds == jobs[0]["sweep"].seeds
 
 
 def test_study_records_of_earlier_versions_name_their_invocations_sittings():
