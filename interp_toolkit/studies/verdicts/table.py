@@ -73,7 +73,7 @@ class Regime:
     exclude: Mapping[str, str | tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
-R0 = Regime("R0", {"task": "max_parity_sum_parity", "seq_len": "8", "n_train": "16384", "weight_decay": "0.1",
+R0 = Regime("R0", {"task": "max_parity_sum_parity", "seq_len": "8", "n_values": "10", "n_train": "16384", "weight_decay": "0.1",
                    "lr": "0.001", "batch_size": "", "epochs": "1000", "n_heads": "2", "study": "reproduce", **PLAIN_LR},
             "length 8, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 1,000 epochs = 1,000 steps "
             "= 0.1 decay clocks (the paper: 15,000 epochs), early stop once generalized")
@@ -81,11 +81,11 @@ R0_WD04 = Regime("R0, wd 0.4", {**R0.where, "weight_decay": "0.4"},
                  "R0 with weight decay 0.4, no early stop: 1,000 epochs = 0.4 decay clocks")
 R0_WD04_LONG = Regime("R0, wd 0.4, 3,000 epochs", {**R0.where, "weight_decay": "0.4", "epochs": "3000"},
                       "R0 with weight decay 0.4, no early stop, 3,000 epochs = 1.2 decay clocks")
-R1 = Regime("R1", {"task": "max_parity_sum_parity", "seq_len": "8", "n_train": "16384", "weight_decay": "0.7",
+R1 = Regime("R1", {"task": "max_parity_sum_parity", "seq_len": "8", "n_values": "10", "n_train": "16384", "weight_decay": "0.7",
                    "lr": "0.001", "batch_size": "512", "epochs": "300", "n_heads": "2", **PLAIN_LR},
             "length 8, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
             "6.72 decay clocks, no early stop")
-R_LEN5_N16K = Regime("length 5, n = 16,384", {"task": "max_parity_sum_parity", "seq_len": "5", "n_train": "16384",
+R_LEN5_N16K = Regime("length 5, n = 16,384", {"task": "max_parity_sum_parity", "seq_len": "5", "n_values": "10", "n_train": "16384",
                                                "weight_decay": "0.1", "lr": "0.001", "batch_size": "",
                                                "epochs": "400", "n_heads": "2", **PLAIN_LR},
                      "length 5, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 400 epochs = 0.04 "
@@ -101,6 +101,16 @@ R1_LEN6_CONFIRM = Regime("R1 at length 6, fresh seeds", {**R1.where, "seq_len": 
                          "the search that selected the setting")
 R1_LEN6_CONFIRM_1L = Regime("R1 at length 6, fresh seeds", {**R1.where, "seq_len": "6", "study": CONFIRM_LEN6_1L},
                             R1_LEN6_CONFIRM.text)
+# Stage 5 of the regime search at length 6: one setting moved at a time from R1 at length 6.
+STAGE5_ONE_HEAD = "regime_stage5_len6_one_head"
+STAGE5_VALUES20 = "regime_stage5_len6_values20"
+R1_LEN6_1HEAD = Regime("R1 at length 6, 1 head", {**R1.where, "seq_len": "6", "n_heads": "1", "study": STAGE5_ONE_HEAD},
+                       "length 6 at R1's optimizer with 1 head, fresh model and data seeds 450-453 (an exploratory "
+                       "4 seeds per cell)")
+R1_LEN6_VALUES20 = Regime("R1 at length 6, values 0..19",
+                          {**R1.where, "seq_len": "6", "n_values": "20", "study": STAGE5_VALUES20},
+                          "length 6 at R1's optimizer with values 0..19 (the paper's: 0..9), fresh model and data "
+                          "seeds 460-463 (an exploratory 4 seeds per cell)")
 R1_LEN7 = Regime("R1 at length 7", {**R1.where, "seq_len": "7"},
                  "length 7, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
                  "6.72 decay clocks, no early stop, a fresh dataset per seed")
@@ -351,6 +361,10 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
         out += headline_claims(rows, headline_2l, R1_LEN6_CONFIRM, 2, 0.9, 0.5, (two[1], two[0]), files)
     if cell_rows(rows, R1_LEN6_CONFIRM_1L, 1, 0.9):
         out += headline_claims(rows, headline_1l, R1_LEN6_CONFIRM_1L, 1, 0.5, 0.9, one, files)
+    for regime in (R1_LEN6_1HEAD, R1_LEN6_VALUES20):
+        if cell_rows(rows, regime, 2, 0.9) or cell_rows(rows, regime, 1, 0.9):
+            out += [*headline_claims(rows, headline_2l, regime, 2, 0.9, 0.5, (two[1], two[0]), files),
+                    *headline_claims(rows, headline_1l, regime, 1, 0.5, 0.9, one, files)]
     at = "the 2-layer headline's effect (this project's choice: the paper gives no rates)"
     below = "r below chance (1/m) helps too: more seeds generalize at r = 0.1 than at r = 1/m = 0.5"
     out += [rate_claim(rows, below, R0, 2, 0.1, 0.5, (two[1], two[0]), files, powered_at=at),

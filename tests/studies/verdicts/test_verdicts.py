@@ -104,9 +104,9 @@ def test_observability_and_regime_names():
 
 def test_a_2_layer_claim_is_judged_on_2_layer_runs(tmp_path):
     """Scope: 1-layer runs never stand in for a 2-layer claim (no 2-layer cell: not tested)."""
-    header = ["task", "study", "seq_len", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads", "n_layers",
+    header = ["task", "study", "seq_len", "n_values", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads", "n_layers",
               "r", "seed", "status", "generalized", "transient"]
-    rows = [dict(zip(header, ["max_parity_sum_parity", "reproduce", "8", "16384", "0.1", "0.001", "", "1000", "2", "1",
+    rows = [dict(zip(header, ["max_parity_sum_parity", "reproduce", "8", "10", "16384", "0.1", "0.001", "", "1000", "2", "1",
                               str(r), str(seed), "finished", str(seed < 3), "False"]))
             for r in (0.1, 0.5) for seed in range(10)]
     verdict = claims_table.rate_claim(rows, "below chance helps", claims_table.R0, 2, 0.1, 0.5, (0.77, 0.0), [])
@@ -119,11 +119,11 @@ def test_a_headline_contrast_counts_the_papers_criterion_and_the_stricter_one_be
     """100% adversarial accuracy is the paper's criterion; at r = 1/m this project's outcome
     column also asks for 100% validation. Where the counts differ, both rows are given, the
     stricter one under its own name; where they agree, only the paper's."""
-    header = ["task", "study", "seq_len", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads", "n_layers",
+    header = ["task", "study", "seq_len", "n_values", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads", "n_layers",
               "r", "seed", "status", "generalized", "transient", "max_adv_acc", "threshold"]
 
     def row(r, seed, generalized, max_adv):
-        return dict(zip(header, ["max_parity_sum_parity", "reproduce", "8", "16384", "0.1", "0.001", "", "1000", "2",
+        return dict(zip(header, ["max_parity_sum_parity", "reproduce", "8", "10", "16384", "0.1", "0.001", "", "1000", "2",
                                  "2", str(r), str(seed), "finished", str(generalized), "False", str(max_adv), "1.0"]))
 
     rows = [row(0.9, seed, True, 1.0) for seed in range(16)]
@@ -281,3 +281,14 @@ def test_a_run_with_a_warmup_or_a_schedule_never_pools_into_a_constant_lr_regime
     clipped = {**base, "seed": "3", "train.grad_clip": "1.0"}
     found = claims_table.cell_rows([base, old, cosine, clipped], claims_table.R1_LEN6, 2, 0.9)
     assert [row["seed"] for row in found] == ["1", "1"]  # the plain run, and the same run from an older file
+
+
+def test_stage_five_runs_sit_in_their_own_regimes_never_in_r1_at_length_six():
+    base = {**claims_table.R1.where, "seq_len": "6", "n_layers": "2", "r": "0.9", "seed": "1", "status": "finished",
+            "study": "regime_axes_b_len67_b512_wd0.7_2L"}
+    one_head = {**base, "seed": "2", "n_heads": "1", "study": claims_table.STAGE5_ONE_HEAD}
+    values20 = {**base, "seed": "3", "n_values": "20", "study": claims_table.STAGE5_VALUES20}
+    rows = [base, one_head, values20]
+    assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R1_LEN6, 2, 0.9)] == ["1"]
+    assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R1_LEN6_1HEAD, 2, 0.9)] == ["2"]
+    assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R1_LEN6_VALUES20, 2, 0.9)] == ["3"]
