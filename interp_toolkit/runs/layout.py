@@ -7,7 +7,6 @@ A run directory (``interp_toolkit.train``, ``train_batched``, a sweep's ``runs/<
       metrics.jsonl             one JSON line per evaluation (epoch, losses, accuracies)
       checkpoints/epoch_NNNNNN.safetensors   weights at the checkpoint epochs
       resume.safetensors        the state an interrupted run resumes from (interp_toolkit.runs.resume)
-      resume.pt                 the pickled resume state of versions before 0.9 (refused, named)
       final_state.safetensors   a finished run's last resume state, kept so it can be extended
       curves.png                the run's learning curves
       .lock                     held by the process writing to the directory (interp_toolkit.runs.lock)
@@ -31,8 +30,6 @@ METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 #: Resume state of an interrupted run (:mod:`interp_toolkit.runs.resume`).
 RESUME_STATE = "resume.safetensors"
-#: Pickled resume state of versions before 0.9: refused by name, never loaded.
-LEGACY_RESUME_STATE = "resume.pt"
 #: A finished run's last resume state, kept for extending it (:mod:`interp_toolkit.runs.extend`).
 FINAL_STATE = "final_state.safetensors"
 #: The learning-curve figure of a run.
@@ -75,5 +72,5 @@ def curves_path(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / CURVES
 
 
-__all__ = ["ANALYSES", "CHECKPOINTS", "CURVES", "list_checkpoints", "FINAL_STATE", "LEGACY_RESUME_STATE", "LOCK", "METRICS", "RECORD",
+__all__ = ["ANALYSES", "CHECKPOINTS", "CURVES", "list_checkpoints", "FINAL_STATE", "LOCK", "METRICS", "RECORD",
            "RESUME_STATE", "checkpoint_path", "checkpoints_dir", "curves_path", "metrics_path"]

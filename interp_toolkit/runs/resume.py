@@ -7,8 +7,8 @@ in the safetensors JSON header; every read verifies all of them, so a flipped bi
 :class:`ResumeStateError` naming the file, never a silently different continuation. Where
 a checkpoint of the same epoch exists, the state's model weights must be that checkpoint's
 (compared by digest, :func:`check_state_matches_checkpoint`). Reading it parses JSON and raw tensor bytes only, so a
-file received from someone else cannot run code (``torch.load`` of a pickle can). A
-``resume.pt`` of the older pickle format is refused, never unpickled.
+file received from someone else cannot run code (``torch.load`` of a pickle can); nothing in
+a run directory is ever unpickled. A resume file of any other format is refused, naming it.
 
 :func:`inspect_run_dir` says whose files a directory holds (by the ``run_key`` in
 ``run.json``, the resume state and every checkpoint's metadata), so a trainer never clears
@@ -40,7 +40,6 @@ from interp_toolkit.io import (
 )
 from interp_toolkit.runs.layout import (
     CHECKPOINTS,
-    LEGACY_RESUME_STATE,
     METRICS,
     RESUME_STATE,
     checkpoint_path,
@@ -51,15 +50,13 @@ from interp_toolkit.runs.layout import (
 from interp_toolkit.runs.record import is_finished
 
 RESUME_NAME = RESUME_STATE
-LEGACY_RESUME_NAME = LEGACY_RESUME_STATE
-#: "2": tensor and header digests (format "1", without them, is still read, unverified).
+#: "2": tensor and header digests (an unverified earlier format is refused, naming it).
 RESUME_FORMAT = "2"
-_LEGACY_FORMATS = ("1",)
 _HEADER_KEY = "interp_toolkit.resume"
 
 
 class ResumeStateError(UserError):
-    """A resume file is unreadable, truncated, of the refused pickle format, or of another run."""
+    """A resume file is unreadable, truncated, of another format, or of another run."""
 
 
 class ForeignRunDirectoryError(UserError):
@@ -130,15 +127,14 @@ def load_resume_state(path: str | os.PathLike, run_key: str | None = None) -> di
         stored_key = str(info["run_key"])
     except Exception as err:  # safetensors and json raise several types for bad bytes
         raise ResumeStateError(f"resume file {path} is truncated or corrupted ({err}); {way_out}") from err
-    if info.get("format") not in (RESUME_FORMAT, *_LEGACY_FORMATS):
+    if info.get("format") != RESUME_FORMAT:
         raise ResumeStateError(f"resume file {path} has format {info.get('format')!r}, expected {RESUME_FORMAT}; "
                                f"{way_out}")
-    if info.get("format") == RESUME_FORMAT:
-        try:
-            verify_header_digest(path, info)
-            verify_digests(path, tensors, info.get("digests") or {})
-        except CheckpointError as err:
-            raise ResumeStateError(f"resume file {err}; {way_out}") from err
+    try:
+        verify_header_digest(path, info)
+        verify_digests(path, tensors, info.get("digests") or {})
+    except CheckpointError as err:
+        raise ResumeStateError(f"resume file {err}; {way_out}") from err
     if run_key is not None and stored_key != run_key:
         raise ResumeStateError(
             f"resume file {path} belongs to run {stored_key}, not to this run ({run_key}); {way_out}")
@@ -203,17 +199,6 @@ def saved_epoch(run_dir: str | os.PathLike) -> int | None:
             return int(json.loads((handle.metadata() or {})[_HEADER_KEY])["epoch"])
     except Exception:  # noqa: BLE001 - no (readable) resume state
         return None
-
-
-def refuse_legacy_resume(run_dir: str | os.PathLike) -> None:
-    """Refuse a ``resume.pt`` (pickle): it is never loaded, since unpickling can run code."""
-    legacy = Path(run_dir) / LEGACY_RESUME_NAME
-    if legacy.exists():
-        raise ResumeStateError(
-            f"{legacy} is a pickle resume file, which interp_toolkit never loads because unpickling "
-            f"can run arbitrary code; delete it (the run then restarts from epoch 0) or rerun with "
-            f"--overwrite to move the directory's files aside"
-        )
 
 
 def checkpoint_run_key(path: str | os.PathLike) -> str | None:
@@ -380,13 +365,12 @@ def run_dir_state(run_dir: str | os.PathLike, key: str, epochs: int | None = Non
     Raises:
         ForeignRunDirectoryError: If ``run_dir`` holds files of a different run (a
             ``UserError``; two runs never share a directory).
-        ResumeStateError: If its resume file is unreadable, truncated, of another run, or a pickle.
+        ResumeStateError: If its resume file is unreadable, truncated, or of another run.
         UserError: If it is recorded finished but holds no checkpoint.
     """
     run_dir = Path(run_dir)
     contents = inspect_run_dir(run_dir)
     refuse_foreign(contents, key, epochs)
-    refuse_legacy_resume(run_dir)
     record = contents.record
     resume_path = run_dir / RESUME_NAME
     recovered = False
@@ -481,7 +465,7 @@ def refuse_foreign(contents: RunDirContents, key: str, epochs: int | None = None
         )
 
 
-__all__ = ["RESUME_NAME", "LEGACY_RESUME_NAME", "ForeignRunDirectoryError", "ResumeStateError",
+__all__ = ["RESUME_NAME", "ForeignRunDirectoryError", "ResumeStateError",
            "RunDirContents", "RunDirState", "check_finished_record", "check_state_matches_checkpoint", "checkpoint_path", "checkpoint_run_key", "inspect_run_dir",
            "list_checkpoints", "load_resume_state", "move_aside", "recover_finished_record",
-           "refuse_foreign", "refuse_legacy_resume", "run_dir_state", "save_resume_state", "saved_epoch"]
+           "refuse_foreign", "run_dir_state", "save_resume_state", "saved_epoch"]

@@ -107,6 +107,27 @@ def test_flipped_resume_state_is_refused_naming_the_file(interrupted_run, tmp_pa
     assert digests(run_dir) == before  # nothing resumed from it, nothing rewritten
 
 
+def test_resume_state_of_the_earlier_unverified_format_is_refused_naming_it(interrupted_run, tmp_path, capsys):
+    # format "1" had no digests; it was once read unverified, and now is refused like any other
+    run_dir = tmp_path / "run"
+    shutil.copytree(interrupted_run, run_dir)
+    path = run_dir / "resume.safetensors"
+    raw = bytearray(path.read_bytes())
+    header_len = int.from_bytes(raw[:8], "little")
+    at = raw.index(b"format", 8, 8 + header_len)
+    while not chr(raw[at]).isdigit():
+        at += 1
+    assert chr(raw[at]) == "2"
+    raw[at] = ord("1")
+    path.write_bytes(bytes(raw))
+    before = digests(run_dir)
+    capsys.readouterr()
+    assert main(train_args(run_dir)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "resume.safetensors" in err and "format '1', expected 2" in err
+    assert digests(run_dir) == before
+
+
 def test_unflipped_resume_state_resumes(interrupted_run, tmp_path, capsys):
     run_dir = tmp_path / "run"
     shutil.copytree(interrupted_run, run_dir)

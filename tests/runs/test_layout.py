@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: name -> the one module allowed to spell it (paths relative to the repository)
 OWNERS = {
     **{name: "interp_toolkit/runs/layout.py" for name in (
-        layout.RECORD, layout.METRICS, layout.CHECKPOINTS, layout.RESUME_STATE, layout.LEGACY_RESUME_STATE,
+        layout.RECORD, layout.METRICS, layout.CHECKPOINTS, layout.RESUME_STATE,
         layout.FINAL_STATE, layout.CURVES, layout.LOCK, layout.ANALYSES)},
     **{name: "interp_toolkit/studies/grid/study.py" for name in (
         study.STUDY_RECORD, study.RUNS, study.OUTCOME, study.OUTCOMES_CSV, study.RECORDED_OUTCOMES, study.TABLE_CSV,
