@@ -13,7 +13,7 @@ The posterior is localized at a checkpoint ``w*`` and tempered:
 
     p(w) ∝ exp(-n·beta · L_n(w) - gamma/2 · ||w - w*||^2),
 
-and sampled by SGLD (:func:`sample_sgld`)::
+and sampled by SGLD (:func:`sample_sgld`, whose update is the reusable step :class:`SGLD`)::
 
     w <- w - (eps/2) (n·beta · grad L_batch(w) + gamma (w - w*)) + N(0, eps).
 
@@ -99,6 +99,7 @@ _EXPORTS = {
     "PhaseDecomposition": ".results",
     "SamplerDiagnostics": ".sampler",
     "sample_sgld": ".sampler",
+    "SGLD": ".sgld",
 }
 
 

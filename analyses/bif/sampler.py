@@ -18,6 +18,7 @@ from interp_toolkit.errors import UserError
 
 from .config import SamplerConfig, SamplerDivergenceError
 from .data import DataLike, LossFn, Observable, data_length, index_data, per_example_losses
+from .sgld import SGLD
 
 # --------------------------------------------------------------------------- sampler
 
@@ -135,7 +136,6 @@ def sample_sgld(
     centre = [p.detach().clone() for _, p in params]
     tensors: list[Tensor] = [p for _, p in params]
     sizes = [p.numel() for p in tensors]
-    numel = sum(sizes)
     noise_dtype = tensors[0].dtype
     if any(p.dtype != noise_dtype for p in tensors):
         raise UserError(f"sampled parameters must share one dtype, got {sorted({str(p.dtype) for p in tensors})}")
@@ -158,7 +158,7 @@ def sample_sgld(
     if not math.isfinite(initial_loss):
         raise SamplerDivergenceError(f"the training loss at the checkpoint is already {initial_loss}")
     limit = config.divergence_factor * (abs(initial_loss) + 1.0)
-    sqrt_eps = math.sqrt(config.eps)
+    update = {"eps": config.eps, "gamma": config.gamma, "n_beta": n_beta}
     steps = config.total_steps
     trace = torch.empty(config.chains, steps, dtype=torch.float64)
     distance = torch.empty(config.chains, steps, dtype=torch.float64)
@@ -171,7 +171,6 @@ def sample_sgld(
             assert flat_centre is not None  # built above whenever flat
             flat_weights = flat_centre.clone()
             flat_grads = torch.zeros_like(flat_weights)
-            flat_drift = torch.empty_like(flat_weights)
             for p, w, g in zip(tensors, flat_weights.split(sizes), flat_grads.split(sizes), strict=True):
                 p.data = w.view_as(p)
                 p.grad = g.view_as(p)  # backward accumulates into it; zeroed before each step
@@ -187,6 +186,10 @@ def sample_sgld(
             noise_gen = (
                 cpu_gen if device.type == "cpu" else torch.Generator(device=device).manual_seed(_chain_seed(config.seed, chain) + 1)
             )
+            # the update itself (sgld.SGLD): on the one flat buffer, or tensor by tensor
+            sgld = (SGLD([flat_weights], [flat_centre], grads=[flat_grads], **update, generator=noise_gen)
+                    if flat and flat_centre is not None else
+                    SGLD(tensors, centre, **update, generator=noise_gen))
             order = torch.randperm(n_train, generator=cpu_gen)
             cursor = 0
             draw = 0
@@ -215,21 +218,7 @@ def sample_sgld(
                         f"(now {config.eps:g}) or raise gamma (now {config.gamma:g})."
                     )
                 loss.backward()
-                with torch.no_grad():
-                    # w <- w - eps/2 (n_beta grad + gamma (w - w*)) + sqrt(eps) noise, with
-                    # one draw of all the noise (one RNG call per step).
-                    if flat:
-                        assert flat_centre is not None
-                        torch.sub(flat_weights, flat_centre, out=flat_drift)
-                        distance[chain, step] = flat_drift.norm()
-                        flat_drift.mul_(config.gamma).add_(flat_grads, alpha=n_beta)
-                        noise_flat = torch.randn(numel, generator=noise_gen, device=device, dtype=noise_dtype)
-                        flat_weights.add_(flat_drift, alpha=-config.eps / 2).add_(noise_flat, alpha=sqrt_eps)
-                        del noise_flat
-                    else:
-                        distance[chain, step] = torch.stack(
-                            [(p - p0).pow(2).sum() for p, p0 in zip(tensors, centre, strict=True)]).sum().sqrt()
-                        _foreach_sgld_step(tensors, centre, sizes, numel, config, n_beta, sqrt_eps, noise_gen)
+                distance[chain, step] = sgld.step()
                 bar.update(1)
                 if step >= config.burn_in and (step - config.burn_in + 1) % config.steps_between_draws == 0:
                     if recorders:
@@ -282,19 +271,6 @@ def sample_sgld(
         warnings=notes,
         distance_trace=distance,
     )
-
-
-def _foreach_sgld_step(tensors: list[Tensor], centre: list[Tensor], sizes: list[int], numel: int,
-                       config: SamplerConfig, n_beta: float, sqrt_eps: float, noise_gen: torch.Generator) -> None:
-    """The SGLD update as fused (foreach) operations over separate tensors (under no_grad)."""
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in tensors]
-    drift = torch._foreach_sub(tensors, centre)
-    torch._foreach_mul_(drift, config.gamma)
-    torch._foreach_add_(drift, grads, alpha=n_beta)
-    flat = torch.randn(numel, generator=noise_gen, device=tensors[0].device, dtype=tensors[0].dtype)
-    noise = [part.view_as(p) for part, p in zip(flat.split(sizes), tensors, strict=True)]
-    torch._foreach_add_(tensors, drift, alpha=-config.eps / 2)
-    torch._foreach_add_(tensors, noise, alpha=sqrt_eps)
 
 
 def _data_device(data: DataLike) -> torch.device:
