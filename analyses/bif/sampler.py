@@ -158,7 +158,6 @@ def sample_sgld(
     if not math.isfinite(initial_loss):
         raise SamplerDivergenceError(f"the training loss at the checkpoint is already {initial_loss}")
     limit = config.divergence_factor * (abs(initial_loss) + 1.0)
-    update = {"eps": config.eps, "gamma": config.gamma, "n_beta": n_beta}
     steps = config.total_steps
     trace = torch.empty(config.chains, steps, dtype=torch.float64)
     distance = torch.empty(config.chains, steps, dtype=torch.float64)
@@ -187,9 +186,10 @@ def sample_sgld(
                 cpu_gen if device.type == "cpu" else torch.Generator(device=device).manual_seed(_chain_seed(config.seed, chain) + 1)
             )
             # the update itself (sgld.SGLD): on the one flat buffer, or tensor by tensor
-            sgld = (SGLD([flat_weights], [flat_centre], grads=[flat_grads], **update, generator=noise_gen)
+            sgld = (SGLD([flat_weights], [flat_centre], grads=[flat_grads], eps=config.eps, gamma=config.gamma,
+                         n_beta=n_beta, generator=noise_gen)
                     if flat and flat_centre is not None else
-                    SGLD(tensors, centre, **update, generator=noise_gen))
+                    SGLD(tensors, centre, eps=config.eps, gamma=config.gamma, n_beta=n_beta, generator=noise_gen))
             order = torch.randperm(n_train, generator=cpu_gen)
             cursor = 0
             draw = 0
