@@ -105,7 +105,7 @@ def _timed(fn) -> dict:
 
 def _lean_sequence_loss(model, tokens):
     """Ours: the library's next-token losses (the lean forward over the bridge's parameters)."""
-    from interp_toolkit.analyses.bif.lm import next_token_losses
+    from interp_toolkit.analyses.bif.lm_tokens import next_token_losses
 
     return next_token_losses(model, tokens).mean(-1)
 

@@ -61,7 +61,8 @@ def _setup(n: int, tmp: Path):
 
 def worker_ours(n: int, chains: int, draws: int, tmp: Path) -> dict:
     from interp_toolkit.analyses.bif import SamplerConfig
-    from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet, lm_bif
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
+    from interp_toolkit.analyses.bif.lm_tokens import TokenSet
     from interp_toolkit.tasks.induction_corpus import CLASS_NAMES, target_classes
 
     model, corpus, recorded = _setup(n, tmp)
@@ -79,7 +80,7 @@ def worker_devinterp(n: int, chains: int, draws: int, tmp: Path) -> dict:
     from datasets import Dataset
     from devinterp.slt.bif import bif as devinterp_bif
 
-    from interp_toolkit.analyses.bif.lm import next_token_losses
+    from interp_toolkit.analyses.bif.lm_tokens import next_token_losses
 
     model, corpus, recorded = _setup(n, tmp)
     pool_ds = Dataset.from_dict({"input_ids": corpus.tokens.tolist()}).with_format("torch")

@@ -68,13 +68,9 @@ def main() -> None:
     from devinterp.slt.sampling import sample as dv_sample
 
     from interp_toolkit.analyses.bif import CoMoments, SamplerConfig
-    from interp_toolkit.analyses.bif.lm import (
-        LMBIFConfig,
-        TokenSet,
-        compute_lm_bif,
-        lm_bif,
-        next_token_losses,
-    )
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
+    from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
+    from interp_toolkit.analyses.bif.lm_tokens import TokenSet, next_token_losses
     from interp_toolkit.io import atomic_write_json
     from interp_toolkit.studies.lm.testbed import TestbedConfig, train_testbed
     from interp_toolkit.tasks.induction_corpus import (
@@ -220,7 +216,8 @@ def probe_minibatch_order(args: argparse.Namespace) -> None:
     from devinterp.slt.sampling import sample as dv_sample
 
     from interp_toolkit.analyses.bif import SamplerConfig
-    from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet, lm_bif, next_token_losses
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
+    from interp_toolkit.analyses.bif.lm_tokens import TokenSet, next_token_losses
     from interp_toolkit.studies.lm.testbed import TestbedConfig, train_testbed
     from interp_toolkit.tasks.induction_corpus import CorpusConfig, make_corpus
 

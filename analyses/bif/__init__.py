@@ -43,11 +43,13 @@ observables are callables ``model -> tensor`` (flattened).
 Package layout (one concern per module): :mod:`.config` (settings), :mod:`.data` (data
 helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`.results`
 (result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
-:mod:`.diagnostics` (R-hat, ESS, the convergence verdict), :mod:`.adaptive` (chains doubled
+:mod:`.sgld` (the SGLD update as a reusable step), :mod:`.diagnostics` (R-hat, ESS, the
+convergence verdict), :mod:`.adaptive` (chains doubled
 until they converge or a budget runs out: ``until_converged(partial(bif, model, train,
 query, loss_fn), config, AdaptiveConfig())``), :mod:`.calibration` (sampler sweeps of any
 loss function), :mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
-:mod:`.lm` (token-level BIF for language models), :mod:`.claims` (class-to-class influences: the
+:mod:`.lm` (token-level BIF for language models; its token sets and reductions in
+:mod:`.lm_tokens`, its estimator from stored draws in :mod:`.lm_estimate`), :mod:`.claims` (class-to-class influences: the
 language-model claims, with errors and diagnostics), :mod:`.token_classes` (delimiter, induction
 and user token classes on any tokenized text), :mod:`.validation` (leave-one-out and
 causal-window checks on the deep linear network).

@@ -40,8 +40,9 @@ losses and one forward pass of ``eval_batch_size`` sequences. ``keep_draws=True`
 ``pearson`` with the ``"token_mean"`` convention, store ``chains x draws x (N_a + N_b)``
 floats (the latter drops them from the result unless ``keep_draws``).
 
-Two levels, as in devinterp: :func:`lm_bif` samples and estimates; :func:`compute_lm_bif`
-estimates every reduction from stored per-token draws (ours or another library's).
+Two levels, as in devinterp: :func:`lm_bif` samples and estimates;
+:func:`~.lm_estimate.compute_lm_bif` estimates every reduction from stored per-token draws (ours
+or another library's). The token sets, groupings and reductions are in :mod:`.lm_tokens`.
 """
 
 from __future__ import annotations
@@ -49,10 +50,9 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
@@ -65,6 +65,18 @@ from interp_toolkit.analyses.bif.diagnostics import (
     tracked_indices,
 )
 from interp_toolkit.analyses.bif.estimator import estimate_from_moments
+from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
+from interp_toolkit.analyses.bif.lm_tokens import (
+    DEFAULT_REDUCTIONS,
+    GROUPINGS,
+    PEARSON_CONVENTIONS,
+    STDERR_METHODS,
+    ReducedBIF,
+    TokenSet,
+    _group_mean,
+    group_ids,
+    next_token_losses,
+)
 from interp_toolkit.analyses.bif.moments import CoMoments
 from interp_toolkit.analyses.bif.results import (
     diagnostics_from,
@@ -74,146 +86,12 @@ from interp_toolkit.analyses.bif.results import (
 from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics, sample_sgld
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
-from interp_toolkit.io import config_hash, is_artifact, load_artifact, save_artifact, tensor_digest
-from interp_toolkit.runs.engine import sequence_forward
+from interp_toolkit.io import config_hash, is_artifact, load_artifact, save_artifact
 
 LM_RESULT_FILE = "lm_bif.safetensors"
 
-__all__ = [
-    "GROUPINGS",
-    "LMBIFConfig",
-    "LMBIFResult",
-    "ReducedBIF",
-    "PEARSON_CONVENTIONS",
-    "STDERR_METHODS",
-    "TokenSet",
-    "compute_lm_bif",
-    "group_ids",
-    "lm_bif",
-    "naive_token_bif",
-    "next_token_losses",
-    "reduce_matrix",
-]
+__all__ = ["LMBIFConfig", "LMBIFResult", "lm_bif"]
 
-GROUPINGS = ("token", "sequence", "class", "all")
-DEFAULT_REDUCTIONS = ("class:class", "class:all", "sequence:sequence")
-#: ``-Corr`` of a reduction: mean of token-level correlations (devinterp's), or correlation
-#: of group-mean losses.
-PEARSON_CONVENTIONS = ("token_mean", "group_means")
-#: Standard error of the pooled estimate: leave-one-chain-out jackknife, or the spread of the
-#: chains' own estimates / sqrt(chains) (which misses the between-chain part of the pooled
-#: covariance; see docs/lm_bif.md, "Cross-check with devinterp").
-STDERR_METHODS = ("jackknife", "per_chain")
-
-
-def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq_minus_1"]:
-    """Per-token next-token cross-entropy ``[batch, seq - 1]`` (position ``t`` predicts ``t + 1``).
-
-    A toolkit model (``build_model`` / ``load_checkpoint``) runs the lean forward over its
-    own parameters (:func:`interp_toolkit.runs.engine.sequence_forward`: the bridge's
-    logits up to float rounding, no hooks) on all but the last token, whose logits no loss
-    uses (the lean forward is causal, so the others do not depend on it); any other model
-    runs ``model(tokens)``.
-    """
-    batch, seq = tokens.shape
-    forward = None
-    if isinstance(model, nn.Module) and getattr(model, "interp_config", None) is not None:
-        forward = sequence_forward(model)
-    if forward is not None and forward.fast:
-        logits = forward(tokens[:, :-1])
-    else:
-        logits = model(tokens)[:, :-1]
-    # classes on the last dim: log-softmax over contiguous rows (~5x faster here than over dim 1)
-    return F.cross_entropy(logits.reshape(batch * (seq - 1), -1).float(), tokens[:, 1:].reshape(-1),
-                           reduction="none").view(batch, seq - 1)
-
-
-@dataclass
-class TokenSet:
-    """Sequences whose per-token losses are recorded, with a class label per loss.
-
-    Attributes:
-        tokens: ``[n_sequences, seq_len]`` token ids.
-        classes: Class id of every *loss*, ``[n_sequences, seq_len - 1]`` (the class of the
-            predicted token; see ``induction_corpus.target_classes``); ``None``: all class 0.
-        class_names: Name of each class id (default ``class0``, ``class1``, ...).
-    """
-
-    tokens: Int[Tensor, "n seq"]
-    classes: Int[Tensor, "n seq_minus_1"] | None = None
-    class_names: Sequence[str] | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.tokens, Tensor) or self.tokens.ndim != 2 or self.tokens.dtype not in (torch.long, torch.int32):
-            raise UserError(f"TokenSet.tokens must be an integer tensor [n, seq_len], got {getattr(self.tokens, 'shape', self.tokens)!r}")
-        if self.tokens.shape[1] < 2 or self.tokens.shape[0] < 1:
-            raise UserError(f"TokenSet.tokens needs >= 1 sequence of >= 2 tokens, got {tuple(self.tokens.shape)}")
-        expected = (self.tokens.shape[0], self.tokens.shape[1] - 1)
-        if self.classes is None:
-            self.classes = torch.zeros(expected, dtype=torch.long)
-        if tuple(self.classes.shape) != expected:
-            raise UserError(
-                f"TokenSet.classes must have shape [n, seq_len - 1] = {list(expected)} (one label per "
-                f"next-token loss), got {list(self.classes.shape)}"
-            )
-        if (self.classes < 0).any():
-            raise UserError("TokenSet.classes must be >= 0")
-        n_classes = int(self.classes.max()) + 1
-        if self.class_names is None:
-            self.class_names = [f"class{i}" for i in range(n_classes)]
-        self.class_names = list(self.class_names)
-        if len(self.class_names) < n_classes:
-            raise UserError(f"TokenSet.class_names has {len(self.class_names)} names but class ids go up to {n_classes - 1}")
-
-    @property
-    def n_tokens(self) -> int:
-        """Recorded losses (``n x (seq_len - 1)``)."""
-        assert self.classes is not None  # __post_init__ fills the default
-        return int(self.classes.numel())
-
-    def fingerprint(self) -> str:
-        assert self.classes is not None  # __post_init__ fills the default
-        return tensor_digest([self.tokens, self.classes], extra=self.class_names)
-
-
-def group_ids(tokens: TokenSet, grouping: str) -> tuple[Int[Tensor, " n_tokens"], list[str]]:
-    """Group id of every recorded loss (flattened row-major) and the group labels.
-
-    ``"class"`` keeps only classes present in ``tokens`` (labels = class names).
-    """
-    # TokenSet.__post_init__ fills both defaults
-    assert tokens.classes is not None and tokens.class_names is not None
-    n, m = tokens.classes.shape
-    if grouping == "token":
-        return torch.arange(n * m), [f"s{s}t{t}" for s in range(n) for t in range(m)]
-    if grouping == "sequence":
-        return torch.arange(n).repeat_interleave(m), [f"seq{s}" for s in range(n)]
-    if grouping == "all":
-        return torch.zeros(n * m, dtype=torch.long), ["all"]
-    if grouping == "class":
-        flat = tokens.classes.reshape(-1)
-        present = torch.unique(flat)
-        remap = torch.full((int(flat.max()) + 1,), -1, dtype=torch.long)
-        remap[present] = torch.arange(len(present))
-        return remap[flat], [tokens.class_names[int(c)] for c in present]
-    raise UserError(f"unknown grouping {grouping!r}; expected one of {GROUPINGS}")
-
-
-def _group_mean(values: Tensor, ids: Tensor, counts: Tensor) -> Tensor:
-    out = torch.zeros(counts.shape[0], dtype=torch.float64)
-    return out.index_add_(0, ids, values.to(torch.float64)) / counts
-
-
-def reduce_matrix(
-    matrix: Float[Tensor, "n_a n_b"], train_ids: Int[Tensor, " n_a"], query_ids: Int[Tensor, " n_b"]
-) -> Float[Tensor, "k_a k_b"]:
-    """Average a full token-level matrix over (train group, query group) blocks."""
-    k_a, k_b = int(train_ids.max()) + 1, int(query_ids.max()) + 1
-    m = matrix.double()
-    rows = torch.zeros(k_a, m.shape[1], dtype=torch.float64).index_add_(0, train_ids, m)
-    rows /= torch.bincount(train_ids, minlength=k_a).double()[:, None]
-    out = torch.zeros(k_a, k_b, dtype=torch.float64).index_add_(1, query_ids, rows)
-    return out / torch.bincount(query_ids, minlength=k_b).double()[None, :]
 
 
 @dataclass
@@ -264,26 +142,6 @@ class LMBIFConfig(Config):
 
         if self.stderr_method not in STDERR_METHODS:
             raise UserError(f"LMBIFConfig.stderr_method must be one of {STDERR_METHODS}, got {self.stderr_method!r}")
-
-
-
-
-@dataclass
-class ReducedBIF:
-    """One reduction of the token-level BIF.
-
-    Attributes:
-        bif: ``-Cov`` (or ``-Corr``) averaged over (train group, query group) blocks.
-        stderr: Std across chains / sqrt(chains) (NaN for one chain).
-        per_chain: Each chain's estimate.
-        row_labels, col_labels: Train / query group labels.
-    """
-
-    bif: Float[Tensor, "k_a k_b"]
-    stderr: Float[Tensor, "k_a k_b"]
-    per_chain: Float[Tensor, "chains k_a k_b"]
-    row_labels: list[str]
-    col_labels: list[str]
 
 
 @dataclass
@@ -586,157 +444,3 @@ def lm_bif(
     return result
 
 
-def _group_means_of_draws(values: Tensor, ids: Tensor, k: int) -> Tensor:
-    """``[..., n] -> [..., k]``: mean over each group of the last axis."""
-    counts = torch.bincount(ids, minlength=k).to(torch.float64)
-    out = torch.zeros(*values.shape[:-1], k, dtype=torch.float64)
-    return out.index_add_(-1, ids, values.to(torch.float64)) / counts
-
-
-def _neg_cov_from_draws(a: Tensor, b: Tensor, jackknife: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """``-Cov`` (1/N) pooled over chains, its per-chain values and stderr, from draws
-    ``[chains, draws, k]``, with few ``k_a x k_b`` temporaries: per-chain matrices are
-    written in place, the pooled one is their mean minus the between-chain term, and the
-    jackknife's leave-one-chain-out estimates are formed one at a time from the same
-    pieces (peak: ``chains + 4`` matrices with the jackknife, outputs included)."""
-    chains, draws = a.shape[:2]
-    mean_a, mean_b = a.mean(1, dtype=torch.float64), b.mean(1, dtype=torch.float64)
-    per_chain = torch.empty(chains, a.shape[2], b.shape[2], dtype=torch.float64)
-    for c in range(chains):
-        torch.matmul((a[c].double() - mean_a[c]).T, b[c].double() - mean_b[c], out=per_chain[c])
-        per_chain[c].div_(-draws)
-    total = per_chain.sum(0)
-    if chains < 2:
-        stderr = torch.full_like(total, float("nan"))
-    elif jackknife:
-        # theta_-k = mean_{c != k} per_chain[c] - 1/(C-1) sum_{c != k} (mu_c - mu_-k)(mu_c - mu_-k)^T,
-        # formed one at a time in one buffer and streamed into the toolkit's one jackknife
-        estimate = torch.empty_like(total)
-
-        def leave_out(k: int) -> Tensor:
-            keep = [c for c in range(chains) if c != k]
-            da, db = mean_a[keep] - mean_a[keep].mean(0), mean_b[keep] - mean_b[keep].mean(0)
-            torch.sub(total, per_chain[k], out=estimate).div_(chains - 1)
-            return estimate.addmm_(da.T, db, alpha=-1.0 / (chains - 1))
-
-        stderr = jackknife_stderr_streamed(leave_out(k) for k in range(chains))
-        del estimate
-    else:
-        stderr = per_chain.std(0).div_(chains**0.5)
-    # pooled Cov = mean_c Cov_c + (1/C) sum_c (mu_c - mu)(mu_c - mu)^T  (equal draws per chain)
-    total.div_(chains).addmm_((mean_a - mean_a.mean(0)).T, mean_b - mean_b.mean(0), alpha=-1.0 / chains)
-    return total, stderr, per_chain
-
-
-def _standardize(draws: Tensor) -> Tensor:
-    """``(x - mean) / std`` over the draw axis (population std), ``[draws, n]``."""
-    centred = draws - draws.mean(0)
-    return centred / centred.pow(2).mean(0).sqrt()
-
-
-def compute_lm_bif(
-    train_draws: Float[Tensor, "chains draws n_a"],
-    query_draws: Float[Tensor, "chains draws n_b"] | None,
-    train: TokenSet,
-    query: TokenSet | None,
-    reductions: Sequence[str] = DEFAULT_REDUCTIONS,
-    *,
-    pearson: bool = False,
-    pearson_convention: str = "token_mean",
-    stderr_method: str = "jackknife",
-) -> dict[str, ReducedBIF]:
-    """Every reduction of the token-level BIF from stored per-token draws (low level).
-
-    Args:
-        train_draws: Per-token losses of the recorded training tokens at every draw
-            (row-major over ``train.tokens``' losses).
-        query_draws: Same for the query tokens; ``None``: the query is the training set.
-        train, query: The token sets (groupings); ``query=None``: ``train``.
-        reductions: ``"<train grouping>:<query grouping>"`` entries.
-        pearson: ``-Corr`` instead of ``-Cov``.
-        pearson_convention: ``"token_mean"`` (devinterp) or ``"group_means"``.
-        stderr_method: ``"jackknife"`` (leave one chain out) or ``"per_chain"`` (std
-            across chains / sqrt(chains)).
-
-    Returns:
-        ``reduction -> ReducedBIF`` (pooled estimate over all chains' draws, per-chain
-        estimates, stderr of the pooled estimate).
-    """
-    if pearson_convention not in PEARSON_CONVENTIONS:
-        raise UserError(f"pearson_convention must be one of {PEARSON_CONVENTIONS}, got {pearson_convention!r}")
-    if stderr_method not in STDERR_METHODS:
-        raise UserError(f"stderr_method must be one of {STDERR_METHODS}, got {stderr_method!r}")
-    if stderr_method == "jackknife" and train_draws.shape[0] > 1 and pearson:
-        # the estimates, then each leave-one-chain-out estimate (same code on fewer chains)
-        out = compute_lm_bif(train_draws, query_draws, train, query, reductions, pearson=pearson,
-                             pearson_convention=pearson_convention, stderr_method="per_chain")
-        chains = train_draws.shape[0]
-        for name, red in out.items():
-            red.stderr = jackknife_stderr_streamed(
-                compute_lm_bif(train_draws[[c for c in range(chains) if c != left_out]],
-                               None if query_draws is None else query_draws[[c for c in range(chains) if c != left_out]],
-                               train, query, (name,), pearson=pearson, pearson_convention=pearson_convention,
-                               stderr_method="per_chain")[name].bif
-                for left_out in range(chains))
-        return out
-    query = train if query is None else query
-    query_draws = train_draws if query_draws is None else query_draws
-    if train_draws.ndim != 3 or query_draws.ndim != 3 or train_draws.shape[:2] != query_draws.shape[:2]:
-        raise UserError(f"draws must be [chains, draws, n] with equal chains/draws, got {tuple(train_draws.shape)} "
-                         f"and {tuple(query_draws.shape)}")
-    if train_draws.shape[-1] != train.n_tokens or query_draws.shape[-1] != query.n_tokens:
-        raise UserError(f"draws have {train_draws.shape[-1]} / {query_draws.shape[-1]} tokens, token sets "
-                         f"{train.n_tokens} / {query.n_tokens}")
-    chains = train_draws.shape[0]
-    standardized = pearson and pearson_convention == "token_mean"
-    a_all, b_all = train_draws, query_draws
-    if standardized:
-        a_all, b_all = a_all.double(), b_all.double()
-        # per chain (per-chain estimates) and pooled (the estimate) standardizations
-        a_chain = torch.stack([_standardize(c) for c in a_all])
-        b_chain = torch.stack([_standardize(c) for c in b_all])
-        a_pool = _standardize(a_all.reshape(-1, a_all.shape[-1]))
-        b_pool = _standardize(b_all.reshape(-1, b_all.shape[-1]))
-    out = {}
-    for reduction in reductions:
-        g_a, g_b = reduction.split(":")
-        ids_a, labels_a = group_ids(train, g_a)
-        ids_b, labels_b = group_ids(query, g_b)
-        k_a, k_b = len(labels_a), len(labels_b)
-        def means(draws: Tensor, grouping: str, ids: Tensor, k: int) -> Tensor:
-            return draws if grouping == "token" else _group_means_of_draws(draws, ids, k)
-
-        if standardized:
-            # per-chain estimates from per-chain standardization, the estimate from the pooled one
-            pooled = CoMoments.from_batch(means(a_pool, g_a, ids_a, k_a), means(b_pool, g_b, ids_b, k_b))
-            total = pooled.comoment.div(-pooled.count)
-            _, _, per_chain = _neg_cov_from_draws(means(a_chain, g_a, ids_a, k_a), means(b_chain, g_b, ids_b, k_b))
-            stderr = per_chain.std(0) / chains**0.5 if chains > 1 else torch.full_like(total, float("nan"))
-        elif not pearson:
-            total, stderr, per_chain = _neg_cov_from_draws(means(a_all, g_a, ids_a, k_a), means(b_all, g_b, ids_b, k_b),
-                                                           jackknife=stderr_method == "jackknife")
-        else:
-            ga = _group_means_of_draws(a_all, ids_a, k_a)
-            gb = _group_means_of_draws(b_all, ids_b, k_b)
-            accs = {(c, 0): CoMoments.from_batch(ga[c], gb[c]) for c in range(chains)}
-            estimate = estimate_from_moments(accs, chains, pearson, False)
-            total, stderr, per_chain = estimate.bif, estimate.stderr, estimate.per_chain
-        out[reduction] = ReducedBIF(total, stderr, per_chain, labels_a, labels_b)
-    return out
-
-
-def naive_token_bif(
-    train_draws: Float[Tensor, "chains draws n_a"], query_draws: Float[Tensor, "chains draws n_b"]
-) -> Float[Tensor, "n_a n_b"]:
-    """Reference: ``-Cov`` over all pooled draws, by explicit double loop-free formula.
-
-    ``-(1/N) sum_k (a_k - mean a)(b_k - mean b)^T`` over the ``N = chains x draws`` draws.
-    """
-    a = train_draws.reshape(-1, train_draws.shape[-1]).double()
-    b = query_draws.reshape(-1, query_draws.shape[-1]).double()
-    n = a.shape[0]
-    out = torch.zeros(a.shape[1], b.shape[1], dtype=torch.float64)
-    mean_a, mean_b = a.mean(0), b.mean(0)
-    for k in range(n):
-        out += torch.outer(a[k] - mean_a, b[k] - mean_b)
-    return -out / n

@@ -305,7 +305,7 @@ class TokenClasses:
     def token_set(self, rows: slice | Tensor | None = None) -> Any:
         """A :class:`~interp_toolkit.analyses.bif.lm.TokenSet` of ``rows``, each loss
         labelled by the class of the token it predicts."""
-        from interp_toolkit.analyses.bif.lm import TokenSet
+        from interp_toolkit.analyses.bif.lm_tokens import TokenSet
 
         index = slice(None) if rows is None else rows
         return TokenSet(self.tokens[index], self.labels()[index][:, 1:], self.names)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import interp_toolkit.runs.engine as engine
 from interp_toolkit import ModelConfig, build_model
 from interp_toolkit.analyses.bif import SamplerConfig, bif
-from interp_toolkit.analyses.bif.lm import next_token_losses
+from interp_toolkit.analyses.bif.lm_tokens import next_token_losses
 from interp_toolkit.errors import UserError
 from interp_toolkit.runs.engine import SequenceForward, sequence_forward
 

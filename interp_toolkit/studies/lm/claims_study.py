@@ -238,7 +238,7 @@ def calibrate_claims(args: ClaimsStudyConfig) -> str:
     unless no setting there is usable); writes ``<out>/calibration.json``, which
     :func:`run_claims` reads; returns the calibration's reason."""
     from interp_toolkit.analyses.bif import calibrate_sampler
-    from interp_toolkit.analyses.bif.lm import next_token_losses
+    from interp_toolkit.analyses.bif.lm_tokens import next_token_losses
 
     testbed = testbed_config(0, args.total_steps, args.checkpoint_every)
     refs = train_testbed(testbed, args.out / "seed0" / "testbed", progress=False)

@@ -37,7 +37,8 @@ from interp_toolkit.studies.bif.checkpoint import (
 if TYPE_CHECKING:
     import torch
 
-    from interp_toolkit.analyses.bif.lm import LMBIFConfig, TokenSet
+    from interp_toolkit.analyses.bif.lm import LMBIFConfig
+    from interp_toolkit.analyses.bif.lm_tokens import TokenSet
     from interp_toolkit.analyses.bif.token_classes import TextClassesConfig
     from interp_toolkit.sources import CheckpointRef
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
@@ -52,7 +53,7 @@ def corpus_sets(
     corpus: CorpusConfig, n_posterior: int, n_train: int, n_query: int, query_seed_offset: int = 10_007
 ) -> tuple[torch.Tensor, TokenSet, TokenSet]:
     """Posterior tokens, recorded training tokens and held-out query tokens with classes."""
-    from interp_toolkit.analyses.bif.lm import TokenSet
+    from interp_toolkit.analyses.bif.lm_tokens import TokenSet
     from interp_toolkit.tasks.induction_corpus import (
         CLASS_NAMES,
         CorpusConfig,
@@ -220,7 +221,7 @@ def check_claims(claims: Sequence[str], train: TokenSet, query: TokenSet) -> Non
         UserError: Names the claim and the classes there are.
     """
     from interp_toolkit.analyses.bif.claims import check_claim_classes, parse_claim
-    from interp_toolkit.analyses.bif.lm import group_ids
+    from interp_toolkit.analyses.bif.lm_tokens import group_ids
 
     train_classes, query_classes = group_ids(train, "class")[1], group_ids(query, "class")[1]
     for claim in claims:
@@ -488,7 +489,7 @@ def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
 def sequence_loss(model: Any, tokens: Any) -> Any:
     """Per-sequence mean next-token loss: a BIF ``loss_fn`` whose mean over the posterior
     sequences is the posterior loss :func:`~interp_toolkit.analyses.bif.lm.lm_bif` samples."""
-    from interp_toolkit.analyses.bif.lm import next_token_losses
+    from interp_toolkit.analyses.bif.lm_tokens import next_token_losses
 
     return next_token_losses(model, tokens).mean(1)
 

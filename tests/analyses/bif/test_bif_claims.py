@@ -10,14 +10,9 @@ from torch import nn
 from interp_toolkit.analyses.bif import SamplerConfig
 from interp_toolkit.analyses.bif.claims import claim_influences, class_influence, parse_claim
 from interp_toolkit.analyses.bif.diagnostics import ess_bulk, ess_tail, split_rhat
-from interp_toolkit.analyses.bif.lm import (
-    LMBIFConfig,
-    TokenSet,
-    group_ids,
-    lm_bif,
-    naive_token_bif,
-    reduce_matrix,
-)
+from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
+from interp_toolkit.analyses.bif.lm_estimate import naive_token_bif
+from interp_toolkit.analyses.bif.lm_tokens import TokenSet, group_ids, reduce_matrix
 from interp_toolkit.errors import UserError
 
 torch.set_num_threads(1)

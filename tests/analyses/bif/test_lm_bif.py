@@ -2,14 +2,9 @@ import pytest
 import torch
 
 from interp_toolkit.analyses.bif import SamplerConfig
-from interp_toolkit.analyses.bif.lm import (
-    LMBIFConfig,
-    TokenSet,
-    group_ids,
-    lm_bif,
-    naive_token_bif,
-    reduce_matrix,
-)
+from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
+from interp_toolkit.analyses.bif.lm_estimate import naive_token_bif
+from interp_toolkit.analyses.bif.lm_tokens import TokenSet, group_ids, reduce_matrix
 from interp_toolkit.analyses.induction import induction_scores
 from interp_toolkit.errors import UserError
 from interp_toolkit.sources import resolve_checkpoints
@@ -69,7 +64,7 @@ def test_token_bif_matches_naive_and_reductions_match_full_matrix(neox_ref, tmp_
     assert result["class:class"].per_chain.shape == (2, 3, 2) and torch.isfinite(result["class:class"].stderr).all()
     # convergence diagnostics of the class:class entries, from the classes' mean losses per draw
     from interp_toolkit.analyses.bif.diagnostics import split_rhat
-    from interp_toolkit.analyses.bif.lm import _group_means_of_draws
+    from interp_toolkit.analyses.bif.lm_estimate import _group_means_of_draws
 
     conv = result.convergence
     assert conv.rhat.shape == (3, 2) and not conv.converged and conv.warnings  # 2 x 6 draws
@@ -107,7 +102,7 @@ def test_config_validation():
 
 def test_pearson_conventions_streamed_and_from_draws_agree(neox_ref):
     """lm_bif's two Pearson paths equal compute_lm_bif on the same kept draws."""
-    from interp_toolkit.analyses.bif.lm import compute_lm_bif
+    from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
 
     model = neox_ref.load()
     posterior, train, query = _data()
@@ -128,7 +123,7 @@ def test_pearson_conventions_streamed_and_from_draws_agree(neox_ref):
 
 def test_jackknife_stderr_streamed_and_from_draws(neox_ref):
     """The default stderr is the leave-one-chain-out jackknife of the pooled estimate."""
-    from interp_toolkit.analyses.bif.lm import compute_lm_bif
+    from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
 
     model = neox_ref.load()
     posterior, train, query = _data()

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from interp_toolkit.analyses.bif import CoMoments
-from interp_toolkit.analyses.bif.lm import next_token_losses
+from interp_toolkit.analyses.bif.lm_tokens import next_token_losses
 
 torch.set_num_threads(1)
 
@@ -51,7 +51,8 @@ def test_devinterp_pearson_convention_equals_devinterp_on_its_draws(tmp_path):
     from devinterp.slt.sampling import sample
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from interp_toolkit.analyses.bif.lm import TokenSet, compute_lm_bif
+    from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
+    from interp_toolkit.analyses.bif.lm_tokens import TokenSet
     from interp_toolkit.sources import CheckpointRef
 
     torch.manual_seed(1)
