@@ -13,7 +13,7 @@ recording each one's mean next-token loss. ``devinterp`` runs the bridge's forwa
 batch; ``(dataset, n // 32)`` batches per draw) and keeps the per-token losses (``[n, 15]``
 float32 per draw, in a zarr store) that it averages over positions at the end. Ours runs
 the library's ``next_token_losses`` (on a toolkit model: the lean forward over the
-bridge's own parameters, ``interp_toolkit.runs.engine.SequenceForward``, equal to the
+bridge's own parameters, ``interp_toolkit.runs.forward.SequenceForward``, equal to the
 bridge's logits up to float rounding), records in batches of ``--ours-eval-batch`` (64:
 as fast as 128 for this model here at n <= 512 and 4% slower at 2,048, with a lower peak
 (n = 128: 8-12 MiB vs 16-18 MiB); the library default ``SamplerConfig.eval_batch_size``

@@ -8,7 +8,7 @@ the ratios, not the absolute times):
 * (a) ``bridge``: a plain TransformerLens loop over the ``TransformerBridge`` (full forward,
   cross-entropy at the readout, ``torch.optim.AdamW``), what ``train()`` did before the engine;
 * (b) ``bare``: a bare PyTorch module of the same shape computing every position;
-* (c) ``engine``: :class:`interp_toolkit.runs.engine.ReadoutForward` (``train()``'s default).
+* (c) ``engine``: :class:`interp_toolkit.runs.forward.ReadoutForward` (``train()``'s default).
 
 Useful GFLOP per epoch counts a dense implementation of what the loss needs (every position
 below the last layer, the readout position only in the last; forward + backward = 3x
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from interp_toolkit import ModelConfig, build_model
 from interp_toolkit.runs.batched import StackedAdamW, StackedModel, batched_readout_loss
 from interp_toolkit.runs.cost import step_flops
-from interp_toolkit.runs.engine import ReadoutForward
+from interp_toolkit.runs.forward import ReadoutForward
 from interp_toolkit.runs.trainer import readout_loss
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import tensor_digest
-from interp_toolkit.runs.engine import sequence_forward
+from interp_toolkit.runs.forward import sequence_forward
 
 DEFAULT_REDUCTIONS = ("class:class", "class:all", "sequence:sequence")
 GROUPINGS = ("token", "sequence", "class", "all")
@@ -36,7 +36,7 @@ def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Flo
     """Per-token next-token cross-entropy ``[batch, seq - 1]`` (position ``t`` predicts ``t + 1``).
 
     A toolkit model (``build_model`` / ``load_checkpoint``) runs the lean forward over its
-    own parameters (:func:`interp_toolkit.runs.engine.sequence_forward`: the bridge's
+    own parameters (:func:`interp_toolkit.runs.forward.sequence_forward`: the bridge's
     logits up to float rounding, no hooks) on all but the last token, whose logits no loss
     uses (the lean forward is causal, so the others do not depend on it); any other model
     runs ``model(tokens)``.

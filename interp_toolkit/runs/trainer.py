@@ -41,13 +41,13 @@ from interp_toolkit.io import (
 from interp_toolkit.model import model_config_of, move_model
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.cost import train_threads
-from interp_toolkit.runs.engine import ReadoutForward
 from interp_toolkit.runs.extend import (
     carried_fields,
     clear_run_outputs,
     keep_final_state,
     start_from_shorter_run,
 )
+from interp_toolkit.runs.forward import ReadoutForward
 from interp_toolkit.runs.layout import CURVES, METRICS
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.metrics import read_metrics

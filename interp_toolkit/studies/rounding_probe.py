@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from interp_toolkit.analyses.near_misses import describe_groups, failing_groups, near_misses
 from interp_toolkit.errors import UserError
 from interp_toolkit.model import ModelConfig, build_model
-from interp_toolkit.runs.engine import ReadoutForward
+from interp_toolkit.runs.forward import ReadoutForward
 from interp_toolkit.runs.reference import BareModel
 from interp_toolkit.tasks.mpsp import MPSPConfig, is_extreme_count, make_splits
 

@@ -17,12 +17,8 @@ from interp_toolkit import ModelConfig, TrainConfig, build_model, load_checkpoin
 from interp_toolkit.devices import resolve_device
 from interp_toolkit.errors import UserError
 from interp_toolkit.runs.batched import StackedModel, train_batched
-from interp_toolkit.runs.engine import (
-    EngineFallbackWarning,
-    ReadoutForward,
-    readout_logits,
-    stacked_grads,
-)
+from interp_toolkit.runs.engine import EngineFallbackWarning, readout_logits, stacked_grads
+from interp_toolkit.runs.forward import ReadoutForward
 from interp_toolkit.runs.optim import adamw_step
 from interp_toolkit.runs.trainer import evaluate, list_checkpoints
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.model import ModelConfig, build_model
-from interp_toolkit.runs.engine import ReadoutForward
+from interp_toolkit.runs.forward import ReadoutForward
 from interp_toolkit.runs.reference import BareModel
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 

@@ -18,7 +18,7 @@ from interp_toolkit import ModelConfig, build_model
 from interp_toolkit.analyses.bif import SamplerConfig, bif
 from interp_toolkit.analyses.bif.lm_tokens import next_token_losses
 from interp_toolkit.errors import UserError
-from interp_toolkit.runs.engine import SequenceForward, sequence_forward
+from interp_toolkit.runs.forward import SequenceForward, sequence_forward
 
 GRID = list(itertools.product((1, 2), (1, 2), ("LN", None), ("relu", "gelu"), (False, True)))
 VOCAB, N_CTX = 11, 9
