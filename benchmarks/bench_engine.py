@@ -35,9 +35,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interp_toolkit import ModelConfig, build_model
-from interp_toolkit.runs.batched import StackedAdamW, StackedModel, batched_readout_loss
+from interp_toolkit.runs.batched import StackedModel, batched_readout_loss
 from interp_toolkit.runs.cost import step_flops
 from interp_toolkit.runs.forward import ReadoutForward
+from interp_toolkit.runs.optim import StackedAdamW
 from interp_toolkit.runs.trainer import readout_loss
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_split
 

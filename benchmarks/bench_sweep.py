@@ -29,12 +29,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from interp_toolkit import ModelConfig, TrainConfig, build_model, train
-from interp_toolkit.runs.batched import (
-    StackedAdamW,
-    StackedModel,
-    batched_readout_loss,
-    train_batched,
-)
+from interp_toolkit.runs.batched import StackedModel, batched_readout_loss, train_batched
+from interp_toolkit.runs.optim import StackedAdamW
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
 

@@ -67,8 +67,9 @@ def measure(n_layers: int, k: int, tokens: torch.Tensor, labels: torch.Tensor, s
             epochs: int, synchronize: Callable[[], None]) -> tuple[float, float]:
     """``(seconds per epoch, FLOPs per epoch)`` of K stacked seeds (one warm-up step first)."""
     from interp_toolkit import ModelConfig
-    from interp_toolkit.runs.batched import StackedAdamW, StackedModel, batched_readout_loss
+    from interp_toolkit.runs.batched import StackedModel, batched_readout_loss
     from interp_toolkit.runs.cost import step_flops
+    from interp_toolkit.runs.optim import StackedAdamW
 
     cfgs = [ModelConfig(n_layers=n_layers, n_heads=shape["n_heads"], d_model=shape["d_model"],
                         d_mlp=shape["d_mlp"], seed=seed, **shape["dims"]) for seed in range(k)]

@@ -65,7 +65,7 @@ from interp_toolkit.runs.extend import (
 from interp_toolkit.runs.layout import METRICS, curves_path, metrics_path
 from interp_toolkit.runs.lock import DirectoryLock
 from interp_toolkit.runs.metrics import read_metrics
-from interp_toolkit.runs.optim import adamw_step, clip_member_grads_
+from interp_toolkit.runs.optim import StackedAdamW, clip_member_grads_
 from interp_toolkit.runs.record import (
     finish_record,
     new_training_record,
@@ -95,8 +95,6 @@ from interp_toolkit.runs.trainer import (
     with_split_task,
 )
 from interp_toolkit.threads import with_threads
-
-ADAM_EPS = 1e-8  # torch.optim.AdamW's default, which train() uses
 
 #: ``stop_rule(metrics) -> True`` ends a member's training after that evaluation.
 StopRule = Callable[[dict[str, Any]], bool]
@@ -130,52 +128,6 @@ def _check_same_architecture(model_cfgs: Sequence[ModelConfig]) -> None:
                 f"train_batched members must share one architecture (only the seed may differ); "
                 f"fields {diff} differ"
             )
-
-
-class StackedAdamW:
-    """AdamW on stacked parameters ``{name: [K, ...]}``, the update of ``torch.optim.AdamW``.
-
-    Args:
-        lr: Learning rate.
-        betas: ``(beta1, beta2)``.
-        weight_decay: Decoupled weight decay.
-        eps: Added to the bias-corrected root of the second moment.
-    """
-
-    def __init__(self, params: Mapping[str, Tensor], lr: float, betas: tuple[float, float],
-                 weight_decay: float, eps: float = ADAM_EPS) -> None:
-        self.lr, self.betas, self.weight_decay, self.eps = lr, betas, weight_decay, eps
-        self.step_count = 0
-        self.exp_avg = {name: torch.zeros_like(p) for name, p in params.items()}
-        self.exp_avg_sq = {name: torch.zeros_like(p) for name, p in params.items()}
-
-    @torch.no_grad()
-    def step(self, params: dict[str, Tensor], grads: Mapping[str, Tensor], lr: float | None = None) -> None:
-        """Update ``params`` in place from ``grads`` (same keys and shapes), at ``lr`` (default
-        the constructor's: a schedule passes each step's rate, as ``train`` sets its optimizer's)."""
-        self.step_count += 1
-        names = list(params)
-        adamw_step([params[k] for k in names], [grads[k] for k in names], [self.exp_avg[k] for k in names],
-                   [self.exp_avg_sq[k] for k in names], self.step_count, self.lr if lr is None else lr, self.betas,
-                   self.weight_decay, self.eps)
-
-    def select(self, keep: Tensor) -> None:
-        """Keep only the members indexed by ``keep`` (after others stopped early)."""
-        self.exp_avg = {k: v[keep].contiguous() for k, v in self.exp_avg.items()}
-        self.exp_avg_sq = {k: v[keep].contiguous() for k, v in self.exp_avg_sq.items()}
-
-    def member_state_dict(self, index: int, param_names: Sequence[str],
-                          param_groups: list[dict[str, Any]]) -> dict[str, Any]:
-        """Member ``index``'s state in ``torch.optim.AdamW.state_dict()`` format."""
-        state = {
-            i: {
-                "step": torch.tensor(float(self.step_count)),
-                "exp_avg": self.exp_avg[name][index].clone(),
-                "exp_avg_sq": self.exp_avg_sq[name][index].clone(),
-            }
-            for i, name in enumerate(param_names)
-        }
-        return {"state": state, "param_groups": copy.deepcopy(param_groups)}
 
 
 class StackedModel:
@@ -627,5 +579,4 @@ def _train_group(
     return stopped
 
 
-__all__ = ["BatchedResult", "StackedAdamW", "StackedModel", "evaluate_batched",
-           "train_batched", "batched_readout_loss"]
+__all__ = ["BatchedResult", "StackedModel", "evaluate_batched", "train_batched", "batched_readout_loss"]

@@ -9,7 +9,8 @@ import torch
 
 from interp_toolkit import ModelConfig, TrainConfig, load_checkpoint, train
 from interp_toolkit.errors import UserError
-from interp_toolkit.runs.batched import StackedAdamW, train_batched
+from interp_toolkit.runs.batched import train_batched
+from interp_toolkit.runs.optim import StackedAdamW
 from interp_toolkit.runs.trainer import list_checkpoints
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
