@@ -19,7 +19,7 @@ import tyro
 
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.mechanism.contrast import ContrastConfig
+from interp_toolkit.studies.mechanism.contrast_data import ContrastConfig
 
 DESCRIPTION = ("Mechanism with controls: sort MPSP runs (run or study directories) into those that left the "
                "shortcut and those that did not (by generalizing and by a phase-2 onset, unless --by names one), measure gradient cosine and the minority's amplification at every "

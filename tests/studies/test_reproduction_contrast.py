@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from interp_toolkit.studies.mechanism.contrast import FILES, read_contrast
+from interp_toolkit.studies.mechanism.contrast import read_contrast
+from interp_toolkit.studies.mechanism.contrast_data import FILES
 from interp_toolkit.studies.mechanism.contrast_plot import write_contrast
 
 ROOT = Path(__file__).resolve().parents[2]

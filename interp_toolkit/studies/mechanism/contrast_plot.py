@@ -2,7 +2,7 @@
 by group with the windows the contrast compares) and the contrast's files
 (:func:`write_contrast`: the figure, the per-epoch, per-window and per-run tables and the JSON
 summary), drawn from a
-:class:`~interp_toolkit.studies.mechanism.contrast.ContrastResult` alone (computed, or read back
+:class:`~interp_toolkit.studies.mechanism.contrast_data.ContrastResult` alone (computed, or read back
 by :func:`~interp_toolkit.studies.mechanism.contrast.read_contrast`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
-from interp_toolkit.studies.mechanism.contrast import (
+from interp_toolkit.studies.mechanism.contrast_data import (
     FILES,
     LABELS,
     RATIO_QUANTITIES,

@@ -14,14 +14,16 @@ from scipy.stats import ttest_ind
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism.contrast import (
-    FILES,
-    ContrastConfig,
-    RunSeries,
     compute_contrast,
     contrast_runs,
     default_windows,
-    parse_window,
     read_contrast,
+)
+from interp_toolkit.studies.mechanism.contrast_data import (
+    FILES,
+    ContrastConfig,
+    RunSeries,
+    parse_window,
 )
 from interp_toolkit.studies.mechanism.contrast_plot import write_contrast
 from interp_toolkit.studies.mechanism.measure import MechanismConfig, mechanism_over_checkpoints
