@@ -54,7 +54,7 @@ from interp_toolkit.studies.grid.study import (
     write_failure,
     write_recorded,
 )
-from interp_toolkit.studies.sweep import execution
+from interp_toolkit.studies.sweep import execution, ray_backend
 from interp_toolkit.studies.sweep.execution import SweepProgress
 
 BACKENDS = ("local", "ray")
@@ -233,7 +233,7 @@ def run_sweep(
 
     with DirectoryLock(study_dir, "study directory"):
         with contextlib.ExitStack() as stack:
-            ray = stack.enter_context(execution.ray_session(address)) if backend == "ray" else None
+            ray = stack.enter_context(ray_backend.ray_session(address)) if backend == "ray" else None
             return _run_sweep_locked(cfg, study_dir, backend, workers, ray, progress, report, callbacks,
                                      recorded_table, log_every, extend_from, recorded, jobs_per_gpu, retries)
 
@@ -252,10 +252,10 @@ def _resources(cfg: SweepConfig, ray: Any, jobs_per_gpu_override: int | None) ->
     from interp_toolkit.studies.sweep.resources import jobs_per_gpu, seeds_per_job
 
     if ray is not None:
-        wants_gpu = execution.ray_wants_gpu(ray, cfg.device)
+        wants_gpu = ray_backend.ray_wants_gpu(ray, cfg.device)
         k = seeds_per_job(cfg, on_gpu=wants_gpu)
         share = 1.0 / jobs_per_gpu(cfg, k, jobs_per_gpu_override) if wants_gpu else 0.0
-        return _Resources(k, execution.ray_job_device(cfg.device, wants_gpu), num_gpus=share)
+        return _Resources(k, ray_backend.ray_job_device(cfg.device, wants_gpu), num_gpus=share)
     if execution.local_gpu_slots(cfg.device, 1) is None:
         return _Resources(seeds_per_job(cfg), cfg.device)
     k = seeds_per_job(cfg, on_gpu=True)
@@ -275,7 +275,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     module for the Ray backend, else None)."""
     check_study_dir(cfg, study_dir)
     if ray is not None:  # before any work: workers writing to their own disks would lose runs
-        execution.check_shared_storage(ray, study_dir)
+        ray_backend.check_shared_storage(ray, study_dir)
     atomic_write_json(study_record_path(study_dir), new_study_record(cfg, study_dir, extend_from, recorded))
 
     started = time.perf_counter()
@@ -325,7 +325,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
             clear_failure(run["run_dir"])
     if todo:
         if ray is not None:
-            rows.extend(execution.run_ray(ray, todo, tracker, callbacks, resources.num_gpus, retries, placements))
+            rows.extend(ray_backend.run_ray(ray, todo, tracker, callbacks, resources.num_gpus, retries, placements))
         else:
             # On GPUs one worker per GPU slot (jobs_per_gpu per GPU); on CPUs one process per
             # core, each on 1 torch thread (small per-op work: threads only add contention).

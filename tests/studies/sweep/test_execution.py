@@ -15,12 +15,8 @@ from interp_toolkit.cli import main
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.grid.config import preset
 from interp_toolkit.studies.sweep import execution
-from interp_toolkit.studies.sweep.execution import (
-    deal_gpu_slots,
-    local_gpu_slots,
-    take_gpu_slot,
-    verify_sentinels,
-)
+from interp_toolkit.studies.sweep.execution import deal_gpu_slots, local_gpu_slots, take_gpu_slot
+from interp_toolkit.studies.sweep.ray_backend import verify_sentinels
 from interp_toolkit.studies.sweep.run import plan_jobs, run_sweep
 from tests.helpers import KillWorkerOnce
 

@@ -7,6 +7,7 @@ import pytest
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.grid.config import cell_configs, preset, run_dir_name
+from interp_toolkit.studies.sweep import ray_backend
 from interp_toolkit.studies.sweep.run import plan_jobs, run_sweep
 
 
@@ -31,7 +32,6 @@ class _Stop(Exception):
 def _fake_ray(monkeypatch, resources):
     """A stand-in ray: connected, with ``resources``; its ``remote`` records the task's request
     (and the device its jobs resolve on the worker) and stops the sweep before any training."""
-    import interp_toolkit.studies.sweep.execution as execution
 
     asked = {}
     fake = types.ModuleType("ray")
@@ -54,7 +54,7 @@ def _fake_ray(monkeypatch, resources):
 
     fake.remote = remote
     monkeypatch.setitem(sys.modules, "ray", fake)
-    monkeypatch.setattr(execution, "check_shared_storage", lambda ray, study_dir: asked.update(checked=study_dir))
+    monkeypatch.setattr(ray_backend, "check_shared_storage", lambda ray, study_dir: asked.update(checked=study_dir))
     queue_module = types.ModuleType("ray.util.queue")
     queue_module.Queue = lambda: None
     monkeypatch.setitem(sys.modules, "ray.util", types.ModuleType("ray.util"))
