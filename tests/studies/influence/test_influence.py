@@ -14,12 +14,8 @@ from interp_toolkit.model import ModelConfig
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.mpsp import train_mpsp
 from interp_toolkit.studies.influence.examples import onset_examples
-from interp_toolkit.studies.influence.measure import (
-    CSV_COLUMNS,
-    draw_phase_threshold,
-    read_influence_csv,
-    training_phase,
-)
+from interp_toolkit.studies.influence.measure import CSV_COLUMNS, read_influence_csv
+from interp_toolkit.studies.influence.phases import draw_phase_threshold, training_phase
 from interp_toolkit.studies.influence.plot import plot_influence, plot_influence_summary
 from interp_toolkit.tasks.mpsp import MPSPConfig
 
@@ -172,7 +168,8 @@ class _PlantedDraw:
 def test_solution_labels_separate_planted_draws_of_the_two_solutions():
     """Draws planted in the shortcut or the rule (with 0-8% of predictions flipped) get their
     solution's label; a draw at chance, or between the two solutions, gets neither."""
-    from interp_toolkit.studies.influence.measure import SOLUTIONS, _accuracy_fn, solution_label
+    from interp_toolkit.studies.influence.measure import _accuracy_fn
+    from interp_toolkit.studies.influence.phases import SOLUTIONS, solution_label
     from interp_toolkit.tasks.mpsp import make_splits
 
     splits = make_splits(MPSPConfig(seq_len=5, n_values=10, r=0.9, n_train=64, n_eval=512))
