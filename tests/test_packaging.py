@@ -91,3 +91,12 @@ def test_tests_never_import_example_scripts():
             if "examples" in window or "EXAMPLE" in window:
                 offenders.append(f"{path.relative_to(ROOT)}: {line.strip()}")
     assert not offenders, offenders
+
+
+def test_every_module_of_the_package_stays_under_600_lines():
+    # a module past this has grown two purposes; split it by purpose (the architecture review)
+    sizes = {str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+             for top in ("interp_toolkit", "tasks", "analyses") for path in (ROOT / top).rglob("*.py")
+             if "__pycache__" not in path.parts}
+    assert len(sizes) > 100
+    assert {path: n for path, n in sizes.items() if n > 600} == {}
