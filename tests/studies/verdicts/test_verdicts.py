@@ -292,3 +292,18 @@ def test_stage_five_runs_sit_in_their_own_regimes_never_in_r1_at_length_six():
     assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R1_LEN6, 2, 0.9)] == ["1"]
     assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R1_LEN6_1HEAD, 2, 0.9)] == ["2"]
     assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R1_LEN6_VALUES20, 2, 0.9)] == ["3"]
+
+
+def test_the_joined_study_is_never_reproduced_by_converged_chains_alone(tmp_path):
+    folder = tmp_path / "docs" / "influence"
+    folder.mkdir(parents=True)
+    for seed, rhat in ((1, 1.002), (3, 1.004)):
+        (folder / f"seed{seed}.csv").write_text(
+            "epoch,train_group,query_set,bif,stderr,max_rhat,min_ess_bulk\n"
+            f"100,anti,adv,-0.3,0.03,{rhat},250\n", encoding="utf-8")
+    (row,) = claims_bif.joined_rows(tmp_path)
+    assert row["verdict"].startswith("inconclusive") and "not tested" in row["why"]
+    (folder / "seed3.csv").write_text("epoch,train_group,query_set,bif,stderr,max_rhat,min_ess_bulk\n"
+                                      "100,anti,adv,-0.3,0.03,1.2,40\n", encoding="utf-8")
+    (row,) = claims_bif.joined_rows(tmp_path)
+    assert row["verdict"].startswith("inconclusive") and "unconverged" in row["why"]
