@@ -4,6 +4,7 @@ out of its saturated shortcut.
     python examples/influence_study.py train OUT EPOCHS SEED...   # the demo's task and model
     python examples/influence_study.py measure OUT SEED...        # interp-toolkit influence per run
     python examples/influence_study.py figures OUT DEST           # CSVs, figures, numbers -> DEST
+    python examples/influence_study.py outcomes OUT DEST.csv      # every trained run's kind and epochs
 
 ``train`` trains one run per model seed with the demo's task and model (1 layer, 2 heads,
 length 5, values 0..9, r = 0.9, 4,096 training examples) for EPOCHS full-batch epochs,
@@ -32,6 +33,9 @@ EPOCHS = (50, 100, 200, 300, 400)
 
 #: Query examples of each split (adv, val) the influence is measured on.
 N_QUERY = 512
+#: A run without an onset whose final adversarial accuracy is at least this is still climbing:
+#: neither a clean leaver nor a control (seed 0 of the first study: 0.23 at epoch 400).
+RISING_FROM = 0.2
 
 
 def train(out: Path, epochs: int, seeds: list[int]) -> None:
@@ -74,6 +78,33 @@ def run_kind(outcome: dict) -> str:
     """``left the shortcut`` (the outcome code found phase 2) or ``no phase 2 (outcome code)``
     (stayed on the shortcut or memorized within the run's epochs: a control, if it stays)."""
     return "left the shortcut" if outcome.get("phase2_onset_epoch") is not None else "no phase 2 (outcome code)"
+
+
+def outcomes(out: Path, dest: Path) -> list[dict]:
+    """One row per trained run under ``OUT/runs``: its kind (:func:`run_kind`; ``rising, no
+    onset`` for a run still climbing at its end without an onset, neither kind) and the outcome
+    code's epochs, written to ``dest`` (CSV)."""
+    from interp_toolkit.io import atomic_write_text
+    from interp_toolkit.studies.influence.phases import run_outcome
+
+    rows = []
+    for run in sorted((out / "runs").glob("seed*"), key=lambda p: int(p.name[4:])):
+        outcome, metrics, _ = run_outcome(run)
+        final = metrics[-1]["adv_acc"]
+        kind = run_kind(outcome)
+        if kind != "left the shortcut" and final >= RISING_FROM:
+            kind = "rising, no onset"
+        rows.append({"seed": run.name[4:], "kind": kind, "shortcut_epoch": outcome.get("shortcut_epoch"),
+                     "phase2_onset_epoch": outcome.get("phase2_onset_epoch"),
+                     "first_100pct_adv_epoch": outcome.get("first_generalized_epoch"),
+                     "best_adv_acc_after_shortcut": max(m["adv_acc"] for m in metrics
+                                                        if m["epoch"] >= (outcome.get("shortcut_epoch") or 0)),
+                     "final_adv_acc": final, "final_epoch": metrics[-1]["epoch"]})
+    lines = [",".join(rows[0])] + [",".join("" if v is None else str(v) for v in row.values()) for row in rows]
+    atomic_write_text(dest, "\n".join(lines) + "\n")
+    for row in rows:
+        print(*row.values(), flush=True)
+    return rows
 
 
 def figures(out: Path, dest: Path) -> dict:
@@ -136,6 +167,8 @@ if __name__ == "__main__":
         measure(Path(rest[0]), [int(s) for s in rest[1:]])
     elif command == "figures":
         figures(Path(rest[0]), Path(rest[1]))
+    elif command == "outcomes":
+        outcomes(Path(rest[0]), Path(rest[1]))
     else:
         print(__doc__)
         raise SystemExit(0 if command in ("-h", "--help") else 2)

@@ -303,10 +303,103 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
                         "tables", [rel(root, p) for p in paths])]
 
 
+#: The joined study measured again (docs/influence.md, "What deciding it takes"): the runs'
+#: kinds and onsets (``runs.csv``) and one influence table per measured run (``seed<S>.csv``).
+JOINED_REDO = ("docs", "influence", "redo")
+#: Runs of each kind (leaving the shortcut, staying on it) a joined verdict needs.
+MIN_RUNS_PER_KIND = 4
+
+
+def _anti_on_adv(path: Path) -> list[dict[str, str]]:
+    """The anti-shortcut group's rows on the adversarial loss of one influence table, by epoch."""
+    return sorted((r for r in read_rows(path) if r["train_group"] == "anti" and r["query_set"] == "adv"),
+                  key=lambda r: int(r["epoch"]))
+
+
+def grows_past_onset(rows: Sequence[Mapping[str, str]], onset: int) -> dict[str, Any] | None:
+    """Whether a leaver's anti-shortcut influence keeps growing past its phase-2 onset.
+
+    The onset checkpoint is the first measured one at or after ``onset``; the run *grows past
+    the onset* when a later checkpoint's ``|BIF|`` exceeds the onset checkpoint's by ``z >= 2``
+    (errors added in quadrature). None when no checkpoint is at or after the onset."""
+    at = [r for r in rows if int(r["epoch"]) >= onset]
+    if not at:
+        return None
+    first = at[0]
+    b0, s0 = abs(float(first["bif"])), float(first["stderr"])
+    zs = [(abs(float(r["bif"])) - b0) / max((float(r["stderr"]) ** 2 + s0 ** 2) ** 0.5, 1e-300) for r in at[1:]]
+    peak = max(rows, key=lambda r: abs(float(r["bif"])))
+    share = float(first["between"]) / float(first["bif"]) if float(first["bif"]) != 0 else float("nan")
+    return {"onset_epoch": int(first["epoch"]), "peak_epoch": int(peak["epoch"]), "z_later": max(zs, default=0.0),
+            "grows": max(zs, default=0.0) >= 2.0, "between_share": share}
+
+
+def joined_redo_rows(root: Path) -> list[dict[str, str]]:
+    """The joined prediction judged on the measured-again runs: rule 3 on every row read, at least
+    :data:`MIN_RUNS_PER_KIND` runs of each kind, then "not reproduced" when the influence grows
+    past the onset (:func:`grows_past_onset`) in every leaver, "reproduced" when no leaver's does
+    and the leavers' growth from the onset checkpoint to the last differs from the controls' over
+    the same epochs (exact permutation p < 0.05), "inconclusive" otherwise."""
+    folder = root.joinpath(*JOINED_REDO)
+    if not (folder / "runs.csv").is_file():
+        return []
+    from interp_toolkit.studies.common.statistics import permutation_p, welch_interval
+
+    kinds = {int(r["seed"]): r for r in read_rows(folder / "runs.csv")}
+    tables = {int(p.stem[4:]): _anti_on_adv(p) for p in sorted(folder.glob("seed*.csv"))}
+    leavers = sorted(s for s in tables if kinds.get(s, {}).get("kind") == "left the shortcut")
+    controls = sorted(s for s in tables if kinds.get(s, {}).get("kind") == "no phase 2 (outcome code)")
+    files = [rel(root, folder / "runs.csv")] + [rel(root, folder / f"seed{s}.csv") for s in leavers + controls]
+    gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"]))
+                                  for s in leavers + controls for r in tables[s])
+    found = {s: grows_past_onset(tables[s], int(kinds[s]["phase2_onset_epoch"])) for s in leavers}
+    cells = (f"{len(leavers)} leaving runs (seeds {', '.join(map(str, leavers))}), {len(controls)} controls; "
+             + "; ".join(f"seed {s}: onset checkpoint {f['onset_epoch']}, largest |BIF| at {f['peak_epoch']}, later "
+                         f"larger by z {f['z_later']:.1f}, between share {f['between_share']:.2f}"
+                         for s, f in found.items() if f is not None)
+             + f"; converged {gate['n_converged']}/{gate['n']} rows (max R-hat {fmt(gate['max_rhat'])}, min ESS "
+             f"{fmt(gate['min_ess'])})")
+    result: dict[str, float] = {}
+    if leavers and controls and all(f is not None for f in found.values()):
+        last = min(int(tables[s][-1]["epoch"]) for s in leavers + controls)
+        first = {s: f["onset_epoch"] for s, f in found.items() if f is not None}
+
+        def growth(s: int, start: int) -> float:
+            by_epoch = {int(r["epoch"]): abs(float(r["bif"])) for r in tables[s]}
+            return by_epoch.get(last, float("nan")) - by_epoch.get(start, float("nan"))
+
+        start = min(first.values())
+        a = [growth(s, first[s]) for s in leavers]
+        b = [growth(s, start) for s in controls]
+        if all(v == v for v in a + b) and len(a) >= 2 and len(b) >= 2:
+            diff, low, high = welch_interval(a, b)
+            result = {"difference": diff, "low": low, "high": high, "p": permutation_p(a, b)[0]}
+            cells += (f"; growth of |BIF| to epoch {last}: leavers {statistics.mean(a):+.3f}, controls "
+                      f"{statistics.mean(b):+.3f} (from epoch {start}), exact permutation p {fmt(result['p'])}")
+    if min(len(leavers), len(controls)) < MIN_RUNS_PER_KIND:
+        verdict, why = "inconclusive", f"fewer than {MIN_RUNS_PER_KIND} measured runs of a kind"
+    elif not gate["passed"]:
+        verdict, why = "inconclusive", "the chains did not converge on every row it reads"
+    elif any(f is None for f in found.values()):
+        verdict, why = "inconclusive", "a leaver has no checkpoint at or after its onset"
+    elif all(f["grows"] for f in found.values() if f is not None):
+        verdict, why = "not reproduced", ("in every leaving run the influence grows past the onset: a later checkpoint "
+                                          "exceeds the onset checkpoint's by |z| >= 2")
+    elif not any(f["grows"] for f in found.values() if f is not None) and result.get("p", 1.0) < 0.05:
+        verdict, why = "reproduced", "no leaver's influence grows past its onset, and the leavers differ from the controls"
+    else:
+        verdict, why = "inconclusive", "the leavers disagree, or do not differ from the controls"
+    return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at the "
+                        "onset of phase 2 in runs that leave the shortcut", "R2 influence runs, 4 x 200 draws",
+                        "1-layer length-5 runs retrained (24 seeds, one dataset), SGLD eps 1e-4, gamma 1,000, n beta "
+                        "4,096, 4 chains x 200 draws, 4 apart, after 200 burn-in", cells, verdict, why, files,
+                        result)]
+
+
 def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:
     """Every stagewise-attribution claim: the toy over its step-size ladder first, then per
     step size, the language-model claims and the joined study."""
     toy = toy_rows(root)
-    return ladder_rows(toy) + toy + lm_rows(root) + joined_rows(root)
+    return ladder_rows(toy) + toy + lm_rows(root) + joined_rows(root) + joined_redo_rows(root)
 
 

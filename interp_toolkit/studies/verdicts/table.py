@@ -15,7 +15,8 @@ and, through :mod:`interp_toolkit.studies.verdicts.bif` (the stagewise-attributi
   network's mode transitions and the causal windows;
 - ``docs/lm_bif/claims.csv`` and ``docs/lm_bif/*/claims.csv``: the language-model claims per
   checkpoint and seed, one testbed each (its ``claims_study.json`` names it);
-- ``docs/influence/seed*.csv``: the joined study.
+- ``docs/influence/seed*.csv``: the joined study; ``docs/influence/redo/``: the joined study
+  measured again (more runs, longer chains).
 
 Each row: the paper, the claim (the paper's wording), the regime and its settings, the
 cells with k/n, the difference and its interval, p, the power, the verdict with "in R", why,
@@ -37,7 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.grid.study import OUTCOMES_CSV
 from interp_toolkit.studies.verdicts import rules
-from interp_toolkit.studies.verdicts.bif import joined_rows, lm_rows, paper_b_rows
+from interp_toolkit.studies.verdicts.bif import joined_redo_rows, joined_rows, lm_rows, paper_b_rows
 from interp_toolkit.studies.verdicts.rows import FIELDS, ROOT, read_rows, rel, verdict_row
 
 BEGIN, END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
@@ -428,7 +429,7 @@ TARGETS: dict[str, tuple[Callable[[Path], list[dict[str, str]]], str, str]] = {
 #: their own): the language-model claims and the joined study.
 PAGES: dict[str, Callable[[Path], list[dict[str, str]]]] = {
     "docs/lm_bif.md": lambda root: lm_rows(root),
-    "docs/influence.md": lambda root: joined_rows(root),
+    "docs/influence.md": lambda root: joined_rows(root) + joined_redo_rows(root),
 }
 
 

@@ -229,3 +229,27 @@ def test_a_bad_draw_phases_flag_is_one_error_line_and_exit_2(tiny_run, tmp_path,
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "by-eye" in err and "--draw-phases" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_the_study_script_tables_every_trained_run_by_kind(tmp_path):
+    import csv
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "examples" / "influence_study.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    out, dest = tmp_path / "study", tmp_path / "runs.csv"
+    for args in (["train", str(out), "20", "0", "1"], ["outcomes", str(out), str(dest)]):
+        done = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+    with open(dest, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["seed"] for row in rows] == ["0", "1"]
+    assert list(rows[0]) == ["seed", "kind", "shortcut_epoch", "phase2_onset_epoch", "first_100pct_adv_epoch",
+                             "best_adv_acc_after_shortcut", "final_adv_acc", "final_epoch"]
+    for row in rows:
+        assert row["kind"] in ("left the shortcut", "no phase 2 (outcome code)", "rising, no onset")
+        assert row["final_epoch"] == "20" and 0.0 <= float(row["final_adv_acc"]) <= 1.0

@@ -307,3 +307,52 @@ def test_the_joined_study_is_never_reproduced_by_converged_chains_alone(tmp_path
                                       "100,anti,adv,-0.3,0.03,1.2,40\n", encoding="utf-8")
     (row,) = claims_bif.joined_rows(tmp_path)
     assert row["verdict"].startswith("inconclusive") and "unconverged" in row["why"]
+
+
+def _influence_table(path, values, rhat=1.003, between=0.01):
+    lines = ["epoch,train_group,query_set,bif,stderr,between,max_rhat,min_ess_bulk"]
+    for epoch, value in values:
+        lines.append(f"{epoch},anti,adv,{value},0.03,{between},{rhat},250")
+        lines.append(f"{epoch},consistent,adv,0.02,0.01,0.0,{rhat},250")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_a_leaver_grows_past_its_onset_when_a_later_checkpoint_is_larger_by_two_errors():
+    rows = [{"epoch": e, "bif": b, "stderr": "0.03", "between": "0.01"}
+            for e, b in ((50, "-0.3"), (100, "-0.3"), (200, "-0.5"), (400, "-0.9"))]
+    found = claims_bif.grows_past_onset(rows, 75)
+    assert found["onset_epoch"] == 100 and found["peak_epoch"] == 400 and found["grows"]
+    assert found["z_later"] == pytest.approx(0.6 / (2 * 0.03 ** 2) ** 0.5)
+    flat = [{**r, "bif": b} for r, b in zip(rows, ("-0.3", "-0.5", "-0.48", "-0.52"), strict=True)]
+    assert not claims_bif.grows_past_onset(flat, 75)["grows"]  # 0.02 / 0.042: within two errors
+    assert claims_bif.grows_past_onset(rows, 500) is None  # no checkpoint at or after the onset
+
+
+def test_the_joined_redo_verdict_needs_four_runs_of_each_kind_and_converged_chains(tmp_path):
+    folder = tmp_path / "docs" / "influence" / "redo"
+    folder.mkdir(parents=True)
+    header = "seed,kind,shortcut_epoch,phase2_onset_epoch,first_100pct_adv_epoch,best_adv_acc_after_shortcut," \
+             "final_adv_acc,final_epoch"
+    runs = [f"{s},left the shortcut,40,60,,1.0,1.0,400" for s in range(4)]
+    runs += [f"{s},no phase 2 (outcome code),40,,,0.1,0.05,400" for s in range(4, 8)]
+    (folder / "runs.csv").write_text("\n".join([header, *runs]) + "\n", encoding="utf-8")
+    growing = [(50, -0.3), (100, -0.3), (200, -0.5), (400, -0.9)]
+    for seed in range(8):
+        _influence_table(folder / f"seed{seed}.csv", growing if seed < 4 else [(e, -0.4) for e, _ in growing])
+    (row,) = claims_bif.joined_redo_rows(tmp_path)
+    assert row["verdict"] == "not reproduced in R2 influence runs, 4 x 200 draws", row
+    assert "4 leaving runs" in row["cells"] and "converged 32/32" in row["cells"] and row["p"] != ""
+    _influence_table(folder / "seed1.csv", growing, rhat=1.02)
+    (row,) = claims_bif.joined_redo_rows(tmp_path)
+    assert row["verdict"].startswith("inconclusive") and "converge" in row["why"]
+    (folder / "seed1.csv").unlink()
+    (row,) = claims_bif.joined_redo_rows(tmp_path)
+    assert row["verdict"].startswith("inconclusive") and "fewer than 4" in row["why"]
+    # every leaver peaks at its onset and the controls grow instead: the prediction holds
+    for seed in range(4):
+        _influence_table(folder / f"seed{seed}.csv", [(50, -0.3), (100, -0.8), (200, -0.79 + 0.01 * seed), (400, -0.78)])
+    for seed in range(4, 8):
+        _influence_table(folder / f"seed{seed}.csv", [(50, -0.3), (100, -0.3), (200, -0.5), (400, -0.9 - 0.01 * seed)])
+    (row,) = claims_bif.joined_redo_rows(tmp_path)
+    assert row["verdict"] == "reproduced in R2 influence runs, 4 x 200 draws", row
+    assert float(row["p"]) == pytest.approx(2 / 70, abs=1e-4)  # the exact test's floor at 4 against 4 (3 digits)
