@@ -5,6 +5,7 @@ out of its saturated shortcut.
     python examples/influence_study.py measure OUT SEED...        # interp-toolkit influence per run
     python examples/influence_study.py figures OUT DEST           # CSVs, figures, numbers -> DEST
     python examples/influence_study.py outcomes OUT DEST.csv      # every trained run's kind and epochs
+    python examples/influence_study.py merge DEST.csv MEASURED... # one table from re-measured checkpoints
 
 ``train`` trains one run per model seed with the demo's task and model (1 layer, 2 heads,
 length 5, values 0..9, r = 0.9, 4,096 training examples) for EPOCHS full-batch epochs,
@@ -17,7 +18,9 @@ run's ``influence.csv`` to ``DEST/<run>.csv``, regenerates every figure from tho
 phases, the anti-shortcut group's BIF on the adversarial loss at the shortcut-phase and
 onset checkpoints with their errors, the between-phase share, and for runs that left the
 shortcut the features of the most helpful anti-shortcut examples at the onset with their
-permutation p-values.
+permutation p-values. ``merge`` joins several ``interp-toolkit influence`` outputs of one run
+into one table: a later output's epochs replace the earlier ones' (a checkpoint measured again
+with more draws), and every row names its sampler's draws.
 """
 
 from __future__ import annotations
@@ -107,6 +110,43 @@ def outcomes(out: Path, dest: Path) -> list[dict]:
     return rows
 
 
+def merge(dest: Path, measured: list[Path]) -> list[dict]:
+    """Join the ``influence.csv`` of each folder in ``measured`` (outputs of ``interp-toolkit
+    influence`` on one run) into ``dest``: an epoch measured in a later folder replaces the
+    earlier folders' rows of that epoch, rows keep the first table's order, and a ``draws``
+    column names the draws per chain each row's sampler took (from the folder's summary)."""
+    import csv
+    import io
+
+    from interp_toolkit.io import atomic_write_text
+
+    tables, run_dirs = [], set()
+    for folder in measured:
+        summary = json.loads((folder / "summary.json").read_text())
+        run_dirs.add(summary["run_dir"])
+        draws = str(summary["settings"]["sampler"]["draws"])
+        with open(folder / "influence.csv", newline="", encoding="utf-8") as handle:
+            tables.append([{**row, "draws": draws} for row in csv.DictReader(handle)])
+    if len(run_dirs) != 1:
+        raise SystemExit(f"error: merge joins measurements of one run; these measure {sorted(run_dirs)}")
+    by_epoch: dict[str, list[dict]] = {}
+    for table in tables:
+        for epoch in {row["epoch"] for row in table}:
+            by_epoch[epoch] = [row for row in table if row["epoch"] == epoch]
+    order = {(r["epoch"], r["train_group"], r["query_set"]): i for table in reversed(tables)
+             for i, r in enumerate(table)}
+    rows = sorted((row for group in by_epoch.values() for row in group),
+                  key=lambda r: (int(r["epoch"]), order[(r["epoch"], r["train_group"], r["query_set"])]))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(tables[0][0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(dest, text.getvalue())
+    for epoch in sorted(by_epoch, key=int):
+        print(f"epoch {epoch}: {by_epoch[epoch][0]['draws']} draws", flush=True)
+    return rows
+
+
 def figures(out: Path, dest: Path) -> dict:
     import torch
 
@@ -169,6 +209,8 @@ if __name__ == "__main__":
         figures(Path(rest[0]), Path(rest[1]))
     elif command == "outcomes":
         outcomes(Path(rest[0]), Path(rest[1]))
+    elif command == "merge":
+        merge(Path(rest[0]), [Path(p) for p in rest[1:]])
     else:
         print(__doc__)
         raise SystemExit(0 if command in ("-h", "--help") else 2)

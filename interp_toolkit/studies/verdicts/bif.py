@@ -306,6 +306,8 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
 #: The joined study measured again (docs/influence.md, "What deciding it takes"): the runs'
 #: kinds and onsets (``runs.csv``) and one influence table per measured run (``seed<S>.csv``).
 JOINED_REDO = ("docs", "influence", "redo")
+#: Draws per chain of a redo table without a ``draws`` column (the redo's sampler).
+DEFAULT_REDO_DRAWS = 200
 #: Runs of each kind (leaving the shortcut, staying on it) a joined verdict needs.
 MIN_RUNS_PER_KIND = 4
 
@@ -350,6 +352,9 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
     leavers = sorted(s for s in tables if kinds.get(s, {}).get("kind") == "left the shortcut")
     controls = sorted(s for s in tables if kinds.get(s, {}).get("kind") == "no phase 2 (outcome code)")
     files = [rel(root, folder / "runs.csv")] + [rel(root, folder / f"seed{s}.csv") for s in leavers + controls]
+    # draws per chain: 200, doubled to 400 at a checkpoint whose chains did not converge at 200
+    draws = sorted({int(r.get("draws") or DEFAULT_REDO_DRAWS) for s in leavers + controls for r in tables[s]})
+    draws_text = f"{draws[0]}" if len(draws) == 1 else f"{draws[0]}-{draws[-1]}"
     gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"]))
                                   for s in leavers + controls for r in tables[s])
     found = {s: grows_past_onset(tables[s], int(kinds[s]["phase2_onset_epoch"])) for s in leavers}
@@ -390,10 +395,10 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
     else:
         verdict, why = "inconclusive", "the leavers disagree, or do not differ from the controls"
     return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at the "
-                        "onset of phase 2 in runs that leave the shortcut", "R2 influence runs, 4 x 200 draws",
+                        "onset of phase 2 in runs that leave the shortcut", f"R2 influence runs, 4 x {draws_text} draws",
                         "1-layer length-5 runs retrained (24 seeds, one dataset), SGLD eps 1e-4, gamma 1,000, n beta "
-                        "4,096, 4 chains x 200 draws, 4 apart, after 200 burn-in", cells, verdict, why, files,
-                        result)]
+                        f"4,096, 4 chains x {draws_text} draws (400 where 200 did not converge), 4 apart, after 200 "
+                        "burn-in", cells, verdict, why, files, result)]
 
 
 def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:

@@ -253,3 +253,50 @@ def test_the_study_script_tables_every_trained_run_by_kind(tmp_path):
     for row in rows:
         assert row["kind"] in ("left the shortcut", "no phase 2 (outcome code)", "rising, no onset")
         assert row["final_epoch"] == "20" and 0.0 <= float(row["final_adv_acc"]) <= 1.0
+
+
+def _measured(folder, run_dir, draws, rows):
+    import json
+
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"run_dir": run_dir, "settings": {"sampler": {"draws": draws}}}))
+    lines = ["epoch,train_group,query_set,bif"] + [",".join(map(str, row)) for row in rows]
+    (folder / "influence.csv").write_text("\n".join(lines) + "\n")
+
+
+def _study_script(*args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "examples" / "influence_study.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, str(script), *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_study_script_merges_a_checkpoint_measured_again_with_its_draws(tmp_path):
+    import csv
+
+    first = [(50, "anti", "adv", -0.1), (50, "anti", "val", 0.1), (100, "anti", "adv", -0.2), (100, "anti", "val", 0.2),
+             (200, "anti", "adv", -0.3), (200, "anti", "val", 0.3)]
+    _measured(tmp_path / "a", "runs/seed3", 200, first)
+    _measured(tmp_path / "b", "runs/seed3", 400, [(100, "anti", "val", 0.25), (100, "anti", "adv", -0.25)])
+    done = _study_script("merge", tmp_path / "merged.csv", tmp_path / "a", tmp_path / "b")
+    assert done.returncode == 0, done.stderr
+    with open(tmp_path / "merged.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    # epoch 100 comes from the second measurement, in the first table's row order; the rest stay
+    assert [(r["epoch"], r["query_set"], r["bif"], r["draws"]) for r in rows] == [
+        ("50", "adv", "-0.1", "200"), ("50", "val", "0.1", "200"), ("100", "adv", "-0.25", "400"),
+        ("100", "val", "0.25", "400"), ("200", "adv", "-0.3", "200"), ("200", "val", "0.3", "200")]
+    assert "epoch 100: 400 draws" in done.stdout
+
+
+def test_the_study_script_refuses_to_merge_measurements_of_two_runs(tmp_path):
+    _measured(tmp_path / "a", "runs/seed3", 200, [(50, "anti", "adv", -0.1)])
+    _measured(tmp_path / "b", "runs/seed5", 400, [(50, "anti", "adv", -0.2)])
+    done = _study_script("merge", tmp_path / "merged.csv", tmp_path / "a", tmp_path / "b")
+    assert done.returncode != 0 and "runs/seed3" in done.stderr and "runs/seed5" in done.stderr
+    assert not (tmp_path / "merged.csv").exists()

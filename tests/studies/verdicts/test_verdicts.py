@@ -356,3 +356,21 @@ def test_the_joined_redo_verdict_needs_four_runs_of_each_kind_and_converged_chai
     (row,) = claims_bif.joined_redo_rows(tmp_path)
     assert row["verdict"] == "reproduced in R2 influence runs, 4 x 200 draws", row
     assert float(row["p"]) == pytest.approx(2 / 70, abs=1e-4)  # the exact test's floor at 4 against 4 (3 digits)
+
+
+def test_the_joined_redo_row_names_the_draws_its_tables_used(tmp_path):
+    folder = tmp_path / "docs" / "influence" / "redo"
+    folder.mkdir(parents=True)
+    header = "seed,kind,shortcut_epoch,phase2_onset_epoch,first_100pct_adv_epoch,best_adv_acc_after_shortcut," \
+             "final_adv_acc,final_epoch"
+    runs = [f"{s},left the shortcut,40,60,,1.0,1.0,400" for s in range(4)]
+    runs += [f"{s},no phase 2 (outcome code),40,,,0.1,0.05,400" for s in range(4, 8)]
+    (folder / "runs.csv").write_text("\n".join([header, *runs]) + "\n", encoding="utf-8")
+    for seed in range(8):
+        _influence_table(folder / f"seed{seed}.csv", [(50, -0.3), (100, -0.3), (400, -0.9)])
+    assert claims_bif.joined_redo_rows(tmp_path)[0]["regime"] == "R2 influence runs, 4 x 200 draws"
+    path = folder / "seed2.csv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join([lines[0] + ",draws"] + [line + (",400" if line.startswith("400,") else ",200")
+                                                        for line in lines[1:]]) + "\n", encoding="utf-8")
+    assert claims_bif.joined_redo_rows(tmp_path)[0]["regime"] == "R2 influence runs, 4 x 200-400 draws"
