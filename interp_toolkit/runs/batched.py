@@ -25,24 +25,20 @@ from __future__ import annotations
 import contextlib
 import copy
 import io as _io
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from interp_toolkit.callbacks import as_callbacks, dispatch
-from interp_toolkit.checkpoint import save_checkpoint
+from interp_toolkit.callbacks import as_callbacks
 from interp_toolkit.devices import resolve_device
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import (
-    append_jsonl,
     config_hash,
 )
 from interp_toolkit.model import ModelConfig, build_model
@@ -55,49 +51,31 @@ from interp_toolkit.runs.engine import (
     warn_fallback_once,
 )
 from interp_toolkit.runs.extend import (
-    carried_fields,
     check_extension_source,
-    clear_run_outputs,
     continue_from,
-    keep_final_state,
     starts_fresh,
 )
-from interp_toolkit.runs.layout import METRICS, curves_path, metrics_path
 from interp_toolkit.runs.lock import DirectoryLock
-from interp_toolkit.runs.metrics import read_metrics
+from interp_toolkit.runs.loop import StopRule, TrainingLoop
 from interp_toolkit.runs.optim import StackedAdamW, clip_member_grads_
 from interp_toolkit.runs.record import (
-    finish_record,
-    new_training_record,
     read_record,
-    write_record,
     write_recovered_record,
 )
 from interp_toolkit.runs.resume import (
-    RESUME_NAME,
     RunDirState,
-    checkpoint_path,
     move_aside,
     run_dir_state,
-    save_resume_state,
     saved_epoch,
 )
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
-    check_finite_evaluation,
-    diverged,
-    epoch_minibatches,
-    plot_curves,
     run_identity,
-    truncate_metrics,
     validate_splits,
     with_split_task,
 )
 from interp_toolkit.threads import with_threads
-
-#: ``stop_rule(metrics) -> True`` ends a member's training after that evaluation.
-StopRule = Callable[[dict[str, Any]], bool]
 
 
 @dataclass
@@ -438,145 +416,68 @@ def _train_group(
     start_epoch: int, stop_rule: StopRule | None, device: str | torch.device, global_ids: list[int],
     chunk_size: int | None = None, callbacks: Sequence[Any] = (),
 ) -> dict[int, int | None]:
-    """Train members that all start at ``start_epoch``; returns early-stop epochs by global id."""
-    stacked = StackedModel(model_cfgs, device=device, engine=cfg.engine)
-    optimizer = StackedAdamW(stacked.params, cfg.lr, cfg.betas, cfg.weight_decay)
-    param_groups = torch.optim.AdamW(stacked.template.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                     weight_decay=cfg.weight_decay).state_dict()["param_groups"]
-    shuffle_gen = torch.Generator().manual_seed(cfg.seed)
-    records: list[dict[str, Any]] = []
-
-    for i, state in enumerate(states):
-        if state.status == "resume":
-            saved = state.resume_state
-            assert saved is not None  # status "resume" carries the state
-            stacked.load_member(i, saved["model"])
-            opt_state = saved["optimizer_state"]
-            for j, name in enumerate(stacked.param_names):
-                if j in opt_state:  # empty before the first step (a state saved at epoch 0)
-                    optimizer.exp_avg[name][i].copy_(opt_state[j]["exp_avg"])
-                    optimizer.exp_avg_sq[name][i].copy_(opt_state[j]["exp_avg_sq"])
-            optimizer.step_count = int(float(opt_state[0]["step"])) if opt_state else 0
-            shuffle_gen.set_state(saved["shuffle_rng"])  # identical across members (same cfg.seed)
-            truncate_metrics(state.run_dir, start_epoch, cfg.evaluation_epochs())
-        else:
-            clear_run_outputs(state.run_dir)
-        record = new_training_record(
-            key=state.key, identity=identities[i], model_config=model_cfgs[i].to_dict(),
-            train_config=cfg.to_dict(), split_sizes={name: len(split.labels) for name, split in splits.items()},
-            run_info=infos[i], trainer="batched", **carried_fields(state.record))
-        if state.status == "resume":
-            record["resumed_from"] = start_epoch
-        write_record(state.run_dir, record)
-        records.append(record)
-
-    train_split = splits[cfg.train_split]
-    tokens = train_split.tokens.to(device)
-    labels = train_split.labels.to(device)
-    ckpt_epochs = set(cfg.checkpoint_epochs())
-    eval_epochs = set(cfg.evaluation_epochs())
-    # active[j] = position in this group's lists of the j-th stacked member
-    active = list(range(len(states)))
-    stopped: dict[int, int | None] = {}
-
-    def save_member(j: int, epoch: int, metrics: dict[str, Any], force_checkpoint: bool = False) -> None:
-        i = active[j]
-        run_dir = states[i].run_dir
-        model = stacked.member_model(j)
-        if epoch in ckpt_epochs or force_checkpoint:
-            save_checkpoint(model, checkpoint_path(run_dir, epoch),
-                            metadata={"epoch": epoch, "metrics": metrics, "run_key": states[i].key})
-        save_resume_state(run_dir / RESUME_NAME, epoch, states[i].key, model.state_dict(),
-                          optimizer.member_state_dict(j, stacked.param_names, param_groups)["state"],
-                          shuffle_gen.get_state())
-        if force_checkpoint:  # scheduled checkpoints are reported by log_evaluation
-            dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
-
-    def finish_member(j: int, seconds: float, stopped_at: int | None) -> None:
-        i = active[j]
-        run_dir = states[i].run_dir
-        metrics = read_metrics(metrics_path(run_dir))
-        plot_curves(metrics, curves_path(run_dir))
-        extra = {"stopped_early_at": stopped_at} if stopped_at is not None else {}
-        finish_record(run_dir, records[i], metrics[-1] if metrics else {}, seconds, **extra)
-        keep_final_state(run_dir)
-        stopped[global_ids[i]] = stopped_at
-        dispatch(callbacks, "on_run_end", run_dir, records[i]["final"])
-
-    def log_evaluation(epoch: int, logged_before: frozenset[int] = frozenset()) -> list[dict[str, Any]]:
-        """Evaluate every active member at ``epoch``, log and save it; members in
-        ``logged_before`` (positions in ``active``) already hold this evaluation and state."""
-        results = evaluate_batched(stacked, splits, cfg.readout_position, cfg.eval_batch_size)
-        logged = []
-        for j, metrics in enumerate(results):  # all checked before any line is logged
-            check_finite_evaluation({"epoch": epoch, **metrics}, cfg.lr, states[active[j]].run_dir)
-        for j, metrics in enumerate(results):
-            metrics = {"epoch": epoch, **metrics}
-            if j not in logged_before:
-                append_jsonl(states[active[j]].run_dir / METRICS, metrics)
-                save_member(j, epoch, metrics)
-            logged.append(metrics)
-        # After every member's state is saved: a callback that raises leaves all resumable.
-        for j, metrics in enumerate(logged):
-            if j in logged_before:
-                continue
-            run_dir = states[active[j]].run_dir
-            dispatch(callbacks, "on_evaluation", run_dir, metrics)
-            if epoch in ckpt_epochs:
-                dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
-        return logged
-
-    if start_epoch == 0:
-        # A member resuming from a state saved at epoch 0 (killed right after its first
-        # evaluation) keeps that evaluation and state; logging them again would write a
-        # second epoch-0 line, a history no uninterrupted run has.
-        log_evaluation(0, frozenset(i for i, state in enumerate(states) if state.status == "resume"))
-
-    started = time.perf_counter()
-    bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train x{len(states)} {states[0].run_dir.name}",
-               disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
-    # the learning rate is a function of the global step (as in train), so a resumed group
-    # follows the schedule exactly; clipping is per member, as train clips its one model
-    per_epoch = cfg.steps_per_epoch(len(labels))
-    total_steps = cfg.epochs * per_epoch
-    for epoch in bar:
-        for batch, idx in enumerate(epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device)):
-            grads, losses = batched_readout_loss(stacked, tokens[idx], labels[idx], cfg.readout_position,
-                                                 chunk_size)
-            if not bool(torch.isfinite(losses).all()):
-                first = next(j for j, value in enumerate(losses.tolist()) if not math.isfinite(value))
-                raise diverged(f"training loss became {losses.tolist()} at epoch {epoch}", cfg.lr,
-                               states[active[first]].run_dir)
-            if cfg.grad_clip is not None:
-                clip_member_grads_(grads, cfg.grad_clip)
-            lr = cfg.lr_at((epoch - 1) * per_epoch + batch + 1, total_steps) if cfg.schedules_lr else None
-            optimizer.step(stacked.params, grads, lr=lr)
-        if epoch not in eval_epochs:
-            continue
-        logged = log_evaluation(epoch)
-        bar.set_postfix({k: f"{v:.3f}" for k, v in logged[0].items() if k.endswith("_acc")})
-        if stop_rule is None or epoch == cfg.epochs:
-            continue
-        done = [j for j, metrics in enumerate(logged) if stop_rule(metrics)]
-        if not done:
-            continue
-        for j in done:
-            if epoch not in ckpt_epochs:  # the last state is always a checkpoint
-                save_member(j, epoch, logged[j], force_checkpoint=True)
-            finish_member(j, time.perf_counter() - started, epoch)
-        keep = [j for j in range(len(active)) if j not in done]
-        if not keep:
-            break
-        keep_index = torch.tensor(keep, dtype=torch.long, device=tokens.device)
-        stacked.select(keep_index, [stacked.model_cfgs[j] for j in keep])
-        optimizer.select(keep_index)
-        active = [active[j] for j in keep]
-    bar.close()
-    if active and stacked.size == len(active):
-        for j in range(len(active)):
-            if global_ids[active[j]] not in stopped:
-                finish_member(j, time.perf_counter() - started, None)
-    return stopped
+    """Train members that all start at ``start_epoch`` (one :class:`~interp_toolkit.runs.loop.TrainingLoop`);
+    returns early-stop epochs by global id."""
+    members = StackedMembers(model_cfgs, cfg, device, chunk_size)
+    loop = TrainingLoop(members, splits, cfg, states, start_epoch, callbacks=callbacks, stop_rule=stop_rule,
+                        description=f"train x{len(states)} {states[0].run_dir.name}")
+    loop.prepare(identities, [m.to_dict() for m in model_cfgs], infos, trainer="batched", mark_resumed=True)
+    stopped = loop.run(device)
+    return {global_ids[i]: epoch for i, epoch in stopped.items()}
 
 
-__all__ = ["BatchedResult", "StackedModel", "evaluate_batched", "train_batched", "batched_readout_loss"]
+class StackedMembers:
+    """K stacked members as the training loop's :class:`~interp_toolkit.runs.loop.Members`:
+    gradients from :func:`batched_readout_loss`, :class:`~interp_toolkit.runs.optim.StackedAdamW`
+    (``torch.optim.AdamW``'s update on the stacked tensors), per-member clipping."""
+
+    def __init__(self, model_cfgs: Sequence[ModelConfig], cfg: TrainConfig, device: str | torch.device,
+                 chunk_size: int | None = None) -> None:
+        self.cfg, self.chunk_size = cfg, chunk_size
+        self.stacked = StackedModel(model_cfgs, device=device, engine=cfg.engine)
+        self.optimizer = StackedAdamW(self.stacked.params, cfg.lr, cfg.betas, cfg.weight_decay)
+        self.param_groups = torch.optim.AdamW(self.stacked.template.parameters(), lr=cfg.lr, betas=cfg.betas,
+                                              weight_decay=cfg.weight_decay).state_dict()["param_groups"]
+        self.grads: dict[str, Tensor] = {}
+
+    @property
+    def size(self) -> int:
+        return self.stacked.size
+
+    def load(self, index: int, saved: Mapping[str, Any]) -> None:
+        self.stacked.load_member(index, saved["model"])
+        opt_state = saved["optimizer_state"]
+        for j, name in enumerate(self.stacked.param_names):
+            if j in opt_state:  # empty before the first step (a state saved at epoch 0)
+                self.optimizer.exp_avg[name][index].copy_(opt_state[j]["exp_avg"])
+                self.optimizer.exp_avg_sq[name][index].copy_(opt_state[j]["exp_avg_sq"])
+        self.optimizer.step_count = int(float(opt_state[0]["step"])) if opt_state else 0
+
+    def gradients(self, tokens: Tensor, labels: Tensor) -> Tensor:
+        self.grads, losses = batched_readout_loss(self.stacked, tokens, labels, self.cfg.readout_position,
+                                                  self.chunk_size)
+        return losses
+
+    def update(self, lr: float | None, clip: float | None) -> None:
+        if clip is not None:
+            clip_member_grads_(self.grads, clip)
+        self.optimizer.step(self.stacked.params, self.grads, lr=lr)
+
+    def evaluate(self, splits: Mapping[str, Any]) -> list[dict[str, float]]:
+        return evaluate_batched(self.stacked, splits, self.cfg.readout_position, self.cfg.eval_batch_size)
+
+    def member_model(self, index: int) -> Any:
+        return self.stacked.member_model(index)
+
+    def optimizer_state(self, index: int) -> dict[Any, Any]:
+        return self.optimizer.member_state_dict(index, self.stacked.param_names, self.param_groups)["state"]
+
+    def select(self, keep: Tensor) -> None:
+        self.stacked.select(keep, [self.stacked.model_cfgs[j] for j in keep.tolist()])
+        self.optimizer.select(keep)
+
+    def finish(self) -> None:
+        self.grads = {}
+
+
+__all__ = ["BatchedResult", "StackedMembers", "StackedModel", "evaluate_batched", "train_batched", "batched_readout_loss"]

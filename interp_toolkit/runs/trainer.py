@@ -16,25 +16,20 @@ Run directory layout (written by :func:`train`)::
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from interp_toolkit.callbacks import as_callbacks, dispatch
-from interp_toolkit.checkpoint import load_checkpoint, save_checkpoint
+from interp_toolkit.callbacks import as_callbacks
+from interp_toolkit.checkpoint import load_checkpoint
 from interp_toolkit.devices import resolve_device
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import (
-    append_jsonl,
-    atomic_write_bytes,
     config_hash,
     tensor_digest,
 )
@@ -42,30 +37,33 @@ from interp_toolkit.model import model_config_of, move_model
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.cost import train_threads
 from interp_toolkit.runs.extend import (
-    carried_fields,
     clear_run_outputs,
-    keep_final_state,
     start_from_shorter_run,
 )
 from interp_toolkit.runs.forward import ReadoutForward
-from interp_toolkit.runs.layout import CURVES, METRICS
+from interp_toolkit.runs.layout import METRICS
 from interp_toolkit.runs.lock import DirectoryLock
+from interp_toolkit.runs.loop import (  # noqa: F401  (the loop's helpers stay importable from here)
+    TrainingLoop,
+    check_finite_evaluation,
+    diverged,
+    epoch_minibatches,
+    plot_curves,
+    plot_training_curves,
+    truncate_metrics,
+)
 from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.record import (
-    finish_record,
     library_versions,
-    new_training_record,
     read_run_record,
     write_record,
     write_recovered_record,
 )
 from interp_toolkit.runs.resume import (
-    RESUME_NAME,
     checkpoint_path,
     list_checkpoints,
     move_aside,
     run_dir_state,
-    save_resume_state,
 )
 from interp_toolkit.threads import with_threads
 
@@ -236,112 +234,6 @@ def run_identity(model_cfg: dict[str, Any], train_cfg: TrainConfig, splits: Mapp
     }
 
 
-def plot_training_curves(metrics: Sequence[Mapping[str, Any]], ax: Any = None) -> Any:
-    """Loss (log scale) and accuracy of every split against epochs (log scale).
-
-    Each split has its colour and line style (:data:`interp_toolkit.plotting.SPLIT_LINESTYLES`);
-    one legend, right of the accuracy panel.
-
-    Args:
-        metrics: Lines of a ``metrics.jsonl`` (``epoch``, ``<split>_loss``, ``<split>_acc``).
-        ax: Optional two axes ``(loss_ax, accuracy_ax)`` to draw into.
-
-    Returns:
-        The :class:`matplotlib.figure.Figure` drawn on.
-    """
-    from interp_toolkit.plotting import (
-        epoch_axis,
-        label,
-        legend_outside,
-        new_panels,
-        split_colors,
-        split_linestyle,
-        style,
-    )
-
-    with style():
-        fig, (ax_loss, ax_acc) = new_panels(2, ax, ncols=2, figsize=(9.5, 3.4))
-        if not metrics:
-            return fig
-        epochs = [m["epoch"] for m in metrics]
-        colors = split_colors()
-        for axis, suffix in ((ax_loss, "_loss"), (ax_acc, "_acc")):
-            for key in sorted(k for k in metrics[0] if k.endswith(suffix)):
-                split = key[: -len(suffix)]
-                axis.plot(epochs, [m[key] for m in metrics], label=label(split), color=colors.get(split),
-                          ls=split_linestyle(split))
-            epoch_axis(axis, epochs)
-        legend_outside(ax_acc)  # the same splits in both panels: one legend, beside the data
-        ax_loss.set(ylabel="cross-entropy loss", yscale="log")
-        ax_acc.set(ylabel="accuracy", ylim=(-0.02, 1.02))
-    return fig
-
-
-def plot_curves(metrics: list[dict[str, Any]], path: Path) -> None:
-    """Write :func:`plot_training_curves` of ``metrics`` to ``path`` (nothing when empty)."""
-    from interp_toolkit.plotting import save_figure
-
-    if metrics:
-        save_figure(plot_training_curves(metrics), path)
-
-
-def epoch_minibatches(n: int, batch_size: int | None, shuffle_gen: torch.Generator,
-                      device: torch.device | str) -> Iterator[Tensor | slice]:
-    """Indices of one epoch's minibatches of an ``n``-example training split.
-
-    Shared by every trainer, so that runs trained alone and together see the same batches:
-    ``batch_size`` None is full-batch training (one ``slice(None)``, the generator is not
-    drawn from); otherwise a fresh permutation from ``shuffle_gen`` cut into pieces of
-    ``batch_size`` (the last may be smaller).
-    """
-    if batch_size is None:
-        yield slice(None)
-        return
-    order = torch.randperm(n, generator=shuffle_gen).to(device)
-    for start in range(0, n, batch_size):
-        yield order[start : start + batch_size]
-
-
-def truncate_metrics(run_dir: str | Path, epoch: int, evaluation_epochs: Sequence[int] = ()) -> None:
-    """Resume step shared by every trainer: keep the evaluation history up to ``epoch`` (the
-    saved state); later lines, a torn line and bad lines are dropped and recomputed
-    identically, scheduled evaluations (``evaluation_epochs``) missing before ``epoch`` are
-    restored from the run's checkpoints, and a one-line notice on stderr says how many
-    lines were dropped or restored (:func:`interp_toolkit.runs.metrics.repair_for_resume`).
-    """
-    from interp_toolkit.errors import notice
-    from interp_toolkit.runs.metrics import repair_for_resume
-
-    metrics_path = Path(run_dir) / METRICS
-    kept, message = repair_for_resume(run_dir, epoch, evaluation_epochs)
-    if message is not None:
-        notice(message)
-        atomic_write_bytes(metrics_path, "".join(json.dumps(m, sort_keys=True) + "\n" for m in kept).encode())
-
-
-def diverged(what: str, lr: float, run_dir: str | Path) -> Exception:
-    """The :class:`~interp_toolkit.errors.TrainingDivergedError` of a run whose training
-    became non-finite (``what``), naming the learning rate and where the run stands."""
-    from interp_toolkit.errors import TrainingDivergedError
-    from interp_toolkit.runs.resume import saved_epoch
-
-    saved = saved_epoch(run_dir)
-    kept = f"{run_dir} keeps its state at epoch {saved}" if saved is not None else f"{run_dir} holds no saved state"
-    return TrainingDivergedError(f"{what}: training diverged with lr {lr:g}; lower --train.lr ({kept}; rerun with "
-                                 f"--overwrite and a lower lr)")
-
-
-def check_finite_evaluation(metrics: Mapping[str, Any], lr: float, run_dir: str | Path) -> None:
-    """Raise :func:`diverged` if an evaluation has a non-finite loss (checked before the line
-    is logged, so ``metrics.jsonl`` never holds one)."""
-    import math
-
-    bad = {k: v for k, v in metrics.items() if k != "epoch" and isinstance(v, float) and not math.isfinite(v)}
-    if bad:
-        detail = ", ".join(f"{k} {v}" for k, v in sorted(bad.items()))
-        raise diverged(f"evaluation at epoch {metrics.get('epoch')} gave {detail}", lr, run_dir)
-
-
 @with_threads(train_threads)  # 1 torch thread for tiny work; the caller's count is restored
 def train(
     model: Any,
@@ -438,7 +330,6 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     identity = run_identity(model_cfg.to_dict(), cfg, splits, run_info)
     key = config_hash(identity)
     run_info = with_split_task(run_info, splits)
-    resume_path = run_dir / RESUME_NAME
     metrics_path = run_dir / METRICS
 
     if overwrite:
@@ -464,94 +355,67 @@ def _train_locked(model: Any, splits: Mapping[str, Split], cfg: TrainConfig, run
     if target_device is not None:
         move_model(model, target_device)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                  weight_decay=cfg.weight_decay)
-    shuffle_gen = torch.Generator().manual_seed(cfg.seed)
-    start_epoch = 0
-    resumed_from = None
-    if state.status == "resume":
-        saved = state.resume_state
-        assert saved is not None  # status "resume" carries the state
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict({"state": saved["optimizer_state"],
-                                   "param_groups": optimizer.state_dict()["param_groups"]})
-        shuffle_gen.set_state(saved["shuffle_rng"])
-        start_epoch = resumed_from = state.start_epoch
-        # Drop evaluations logged after the saved state; they are recomputed identically.
-        truncate_metrics(run_dir, start_epoch, cfg.evaluation_epochs())
-    else:
-        clear_run_outputs(run_dir)
-    record = new_training_record(
-        key=key, identity=identity, model_config=model_cfg.to_dict(), train_config=cfg.to_dict(),
-        split_sizes={name: len(split.labels) for name, split in splits.items()}, run_info=run_info,
-        **carried_fields(state.record))
-    write_record(run_dir, record)
-
-    train_split = splits[cfg.train_split]
-    tokens = train_split.tokens.to(device)
-    labels = train_split.labels.to(device)
-    ckpt_epochs = set(cfg.checkpoint_epochs())
-    eval_epochs = set(cfg.evaluation_epochs())
-
-    def save_state(epoch: int, last_metrics: dict[str, Any]) -> None:
-        if epoch in ckpt_epochs:
-            save_checkpoint(model, checkpoint_path(run_dir, epoch),
-                            metadata={"epoch": epoch, "metrics": last_metrics, "run_key": key})
-        save_resume_state(resume_path, epoch, key, model.state_dict(), optimizer.state_dict()["state"],
-                          shuffle_gen.get_state())
-        # Callbacks only after the resume state is written: one that raises leaves a resumable run.
-        dispatch(callbacks, "on_evaluation", run_dir, last_metrics)
-        if epoch in ckpt_epochs:
-            dispatch(callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
-
-    last_metrics: dict[str, Any] = {}
-    if resumed_from is None:
-        last_metrics = {"epoch": 0, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}
-        append_jsonl(metrics_path, last_metrics)
-        save_state(0, last_metrics)
-
-    started = time.perf_counter()
+    member = ModelMember(model, cfg)
+    resumed_from = state.start_epoch if state.status == "resume" else None
+    start_epoch = resumed_from if resumed_from is not None else 0
     model.train()
-    # The training forward: the lean readout-only engine or the bridge.
-    forward = ReadoutForward(model, cfg.readout_position, cfg.engine)
-    bar = tqdm(range(start_epoch + 1, cfg.epochs + 1), desc=f"train {run_dir.name}",
-               disable=not cfg.progress, initial=start_epoch, total=cfg.epochs, leave=False)
-    # the learning rate is a function of the global step, so a resumed run follows the schedule exactly
-    per_epoch = cfg.steps_per_epoch(len(labels))
-    total_steps = cfg.epochs * per_epoch
-    clip_norm = cfg.grad_clip
-    clipped = [p for p in model.parameters() if p.requires_grad] if clip_norm is not None else []
-    for epoch in bar:
-        for batch, idx in enumerate(epoch_minibatches(len(labels), cfg.batch_size, shuffle_gen, device)):
-            optimizer.zero_grad(set_to_none=True)
-            loss = forward.backward(tokens[idx], labels[idx])  # gradients into .grad, in cache-sized passes
-            if not torch.isfinite(loss):
-                raise diverged(f"training loss became {loss.item()} at epoch {epoch}", cfg.lr, run_dir)
-            if cfg.schedules_lr:
-                lr = cfg.lr_at((epoch - 1) * per_epoch + batch + 1, total_steps)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-            if clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(clipped, clip_norm)
-            optimizer.step()
-        if epoch in eval_epochs:
-            last_metrics = {"epoch": epoch, **evaluate(model, splits, cfg.readout_position, cfg.eval_batch_size, cfg.engine)}
-            check_finite_evaluation(last_metrics, cfg.lr, run_dir)  # never a NaN line in metrics.jsonl
-            append_jsonl(metrics_path, last_metrics)
-            save_state(epoch, last_metrics)
-            model.train()
-            bar.set_postfix({k: f"{v:.3f}" for k, v in last_metrics.items() if k.endswith("_acc")})
-    bar.close()
-    model.eval()
-
+    loop = TrainingLoop(member, splits, cfg, [state], start_epoch, callbacks=callbacks,
+                        description=f"train {run_dir.name}")
+    loop.prepare([identity], [model_cfg.to_dict()], [run_info])
+    loop.run(device)
+    record = loop.records[0]
     metrics = read_metrics(metrics_path)
-    final = metrics[-1] if metrics else {}
-    plot_curves(metrics, run_dir / CURVES)
-    finish_record(run_dir, record, final, time.perf_counter() - started)
-    keep_final_state(run_dir)
-    dispatch(callbacks, "on_run_end", run_dir, final)
+    final = record.get("final", {})
     return TrainResult(model, run_dir, metrics, final, resumed_from=resumed_from,
                        history_seconds=record["train_seconds"])
+
+
+class ModelMember:
+    """One model as the training loop's :class:`~interp_toolkit.runs.loop.Members` (K = 1):
+    ``torch.optim.AdamW`` over its parameters, gradients from the lean readout forward
+    (:class:`~interp_toolkit.runs.forward.ReadoutForward`) or the bridge, evaluation by
+    :func:`evaluate` with the same engine."""
+
+    size = 1
+
+    def __init__(self, model: Any, cfg: TrainConfig) -> None:
+        self.model, self.cfg = model, cfg
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
+                                           weight_decay=cfg.weight_decay)
+        self.forward = ReadoutForward(model, cfg.readout_position, cfg.engine)
+        self.clipped = [p for p in model.parameters() if p.requires_grad] if cfg.grad_clip is not None else []
+
+    def load(self, index: int, saved: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict({"state": saved["optimizer_state"],
+                                        "param_groups": self.optimizer.state_dict()["param_groups"]})
+
+    def gradients(self, tokens: Tensor, labels: Tensor) -> Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        return self.forward.backward(tokens, labels).reshape(1)  # gradients into .grad, in cache-sized passes
+
+    def update(self, lr: float | None, clip: float | None) -> None:
+        if lr is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.clipped, clip)
+        self.optimizer.step()
+
+    def evaluate(self, splits: Mapping[str, Any]) -> list[dict[str, float]]:
+        return [evaluate(self.model, splits, self.cfg.readout_position, self.cfg.eval_batch_size, self.cfg.engine)]
+
+    def member_model(self, index: int) -> Any:
+        return self.model
+
+    def optimizer_state(self, index: int) -> dict[Any, Any]:
+        return self.optimizer.state_dict()["state"]
+
+    def select(self, keep: Tensor) -> None:
+        raise NotImplementedError("a single run has no early stop")  # train() passes no stop_rule
+
+    def finish(self) -> None:
+        self.model.eval()
 
 
 __all__ = ["TrainConfig", "TrainResult", "train", "evaluate", "readout_loss", "list_checkpoints",
