@@ -211,23 +211,23 @@ def parse_config(
     description: str | None = None,
     aliases: Mapping[str, str | Sequence[str]] | None = None,
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    prefixes: bool = False,
 ) -> C:
     """Parse ``argv`` into a ``cls`` with flags generated from its fields (tyro).
 
     Precedence: ``default`` (or the class defaults), then ``--config FILE`` (JSON/YAML of
-    the fields), then the flags. Nested configs' flags carry no prefix (``--eps``, not
-    ``--sampler.eps``) unless ``prefixes``.
+    the fields), then the flags. Every command spells its flags alike: a field of a nested
+    config is ``--SECTION.FIELD`` (``--sampler.eps``, ``--train.lr``), and also its own name
+    (``--eps``) where no other section of the command has a field of that name and the
+    command has no flag of that name (:func:`section_short_flags`).
 
     Args:
         cls: The command's config class.
         argv: The arguments after the subcommand name.
         default: Defaults of this command when they differ from the class's.
         prog, description: For ``--help``.
-        aliases: Old flag name -> generated flag name (``{"--quiet": "--no-progress"}``).
+        aliases: More short flags -> generated flags (``{"--quiet": "--train.no-progress"}``),
+            before the section fields' own names.
         prepare: Adjusts the merged dict before it is built (e.g. derived fields).
-        prefixes: Name nested configs' flags ``--model.n-layers`` (needed when two nested
-            configs share a field name, e.g. ``seed``).
 
     Raises:
         SystemExit: On ``--help`` (0) or an unparsable flag (2, after one ``error:`` line).
@@ -237,6 +237,12 @@ def parse_config(
 
     config_file, rest = split_config_flag(argv)
     refuse_empty_values(rest)
+    shorts = section_short_flags(cls)
+    if shorts and description is not None:
+        short, nested = next(iter(shorts.items()))
+        description = (f"{description.rstrip()} A section's field also takes its own name where no other flag has it "
+                       f"({short} = {nested}).")
+    aliases = {**shorts, **(aliases or {})}
     used_aliases = {}  # generated flag -> the old spelling the user typed (named in errors)
     for token in rest:
         flag = token.partition("=")[0]
@@ -261,8 +267,7 @@ def parse_config(
     try:
         with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
             # tyro types its result ``C | None`` for an optional default; it never returns None
-            return cast(C, tyro.cli(cls, args=rest, default=start, prog=prog, description=description,
-                                    config=() if prefixes else (tyro.conf.OmitArgPrefixes,)))
+            return cast(C, tyro.cli(cls, args=rest, default=start, prog=prog, description=description))
     except SystemExit as exit_:
         if exit_.code not in (0, None):
             message = _one_line(stderr.getvalue())
@@ -273,6 +278,40 @@ def parse_config(
             sys.stdout.write(clean_help(stdout.getvalue() + stderr.getvalue()))
         raise
 
+
+
+def section_short_flags(cls: type) -> dict[str, str]:
+    """``--FIELD -> --SECTION.FIELD`` for the fields of ``cls``'s nested configs (bools also
+    ``--no-FIELD``) whose name no other section and no top-level field of ``cls`` has: the
+    short spellings of :func:`parse_config` (``--eps`` for ``--sampler.eps``)."""
+    import typing
+
+    def dashed(name: str) -> str:
+        return name.replace("_", "-")
+
+    hints = typing.get_type_hints(cls)
+    top = {f.name for f in dataclasses.fields(cls)}
+    found: dict[str, list[str]] = {}
+    for f in dataclasses.fields(cls):
+        kind = hints.get(f.name)
+        if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+            continue
+        inner = typing.get_type_hints(kind)
+        for g in dataclasses.fields(kind):
+            if not g.init:
+                continue
+            found.setdefault(g.name, []).append(f.name)
+            if inner.get(g.name) is bool:
+                found.setdefault(f"no_{g.name}", []).append(f.name)
+    out = {}
+    for name, sections in found.items():
+        if len(sections) == 1 and name not in top:
+            section, field_name = sections[0], name
+            if field_name.startswith("no_") and field_name not in {g.name for g in dataclasses.fields(hints[section])}:
+                out[f"--{dashed(name)}"] = f"--{section}.no-{dashed(field_name[3:])}"
+            else:
+                out[f"--{dashed(name)}"] = f"--{section}.{dashed(name)}"
+    return out
 
 
 class _Capture(io.StringIO):

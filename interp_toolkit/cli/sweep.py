@@ -3,17 +3,18 @@
 The study itself lives in :mod:`interp_toolkit.studies.sweep.run`. Flags are generated from the
 configs (:func:`_sweep_flags`): the command's own options (:class:`SweepCommandConfig`),
 ``SweepConfig``'s grid and study settings (``--ratios 0.5 0.9``, ``--n-layers 1 2``,
-``--early-stop`` ...), every field of its ``task``, ``model`` and ``train`` sections (under the
-flat names of earlier versions where they had one: ``--epochs``, ``--lr``, ``--seq-len``; else
-``--SECTION-FIELD``: ``--train-seed``, ``--model-act-fn``) and ``--grid SECTION.FIELD=V1,V2``.
+``--early-stop`` ...), every field of its ``task``, ``model`` and ``train`` sections as
+``--SECTION.FIELD`` (``--train.lr``, ``--train.seed``, ``--model.act-fn``: ``train``'s spelling;
+the short flags of :data:`~interp_toolkit.cli.flags.SHORT_FLAGS`, ``--lr``, ``--epochs``,
+``--seq-len`` ..., are the same in both commands) and ``--grid SECTION.FIELD=V1,V2``.
 Settings come from a preset (``--preset``, default ``smoke`` unless ``--config`` is given),
 then ``--config FILE`` (JSON/YAML of ``SweepConfig`` fields, or of command fields with a
 ``sweep`` section), then flags. With neither ``--preset`` nor ``--config``, ``--out DIR`` of
 an existing study starts from the study itself (its ``study.json``: the latest settings over
 its whole grid, and its invocations' ``--extend-from`` and ``--recorded`` paths), so
 ``interp-toolkit sweep --out DIR`` resumes a study with nothing else at hand. Earlier
-spellings keep working: comma-separated lists (``--ratios 0.1,0.5``), ``--layers``/``--heads``,
-and ``--seeds N`` as a count (seeds ``0..N-1``).
+Lists may also be comma-separated (``--ratios 0.1,0.5``), ``--layers``/``--heads`` are
+``--n-layers``/``--n-heads``, and ``--seeds N`` is a count (seeds ``0..N-1``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
+from interp_toolkit.cli.flags import SHORT_FLAGS, short_flags_text
 from interp_toolkit.config import Config, load_config_file, parse_config, split_config_flag
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.grid.config import (
-    FLAT_NAMES,
     PRESET_NOTES,
     PRESETS,
     SECTIONS,
@@ -37,6 +38,8 @@ from interp_toolkit.studies.grid.config import (
 
 DESCRIPTION = ("Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones resume. "
                "Lists take space- or comma-separated values; --seeds N alone is a count (seeds 0..N-1). "
+               "Every field of the task, model and train sections is a flag --SECTION.FIELD, as in train; "
+               "short flags: " + short_flags_text(dict(SHORT_FLAGS)) + ". "
                "Presets: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in PRESET_NOTES.items()))
 LIST_FLAGS = ("--tasks", "--ratios", "--n-layers", "--n-heads", "--weight-decays", "--seeds")
 ALIASES = {"--layers": "--n-layers", "--heads": "--n-heads"}
@@ -123,7 +126,7 @@ class SweepCommandConfig(Config):
         self.extend_from = [Path(p) for p in self.extend_from]
 
 
-def _old_spellings(argv: Sequence[str]) -> list[str]:
+def _expand_lists(argv: Sequence[str]) -> list[str]:
     """Comma lists -> separate values; ``--seeds N`` (one value, no comma) -> ``0 .. N-1``."""
     out: list[str] = []
     items = [ALIASES.get(t, t) for t in argv]
@@ -206,9 +209,10 @@ def _attribute_help(cls: type) -> dict[str, str]:
 
 def _sweep_flags() -> tuple[type, dict[str, tuple[str, str]]]:
     """The flags of ``sweep``: the command's own options, ``SweepConfig``'s grid and study
-    settings, the flat names of section fields (``--lr``, ``--seq-len``, ...), and every other
-    section field as ``--SECTION-FIELD`` (``--train-seed``, ``--model-act-fn``), plus
-    ``--grid SECTION.FIELD=V1,V2``. Built from the configs, so a new field is a new flag.
+    settings, every section field as ``--SECTION.FIELD`` (``--train.lr``, ``--train.seed``,
+    ``--model.act-fn``; the short spellings of :data:`~interp_toolkit.cli.flags.SHORT_FLAGS`,
+    ``--lr``, ``--seq-len`` ..., work too), plus ``--grid SECTION.FIELD=V1,V2``. Built from the
+    configs, so a new field is a new flag.
 
     Returns:
         ``(the flags dataclass, {flag field: (section, field)} of the section fields)``.
@@ -217,8 +221,8 @@ def _sweep_flags() -> tuple[type, dict[str, tuple[str, str]]]:
 
     import tyro
 
-    def described(kind: Any, text: str) -> Any:
-        return typing.Annotated[kind, tyro.conf.arg(help=" ".join(text.split()) or None)]
+    def described(kind: Any, text: str, name: str | None = None) -> Any:
+        return typing.Annotated[kind, tyro.conf.arg(name=name, help=" ".join(text.split()) or None)]
 
     fields: list[tuple[str, Any, Any]] = []
     command_help = _attribute_help(SweepCommandConfig)
@@ -233,15 +237,15 @@ def _sweep_flags() -> tuple[type, dict[str, tuple[str, str]]]:
             fields.append((f.name, described(sweep_types[f.name], sweep_help.get(f.name, "")), None))
     sections: dict[str, tuple[str, str]] = {}
     classes = SweepConfig.config_classes()
-    flat_of = {where: flat for flat, where in FLAT_NAMES.items()}
     for section in SECTIONS:
         cls = classes[section]
         hints = typing.get_type_hints(cls)
         helps = _attribute_help(cls)
         for name in SweepConfig.section_defaults(section):
-            flag = flat_of.get((section, name), f"{section}_{name}")
-            sections[flag] = (section, name)
-            fields.append((flag, described(hints[name], f"{cls.__name__}.{name}: {helps.get(name, '')}"), None))
+            field_name = f"{section}__{name}"  # the flag is --SECTION.FIELD, as train spells it
+            sections[field_name] = (section, name)
+            fields.append((field_name, described(hints[name], f"{cls.__name__}.{name}: {helps.get(name, '')}",
+                                                 name=f"{section}.{name}"), None))
     fields.append(("grid", described(list[str], "More grid axes: SECTION.FIELD=V1,V2 (e.g. train.batch_size=256,none); "
                                      "each is a cell setting of its own"), None))
     spec = [(name, kind, dataclasses.field(default=None)) for name, kind, _ in fields]
@@ -277,7 +281,7 @@ def _grid_of_flags(entries: Sequence[str]) -> dict[str, list[Any]]:
 def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepCommandConfig:
     """``argv`` (after ``sweep``) -> a validated :class:`SweepCommandConfig` (preset, file, flags)."""
     config_file, rest = split_config_flag(argv)
-    rest = _old_spellings(rest)
+    rest = _expand_lists(rest)
     preset = _flag_value(rest, "--preset")
     study = None if preset or config_file else _study_settings(_flag_value(rest, "--out"), rest)
     if preset is None and config_file is None and study is None:
@@ -305,10 +309,11 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepComma
     values.update({f.name: getattr(cfg, f.name) for f in dataclasses.fields(SweepConfig)
                    if f.name not in (*SECTIONS, "grid")})
     values.update({flag: getattr(cfg, section)[name] for flag, (section, name) in section_flags.items()})
-    values["betas"] = tuple(values["betas"])
+    values["train__betas"] = tuple(values["train__betas"])
     values["grid"] = [f"{axis}={','.join('none' if v is None else str(v) for v in vals)}"
                       for axis, vals in cfg.grid.items()]
-    parsed = parse_config(flags, rest, default=flags(**values), prog=prog, description=DESCRIPTION)
+    parsed = parse_config(flags, rest, default=flags(**values), prog=prog, description=DESCRIPTION,
+                          aliases=SHORT_FLAGS)
     chosen = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(parsed)}
     command = {f.name: chosen.pop(f.name) for f in dataclasses.fields(SweepCommandConfig) if f.name != "sweep"}
     sweep: dict[str, Any] = {"grid": _grid_of_flags(chosen.pop("grid") or [])}

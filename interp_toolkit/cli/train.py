@@ -13,29 +13,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from interp_toolkit.cli.flags import SHORT_FLAGS, short_flags_text
 from interp_toolkit.errors import UserError
 from interp_toolkit.runs.mpsp import default_run_dir, format_metrics, last_logged_epoch, run_mpsp
 
 # The names of interp_toolkit.tasks.mpsp.TASKS, spelled out so that importing this module needs no torch.
 TASK_NAMES = ["first_mod3_sum_mod3", "first_parity_sum_parity", "max_mod3_sum_mod3", "max_parity_sum_parity"]
-# Flag names of earlier versions -> the generated flags (both work).
+# The short spellings (the shared table, then train's own) -> the generated flags (both work).
 ALIASES: dict[str, str | list[str]] = {
-    "--task": "--task-name", "--r": "--task.r", "--seq-len": "--task.seq-len", "--n-values": "--task.n-values",
-    "--n-train": "--task.n-train", "--n-eval": "--task.n-eval", "--data-seed": "--task.seed",
-    "--n-layers": "--model.n-layers", "--n-heads": "--model.n-heads", "--d-model": "--model.d-model",
-    "--d-mlp": "--model.d-mlp", "--attn-only": "--model.attn-only",
+    **SHORT_FLAGS, "--task": "--task-name", "--r": "--task.r",
+    "--n-layers": "--model.n-layers", "--n-heads": "--model.n-heads", "--attn-only": "--model.attn-only",
     "--no-layernorm": ["--model.normalization", "None"], "--model-seed": "--model.seed",
-    "--epochs": "--train.epochs", "--lr": "--train.lr", "--weight-decay": "--train.weight-decay",
-    "--batch-size": "--train.batch-size", "--eval-every": "--train.eval-every",
-    "--checkpoint-every": "--train.checkpoint-every", "--no-log-checkpoints": "--train.no-checkpoint-log-spaced",
+    "--weight-decay": "--train.weight-decay", "--no-log-checkpoints": "--train.no-checkpoint-log-spaced",
     "--quiet": "--train.no-progress", "--device": "--train.device",
 }
 DESCRIPTION = ("Train one MPSP model. Reruns of a finished run recompute nothing; an interrupted run resumes "
                "from its last saved epoch. Every field of the task (MPSPConfig), model (ModelConfig) and "
                "training (TrainConfig) configs is a flag; --config FILE (JSON/YAML with sections task, model, "
-               "train, run_dir) sets them and flags override it. Short flags of earlier versions still work: "
-               + ", ".join(f"{old} = {new if isinstance(new, str) else ' '.join(new)}" for old, new in ALIASES.items())
-               + ".")
+               "train, run_dir) sets them and flags override it. Short flags: " + short_flags_text(ALIASES) + ".")
 
 
 _COMMAND_CONFIG: list[type] = []
@@ -193,8 +188,7 @@ def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
     from interp_toolkit.config import load_config_file, parse_config, split_config_flag
 
     cls = command_config_class()
-    cfg: Any = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES, prepare=_prepare,
-                       prefixes=True)
+    cfg: Any = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES, prepare=_prepare)
     # d_head follows d_model / n_heads unless it was given (the default instance holds a derived value)
     config_file, rest = split_config_flag(argv)
     from_file = config_file is not None and "d_head" in (load_config_file(config_file).get("model") or {})

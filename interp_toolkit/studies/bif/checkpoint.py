@@ -60,7 +60,7 @@ class BIFCommandConfig(Config):
         calibrate_eps: Step sizes of the sweep (default: eps / 10, eps, eps * 10).
         calibrate_gamma: Localization strengths of the sweep (default: gamma).
         calibrate_n_beta: n * beta of the sweep (default: n_beta).
-        sampler: SGLD settings (flags without prefix: --eps, --chains, ...). --chains is at
+        sampler: SGLD settings (--sampler.eps, --sampler.chains, ...; short: --eps, --chains). --chains is at
             least 2: the BIF's standard error is a leave-one-chain-out jackknife, which one chain
             cannot give (it would be NaN everywhere).
         convergence: Adaptive chain length (--adaptive, the default: draws and burn-in double

@@ -105,7 +105,7 @@ class InfluenceConfig(Config):
         draw_phases: How SGLD draws are labelled for the within/between-phase split: solution
             (the solution each draw sits in, by its accuracy on both query sets) or onset (its
             adversarial accuracy above the run's onset threshold, the earlier labels).
-        sampler: SGLD settings (flags without prefix: --eps, --chains, ...); --chains >= 2
+        sampler: SGLD settings (--sampler.eps, --sampler.chains, ...; short: --eps, --chains); --chains >= 2
             (the standard errors are a leave-one-chain-out jackknife).
     """
 

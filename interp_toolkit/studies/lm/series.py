@@ -354,7 +354,7 @@ class LMBIFCommandConfig(Config):
             or per_chain (std of the chains' estimates / sqrt(chains)).
         device: cpu, cuda, cuda:N or auto (checked before any work).
         format: Figure file format (png, svg or pdf).
-        sampler: SGLD settings (flags without prefix: --eps, --chains, ...).
+        sampler: SGLD settings (--sampler.eps, --sampler.chains, ...; short: --eps, --chains).
         convergence: Adaptive chain length (--adaptive, the default: draws and burn-in double
             per checkpoint until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per
             chain would be exceeded; summary.json records every round and which stopped it).

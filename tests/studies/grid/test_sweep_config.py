@@ -82,10 +82,43 @@ def test_bad_sections_are_named(data, match):
 
 
 def test_sweep_flags_cover_every_section_field():
-    parsed = parse(["--preset", "smoke", "--train-seed", "3", "--model-act-fn", "gelu", "--grid",
-                    "train.batch_size=64,none", "--seq-len", "6"]).sweep
+    parsed = parse(["--preset", "smoke", "--train.seed", "3", "--model.act-fn", "gelu", "--grid",
+                    "train.batch_size=64,none", "--seq-len", "6", "--train.lr=0.002"]).sweep
     assert parsed.train["seed"] == 3 and parsed.model["act_fn"] == "gelu" and parsed.seq_len == 6
+    assert parsed.train["lr"] == 0.002
     assert parsed.grid == {"train.batch_size": [64, None]}
+
+
+def test_sweep_and_train_spell_every_setting_alike(capsys):
+    """One flag style: a section field is --SECTION.FIELD in both commands, and each short flag of
+    the shared table means the same field in both."""
+    from interp_toolkit.cli import train as train_cli
+    from interp_toolkit.cli.flags import SHORT_FLAGS
+
+    for short, nested in SHORT_FLAGS.items():
+        assert train_cli.ALIASES[short] == nested  # train takes the shared table as it is
+    value = {"--seq-len": "6", "--n-values": "12", "--n-train": "300", "--n-eval": "50", "--data-seed": "4",
+             "--d-model": "24", "--d-mlp": "40", "--epochs": "7", "--lr": "0.004", "--batch-size": "32",
+             "--eval-every": "3", "--checkpoint-every": "6"}
+    for short, text in value.items():
+        section, name = SHORT_FLAGS[short][2:].replace("-", "_").split(".")
+        by_short = getattr(parse(["--preset", "smoke", short, text]).sweep, section)[name]
+        by_nested = getattr(parse(["--preset", "smoke", SHORT_FLAGS[short], text]).sweep, section)[name]
+        assert by_short == by_nested == type(by_short)(text), short
+        trained = train_cli.parse([SHORT_FLAGS[short], text, "--train.no-progress"])
+        assert getattr(getattr(trained, section), name) == by_short, short
+    help_text = _help(["--help"])
+    assert "--train.seed" in help_text and "--model.act-fn" in help_text and "--train-seed" not in help_text
+
+
+def _help(argv):
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parse(argv)
+    return out.getvalue()
 
 
 @pytest.mark.parametrize("bad, match", [
