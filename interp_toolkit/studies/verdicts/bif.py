@@ -329,11 +329,16 @@ def grows_past_onset(rows: Sequence[Mapping[str, str]], onset: int) -> dict[str,
         return None
     first = at[0]
     b0, s0 = abs(float(first["bif"])), float(first["stderr"])
-    zs = [(abs(float(r["bif"])) - b0) / max((float(r["stderr"]) ** 2 + s0 ** 2) ** 0.5, 1e-300) for r in at[1:]]
+    errors = [max((float(r["stderr"]) ** 2 + s0 ** 2) ** 0.5, 1e-300) for r in at[1:]]
+    zs = [(abs(float(r["bif"])) - b0) / e for r, e in zip(at[1:], errors, strict=True)]
     peak = max(rows, key=lambda r: abs(float(r["bif"])))
     share = float(first["between"]) / float(first["bif"]) if float(first["bif"]) != 0 else float("nan")
+    best = max(range(len(zs)), key=zs.__getitem__) if zs else None
     return {"onset_epoch": int(first["epoch"]), "peak_epoch": int(peak["epoch"]), "z_later": max(zs, default=0.0),
-            "grows": max(zs, default=0.0) >= 2.0, "between_share": share}
+            "grows": max(zs, default=0.0) >= 2.0, "between_share": share,
+            # the later checkpoint's excess over the onset's |BIF|, and the excess z 2 needs there
+            "excess": zs[best] * errors[best] if best is not None else 0.0,
+            "detectable": 2.0 * errors[best] if best is not None else float("nan")}
 
 
 def joined_redo_rows(root: Path) -> list[dict[str, str]]:
@@ -352,7 +357,7 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
     leavers = sorted(s for s in tables if kinds.get(s, {}).get("kind") == "left the shortcut")
     controls = sorted(s for s in tables if kinds.get(s, {}).get("kind") == "no phase 2 (outcome code)")
     files = [rel(root, folder / "runs.csv")] + [rel(root, folder / f"seed{s}.csv") for s in leavers + controls]
-    # draws per chain: 200, doubled to 400 at a checkpoint whose chains did not converge at 200
+    # draws per chain: 200, doubled (400, 800, 1600) at a checkpoint until its chains converged
     draws = sorted({int(r.get("draws") or DEFAULT_REDO_DRAWS) for s in leavers + controls for r in tables[s]})
     draws_text = f"{draws[0]}" if len(draws) == 1 else f"{draws[0]}-{draws[-1]}"
     gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"]))
@@ -388,8 +393,12 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
     elif any(f is None for f in found.values()):
         verdict, why = "inconclusive", "a leaver has no checkpoint at or after its onset"
     elif all(f["grows"] for f in found.values() if f is not None):
+        excess = [f["excess"] for f in found.values() if f is not None]
+        detectable = [f["detectable"] for f in found.values() if f is not None]
         verdict, why = "not reproduced", ("in every leaving run the influence grows past the onset: a later checkpoint "
-                                          "exceeds the onset checkpoint's by |z| >= 2")
+                                          "exceeds the onset checkpoint's by |z| >= 2 (|BIF| larger by "
+                                          f"{min(excess):.2f}-{max(excess):.2f}, where {min(detectable):.2f}-"
+                                          f"{max(detectable):.2f} would reach z 2)")
     elif not any(f["grows"] for f in found.values() if f is not None) and result.get("p", 1.0) < 0.05:
         verdict, why = "reproduced", "no leaver's influence grows past its onset, and the leavers differ from the controls"
     else:
@@ -397,8 +406,8 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
     return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at the "
                         "onset of phase 2 in runs that leave the shortcut", f"R2 influence runs, 4 x {draws_text} draws",
                         "1-layer length-5 runs retrained (24 seeds, one dataset), SGLD eps 1e-4, gamma 1,000, n beta "
-                        f"4,096, 4 chains x {draws_text} draws (400 where 200 did not converge), 4 apart, after 200 "
-                        "burn-in", cells, verdict, why, files, result)]
+                        f"4,096, 4 chains x {draws_text} draws (200, doubled at a checkpoint until its chains "
+                        "converged), 4 apart, after 200 burn-in", cells, verdict, why, files, result)]
 
 
 def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:

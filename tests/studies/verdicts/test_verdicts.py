@@ -323,6 +323,8 @@ def test_a_leaver_grows_past_its_onset_when_a_later_checkpoint_is_larger_by_two_
     found = claims_bif.grows_past_onset(rows, 75)
     assert found["onset_epoch"] == 100 and found["peak_epoch"] == 400 and found["grows"]
     assert found["z_later"] == pytest.approx(0.6 / (2 * 0.03 ** 2) ** 0.5)
+    # the excess at that checkpoint, and what z 2 would have needed there (the test's reach)
+    assert found["excess"] == pytest.approx(0.6) and found["detectable"] == pytest.approx(2 * (2 * 0.03 ** 2) ** 0.5)
     flat = [{**r, "bif": b} for r, b in zip(rows, ("-0.3", "-0.5", "-0.48", "-0.52"), strict=True)]
     assert not claims_bif.grows_past_onset(flat, 75)["grows"]  # 0.02 / 0.042: within two errors
     assert claims_bif.grows_past_onset(rows, 500) is None  # no checkpoint at or after the onset
@@ -341,6 +343,7 @@ def test_the_joined_redo_verdict_needs_four_runs_of_each_kind_and_converged_chai
         _influence_table(folder / f"seed{seed}.csv", growing if seed < 4 else [(e, -0.4) for e, _ in growing])
     (row,) = claims_bif.joined_redo_rows(tmp_path)
     assert row["verdict"] == "not reproduced in R2 influence runs, 4 x 200 draws", row
+    assert "larger by 0.60-0.60, where 0.08-0.08 would reach z 2" in row["why"]
     assert "4 leaving runs" in row["cells"] and "converged 32/32" in row["cells"] and row["p"] != ""
     _influence_table(folder / "seed1.csv", growing, rhat=1.02)
     (row,) = claims_bif.joined_redo_rows(tmp_path)
