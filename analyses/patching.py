@@ -113,7 +113,8 @@ def normalize_patching(patched: Float[Tensor, "component position"], source: flo
     warnings.warn(
         f"patching: source and target metrics differ by {gap:.3g} ({source:.4g} vs {target:.4g}), under the "
         f"tolerance {tolerance:.3g} (max(gap_atol={gap_atol:g}, gap_rtol={gap_rtol:g} * max |metric|)); "
-        f"normalized is NaN for all {patched.numel()} entries (the change column holds the raw change, patched - target)",
+        f"normalized is NaN for all {patched.numel()} entries (the change column holds the raw change, patched - "
+        "target)",
         stacklevel=4,  # the caller of activation_patching / minimal_pair_patching
     )
     return torch.full_like(patched, float("nan"))

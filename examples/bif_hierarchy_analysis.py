@@ -316,7 +316,8 @@ def diag_figure(out: Path, meta: dict, labels: list, docs: Path, init: int = 0, 
                            steps_per_point=every,
                            title=f"DLN init {init}, step {step}, sampler seed 0, 4 chains x "
                                  f"{meta['sampler']['burn_in'] + meta['sampler']['draws'] * meta['sampler']['steps_between_draws']}"
-                                 f" steps: {'converged' if result.convergence.converged else 'NOT converged'} (max R-hat "
+                                 f" steps: {'converged' if result.convergence.converged else 'NOT converged'} (max "
+                                 "R-hat "
                                  f"{result.convergence.max_rhat:.3f}, min ESS {result.convergence.min_ess_bulk:.0f})")
     save_figure(fig, docs / f"diagnostics_step{step}.png")
 
@@ -352,7 +353,9 @@ def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
 
     ax = fig.add_subplot(grid[1, 0])
     sel = [t for t in table if t["pair"] == "dog->sparrow"]
-    ax.plot([t["step"] for t in sel], [t["max_rhat"] for t in sel], "o-", ms=3, label=f"max split R-hat ({len(sel[0]['bif_init'])} inits)")
+    ax.plot([t["step"] for t in sel], [t["max_rhat"] for t in sel], "o-", ms=3, label="max split R-hat "
+                                                                                      f"({len(sel[0]['bif_init'])} "
+                                                                                      "inits)")
     ax.axhline(1.01, color="tab:red", ls="--", lw=1, label="1.01")
     ax.set(xscale="log", ylabel="R-hat", title="dog->sparrow: convergence per checkpoint")
     twin = ax.twinx()
@@ -388,7 +391,8 @@ def plot(table: list[dict], timelines: dict, causal: list[dict], config: dict):
                 fmt="_", color="tab:red", capsize=4, label="pair-permuted null: mean, 95th percentile")
     ax.axhline(1 / 12, color="k", ls=":", lw=1, label="chance 1/12 (uniform windows)")
     ax.set_xticks(x, [f"init {c['init']}\n{c['windows']} windows" for c in pooled], fontsize=8)
-    ax.set(ylabel="peak window agreement", title="causal windows: window of largest |BIF| = window whose removal matters most")
+    ax.set(ylabel="peak window agreement", title="causal windows: window of largest |BIF| = window whose removal "
+                                                 "matters most")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -416,5 +420,6 @@ def report(table, peaks, level_peaks, causal, timelines) -> None:
                                                   for p in peaks])
     print("peak vs branch by common level:", level_peaks)
     for c in causal:
-        print(f"causal windows ({c['windows']}) init {c['init']} seed {c['seed']}: agreement {c['agreement']:.2f}, null "
+        print(f"causal windows ({c['windows']}) init {c['init']} seed {c['seed']}: agreement {c['agreement']:.2f}, "
+              "null "
               f"{c['null_mean']:.2f} (95th pct {c['null_p95']:.2f}), p {c['p_value']:.4f}")

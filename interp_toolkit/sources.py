@@ -301,7 +301,8 @@ def expand_revisions(text: str) -> list[str]:
         body = _RANGE_BODY.match(ranges[0]) if len(ranges) == 1 else None
         if body is None:
             raise CheckpointLoadError(
-                f"revision range {part!r} is malformed; expected PREFIX{{START..STOP:EVERY}}, e.g. step{{1000..143000:10000}}"
+                f"revision range {part!r} is malformed; expected PREFIX{{START..STOP:EVERY}}, e.g. "
+                f"step{{1000..143000:10000}}"
             )
         start, stop, every = int(body.group(1)), int(body.group(2)), int(body.group(3) or 1)
         if every < 1 or stop < start:
@@ -339,7 +340,8 @@ def resolve_checkpoints(specs: Sequence[str | Path]) -> list[CheckpointRef]:
         if text.startswith("hub:"):
             name, _, revs = text[4:].partition("@")
             if not name:
-                raise CheckpointLoadError(f"hub spec {text!r} has no model name; expected hub:NAME[@REV[,REV...]] (REV may be a range PREFIX{{START..STOP:EVERY}})")
+                raise CheckpointLoadError(f"hub spec {text!r} has no model name; expected hub:NAME[@REV[,REV...]] (REV "
+                                          f"may be a range PREFIX{{START..STOP:EVERY}})")
             refs.extend(hub_checkpoints(name, expand_revisions(revs) if revs else []))
             continue
         path = Path(text)

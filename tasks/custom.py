@@ -264,7 +264,8 @@ class CustomTask:
         agrees = getattr(splits[split], "agrees", None)
         if agrees is None:
             raise UserError(f"task {self.name!r} ({self.factory}): split {split!r} has no .agrees (a bool tensor "
-                             "[n]: the shortcut agrees with the label), which the spurious ratio r and the shortcut analyses need; "
+                             "[n]: the shortcut agrees with the label), which the spurious ratio r and the shortcut "
+                             "analyses need; "
                              "see docs/custom_tasks.md")
         return agrees
 

@@ -102,7 +102,8 @@ class AdaptiveRecord:
             return f"NOT converged at {where}: R-hat needs >= 2 chains (set --chains 4)"
         if self.stopped == "budget":
             return (f"NOT converged: the budget of {self.max_steps} SGLD steps per chain ran out at {where} "
-                    f"({worst}); raise max_steps (--max-steps), or find a faster-mixing eps with --calibrate or calibrate_sampler")
+                    f"({worst}); raise max_steps (--max-steps), or find a faster-mixing eps with --calibrate or "
+                    "calibrate_sampler")
         return f"{'converged' if last['converged'] else 'NOT converged'} at {where} ({worst}; --no-adaptive)"
 
 

@@ -219,7 +219,8 @@ def plot_calibration(calibration: Calibration, ax: Any = None) -> Any:
         speed = [r.ess_per_1000_steps if not r.diverged else 0.0 for r in rows]
         colors = ["tab:gray" if r.diverged else ("tab:green" if r.converged else "tab:orange") for r in rows]
         axes[0].bar(x, speed, color=colors)
-        axes[0].set(title="mixing: min(bulk, tail) ESS per 1,000 SGLD steps\n(green: converged, orange: not, gray: diverged)",
+        axes[0].set(title="mixing: min(bulk, tail) ESS per 1,000 SGLD steps\n(green: converged, orange: not, gray: "
+                          "diverged)",
                     ylabel="ESS / 1,000 steps")
         rhat = [r.max_rhat if not r.diverged else np.nan for r in rows]
         axes[1].bar(x, np.asarray(rhat) - 1.0, bottom=1.0, color=colors)

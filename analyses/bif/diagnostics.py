@@ -373,7 +373,8 @@ def convergence_diagnostics(
         notes.append(f"chains disagree: max split R-hat {max_rhat:.3f} > {rhat_max} ({bad} of {len(all_rhat)} "
                      f"tracked quantities); {ADVICE}")
     if not (math.isfinite(min_bulk) and math.isfinite(min_tail)) or min(min_bulk, min_tail) < ess_min:
-        notes.append(f"too few effective draws: min bulk ESS {min_bulk:.0f}, min tail ESS {min_tail:.0f} < {ess_min:.0f} "
+        notes.append(f"too few effective draws: min bulk ESS {min_bulk:.0f}, min tail ESS {min_tail:.0f} < "
+                     f"{ess_min:.0f} "
                      f"over {chains} chains x {draws} draws; {ADVICE}")
     return ConvergenceDiagnostics(
         rows=[int(r) for r in rows], cols=[int(c) for c in cols], rhat=rhat, ess_bulk=bulk, ess_tail=tail,

@@ -288,7 +288,8 @@ def lm_bif(
     if not isinstance(train, TokenSet) or (query is not None and not isinstance(query, TokenSet)):
         raise UserError("train and query must be TokenSet instances (query may be None)")
     if not isinstance(posterior_tokens, Tensor) or posterior_tokens.ndim != 2:
-        raise UserError(f"posterior_tokens must be a [n, seq_len] tensor, got {getattr(posterior_tokens, 'shape', posterior_tokens)!r}")
+        raise UserError("posterior_tokens must be a [n, seq_len] tensor, got "
+                        f"{getattr(posterior_tokens, 'shape', posterior_tokens)!r}")
     same = query is None
     query = train if query is None else query
     sampler = config.sampler

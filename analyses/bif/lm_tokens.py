@@ -71,7 +71,8 @@ class TokenSet:
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokens, Tensor) or self.tokens.ndim != 2 or self.tokens.dtype not in (torch.long, torch.int32):
-            raise UserError(f"TokenSet.tokens must be an integer tensor [n, seq_len], got {getattr(self.tokens, 'shape', self.tokens)!r}")
+            raise UserError("TokenSet.tokens must be an integer tensor [n, seq_len], got "
+                            f"{getattr(self.tokens, 'shape', self.tokens)!r}")
         if self.tokens.shape[1] < 2 or self.tokens.shape[0] < 1:
             raise UserError(f"TokenSet.tokens needs >= 1 sequence of >= 2 tokens, got {tuple(self.tokens.shape)}")
         expected = (self.tokens.shape[0], self.tokens.shape[1] - 1)
@@ -89,7 +90,8 @@ class TokenSet:
             self.class_names = [f"class{i}" for i in range(n_classes)]
         self.class_names = list(self.class_names)
         if len(self.class_names) < n_classes:
-            raise UserError(f"TokenSet.class_names has {len(self.class_names)} names but class ids go up to {n_classes - 1}")
+            raise UserError(f"TokenSet.class_names has {len(self.class_names)} names but class ids go up to "
+                            f"{n_classes - 1}")
 
     @property
     def n_tokens(self) -> int:

@@ -43,7 +43,8 @@ __all__ = [
 ]
 
 
-def cluster_phases(statistic: Float[Tensor, "chains draws"], k: int, iterations: int = 100) -> Int[Tensor, "chains draws"]:
+def cluster_phases(statistic: Float[Tensor, "chains draws"], k: int, iterations: int = 100) -> Int[Tensor, "chains "
+                                                                                                           "draws"]:
     """Automatic phase labels: 1-D k-means of a per-draw statistic (pooled over chains).
 
     Deterministic (initialized at quantiles). Labels are ordered by cluster centre

@@ -113,10 +113,12 @@ def load_documents(source: Any, text_column: str = "text") -> list[str] | list[l
         docs = list(source)
     else:
         raise UserError(
-            f"text source must be a list of strings, a text file path or a datasets.Dataset, got {type(source).__name__}"
+            "text source must be a list of strings, a text file path or a datasets.Dataset, got "
+            f"{type(source).__name__}"
         )
     if not docs:
-        raise UserError(f"text source {source if isinstance(source, (str, Path)) else type(source).__name__} has no documents")
+        raise UserError(f"text source {source if isinstance(source, (str, Path)) else type(source).__name__} has no "
+                        "documents")
     return docs
 
 
@@ -343,7 +345,8 @@ def token_classes(
     user_classes = dict(user_classes or {})
     for name in user_classes:
         if not isinstance(name, str) or not name or name in (*BUILTIN_CLASSES, "other"):
-            raise UserError(f"user token class name {name!r} must be a non-empty string other than {(*BUILTIN_CLASSES, 'other')}")
+            raise UserError(f"user token class name {name!r} must be a non-empty string other than "
+                            f"{(*BUILTIN_CLASSES, 'other')}")
     needs_text = delimiters or any(callable(c) for c in user_classes.values())
     if needs_text and tokenizer is None:
         raise UserError("token classes need the tokenizer to read token texts (delimiters, predicates)")
@@ -420,9 +423,11 @@ class TextClassesConfig(Config):
             isinstance(ids, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
             for ids in self.user_classes.values()
         ):
-            raise UserError(f"TextClassesConfig.user_classes must map names to lists of token ids >= 0, got {self.user_classes!r}")
+            raise UserError("TextClassesConfig.user_classes must map names to lists of token ids >= 0, got "
+                            f"{self.user_classes!r}")
         if not isinstance(self.user_class_regex, Mapping):
-            raise UserError(f"TextClassesConfig.user_class_regex must map names to regexes, got {self.user_class_regex!r}")
+            raise UserError("TextClassesConfig.user_class_regex must map names to regexes, got "
+                            f"{self.user_class_regex!r}")
         clash = set(self.user_classes) & set(self.user_class_regex)
         if clash:
             raise UserError(f"token classes {sorted(clash)} are given both as ids and as a regex")

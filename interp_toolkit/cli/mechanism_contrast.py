@@ -22,10 +22,12 @@ from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism.contrast_data import ContrastConfig
 
 DESCRIPTION = ("Mechanism with controls: sort MPSP runs (run or study directories) into those that left the "
-               "shortcut and those that did not (by generalizing and by a phase-2 onset, unless --by names one), measure gradient cosine and the minority's amplification at every "
+               "shortcut and those that did not (by generalizing and by a phase-2 onset, unless --by names one), "
+               "measure gradient cosine and the minority's amplification at every "
                "checkpoint epoch they share, and compare the two kinds per epoch (means, run-to-run spread, "
                "difference with a 95% Welch interval) and per window of epochs (each run's median; difference, "
-               "permutation p, Holm-corrected over every grouping, window and quantity computed, and a verdict: distinguishes / does not distinguish / too few runs). "
+               "permutation p, Holm-corrected over every grouping, window and quantity computed, and a verdict: "
+               "distinguishes / does not distinguish / too few runs). "
                "Runs that differ in anything but their seeds (task, r, n, model, training settings) are refused, "
                "naming the setting, unless --allow-differing names it (then recorded as a confounder). "
                "Writes contrast.png, by_epoch.csv, windows.csv, runs.csv and contrast.json (strict JSON with a "

@@ -180,7 +180,9 @@ CASES = [
     ("info-missing", lambda p: ["info", str(p["work"] / "missing.safetensors")], ["missing.safetensors"]),
     ("info-garbage", lambda p: ["info", str(p["inputs"] / "garbage.safetensors")], ["garbage.safetensors"]),
     ("info-dir-without-record", lambda p: ["info", str(p["inputs"] / "no_record")], ["no_record", "run.json"]),
-    ("info-truncated-record", lambda p: ["info", str(p["inputs"] / "bad_record")], ["bad_record/run.json", "not a readable run record"]),
+    ("info-truncated-record", lambda p: ["info", str(p["inputs"] / "bad_record")], ["bad_record/run.json", "not a "
+                                                                                                           "readable "
+                                                                                                           "run record"]),
     ("train-truncated-record", lambda p: ["train", *TINY, "--epochs", "2", "--run-dir", str(p["inputs"] / "bad_record")],
      ["bad_record/run.json", "not a readable run record"]),
     # bif

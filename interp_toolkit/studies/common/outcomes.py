@@ -287,7 +287,8 @@ def describe_phases(outcome: Mapping[str, Any], metrics: Sequence[Mapping[str, A
         row = by_epoch.get(shortcut, {})
         lines.append(f"phase 1 (shortcut): from epoch {shortcut}, {favored} accuracy "
                      f"{row.get(f'{favored}_acc', float('nan')):.1%} while {gen_split} accuracy is "
-                     f"{_generalization_acc(row, gen_split) if row else float('nan'):.1%}: the model follows the shortcut")
+                     f"{_generalization_acc(row, gen_split) if row else float('nan'):.1%}: the model follows the "
+                     "shortcut")
     if onset is not None and generalized is not None and generalized >= onset:
         row = by_epoch.get(onset, {})
         lines.append(f"phase 2 (rule): {gen_split} accuracy rises from its low of "

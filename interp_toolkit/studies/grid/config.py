@@ -329,7 +329,8 @@ class SweepConfig(Config):
             isinstance(self.seeds_per_process, bool) or not isinstance(self.seeds_per_process, int)
             or self.seeds_per_process < 1
         ):
-            raise UserError(f"SweepConfig.seeds_per_process must be a positive integer or None, got {self.seeds_per_process!r}")
+            raise UserError("SweepConfig.seeds_per_process must be a positive integer or None, got "
+                            f"{self.seeds_per_process!r}")
         if not isinstance(self.early_stop, bool):
             raise UserError(f"SweepConfig.early_stop must be a bool, got {self.early_stop!r}")
         if not (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1):

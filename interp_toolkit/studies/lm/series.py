@@ -65,7 +65,8 @@ def corpus_sets(
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     if n_train > n_posterior:
-        raise UserError(f"n_train ({n_train}) must be <= n_posterior ({n_posterior}): recorded tokens are training tokens")
+        raise UserError(f"n_train ({n_train}) must be <= n_posterior ({n_posterior}): recorded tokens are training "
+                        "tokens")
     if n_posterior > corpus.n_sequences:
         raise UserError(f"n_posterior ({n_posterior}) exceeds the corpus's {corpus.n_sequences} sequences")
     train_corpus = make_corpus(corpus)
@@ -167,7 +168,8 @@ def bif_over_checkpoints(
     for index, ref in enumerate(tqdm(refs, desc="checkpoints", disable=not progress)):
         model = ref.load()
         if corpus is not None and getattr(model.cfg, "d_vocab", corpus.vocab_size) < corpus.vocab_size:
-            raise UserError(f"checkpoint {ref.label} has vocabulary {model.cfg.d_vocab} < corpus vocabulary {corpus.vocab_size}")
+            raise UserError(f"checkpoint {ref.label} has vocabulary {model.cfg.d_vocab} < corpus vocabulary "
+                            f"{corpus.vocab_size}")
         heads = induction_scores(model, probe, half)
         score = float(heads.max())
 
@@ -476,7 +478,8 @@ def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
             base.setdefault(key, {})[name] = parsed
     if not base.get("text"):
         if base:
-            raise UserError("token-class options need a text: pass --text FILE_OR_DATASET_DIR (or 'text' in --classes-config)")
+            raise UserError("token-class options need a text: pass --text FILE_OR_DATASET_DIR (or 'text' in "
+                            "--classes-config)")
         return None
     text = Path(str(base["text"]))
     if text.is_file():  # a text that is not UTF-8 is named now, before a tokenizer or checkpoint loads
@@ -552,7 +555,8 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
                                     probe_vocab=(0, len(tokenizer)), figure_format=args.format, claims=claims,
                                     adaptive=args.convergence,
                                     training_seed=args.training_seed if args.training_seed is not None else 0)
-        return (f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} checkpoints, "
+        return (f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} "
+                "checkpoints, "
                 f"{len(rows)} rows, classes {classes.names})")
     corpus: CorpusConfig | None
     if args.corpus_config is not None:
@@ -572,5 +576,6 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
     rows = bif_over_checkpoints(refs, corpus, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
                                 n_query=args.n_query, progress=args.sampler.progress, figure_format=args.format,
                                 claims=claims, training_seed=training_seed, adaptive=args.convergence)
-    return (f"wrote {args.out / 'per_class.csv'} and {args.out / ('per_class.' + args.format)} ({len(refs)} checkpoints, "
+    return (f"wrote {args.out / 'per_class.csv'} and {args.out / ('per_class.' + args.format)} ({len(refs)} "
+            "checkpoints, "
             f"{len(rows)} rows)")

@@ -87,11 +87,13 @@ class TestbedConfig(Config):
         if self.d_model % self.n_heads:
             raise UserError(f"TestbedConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.batch_size > self.corpus.n_sequences:
-            raise UserError(f"TestbedConfig.batch_size ({self.batch_size}) exceeds corpus.n_sequences ({self.corpus.n_sequences})")
+            raise UserError(f"TestbedConfig.batch_size ({self.batch_size}) exceeds corpus.n_sequences "
+                            f"({self.corpus.n_sequences})")
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
-                raise UserError(f"TestbedConfig.{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
+                raise UserError(f"TestbedConfig.{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, "
+                                f"got {value!r}")
 
     @property
     def checkpoint_steps(self) -> list[int]:

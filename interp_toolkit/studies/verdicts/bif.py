@@ -140,7 +140,8 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
             verdict = ("inconclusive" if not gate["passed"] else "reproduced" if all(inside) else "not reproduced")
             why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
                    f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
-            out.append(verdict_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's mode "
+            out.append(verdict_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's "
+                                        "mode "
                                    "transitions)", label, settings, cells, verdict, why, files))
         phases_path = path.parent / "phases.csv"
         if phases_path.is_file():
@@ -158,7 +159,8 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                    "the chains did not converge on every checkpoint" if not gate["passed"] else
                    "phases by solution (the transitioning mode learned or not, per draw); a majority of cases must "
                    "have a between-phase share above 0.5 and above its Gaussian null")
-            out.append(verdict_row("B", "at a transition the influence is mostly between-phase (law of total covariance, "
+            out.append(verdict_row("B", "at a transition the influence is mostly between-phase (law of total "
+                                        "covariance, "
                                    "phases by solution)", label, settings, cells, verdict, why,
                                    files + [rel(root, phases_path)]))
         causal = summary.get("causal_windows") or []
@@ -288,7 +290,8 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
     rows = [r for p in paths for r in read_rows(p)]
     gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"])) for r in rows
                                   if r.get("max_rhat") not in (None, ""))
-    return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes when a "
+    return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes "
+                             "when a "
                         "run leaves the shortcut", "R2 influence runs",
                         "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
                         f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
@@ -403,7 +406,8 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
         verdict, why = "reproduced", "no leaver's influence grows past its onset, and the leavers differ from the controls"
     else:
         verdict, why = "inconclusive", "the leavers disagree, or do not differ from the controls"
-    return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at the "
+    return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at "
+                             "the "
                         "onset of phase 2 in runs that leave the shortcut", f"R2 influence runs, 4 x {draws_text} draws",
                         "1-layer length-5 runs retrained (24 seeds, one dataset), SGLD eps 1e-4, gamma 1,000, n beta "
                         f"4,096, 4 chains x {draws_text} draws (200, doubled at a checkpoint until its chains "

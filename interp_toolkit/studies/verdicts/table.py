@@ -200,7 +200,8 @@ def observability_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: R
     k, n = cell(rows, regime, n_layers, r)
     cells = f"{n_layers}L r = {r:g}: {k}/{n} generalized"
     if n == 0:
-        return verdict_row("A", claim, regime.name, regime.text, cells, "not tested", f"no {n_layers}-layer run at r = {r:g}",
+        return verdict_row("A", claim, regime.name, regime.text, cells, "not tested", f"no {n_layers}-layer run at r = "
+                                                                                      f"{r:g}",
                            files)
     if not rules.observed(k):
         return verdict_row("A", claim, regime.name, regime.text, cells, "inconclusive",
@@ -258,7 +259,8 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         k_b, n_b = sum(r["kind_generalized"] == "generalized" for r in half), len(half)
         result = rules.rate_verdict(k_a, n_a, k_b, n_b, HEADLINE["2L"][1], HEADLINE["2L"][0])
         k_l = sum(r["kind_generalized"] == "generalized" for r in large)
-        out.append(verdict_row("A", "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = 0.5 "
+        out.append(verdict_row("A", "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = "
+                                    "0.5 "
                                "(0% -> 77%)", "R2", text,
                                f"2L n = 4,096: r = 0.9 {k_a}/{n_a}; r = 0.5 {k_b}/{n_b} (r = 0.9 at n = 16,384: "
                                f"{k_l}/{len(large)}, no r = 0.5 cell there)", result["verdict"],
@@ -269,7 +271,8 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
     verdict = "inconclusive" if not generalizing else ("reproduced" if len(ordered) == len(generalizing)
                                                         else "not reproduced")
     out.append(verdict_row("A", "a shortcut phase comes first, then a second phase in which the rule takes over", "R2", text,
-                           f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first",
+                           f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut "
+                           "first",
                            verdict, "qualitative: the order of the shortcut epoch and the first generalized epoch",
                            [rel(root, base / "2L_r0.9" / "runs.csv")]))
     windows = []
@@ -292,14 +295,16 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         moved = [_moved_toward_zero(base / w["contrast"] / "contrast.json", w) for w in conflict]
         toward = sum(k for k, _ in moved)
         leavers = sum(n for _, n in moved)
-        out.append(verdict_row("A", "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut examples "
+        out.append(verdict_row("A", "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut "
+                                    "examples "
                                "point apart in the shortcut phase, and move toward 0 once the run leaves it", "R2", text,
                                "r = 0.9 (" + ", ".join(w["contrast"] for w in conflict) + "): shortcut-phase cosine "
                                + ", ".join(f"{m:+.2f}" for m in means)
                                + f"; from its first generalized epoch on, {toward} of {leavers} generalizing runs sit "
                                "above their shortcut-phase value",
                                "reproduced" if max(means) < 0 and leavers and toward == leavers else "not reproduced",
-                               "the sign of the group means in the shortcut phase, and each generalizing run's mean cosine "
+                               "the sign of the group means in the shortcut phase, and each generalizing run's mean "
+                               "cosine "
                                "after it generalized against its own shortcut-phase median",
                                sorted({rel(root, base / w["contrast"] / name) for w in conflict
                                 for name in ("windows.csv", "contrast.json")})))
@@ -311,7 +316,8 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                                "shortcut-phase group means (" + ", ".join(w["contrast"] for w in amplified) + ") "
                                + ", ".join(f"{v:.1f}x" for v in values),
                                "reproduced" if inside else "not reproduced",
-                               f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the toolkit's "
+                               f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the "
+                               "toolkit's "
                                "minority_amplification over the shortcut-phase window)",
                                sorted({rel(root, base / w["contrast"] / "windows.csv") for w in amplified})))
     if windows:
@@ -321,14 +327,18 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                        for w, p in zip(family, holm) if p < rules.ALPHA]
         shortcut = [w for w, p in zip(family, holm) if "shortcut" in w["window"] or "before" in w["window"]]
         before = [w for w in shortcut if holm[family.index(w)] < rules.ALPHA]
-        out.append(verdict_row("A", "(this project's test, not a claim of the paper) gradient conflict and amplification "
+        out.append(verdict_row("A", "(this project's test, not a claim of the paper) gradient conflict and "
+                                    "amplification "
                                "mark the runs that leave the shortcut before they leave", "R2", text,
-                               f"{len(family)} tests in {len({(w['contrast'], w['grouping']) for w in family})} contrasts "
+                               f"{len(family)} tests in {len({(w['contrast'], w['grouping']) for w in family})} "
+                               "contrasts "
                                f"and groupings; Holm over all: "
                                f"{len(significant)} below 0.05 ({'; '.join(significant) or 'none'})",
                                "not reproduced" if not before else "reproduced",
-                               f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm over "
-                               "the whole family; 2L_r0.9's groups differ in n (16,384 vs 4,096), a confounder; at one n "
+                               f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm "
+                               "over "
+                               "the whole family; 2L_r0.9's groups differ in n (16,384 vs 4,096), a confounder; at one "
+                               "n "
                                "(2L_r0.9_n16k) 5 vs 3 runs cannot reach the level",
                                sorted({rel(root, base / w["contrast"] / "windows.csv") for w in family})))
     return out

@@ -157,7 +157,8 @@ def test_claim_errors_name_the_problem():
     config = LMBIFConfig(SamplerConfig(eps=0.05, gamma=2.0, n_beta=8.0, chains=2, draws=4, burn_in=1,
                                        progress=False), reductions=("class:all",))
     result = lm_bif(Planted(), posterior, train, query, config, loss_fn=planted_losses)
-    with pytest.raises(UserError, match=r"no query tokens of class 'bracket'.*\['random', 'induction', 'open', 'close'\]"):
+    with pytest.raises(UserError, match=r"no query tokens of class 'bracket'.*\['random', 'induction', 'open', "
+                                        r"'close'\]"):
         class_influence(result, "open->bracket")
     result.train_class_means = None
     with pytest.raises(UserError, match="recompute"):

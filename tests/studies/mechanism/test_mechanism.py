@@ -330,7 +330,8 @@ def test_a_cached_rerun_reads_one_file_and_imports_no_torch(one_run, tmp_path, c
     assert first.outcome == result.outcome and first.near_miss == result.near_miss
     written = write_mechanism(first, tmp_path / "m.png")
     stamps = {name: path.stat().st_mtime_ns for name, path in written.items()}
-    code = ("import sys; from pathlib import Path; from interp_toolkit.studies.mechanism.measure import *; from interp_toolkit.studies.mechanism.plot import write_mechanism; "
+    code = ("import sys; from pathlib import Path; from interp_toolkit.studies.mechanism.measure import *; from "
+            "interp_toolkit.studies.mechanism.plot import write_mechanism; "
             f"r = mechanism_over_checkpoints(Path({str(run_dir)!r}), MechanismConfig(**{SMALL.to_dict()!r})); "
             f"write_mechanism(r, Path({str(tmp_path / 'm.png')!r})); "
             "print(r.n_computed, r.n_cached, 'torch' in sys.modules, 'matplotlib' in sys.modules)")
