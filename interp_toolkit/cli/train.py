@@ -1,8 +1,11 @@
 """``interp-toolkit train``: train one MPSP model with checkpoints.
 
 Flags are generated from the fields of ``MPSPConfig`` (``--task.r``), ``ModelConfig``
-(``--model.n-layers``) and ``TrainConfig`` (``--train.epochs``), with the short names of
-earlier versions as aliases (``--r``, ``--n-layers``, ``--epochs``, ...); a JSON/YAML config
+(``--model.n-layers``) and ``TrainConfig`` (``--train.epochs``), as every command spells a
+nested config's fields; short spellings: the table ``sweep`` shares
+(:data:`~interp_toolkit.cli.flags.SHORT_FLAGS`: ``--lr``, ``--epochs``, ``--seq-len`` ...),
+train's own (:data:`ALIASES`: ``--quiet``, ``--model-seed`` ...) and any field's own name where
+no other section has it (``--r``, ``--n-layers``); a JSON/YAML config
 file (``--config``) with sections ``task``, ``model``, ``train`` and ``run_dir`` sets them and
 flags override it. Reruns of a finished run recompute nothing; an interrupted run resumes
 from its last saved epoch.
