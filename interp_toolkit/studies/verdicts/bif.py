@@ -212,13 +212,21 @@ def lm_rows(root: Path) -> list[dict[str, str]]:
     fall (rules 3 and 4: a fall measured at |z| >= 2 in every seed, on converged chains at the
     first, peak and last checkpoints) and the delimiter sign change (rule 3 on every row it
     reads, then both signs measured in every seed)."""
-    out = []
+    studies = []
     for folder in lm_studies(root):
-        path = folder / "claims.csv"
-        rows = read_rows(path)
-        regime, settings = _lm_settings(folder, rows)
-        out += _rise_and_fall_row(rows, regime, settings, [rel(root, path)])
-        out += _sign_change_row(rows, regime, settings, [rel(root, path)])
+        rows = read_rows(folder / "claims.csv")
+        studies.append((folder, rows, *_lm_settings(folder, rows)))
+    # two studies of one testbed (e.g. the same runs measured again with more draws) are two
+    # regimes: each is then named with its chains and draws
+    shared = {regime for regime in (s[2] for s in studies) if [t[2] for t in studies].count(regime) > 1}
+    out = []
+    for folder, rows, regime, settings in studies:
+        if regime in shared:
+            sampler = json.loads((folder / CLAIMS_STUDY_JSON).read_text())["sampler"]
+            regime = f"{regime}, {sampler['chains']} x {sampler['draws']} draws"
+        path = rel(root, folder / "claims.csv")
+        out += _rise_and_fall_row(rows, regime, settings, [path])
+        out += _sign_change_row(rows, regime, settings, [path])
     return out
 
 

@@ -264,6 +264,14 @@ def test_a_longer_testbed_is_its_own_regime_with_its_recorded_settings(tmp_path)
     assert [r["regime"] for r in rows] == ["testbed, 1,000 steps"] * 2 + ["testbed, 10,000 steps"] * 2
     assert "8 chains x 400 draws after 200 burn-in, eps 0.001" in rows[2]["settings"]
     assert rows[2]["verdict"] == "inconclusive in testbed, 10,000 steps"  # 1 checkpoint after, no fall
+    # the same testbed measured again with 4x the draws: two regimes, each named by its draws
+    again = tmp_path / "docs" / "lm_bif" / "long1600"
+    _lm_claims(again, [(0, -0.1), (5000, -1.0), (10000, -1.0)])
+    (again / "claims_study.json").write_text(json.dumps({"total_steps": 10000, "sampler": {
+        "chains": 8, "draws": 1600, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
+    rows = claims_bif.lm_rows(tmp_path)
+    assert [r["regime"] for r in rows] == (["testbed, 1,000 steps"] * 2 + ["testbed, 10,000 steps, 8 x 400 draws"] * 2
+                                           + ["testbed, 10,000 steps, 8 x 1600 draws"] * 2)
 
 
 def test_a_pipe_in_a_cell_does_not_split_the_markdown_row():
