@@ -130,8 +130,10 @@ def weight_norms(model: HookedModel, splits: Mapping[str, Any] | None = None, gr
         if isinstance(reference, (str, os.PathLike)):
             path = Path(reference)
             if not path.is_file():
-                raise UserError(f"reference checkpoint {str(reference)!r} does not exist (expected a "
-                                 f".safetensors file written by the toolkit, e.g. checkpoints/epoch_000000.safetensors)")
+                raise UserError(
+                    f"reference checkpoint {str(reference)!r} does not exist (expected a "
+                    f".safetensors file written by the toolkit, e.g. checkpoints/epoch_000000.safetensors)"
+                )
             reference_params = _checkpoint_params(str(path.resolve()), file_digest(path, length=64))
         elif hasattr(reference, "named_parameters"):
             reference_params = dict(reference.named_parameters())

@@ -1,7 +1,8 @@
 """Benchmark of the sweep's trainer, printed side by side in one run (same data, same machine).
 
 1. Seed-epochs per second: the sweep's batched trainer (``train_batched``: K seeds stacked in
-   one process, by default on the fast engine of ``interp_toolkit.runs.engine``, with its run directories: evaluations, checkpoints, curves) and its inner
+   one process, by default on the fast engine of ``interp_toolkit.runs.engine``, with its run directories: evaluations,
+   checkpoints, curves) and its inner
    vmapped step loop alone, vs the same K seeds trained one after another with a plain
    TransformerLens loop (``build_model`` + ``torch.optim.AdamW``, no I/O).
 2. Seconds per epoch of one model: the toolkit's ``train`` (bridge, evaluation and

@@ -6,8 +6,8 @@ directory (``RUN_DIR`` / ``OUT_DIR`` point there, so nothing is written into the
 repository) and is written back with its outputs. Figures are embedded as PNG at the
 toolkit's screen resolution (``interp_toolkit.plotting.STYLE["figure.dpi"]``), recompressed
 losslessly, which keeps each notebook to a few hundred kilobytes. Temporary paths
-and the executing machine's Jupyter warnings are scrubbed from the outputs. ``tests/test_notebooks.py`` checks that the committed
-outputs match a fresh execution (slow test) and stay small.
+and the executing machine's Jupyter warnings are scrubbed from the outputs.
+``tests/test_notebooks.py`` checks that the committed outputs match a fresh execution (slow test) and stay small.
 """
 
 from __future__ import annotations

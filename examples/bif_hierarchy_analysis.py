@@ -312,13 +312,18 @@ def diag_figure(out: Path, meta: dict, labels: list, docs: Path, init: int = 0, 
     loss_trace = tensors["loss_trace"][:, :, r].numpy()
     distance_trace = tensors["distance_trace"][:, :, r].numpy()
     every = seed_meta["trace_every"]
-    fig = plot_diagnostics(loss_trace, distance_trace, result.convergence, burn_in=meta["sampler"]["burn_in"],
-                           steps_per_point=every,
-                           title=f"DLN init {init}, step {step}, sampler seed 0, 4 chains x "
-                                 f"{meta['sampler']['burn_in'] + meta['sampler']['draws'] * meta['sampler']['steps_between_draws']}"
-                                 f" steps: {'converged' if result.convergence.converged else 'NOT converged'} (max "
-                                 "R-hat "
-                                 f"{result.convergence.max_rhat:.3f}, min ESS {result.convergence.min_ess_bulk:.0f})")
+    fig = plot_diagnostics(
+        loss_trace,
+        distance_trace,
+        result.convergence,
+        burn_in=meta["sampler"]["burn_in"],
+        steps_per_point=every,
+        title=f"DLN init {init}, step {step}, sampler seed 0, 4 chains x "
+        f"{meta['sampler']['burn_in'] + meta['sampler']['draws'] * meta['sampler']['steps_between_draws']}"
+        f" steps: {'converged' if result.convergence.converged else 'NOT converged'} (max "
+        "R-hat "
+        f"{result.convergence.max_rhat:.3f}, min ESS {result.convergence.min_ess_bulk:.0f})",
+    )
     save_figure(fig, docs / f"diagnostics_step{step}.png")
 
 
@@ -416,8 +421,10 @@ def report(table, peaks, level_peaks, causal, timelines) -> None:
               f"(z {t['z']:+.1f}) {t['sign']:13s} per init {['%+.1e' % v for v in t['bif_init']]} "
               f"jackknife {['%.1e' % v for v in t['stderr_jackknife_init']]} "
               f"R-hat {t['max_rhat']:.3f} ESS {t['min_ess_bulk']:.0f}/{t['min_ess_tail']:.0f}")
-    print("dog->sparrow peaks per (init, seed):", [(p["init"], p["seed"], p["most_helpful_step"], p["most_harmful_step"])
-                                                  for p in peaks])
+    print(
+        "dog->sparrow peaks per (init, seed):",
+        [(p["init"], p["seed"], p["most_helpful_step"], p["most_harmful_step"]) for p in peaks],
+    )
     print("peak vs branch by common level:", level_peaks)
     for c in causal:
         print(f"causal windows ({c['windows']}) init {c['init']} seed {c['seed']}: agreement {c['agreement']:.2f}, "

@@ -24,7 +24,8 @@ PNG files to ``--docs`` (committed) and prints every number.
         --burn-in 1000 --draws 2000 --steps-between-draws 2
     python examples/bif_hierarchy_remeasure.py analyze --out runs/bif_ladder/eps1.6e-3 --docs docs/bif/ladder/eps1.6e-3
     python examples/bif_hierarchy_remeasure.py calibrate --docs docs/bif
-    python examples/bif_hierarchy_remeasure.py phases --out runs/bif_ladder/eps1.6e-3 --docs docs/bif/ladder/eps1.6e-3   # within / between
+    # within / between:
+    python examples/bif_hierarchy_remeasure.py phases --out runs/bif_ladder/eps1.6e-3 --docs docs/bif/ladder/eps1.6e-3
 
 Stage 3 (``phases``): at every checkpoint whose draws straddle a mode's half strength, each
 draw is labelled by solution (that mode learned or not, from the map's strength on it,

@@ -64,8 +64,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gamma", type=_positive_number, default=None, help="default: calibration.json's, else 100")
     parser.add_argument("--coarse", type=_at_least(1), default=100, help="BIF every this many steps outside the "
                                                                          "transition")
-    parser.add_argument("--steps", type=_at_least(0), nargs="+", default=None,
-                        help="only these checkpoint steps, in this order (default: the transition first, then --coarse)")
+    parser.add_argument(
+        "--steps",
+        type=_at_least(0),
+        nargs="+",
+        default=None,
+        help="only these checkpoint steps, in this order (default: the transition first, then --coarse)",
+    )
     parser.add_argument("--total-steps", type=_at_least(1), default=1000, help="the testbed's training steps")
     parser.add_argument("--checkpoint-every", type=_at_least(1), default=25,
                         help="the testbed's checkpoint spacing (log-spaced below it)")

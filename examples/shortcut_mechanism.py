@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"trained in {time.perf_counter() - started:.0f} s: {result.final}")
 
     started = time.perf_counter()
-    settings = MechanismConfig(grad_n=min(args.grad_n, args.n_train), fingerprint_n=min(args.fingerprint_n, args.n_train))
+    settings = MechanismConfig(
+        grad_n=min(args.grad_n, args.n_train), fingerprint_n=min(args.fingerprint_n, args.n_train)
+    )
     mechanism = mechanism_over_checkpoints(run_dir, settings, device=args.device, n_threads=args.threads)
     print(f"analyses in {time.perf_counter() - started:.0f} s "
           f"({mechanism.n_computed} computed, {mechanism.n_cached} cached)")

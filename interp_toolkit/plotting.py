@@ -407,7 +407,33 @@ def epoch_axis(ax: Any, epochs: Sequence[float] | None = None) -> None:
     ax.set_xlabel("epoch (log scale)")
 
 
-__all__ = ["COMPONENT_PALETTE", "FORMATS", "LABELS", "MAX_PIXELS", "MPSP_SPLIT_ROLES", "NOT_SHOWN", "PALETTE", "SPLIT_LINESTYLES", "STYLE",
-           "check_format", "component_colors", "component_kind", "drawn_series", "epoch_axis", "figure", "label",
-           "legend_outside", "mpsp_split_label", "new_figure", "new_panels", "not_shown_notes", "note_not_shown",
-           "plot_accuracies", "save_figure", "split_colors", "split_linestyle", "style", "tag_series"]
+__all__ = [
+    "COMPONENT_PALETTE",
+    "FORMATS",
+    "LABELS",
+    "MAX_PIXELS",
+    "MPSP_SPLIT_ROLES",
+    "NOT_SHOWN",
+    "PALETTE",
+    "SPLIT_LINESTYLES",
+    "STYLE",
+    "check_format",
+    "component_colors",
+    "component_kind",
+    "drawn_series",
+    "epoch_axis",
+    "figure",
+    "label",
+    "legend_outside",
+    "mpsp_split_label",
+    "new_figure",
+    "new_panels",
+    "not_shown_notes",
+    "note_not_shown",
+    "plot_accuracies",
+    "save_figure",
+    "split_colors",
+    "split_linestyle",
+    "style",
+    "tag_series",
+]

@@ -29,7 +29,9 @@ def read_text_file(path: str | os.PathLike, what: str = "file") -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UserError(f"{what} {file} is not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r})") from err
+        raise UserError(
+            f"{what} {file} is not UTF-8 text (byte {err.start}: {raw[err.start : err.start + 1]!r})"
+        ) from err
 
 
 class DuplicateKeyError(UserError):

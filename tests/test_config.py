@@ -36,7 +36,13 @@ def test_a_section_field_is_nested_and_its_own_name_where_unambiguous():
     nested = parse_config(_Command, ["--sampler.eps", "0.5", "--model.seed", "3", "--sampler.keep", "--width", "9"])
     short = parse_config(_Command, ["--eps=0.5", "--model.seed", "3", "--keep", "--width", "9"])
     assert nested == short
-    assert (short.sampler.eps, short.model.seed, short.sampler.keep, short.width, short.model.width) == (0.5, 3, True, 9, 8)
+    assert (short.sampler.eps, short.model.seed, short.sampler.keep, short.width, short.model.width) == (
+        0.5,
+        3,
+        True,
+        9,
+        8,
+    )
     assert parse_config(_Command, ["--keep", "--no-keep"]).sampler.keep is False
 
 

@@ -68,7 +68,10 @@ def test_checkpoint_cache_serves_verified_entries_and_recomputes_the_rest_with_o
     cache = CheckpointCache(tmp_path / "cache", "demo")
     path = cache.path(10, checkpoint, {"config": {"n": 4}, "version": 1})
     # the key hashes the checkpoint's digest with the settings (the scheme of every cache)
-    assert path.name == f"epoch_000010_{config_hash({'checkpoint': file_digest(checkpoint), 'config': {'n': 4}, 'version': 1})}.json"
+    assert (
+        path.name
+        == f"epoch_000010_{config_hash({'checkpoint': file_digest(checkpoint), 'config': {'n': 4}, 'version': 1})}.json"
+    )
     assert cache.read(path, 10) is None and cache.rejected == []  # a miss is no problem
     cache.write(path, {"rows": [{"value": 1.407}]})
     assert cache.read(path, 10) == {"rows": [{"value": 1.407}]}  # served without its digest field

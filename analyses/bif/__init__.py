@@ -47,12 +47,13 @@ helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`
 convergence verdict), :mod:`.adaptive` (chains doubled
 until they converge or a budget runs out: ``until_converged(partial(bif, model, train,
 query, loss_fn), config, AdaptiveConfig())``), :mod:`.calibration` (sampler sweeps of any
-loss function), :mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null), :mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
+loss function), :mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null),
+:mod:`.api` (high-level :func:`bif`), :mod:`.plots`,
 :mod:`.lm` (token-level BIF for language models; its token sets and reductions in
-:mod:`.lm_tokens`, its estimator from stored draws in :mod:`.lm_estimate`), :mod:`.claims` (class-to-class influences: the
-language-model claims, with errors and diagnostics), :mod:`.token_classes` (delimiter, induction
-and user token classes on any tokenized text), :mod:`.validation` (leave-one-out and
-causal-window checks on the deep linear network).
+:mod:`.lm_tokens`, its estimator from stored draws in :mod:`.lm_estimate`), :mod:`.claims`
+(class-to-class influences: the language-model claims, with errors and diagnostics),
+:mod:`.token_classes` (delimiter, induction and user token classes on any tokenized text),
+:mod:`.validation` (leave-one-out and causal-window checks on the deep linear network).
 """
 
 from __future__ import annotations

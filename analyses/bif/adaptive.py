@@ -8,7 +8,8 @@ twice the last one. Only ``draws`` and ``burn_in`` grow, so the posterior (``gam
 ``n_beta``) stays the one asked for: the estimand never moves. The step size ``eps`` (how
 fast, and how finely, SGLD samples that posterior) is kept too, unless SGLD diverges: a
 diverging step size samples nothing, so the round is rerun at a third of it (at most
-:data:`MAX_BACKOFFS` times; the record names every step size tried). When the budget runs out first, the last round is returned with its diagnostics and
+:data:`MAX_BACKOFFS` times; the record names every step size tried). When the budget runs out first, the last round is
+returned with its diagnostics and
 the record says so; ``interp-toolkit bif --calibrate`` (or :func:`calibrate_sampler`) finds
 a step size that mixes faster.
 

@@ -207,7 +207,9 @@ def bif(
                                      per_chain_out=per_chain_storage[0] if per_chain_storage else None)
     accumulators.clear()  # their co-moments became the per-chain estimates
     if diagnostics.distance_trace is not None:
-        at_draws = torch.arange(config.draws) * config.steps_between_draws + config.burn_in + config.steps_between_draws - 1
+        at_draws = (
+            torch.arange(config.draws) * config.steps_between_draws + config.burn_in + config.steps_between_draws - 1
+        )
         scalar_traces["distance from w*"] = diagnostics.distance_trace[:, at_draws]
     convergence = convergence_diagnostics(
         tracked_a, tracked_b, rows, cols, per_chain=estimate.per_chain[:, rows][:, :, cols], scalars=scalar_traces)

@@ -211,8 +211,10 @@ def plot_calibration(calibration: Calibration, ax: Any = None) -> Any:
     from .diagnostics import RHAT_MAX
 
     rows = calibration.rows
-    labels = [f"eps {r.eps:.2g}\ngamma {r.gamma:g}" + (f"\nnb {r.n_beta:g}" if len({x.n_beta for x in rows}) > 1 else "")
-              for r in rows]
+    labels = [
+        f"eps {r.eps:.2g}\ngamma {r.gamma:g}" + (f"\nnb {r.n_beta:g}" if len({x.n_beta for x in rows}) > 1 else "")
+        for r in rows
+    ]
     x = np.arange(len(rows))
     with style():
         fig, axes = new_panels(2, ax, ncols=2, figsize=(max(8.0, 1.1 * len(rows) * 2), 4.2))

@@ -252,7 +252,9 @@ def _jackknife(total: Tensor, per_chain: Tensor | None, chain_means: list[tuple[
     # leave-one-out estimate at a time into the streamed jackknife (two float64 matrices)
     def leave_out(k: int) -> Tensor:
         keep = [c for c in range(chains) if c != k]
-        parts = [p for c in keep for p in (per_chain_acc[c] if isinstance(per_chain_acc[c], list) else [per_chain_acc[c]])]
+        parts = [
+            p for c in keep for p in (per_chain_acc[c] if isinstance(per_chain_acc[c], list) else [per_chain_acc[c]])
+        ]
         comoment, _, _, m2_a, m2_b, n = _pooled_comoment(parts)
         return _estimate_(comoment, n, m2_a, m2_b, pearson)
 

@@ -133,7 +133,8 @@ class LMBIFConfig(Config):
                 raise UserError(
                     f"LMBIFConfig.reductions entry {reduction!r} must be 'train:query' with both in {GROUPINGS}"
                 )
-        if isinstance(self.max_matrix_entries, bool) or not isinstance(self.max_matrix_entries, int) or self.max_matrix_entries < 1:
+        entries = self.max_matrix_entries
+        if isinstance(entries, bool) or not isinstance(entries, int) or entries < 1:
             raise UserError(f"LMBIFConfig.max_matrix_entries must be an integer >= 1, got {self.max_matrix_entries!r}")
         if self.pearson_convention not in PEARSON_CONVENTIONS:
             raise UserError(
@@ -352,7 +353,11 @@ def lm_bif(
     # the losses arrive as float32: float32 storage is exact (float64 kept for keep_draws' API)
     kept_dtype = torch.float64 if sampler.keep_draws else torch.float32
     kept_a = torch.zeros(sampler.chains, sampler.draws, train.n_tokens, dtype=kept_dtype) if keep else None
-    kept_b = (kept_a if same else torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=kept_dtype)) if keep else None
+    kept_b = (
+        (kept_a if same else torch.zeros(sampler.chains, sampler.draws, query.n_tokens, dtype=kept_dtype))
+        if keep
+        else None
+    )
     sum_a = torch.zeros(train.n_tokens, dtype=torch.float64)
     sum_b = torch.zeros(query.n_tokens, dtype=torch.float64)
     accumulators: dict[str, dict[tuple[int, int], CoMoments]] = {r: {} for r in streamed}

@@ -113,11 +113,18 @@ def compute_lm_bif(
         chains = train_draws.shape[0]
         for name, red in out.items():
             red.stderr = jackknife_stderr_streamed(
-                compute_lm_bif(train_draws[[c for c in range(chains) if c != left_out]],
-                               None if query_draws is None else query_draws[[c for c in range(chains) if c != left_out]],
-                               train, query, (name,), pearson=pearson, pearson_convention=pearson_convention,
-                               stderr_method="per_chain")[name].bif
-                for left_out in range(chains))
+                compute_lm_bif(
+                    train_draws[[c for c in range(chains) if c != left_out]],
+                    None if query_draws is None else query_draws[[c for c in range(chains) if c != left_out]],
+                    train,
+                    query,
+                    (name,),
+                    pearson=pearson,
+                    pearson_convention=pearson_convention,
+                    stderr_method="per_chain",
+                )[name].bif
+                for left_out in range(chains)
+            )
         return out
     query = train if query is None else query
     query_draws = train_draws if query_draws is None else query_draws

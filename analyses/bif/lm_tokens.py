@@ -70,7 +70,8 @@ class TokenSet:
     class_names: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tokens, Tensor) or self.tokens.ndim != 2 or self.tokens.dtype not in (torch.long, torch.int32):
+        if (not isinstance(self.tokens, Tensor) or self.tokens.ndim != 2
+                or self.tokens.dtype not in (torch.long, torch.int32)):
             raise UserError("TokenSet.tokens must be an integer tensor [n, seq_len], got "
                             f"{getattr(self.tokens, 'shape', self.tokens)!r}")
         if self.tokens.shape[1] < 2 or self.tokens.shape[0] < 1:

@@ -186,7 +186,10 @@ class BIFResult:
         if meta["phase_labels"] is not None:
             phases = PhaseDecomposition(
                 labels=list(meta["phase_labels"]),
-                **{n: t[f"phases.{n}"] for n in ("weights", "within", "between", "total", "per_phase", "within_stderr", "between_stderr")},
+                **{
+                    n: t[f"phases.{n}"]
+                    for n in ("weights", "within", "between", "total", "per_phase", "within_stderr", "between_stderr")
+                },
             )
         diagnostics = None
         if meta["diagnostics"] is not None:

@@ -183,7 +183,9 @@ def sample_sgld(
                         p.copy_(p0)
             cpu_gen = torch.Generator().manual_seed(_chain_seed(config.seed, chain))
             noise_gen = (
-                cpu_gen if device.type == "cpu" else torch.Generator(device=device).manual_seed(_chain_seed(config.seed, chain) + 1)
+                cpu_gen
+                if device.type == "cpu"
+                else torch.Generator(device=device).manual_seed(_chain_seed(config.seed, chain) + 1)
             )
             # the update itself (sgld.SGLD): on the one flat buffer, or tensor by tensor
             sgld = (SGLD([flat_weights], [flat_centre], grads=[flat_grads], eps=config.eps, gamma=config.gamma,

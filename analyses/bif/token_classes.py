@@ -108,7 +108,9 @@ def load_documents(source: Any, text_column: str = "text") -> list[str] | list[l
         elif text_column in columns:
             docs = [str(t) for t in source[text_column]]
         else:
-            raise UserError(f"dataset has columns {columns}; expected an 'input_ids' column or a {text_column!r} column")
+            raise UserError(
+                f"dataset has columns {columns}; expected an 'input_ids' column or a {text_column!r} column"
+            )
     elif isinstance(source, Sequence) and all(isinstance(d, str) for d in source):
         docs = list(source)
     else:
@@ -420,7 +422,8 @@ class TextClassesConfig(Config):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"TextClassesConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.user_classes, Mapping) or not all(
-            isinstance(ids, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+            isinstance(ids, (list, tuple))
+            and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
             for ids in self.user_classes.values()
         ):
             raise UserError("TextClassesConfig.user_classes must map names to lists of token ids >= 0, got "

@@ -105,7 +105,8 @@ class AnalyzeCommandConfig(Config):
 
     def __post_init__(self) -> None:
         for name, choices in (("analysis", ANALYSIS_NAMES), ("method", ABLATION_METHODS),
-                              ("positions", ("each", "all")), ("format", ("png", "svg", "pdf")), ("metric", ("logit_diff", "loss", "accuracy"))):
+                              ("positions", ("each", "all")), ("format", ("png", "svg", "pdf")),
+                              ("metric", ("logit_diff", "loss", "accuracy"))):
             value = getattr(self, name)
             self.check(name, value is None or value in choices, f"one of {', '.join(choices)}")
         for name in ("epochs", "split_names", "components"):

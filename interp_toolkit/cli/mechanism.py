@@ -142,8 +142,11 @@ def run_config(args: MechanismCommandConfig) -> int:
         print(f"short of 100%: {result.near_miss['text']}")
     last = result.last_epoch_summary()
     if last is not None:
-        amplification = (f"minority amplification {last['amplification']:.2f}" if last["amplification_kind"] == "minority"
-                         else f"amplification (anti / consistent) {last['amplification']:.2f}")
+        amplification = (
+            f"minority amplification {last['amplification']:.2f}"
+            if last["amplification_kind"] == "minority"
+            else f"amplification (anti / consistent) {last['amplification']:.2f}"
+        )
         print(f"epoch {last['epoch']}: gradient cosine {last['grad_cos']:.3f}, {amplification}")
     print(f"figure:  {written['figure']}")
     print(f"table:   {written['table']}")

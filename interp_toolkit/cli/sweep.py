@@ -348,7 +348,9 @@ def progress_lines(runs: list[dict]) -> list[str]:
     for run in here:
         last = "nothing logged yet"
         if run.get("epoch") is not None:
-            accs = " / ".join("-" if run.get(k) is None else f"{run[k]:.3f}" for k in ("train_acc", "val_acc", "adv_acc"))
+            accs = " / ".join(
+                "-" if run.get(k) is None else f"{run[k]:.3f}" for k in ("train_acc", "val_acc", "adv_acc")
+            )
             last = f"epoch {run['epoch']}/{run['epochs']}  {accs}"
         lines.append(f"  {run['run']:<{width}}  {_state_text(run)}; {last}")
     return lines

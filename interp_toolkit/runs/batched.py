@@ -480,4 +480,11 @@ class StackedMembers:
         self.grads = {}
 
 
-__all__ = ["BatchedResult", "StackedMembers", "StackedModel", "evaluate_batched", "train_batched", "batched_readout_loss"]
+__all__ = [
+    "BatchedResult",
+    "StackedMembers",
+    "StackedModel",
+    "evaluate_batched",
+    "train_batched",
+    "batched_readout_loss",
+]

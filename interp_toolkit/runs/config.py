@@ -192,7 +192,8 @@ class TrainConfig(Config):
         return sorted(epochs)
 
     def evaluation_epochs(self) -> list[int]:
-        """Every epoch at which :func:`interp_toolkit.runs.trainer.train` evaluates (and logs a ``metrics.jsonl`` line)."""
+        """Every epoch at which :func:`interp_toolkit.runs.trainer.train` evaluates (and logs a
+        ``metrics.jsonl`` line)."""
         epochs = set(range(0, self.epochs + 1, self.eval_every)) | set(self.checkpoint_epochs())
         return sorted(epochs)
 

@@ -448,7 +448,9 @@ def sequence_logits(
         attn_out = F.linear(z, params[f"{prefix}.attn.o.weight"], params[f"{prefix}.attn.o.bias"])
         x = attn_out.add_(x) if in_place else x + attn_out
         if not spec.attn_only:
-            hidden = F.linear(norm(x, f"{prefix}.ln2"), params[f"{prefix}.mlp.in.weight"], params[f"{prefix}.mlp.in.bias"])
+            hidden = F.linear(
+                norm(x, f"{prefix}.ln2"), params[f"{prefix}.mlp.in.weight"], params[f"{prefix}.mlp.in.bias"]
+            )
             hidden = hidden.relu_() if in_place and spec.act_fn == "relu" else _ACTIVATIONS[spec.act_fn](hidden)
             mlp_out = F.linear(hidden, params[f"{prefix}.mlp.out.weight"], params[f"{prefix}.mlp.out.bias"])
             x = mlp_out.add_(x) if in_place else x + mlp_out
@@ -535,4 +537,17 @@ def stacked_logits(spec: EngineSpec, tensors: Mapping[str, Tensor], tokens: Int[
     return readout_logits(spec, tensors, tokens, position)
 
 
-__all__ = ["ENGINES", "EngineFallbackWarning", "EngineSpec", "check_engine_name", "engine_spec", "member_losses", "param_key_map", "readout_logits", "stacked_grads", "stacked_logits", "state_dict_names", "warn_fallback_once"]
+__all__ = [
+    "ENGINES",
+    "EngineFallbackWarning",
+    "EngineSpec",
+    "check_engine_name",
+    "engine_spec",
+    "member_losses",
+    "param_key_map",
+    "readout_logits",
+    "stacked_grads",
+    "stacked_logits",
+    "state_dict_names",
+    "warn_fallback_once",
+]

@@ -173,4 +173,11 @@ def sequence_forward(model: Any) -> SequenceForward:
     return forward
 
 
-__all__ = ["model_engine_spec", "ReadoutForward", "SequenceForward", "_parameter_ids", "_sequence_forwards", "sequence_forward"]
+__all__ = [
+    "model_engine_spec",
+    "ReadoutForward",
+    "SequenceForward",
+    "_parameter_ids",
+    "_sequence_forwards",
+    "sequence_forward",
+]

@@ -5,7 +5,8 @@ kernel releases it when the holding process exits in any way (normal exit, excep
 ``kill -9``), so a lock is never stale; a second writer, in this process or another, is
 refused at once with :class:`DirectoryLockedError` naming the holder's PID as the kernel
 reports it (``/proc/locks``; the PID the holder writes into the lock file is only a
-fallback where that table cannot be read, and is marked as unconfirmed). The holder deletes the lock file when it releases the
+fallback where that table cannot be read, and is marked as unconfirmed). The holder deletes the lock file when it
+releases the
 lock (while still holding it), and a taker checks after locking that the file it locked is
 still the one at the path, retrying otherwise, so two processes never hold two different
 files of the same name; a killed holder leaves its file behind, unlocked and harmless.

@@ -48,7 +48,9 @@ def test_changed_checkpoint_is_recomputed(tiny_run, tmp_path):
     over_checkpoints("ablation", copy, **kwargs)
     # overwrite epoch 6 with the epoch-0 weights: only that checkpoint is recomputed
     model0, meta = load_checkpoint(copy / "checkpoints" / "epoch_000000.safetensors")
-    save_checkpoint(model0, copy / "checkpoints" / "epoch_000006.safetensors", metadata={**meta, "epoch": 6})  # its own epoch
+    save_checkpoint(
+        model0, copy / "checkpoints" / "epoch_000006.safetensors", metadata={**meta, "epoch": 6}
+    )  # its own epoch
     result = over_checkpoints("ablation", copy, **kwargs)
     assert result.computed == [6]
     rows0 = [{k: v for k, v in r.items() if k != "epoch"} for r in result.table.where(epoch=0).rows]

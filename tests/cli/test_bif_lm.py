@@ -103,8 +103,26 @@ def _rows(out_dir):
 
 def test_cli_token_classes_on_text_from_flags_and_config_file(tmp_path, capsys):
     model_dir, tokenizer = _text_model(tmp_path)
-    sampler = ["--n-posterior", "12", "--n-train", "3", "--n-query", "3", "--no-adaptive", "--chains", "2", "--draws", "3",
-               "--burn-in", "1", "--batch-size", "4", "--eps", "1e-4", "--no-progress"]
+    sampler = [
+        "--n-posterior",
+        "12",
+        "--n-train",
+        "3",
+        "--n-query",
+        "3",
+        "--no-adaptive",
+        "--chains",
+        "2",
+        "--draws",
+        "3",
+        "--burn-in",
+        "1",
+        "--batch-size",
+        "4",
+        "--eps",
+        "1e-4",
+        "--no-progress",
+    ]
     cat = tokenizer.convert_tokens_to_ids("cat")
     assert cli_main(["bif-lm", str(model_dir), "--text", str(tmp_path / "text.txt"), "--seq-len", "16",
                      "--token-class", f"cat={cat}", "--token-class-regex", "canine=dog", "--out", str(tmp_path / "a"),
@@ -188,8 +206,20 @@ def test_bif_lm_extends_chains_reports_and_calibrates(tmp_path, capsys):
 def test_per_class_figure_marks_unconverged_checkpoints():
     from interp_toolkit.studies.lm.series import plot_per_class
 
-    rows = [{"step": s, "checkpoint": str(s), "induction_score": 0.1, "reduction": "class:all", "train_group": g,
-             "query_group": "all", "bif": 0.01 * s, "stderr": 0.001} for s in (0, 1, 2) for g in ("induction", "random")]
+    rows = [
+        {
+            "step": s,
+            "checkpoint": str(s),
+            "induction_score": 0.1,
+            "reduction": "class:all",
+            "train_group": g,
+            "query_group": "all",
+            "bif": 0.01 * s,
+            "stderr": 0.001,
+        }
+        for s in (0, 1, 2)
+        for g in ("induction", "random")
+    ]
     fig = plot_per_class(rows, converged={0: True, 1: False, 2: True})
     hollow = [line for line in fig.axes[0].lines if line.get_markerfacecolor() == "white" and len(line.get_xdata())]
     assert sorted({float(x) for line in hollow for x in line.get_xdata()}) == [1.0]

@@ -24,8 +24,24 @@ TASK = {"r": 0.5, "n_train": 96, "seq_len": 4, "n_values": 6, "n_eval": 32}
 TRAIN = ["train", "--r", "0.5", "--n-train", "96", "--seq-len", "4", "--n-values", "6", "--n-eval", "32",
          "--d-model", "16", "--d-mlp", "16", "--epochs", "4", "--eval-every", "2", "--checkpoint-every", "2",
          "--quiet"]
-BIF_FAST = ["--n-attribution", "8", "--n-query", "4", "--no-adaptive", "--chains", "2", "--draws", "3", "--burn-in", "2",
-            "--batch-size", "32", "--eps", "1e-4", "--no-progress"]
+BIF_FAST = [
+    "--n-attribution",
+    "8",
+    "--n-query",
+    "4",
+    "--no-adaptive",
+    "--chains",
+    "2",
+    "--draws",
+    "3",
+    "--burn-in",
+    "2",
+    "--batch-size",
+    "32",
+    "--eps",
+    "1e-4",
+    "--no-progress",
+]
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -147,9 +163,29 @@ def test_bif_lm_through_main(tmp_path, capsys):
     cfg = TestbedConfig(corpus=corpus, n_layers=1, n_heads=1, d_model=8, d_mlp=16, total_steps=2, linear_every=2,
                         batch_size=8, warmup_steps=1)
     train_testbed(cfg, tmp_path / "tb", progress=False)
-    code, out, err = run_cli(capsys, "bif-lm", tmp_path / "tb" / "checkpoints", "--out", tmp_path / "out",
-                             "--n-posterior", "16", "--n-train", "2", "--n-query", "2", "--no-adaptive", "--chains", "2", "--draws",
-                             "2", "--burn-in", "1", "--batch-size", "8", "--no-progress")
+    code, out, err = run_cli(
+        capsys,
+        "bif-lm",
+        tmp_path / "tb" / "checkpoints",
+        "--out",
+        tmp_path / "out",
+        "--n-posterior",
+        "16",
+        "--n-train",
+        "2",
+        "--n-query",
+        "2",
+        "--no-adaptive",
+        "--chains",
+        "2",
+        "--draws",
+        "2",
+        "--burn-in",
+        "1",
+        "--batch-size",
+        "8",
+        "--no-progress",
+    )
     assert code == 0, err
     assert (tmp_path / "out" / "per_class.csv").is_file()
 

@@ -58,7 +58,9 @@ def test_batched_matches_sequential_train(tmp_path, batch_size, chunk_size):
         rec_b = json.loads((tmp_path / f"b{i}" / "run.json").read_text())
         rec_s = json.loads((tmp_path / f"s{i}" / "run.json").read_text())
         assert rec_b["key"] == rec_s["key"] and rec_b["status"] == "finished"
-        assert [e for e, _ in list_checkpoints(tmp_path / f"b{i}")] == [e for e, _ in list_checkpoints(tmp_path / f"s{i}")]
+        assert [e for e, _ in list_checkpoints(tmp_path / f"b{i}")] == [
+            e for e, _ in list_checkpoints(tmp_path / f"s{i}")
+        ]
     # the seeds really differ (otherwise the comparison above proves little)
     m0 = load_checkpoint(list_checkpoints(tmp_path / "b0")[-1][1])[0].state_dict()["embed.weight"]
     m1 = load_checkpoint(list_checkpoints(tmp_path / "b1")[-1][1])[0].state_dict()["embed.weight"]

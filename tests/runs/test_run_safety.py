@@ -164,7 +164,8 @@ def test_concurrent_train_on_one_directory_is_refused_and_first_matches_lone_run
 
 # subprocesses: ~20-100 s on 2 loaded cores; SIGTERM (what schedulers send) by default, SIGINT in -m slow
 @pytest.mark.parametrize("signum, status, line", [
-    pytest.param(signal.SIGINT, 130, "interrupted; rerun the same command to resume from epoch ", marks=pytest.mark.slow),
+    pytest.param(signal.SIGINT, 130, "interrupted; rerun the same command to resume from epoch ",
+                 marks=pytest.mark.slow),
     (signal.SIGTERM, 143, "terminated (SIGTERM); rerun the same command to resume from epoch "),
 ], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_exits_with_one_line_and_resumes_identically(reference, tmp_path, signum, status, line):
@@ -241,7 +242,9 @@ def test_truncated_resume_file_is_a_clear_error_naming_it(reference, tmp_path, c
     record = json.loads((run / "run.json").read_text())
     from interp_toolkit.runs.resume import save_resume_state
 
-    save_resume_state(run / RESUME_NAME, 100, record["key"], {"w": torch.zeros(3)}, {}, torch.zeros(5, dtype=torch.uint8))
+    save_resume_state(
+        run / RESUME_NAME, 100, record["key"], {"w": torch.zeros(3)}, {}, torch.zeros(5, dtype=torch.uint8)
+    )
     raw = (run / RESUME_NAME).read_bytes()
     (run / RESUME_NAME).write_bytes(raw[: len(raw) // 2])
     assert main([*LONG, "--run-dir", str(run)]) == 2

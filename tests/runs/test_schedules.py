@@ -185,7 +185,9 @@ def test_sweeps_train_with_a_schedule_and_clipping_as_train_does(tmp_path, split
         assert all(torch.equal(state[k], uninterrupted[i][k]) for k in state)
 
     # a sweep takes these settings (it was refused before the batched trainer had them)
-    sweep = SweepConfig(train={"warmup_steps": 10, "grad_clip": 1.0}, grid={"train.lr_schedule": ["constant", "cosine"]})
+    sweep = SweepConfig(
+        train={"warmup_steps": 10, "grad_clip": 1.0}, grid={"train.lr_schedule": ["constant", "cosine"]}
+    )
     assert sweep.train["warmup_steps"] == 10
 
 

@@ -144,7 +144,9 @@ def test_train_dln_checkpoints_cache_and_resume(tmp_path):
 
 def test_classical_mds_recovers_distances():
     gen = torch.Generator().manual_seed(0)
-    points = torch.randn(6, 2, generator=gen, dtype=torch.float64) @ torch.randn(2, 5, generator=gen, dtype=torch.float64)
+    points = torch.randn(6, 2, generator=gen, dtype=torch.float64) @ torch.randn(
+        2, 5, generator=gen, dtype=torch.float64
+    )
     coords, values = classical_mds(points, n_components=2)
     assert torch.allclose(torch.cdist(coords.double(), coords.double()), torch.cdist(points, points), atol=1e-4)
     assert values[0] >= values[1] > 0
@@ -159,10 +161,16 @@ def test_tree_from_dict_builds_expected_correlation_and_singular_values():
     assert data.lowest_common_level(data.item_index("dog"), data.item_index("sparrow")) == 1
     assert data.lowest_common_level(data.item_index("dog"), data.item_index("cat")) == 2
     # Input-output correlation Sigma_yx[p, i] = 1/P iff property p's node is on item i's path.
-    paths = {"dog": ["living thing", "animal", "mammal", "dog"], "cat": ["living thing", "animal", "mammal", "cat"],
-             "sparrow": ["living thing", "animal", "bird", "sparrow"], "robin": ["living thing", "animal", "bird", "robin"],
-             "oak": ["living thing", "plant", "tree", "oak"], "pine": ["living thing", "plant", "tree", "pine"],
-             "rose": ["living thing", "plant", "flower", "rose"], "daisy": ["living thing", "plant", "flower", "daisy"]}
+    paths = {
+        "dog": ["living thing", "animal", "mammal", "dog"],
+        "cat": ["living thing", "animal", "mammal", "cat"],
+        "sparrow": ["living thing", "animal", "bird", "sparrow"],
+        "robin": ["living thing", "animal", "bird", "robin"],
+        "oak": ["living thing", "plant", "tree", "oak"],
+        "pine": ["living thing", "plant", "tree", "pine"],
+        "rose": ["living thing", "plant", "flower", "rose"],
+        "daisy": ["living thing", "plant", "flower", "daisy"],
+    }
     expected = torch.zeros(15, 8)
     for i, item in enumerate(data.items):
         for node in paths[item]:

@@ -24,8 +24,17 @@ from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.config import Config, required_positional
 from interp_toolkit.errors import UserError, notice
 
-__all__ = ["BIFCommandConfig", "bif_summary", "calibrate_checkpoint", "calibration_lines", "check_calibration_grids", "checkpoint_bif_inputs", "compute_bif_summary",
-           "readout_example_loss", "task_for_checkpoint"]
+__all__ = [
+    "BIFCommandConfig",
+    "bif_summary",
+    "calibrate_checkpoint",
+    "calibration_lines",
+    "check_calibration_grids",
+    "checkpoint_bif_inputs",
+    "compute_bif_summary",
+    "readout_example_loss",
+    "task_for_checkpoint",
+]
 
 
 def check_calibration_grids(config: Any) -> None:

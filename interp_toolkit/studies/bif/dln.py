@@ -235,7 +235,9 @@ def train_dln(
         bar.update(1)
         keep(step, current)
 
-    losses += gradient_descent(model, inputs, targets, train_cfg.lr, train_cfg.steps - start, start_step=start, on_step=on_step)
+    losses += gradient_descent(
+        model, inputs, targets, train_cfg.lr, train_cfg.steps - start, start_step=start, on_step=on_step
+    )
     bar.close()
     if run_dir is not None:
         write_record(run_dir, {**identity, "key": key, "status": "finished", "losses": losses})

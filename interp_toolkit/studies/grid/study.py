@@ -16,7 +16,8 @@ A study directory holds::
       curves_by_cell.png   (the report: interp_toolkit.studies.report.write)
 
 This module is the only one that names these files and reads or writes ``study.json``,
-``outcome.json`` (the rows of outcome tables: interp_toolkit.studies.grid.outcome_table). A run of a study directory is any ``runs/*/``
+``outcome.json`` (the rows of outcome tables: interp_toolkit.studies.grid.outcome_table). A run of a study directory is
+any ``runs/*/``
 directory with ``run.json`` and ``metrics.jsonl``; :func:`collect_runs` derives its outcome
 from ``metrics.jsonl`` with the study's ``outcome_thresholds`` every time and rewrites
 ``outcome.json`` as a cache, so old study directories are re-scored under the current

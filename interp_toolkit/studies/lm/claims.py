@@ -34,8 +34,21 @@ from interp_toolkit.io import atomic_write_text
 #: verdicts (:mod:`interp_toolkit.studies.verdicts.bif`).
 CLAIMS_STUDY_JSON = "claims_study.json"
 
-__all__ = ["CLAIMS_STUDY_JSON", "CLAIM_CSV_FIELDS", "MIN_MEASURED_RISE", "MIN_Z", "claim_figure_data", "claim_peaks", "claim_rows",
-           "plot_claim", "read_claims_csv", "rise_and_fall", "sign_change", "write_claim_figures", "write_claims_csv"]
+__all__ = [
+    "CLAIMS_STUDY_JSON",
+    "CLAIM_CSV_FIELDS",
+    "MIN_MEASURED_RISE",
+    "MIN_Z",
+    "claim_figure_data",
+    "claim_peaks",
+    "claim_rows",
+    "plot_claim",
+    "read_claims_csv",
+    "rise_and_fall",
+    "sign_change",
+    "write_claim_figures",
+    "write_claims_csv",
+]
 
 CLAIM_CSV_FIELDS = ["step", "seed", "series", "source_class", "target_class", "minus", "bif", "stderr", "rhat",
                     "ess", "induction_score"]
@@ -195,7 +208,8 @@ def _file_name(series: str) -> str:
     return "claim_" + re.sub(r"[^A-Za-z0-9]+", "_", series.replace("->", "_to_").replace(" - ", "_minus_")).strip("_")
 
 
-def write_claim_figures(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, figure_format: str = "png") -> list[Path]:
+def write_claim_figures(rows: Sequence[Mapping[str, Any]], out_dir: str | Path,
+                        figure_format: str = "png") -> list[Path]:
     """One figure per series of the rows, ``out_dir/claim_<series>.<format>``."""
     from interp_toolkit.plotting import check_format, save_figure
 

@@ -179,7 +179,9 @@ def run_claims(args: ClaimsStudyConfig) -> None:
     ``<out>/seed<S>/claims.csv`` after every checkpoint. Steps off the schedule are refused
     before any work."""
     config = LMBIFConfig(sampler_config(args), reductions=("class:class", "class:all"))
-    planned = testbed_config(0, args.total_steps, args.checkpoint_every).checkpoint_steps  # the same schedule for every seed
+    planned = testbed_config(
+        0, args.total_steps, args.checkpoint_every
+    ).checkpoint_steps  # the same schedule for every seed
     missing = [step for step in args.steps or () if step not in planned]
     if missing:
         raise UserError(f"--steps {missing}: the testbed has no checkpoint there (it has {planned[:4]} ... "

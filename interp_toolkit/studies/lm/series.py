@@ -192,12 +192,20 @@ def bif_over_checkpoints(
                     rows.append({"step": step, "checkpoint": ref.label, "induction_score": score, "reduction": name,
                                  "train_group": row_label, "query_group": col_label,
                                  "bif": float(red.bif[i, j]), "stderr": float(red.stderr[i, j])})
-        summary.append({"step": step, "checkpoint": ref.label, "induction_score": score,
-                        "induction_scores_per_head": heads.tolist(), "result_dir": str(out / f"lm_bif_{result.cache_key}"),
-                        "query_mean_loss": float(result.query_mean_loss.mean()),
-                        "convergence": result.convergence.summary() if result.convergence is not None else None,
-                        "adaptive": record.to_dict(), "verdict": record.describe(),
-                        "sampler_warnings": result.diagnostics.warnings if result.diagnostics else []})
+        summary.append(
+            {
+                "step": step,
+                "checkpoint": ref.label,
+                "induction_score": score,
+                "induction_scores_per_head": heads.tolist(),
+                "result_dir": str(out / f"lm_bif_{result.cache_key}"),
+                "query_mean_loss": float(result.query_mean_loss.mean()),
+                "convergence": result.convergence.summary() if result.convergence is not None else None,
+                "adaptive": record.to_dict(),
+                "verdict": record.describe(),
+                "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
+            }
+        )
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS)
     writer.writeheader()
@@ -388,7 +396,11 @@ class LMBIFCommandConfig(Config):
         calibrate_n_beta: n * beta of the sweep (default: n_beta).
     """
 
-    checkpoints: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINTS", help_behavior_hint="(one or more; required)")] = ()
+    checkpoints: Annotated[
+        tuple[str, ...],
+        tyro.conf.Positional,
+        tyro.conf.arg(metavar="CHECKPOINTS", help_behavior_hint="(one or more; required)"),
+    ] = ()
     corpus_config: Path | None = None
     out: Path = Path("runs/bif_lm")
     n_posterior: int = 512

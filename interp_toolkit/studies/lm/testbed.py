@@ -91,7 +91,8 @@ class TestbedConfig(Config):
                             f"({self.corpus.n_sequences})")
         for name in ("lr", "weight_decay"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
+            if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                    or value < 0 or (name == "lr" and value == 0)):
                 raise UserError(f"TestbedConfig.{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, "
                                 f"got {value!r}")
 
@@ -209,14 +210,17 @@ def train_testbed(config: TestbedConfig, out_dir: str | Path, progress: bool = T
             model.eval()
             directory = out / CHECKPOINTS / f"step{step:06d}"
             model.save_pretrained(directory)
-            atomic_write_json(directory / "checkpoint.json", {"step": step, "train_loss": last_loss, "config_hash": key})
+            atomic_write_json(
+                directory / "checkpoint.json", {"step": step, "train_loss": last_loss, "config_hash": key}
+            )
     bar.close()
     atomic_write_json(out / "train_log.json", log)
     atomic_write_json(record, {"config": config.to_dict(), "config_hash": key, "complete": True})
     return hf_local_checkpoints(out / CHECKPOINTS)
 
 
-def induction_phases(steps: Sequence[int], scores: Sequence[float], low: float = 0.1, high: float = 0.9) -> dict[str, Any]:
+def induction_phases(steps: Sequence[int], scores: Sequence[float], low: float = 0.1,
+                     high: float = 0.9) -> dict[str, Any]:
     """Formation step and before/during/after boundaries of the induction transition.
 
     The formation step is the checkpoint interval with the largest slope of the induction

@@ -22,7 +22,8 @@ the shortcut from those that stay. This module sets the two kinds of run side by
   the first onset of phase 2 among the leaving runs, when every run is on the shortcut and
   none has begun to leave, or, where no checkpoint falls in that, from the first run's
   shortcut epoch to that onset, or from the first epoch where runs have no shortcut (r =
-  1/m); and *phase 2 on* (at r = 1/m *from the first onset*), from that onset to the end; the whole run where a leaving run has
+  1/m); and *phase 2 on* (at r = 1/m *from the first onset*), from that onset to the end; the whole run where a leaving
+  run has
   no onset): each run's median over the window, the difference of the kinds' means with a
   95% Welch interval, a two-sided permutation p (exact for small groups), Holm-corrected over
   every grouping, window and quantity computed (one family: no grouping can be quoted for
@@ -39,7 +40,8 @@ value is refused on read, never redrawn.
 Two levels, as elsewhere: :func:`contrast_runs` on run directories (computes what is not
 cached), :func:`compute_contrast` on stored series (:class:`~.contrast_data.RunSeries`, no
 torch); what a contrast is (config, series, result) is :mod:`.contrast_data`.
-:func:`write_contrast` saves the figure (:func:`~interp_toolkit.studies.mechanism.contrast_plot.plot_contrast`: per quantity, every run and
+:func:`write_contrast` saves the figure (:func:`~interp_toolkit.studies.mechanism.contrast_plot.plot_contrast`: per
+quantity, every run and
 each kind's mean with its spread above, the difference with its interval below, the windows
 shaded), the tables and a JSON of settings, runs and verdicts into one folder, whose file
 names are :data:`FILES`.

@@ -7,7 +7,8 @@ directory written by :func:`interp_toolkit.train` or ``interp-toolkit sweep`` (`
 checkpoint's result by (checkpoint bytes, analysis, settings, data): a rerun on the same run
 computes nothing, and a run that has grown only computes its new checkpoints. The data is
 rebuilt from the run record's task and checked against the run's data fingerprints.
-:func:`~interp_toolkit.studies.mechanism.plot.plot_mechanism` draws seven panels on one log-scaled epoch axis, one colour per head
+:func:`~interp_toolkit.studies.mechanism.plot.plot_mechanism` draws seven panels on one log-scaled epoch axis, one
+colour per head
 in every panel:
 
 1. train / val (shortcut-consistent) / adv (anti-shortcut) accuracy from ``metrics.jsonl``,
@@ -33,7 +34,8 @@ in every panel:
 7. mean ablation of each head: change of accuracy on ``val`` and on ``adv``.
 
 The result is also a tidy table, one row per ``(epoch, head, quantity, value)``
-(``head`` is ``all`` for whole-model quantities), which :func:`~interp_toolkit.studies.mechanism.plot.write_mechanism` saves as CSV
+(``head`` is ``all`` for whole-model quantities), which :func:`~interp_toolkit.studies.mechanism.plot.write_mechanism`
+saves as CSV
 beside the figure, with a JSON of the settings and the run's outcome; :func:`read_mechanism`
 reads both back, so the figure can be redrawn from its data alone. Quantities per panel
 are listed in :data:`PANEL_QUANTITIES`.

@@ -238,7 +238,8 @@ def rate_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per-cell rates (paper criterion and rule learned), Wilson intervals and summaries.
 
     Cells are keyed by every field of :data:`CELL_FIELDS` and the rows' extra settings
-    (:func:`~interp_toolkit.studies.grid.cells.cell_fields`; a setting a row lacks counts as ``None``), so runs of different regimes never pool. Only finished runs are counted: a
+    (:func:`~interp_toolkit.studies.grid.cells.cell_fields`; a setting a row lacks counts as ``None``), so runs of
+    different regimes never pool. Only finished runs are counted: a
     run still training has no outcome yet (counting it as failed would bias a rate down, and
     a study's early-stopped successes finish first). ``n_running`` counts the others; a cell
     with no finished run has no row.

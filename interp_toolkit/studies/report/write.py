@@ -29,7 +29,8 @@ Sources are study directories and ``outcomes.csv`` files, in any mix
 * ``rate_vs_clock.csv`` and ``rate_vs_clock.<fmt>`` (with ``clock``): per setting (a cell
   without its horizon), the share of runs that reached the paper's criterion by each decay
   clock and the share still in their basin there
-  (:func:`~interp_toolkit.studies.report.clock.clock_table`, :func:`~interp_toolkit.studies.report.plots.plot_rate_vs_clock`);
+  (:func:`~interp_toolkit.studies.report.clock.clock_table`,
+  :func:`~interp_toolkit.studies.report.plots.plot_rate_vs_clock`);
 * ``paper_comparison.csv`` (with ``against_paper``): every cell that has a published headline
   rate (:data:`~interp_toolkit.studies.report.tables.PAPER_HEADLINE_RATES`) against it: difference,
   95% Newcombe interval, Fisher p.

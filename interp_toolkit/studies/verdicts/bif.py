@@ -106,15 +106,18 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
         late = [r for r in rows if first <= float(r["step"]) < second]
         for claim, part, sign in (("a dog sample helps a sparrow sample while animal vs plant is learned", early, -1),
                                   ("a dog sample hurts a sparrow sample while mammal vs bird is learned", late, +1)):
-            gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
-                                          for r in part)
+            gate = rules.convergence_gate(
+                (float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"]))) for r in part
+            )
             signed = [r for r in part if float(r["z"]) * sign >= 2.0]
             against = [r for r in part if float(r["z"]) * sign <= -2.0]
             cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction, "
                      f"{len(against)} against it; converged {gate['n_converged']}/{gate['n']} (max R-hat "
                      f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})")
             if not part:
-                out.append(verdict_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files))
+                out.append(
+                    verdict_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files)
+                )
             elif not gate["passed"]:
                 out.append(verdict_row("B", claim, label, settings, cells, "inconclusive",
                                        "the chains did not converge on the checkpoints the claim rests on", files))
@@ -176,8 +179,19 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                    "the window of largest |BIF| matches the window whose removal matters most more often than "
                    "the pair-permuted null" if p < rules.ALPHA else
                    f"not detected at {len(pooled)} initializations (the paper gives no effect size to power against)")
-            out.append(verdict_row("B", "the window of largest influence is the window where leaving the sample out of "
-                                   "training matters most (causal windows)", label, settings, cells, verdict, why, files))
+            out.append(
+                verdict_row(
+                    "B",
+                    "the window of largest influence is the window where leaving the sample out of "
+                    "training matters most (causal windows)",
+                    label,
+                    settings,
+                    cells,
+                    verdict,
+                    why,
+                    files,
+                )
+            )
     return out
 
 
@@ -246,11 +260,18 @@ def _rise_and_fall_row(rows: Sequence[Mapping[str, str]], regime: str, settings:
         after.append(peak["after_peak"])
     gate = rules.convergence_gate(gates)
     falls = [r["verdict"] == "rise and fall" for r in found]
-    cells = (f"{len(found)} seeds; peak at step " + ", ".join(str(r["peak_step"]) for r in found)
-             + "; checkpoints after it " + ", ".join(str(a) for a in after) + "; rise z "
-             + ", ".join(f"{r['rise_z']:.1f}" for r in found) + "; fall z " + ", ".join(f"{r['fall_z']:.1f}" for r in found)
-             + f"; converged {gate['n_converged']}/{gate['n']} of the first, peak and last rows (max R-hat "
-             f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})")
+    cells = (
+        f"{len(found)} seeds; peak at step "
+        + ", ".join(str(r["peak_step"]) for r in found)
+        + "; checkpoints after it "
+        + ", ".join(str(a) for a in after)
+        + "; rise z "
+        + ", ".join(f"{r['rise_z']:.1f}" for r in found)
+        + "; fall z "
+        + ", ".join(f"{r['fall_z']:.1f}" for r in found)
+        + f"; converged {gate['n_converged']}/{gate['n']} of the first, peak and last rows (max R-hat "
+        f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})"
+    )
     if not all(a > 0 for a in after):
         verdict, why = "not tested", ("a peak at the last checkpoint measured cannot show a fall: train past the peak "
                                       f"(>= {MIN_AFTER_PEAK} checkpoints after it)")
@@ -286,8 +307,18 @@ def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: s
     else:
         verdict, why = "inconclusive", (f"one sign or none measured in {len(changed) - sum(changed)} of "
                                         f"{len(changed)} seeds (the paper gives no effect size to power against)")
-    return [verdict_row("B", "the influence between delimiters changes sign across checkpoints", regime, settings, cells,
-                        verdict, why, files)]
+    return [
+        verdict_row(
+            "B",
+            "the influence between delimiters changes sign across checkpoints",
+            regime,
+            settings,
+            cells,
+            verdict,
+            why,
+            files,
+        )
+    ]
 
 
 def joined_rows(root: Path) -> list[dict[str, str]]:
@@ -411,15 +442,29 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
                                           f"{min(excess):.2f}-{max(excess):.2f}, where {min(detectable):.2f}-"
                                           f"{max(detectable):.2f} would reach z 2)")
     elif not any(f["grows"] for f in found.values() if f is not None) and result.get("p", 1.0) < 0.05:
-        verdict, why = "reproduced", "no leaver's influence grows past its onset, and the leavers differ from the controls"
+        verdict, why = (
+            "reproduced",
+            "no leaver's influence grows past its onset, and the leavers differ from the controls",
+        )
     else:
         verdict, why = "inconclusive", "the leavers disagree, or do not differ from the controls"
-    return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at "
-                             "the "
-                        "onset of phase 2 in runs that leave the shortcut", f"R2 influence runs, 4 x {draws_text} draws",
-                        "1-layer length-5 runs retrained (24 seeds, one dataset), SGLD eps 1e-4, gamma 1,000, n beta "
-                        f"4,096, 4 chains x {draws_text} draws (200, doubled at a checkpoint until its chains "
-                        "converged), 4 apart, after 200 burn-in", cells, verdict, why, files, result)]
+    return [
+        verdict_row(
+            "B",
+            "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at "
+            "the "
+            "onset of phase 2 in runs that leave the shortcut",
+            f"R2 influence runs, 4 x {draws_text} draws",
+            "1-layer length-5 runs retrained (24 seeds, one dataset), SGLD eps 1e-4, gamma 1,000, n beta "
+            f"4,096, 4 chains x {draws_text} draws (200, doubled at a checkpoint until its chains "
+            "converged), 4 apart, after 200 burn-in",
+            cells,
+            verdict,
+            why,
+            files,
+            result,
+        )
+    ]
 
 
 def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:

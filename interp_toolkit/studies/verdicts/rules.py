@@ -9,7 +9,8 @@ The rules, applied in this order:
 2. **Rate contrasts** (a generalization rate higher in one cell than in another): with the
    difference ``d = rate_a - rate_b``, its 95% Newcombe interval and the two-sided Fisher p,
    the claim is ``reproduced in R`` when ``d`` has the paper's sign and the interval excludes
-   0, with at least :data:`MIN_SEEDS` seeds per cell (fewer: ``inconclusive``). Otherwise it is ``not reproduced in R`` only when the same rule had at least
+   0, with at least :data:`MIN_SEEDS` seeds per cell (fewer: ``inconclusive``). Otherwise it is ``not reproduced in R``
+   only when the same rule had at least
    :data:`POWER_MIN` power to see the paper's effect at the cell sizes used, else
    ``inconclusive in R``. Power is exact: both binomials are enumerated at the paper's rates
    (:func:`detection_power`). A claim whose paper gives no rates is powered at the headline's
@@ -191,5 +192,21 @@ def holm_family(rows: Sequence[Mapping[str, Any]], key: str = "fisher_p") -> lis
     return holm_adjust([float(r[key]) for r in rows])
 
 
-__all__ = ["ALPHA", "ESS_MIN", "MIN_SEEDS", "POWER_MIN", "RHAT_MAX", "VERDICTS", "after_peak", "convergence_gate", "converged",
-           "detection_power", "detects", "holm_family", "in_regime", "observed", "rate_verdict", "seeds_for_power"]
+__all__ = [
+    "ALPHA",
+    "ESS_MIN",
+    "MIN_SEEDS",
+    "POWER_MIN",
+    "RHAT_MAX",
+    "VERDICTS",
+    "after_peak",
+    "convergence_gate",
+    "converged",
+    "detection_power",
+    "detects",
+    "holm_family",
+    "in_regime",
+    "observed",
+    "rate_verdict",
+    "seeds_for_power",
+]

@@ -74,23 +74,62 @@ class Regime:
     exclude: Mapping[str, str | tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
-R0 = Regime("R0", {"task": "max_parity_sum_parity", "seq_len": "8", "n_values": "10", "n_train": "16384", "weight_decay": "0.1",
-                   "lr": "0.001", "batch_size": "", "epochs": "1000", "n_heads": "2", "study": "reproduce", **PLAIN_LR},
-            "length 8, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 1,000 epochs = 1,000 steps "
-            "= 0.1 decay clocks (the paper: 15,000 epochs), early stop once generalized")
+R0 = Regime(
+    "R0",
+    {
+        "task": "max_parity_sum_parity",
+        "seq_len": "8",
+        "n_values": "10",
+        "n_train": "16384",
+        "weight_decay": "0.1",
+        "lr": "0.001",
+        "batch_size": "",
+        "epochs": "1000",
+        "n_heads": "2",
+        "study": "reproduce",
+        **PLAIN_LR,
+    },
+    "length 8, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 1,000 epochs = 1,000 steps "
+    "= 0.1 decay clocks (the paper: 15,000 epochs), early stop once generalized",
+)
 R0_WD04 = Regime("R0, wd 0.4", {**R0.where, "weight_decay": "0.4"},
                  "R0 with weight decay 0.4, no early stop: 1,000 epochs = 0.4 decay clocks")
 R0_WD04_LONG = Regime("R0, wd 0.4, 3,000 epochs", {**R0.where, "weight_decay": "0.4", "epochs": "3000"},
                       "R0 with weight decay 0.4, no early stop, 3,000 epochs = 1.2 decay clocks")
-R1 = Regime("R1", {"task": "max_parity_sum_parity", "seq_len": "8", "n_values": "10", "n_train": "16384", "weight_decay": "0.7",
-                   "lr": "0.001", "batch_size": "512", "epochs": "300", "n_heads": "2", **PLAIN_LR},
-            "length 8, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
-            "6.72 decay clocks, no early stop")
-R_LEN5_N16K = Regime("length 5, n = 16,384", {"task": "max_parity_sum_parity", "seq_len": "5", "n_values": "10", "n_train": "16384",
-                                               "weight_decay": "0.1", "lr": "0.001", "batch_size": "",
-                                               "epochs": "400", "n_heads": "2", **PLAIN_LR},
-                     "length 5, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 400 epochs = 0.04 "
-                     "decay clocks, no early stop, a fresh dataset per seed")
+R1 = Regime(
+    "R1",
+    {
+        "task": "max_parity_sum_parity",
+        "seq_len": "8",
+        "n_values": "10",
+        "n_train": "16384",
+        "weight_decay": "0.7",
+        "lr": "0.001",
+        "batch_size": "512",
+        "epochs": "300",
+        "n_heads": "2",
+        **PLAIN_LR,
+    },
+    "length 8, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
+    "6.72 decay clocks, no early stop",
+)
+R_LEN5_N16K = Regime(
+    "length 5, n = 16,384",
+    {
+        "task": "max_parity_sum_parity",
+        "seq_len": "5",
+        "n_values": "10",
+        "n_train": "16384",
+        "weight_decay": "0.1",
+        "lr": "0.001",
+        "batch_size": "",
+        "epochs": "400",
+        "n_heads": "2",
+        **PLAIN_LR,
+    },
+    "length 5, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 400 epochs = 0.04 "
+    "decay clocks, no early stop, a fresh dataset per seed",
+)
 CONFIRM_LEN6 = "regime_axes_b_len6_b512_wd0.7_2L_confirm"
 CONFIRM_LEN6_1L = "regime_axes_b_len6_b512_wd0.7_1L_confirm"
 R1_LEN6 = Regime("R1 at length 6", {**R1.where, "seq_len": "6"},
@@ -182,7 +221,8 @@ def rate_claim(rows: Sequence[Mapping[str, str]], claim: str, regime: Regime, n_
 
 
 def headline_claims(rows: Sequence[Mapping[str, str]], claim: str, regime: Regime, n_layers: int, r_a: float,
-                    r_b: float, paper: tuple[float, float], files: Sequence[str], **kwargs: Any) -> list[dict[str, str]]:
+                    r_b: float, paper: tuple[float, float], files: Sequence[str],
+                    **kwargs: Any) -> list[dict[str, str]]:
     """A headline rate contrast by the paper's criterion (100% adversarial accuracy) and, where
     this project's outcome column counts differently (both splits at 100% at r = 1/m), the
     same contrast by it beside, under its own name."""
@@ -270,11 +310,18 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                and float(r["shortcut_epoch"]) < float(r["first_generalized_epoch"])]
     verdict = "inconclusive" if not generalizing else ("reproduced" if len(ordered) == len(generalizing)
                                                         else "not reproduced")
-    out.append(verdict_row("A", "a shortcut phase comes first, then a second phase in which the rule takes over", "R2", text,
-                           f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut "
-                           "first",
-                           verdict, "qualitative: the order of the shortcut epoch and the first generalized epoch",
-                           [rel(root, base / "2L_r0.9" / "runs.csv")]))
+    out.append(
+        verdict_row(
+            "A",
+            "a shortcut phase comes first, then a second phase in which the rule takes over",
+            "R2",
+            text,
+            f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first",
+            verdict,
+            "qualitative: the order of the shortcut epoch and the first generalized epoch",
+            [rel(root, base / "2L_r0.9" / "runs.csv")],
+        )
+    )
     windows = []
     folders = sorted(p for p in base.iterdir() if (p / "windows.csv").is_file()) if base.is_dir() else []
     for folder in folders:
@@ -295,19 +342,33 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         moved = [_moved_toward_zero(base / w["contrast"] / "contrast.json", w) for w in conflict]
         toward = sum(k for k, _ in moved)
         leavers = sum(n for _, n in moved)
-        out.append(verdict_row("A", "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut "
-                                    "examples "
-                               "point apart in the shortcut phase, and move toward 0 once the run leaves it", "R2", text,
-                               "r = 0.9 (" + ", ".join(w["contrast"] for w in conflict) + "): shortcut-phase cosine "
-                               + ", ".join(f"{m:+.2f}" for m in means)
-                               + f"; from its first generalized epoch on, {toward} of {leavers} generalizing runs sit "
-                               "above their shortcut-phase value",
-                               "reproduced" if max(means) < 0 and leavers and toward == leavers else "not reproduced",
-                               "the sign of the group means in the shortcut phase, and each generalizing run's mean "
-                               "cosine "
-                               "after it generalized against its own shortcut-phase median",
-                               sorted({rel(root, base / w["contrast"] / name) for w in conflict
-                                for name in ("windows.csv", "contrast.json")})))
+        out.append(
+            verdict_row(
+                "A",
+                "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut "
+                "examples "
+                "point apart in the shortcut phase, and move toward 0 once the run leaves it",
+                "R2",
+                text,
+                "r = 0.9 ("
+                + ", ".join(w["contrast"] for w in conflict)
+                + "): shortcut-phase cosine "
+                + ", ".join(f"{m:+.2f}" for m in means)
+                + f"; from its first generalized epoch on, {toward} of {leavers} generalizing runs sit "
+                "above their shortcut-phase value",
+                "reproduced" if max(means) < 0 and leavers and toward == leavers else "not reproduced",
+                "the sign of the group means in the shortcut phase, and each generalizing run's mean "
+                "cosine "
+                "after it generalized against its own shortcut-phase median",
+                sorted(
+                    {
+                        rel(root, base / w["contrast"] / name)
+                        for w in conflict
+                        for name in ("windows.csv", "contrast.json")
+                    }
+                ),
+            )
+        )
     amplified = [w for w in ratio if w["quantity"] == "minority_amplification" and w["window"] in first]
     if amplified:
         values = [float(w[k]) for w in amplified for k in ("mean_leaving", "mean_staying")]

@@ -70,7 +70,9 @@ def test_batched_and_autograd_gd_share_the_step_schedule_of_a_window():
 def test_window_end_effect_equals_leave_one_out_from_window_start():
     start, length = 200, 30
     loo = local_continuation_effects(_model(start), X, Y, LR, length)
-    windows = causal_window_effects(_model(0), X, Y, LR, [(start, start + length)], horizon=400, measure_at="window_end")
+    windows = causal_window_effects(
+        _model(0), X, Y, LR, [(start, start + length)], horizon=400, measure_at="window_end"
+    )
     assert torch.allclose(windows.inclusion_effect[0], loo, atol=1e-6)
     assert local_continuation_effects(_model(start), X, Y, LR, 0).abs().max() == 0
     # Including an example lowers its own loss.

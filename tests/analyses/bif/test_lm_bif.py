@@ -133,8 +133,19 @@ def test_jackknife_stderr_streamed_and_from_draws(neox_ref):
     result = lm_bif(model, posterior, train, query, config)
     a, b = result.train_draws, result.query_draws
     for name in reductions:
-        loo = torch.stack([compute_lm_bif(a[[c for c in range(3) if c != k]], b[[c for c in range(3) if c != k]],
-                                          train, query, (name,), stderr_method="per_chain")[name].bif for k in range(3)])
+        loo = torch.stack(
+            [
+                compute_lm_bif(
+                    a[[c for c in range(3) if c != k]],
+                    b[[c for c in range(3) if c != k]],
+                    train,
+                    query,
+                    (name,),
+                    stderr_method="per_chain",
+                )[name].bif
+                for k in range(3)
+            ]
+        )
         expected = ((loo - loo.mean(0)).pow(2).sum(0) * 2 / 3).sqrt()
         torch.testing.assert_close(result[name].stderr, expected, rtol=1e-6, atol=1e-12)
         per_chain = compute_lm_bif(a, b, train, query, (name,), stderr_method="per_chain")[name]

@@ -35,7 +35,9 @@ def test_a_missing_gradient_counts_as_zero_and_dot_grad_is_read():
     SGLD([w, plain], [torch.zeros(3, dtype=torch.float64)] * 2, eps=1e-2, gamma=0.0, n_beta=1.0,
          generator=torch.Generator().manual_seed(0)).step()
     xi = torch.randn(6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    torch.testing.assert_close(w.detach(), 1 - 0.005 * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) + 0.1 * xi[:3])
+    torch.testing.assert_close(
+        w.detach(), 1 - 0.005 * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) + 0.1 * xi[:3]
+    )
     torch.testing.assert_close(plain, 1 + 0.1 * xi[3:])
 
 

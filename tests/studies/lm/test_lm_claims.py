@@ -80,8 +80,12 @@ def test_figures_regenerate_from_the_csv(tmp_path):
                                              "claim_open_to_close_minus_close_to_open.png"]
     peaks = claim_peaks(back, "induction->induction")
     assert [p["seed"] for p in peaks] == [0, 1]
-    best = max((r for r in back if r["series"] == "induction->induction" and r["seed"] == 0), key=lambda r: abs(r["bif"]))
-    assert peaks[0]["bif"] == best["bif"] and peaks[0]["relative_error"] == pytest.approx(best["stderr"] / abs(best["bif"]))
+    best = max(
+        (r for r in back if r["series"] == "induction->induction" and r["seed"] == 0), key=lambda r: abs(r["bif"])
+    )
+    assert peaks[0]["bif"] == best["bif"] and peaks[0]["relative_error"] == pytest.approx(
+        best["stderr"] / abs(best["bif"])
+    )
     assert math.isfinite(peaks[0]["rhat"])
 
 

@@ -92,9 +92,13 @@ def test_per_epoch_and_per_window_numbers_are_the_hand_computed_ones():
     a = [run.values["minority_amplification"][7] for run in left]
     b = [run.values["minority_amplification"][7] for run in stayed]
     ci = ttest_ind(a, b, equal_var=False).confidence_interval()
-    assert (row["mean_leaving"], row["sd_leaving"], row["n_leaving"]) == pytest.approx((np.mean(a), np.std(a, ddof=1), 4))
+    assert (row["mean_leaving"], row["sd_leaving"], row["n_leaving"]) == pytest.approx(
+        (np.mean(a), np.std(a, ddof=1), 4)
+    )
     assert (row["mean_staying"], row["n_staying"]) == pytest.approx((np.mean(b), 6))
-    assert (row["difference"], row["ci_low"], row["ci_high"]) == pytest.approx((np.mean(a) - np.mean(b), ci.low, ci.high))
+    assert (row["difference"], row["ci_low"], row["ci_high"]) == pytest.approx(
+        (np.mean(a) - np.mean(b), ci.low, ci.high)
+    )
     # a window's per-run value is the run's median over the window's epochs (10..40 here)
     window = next(r for r in result.window_rows if r["window"] == "shortcut phase" and r["quantity"] == "grad_cos")
     medians = [float(np.median(run.values["grad_cos"][1:5])) for run in runs]

@@ -47,8 +47,13 @@ def test_reached_and_held_count_the_runs_that_trained_that_far():
         assert row["reached_low"] <= row["reached_rate"] <= row["reached_high"]
     # 2 of 3 at clock 3.2: the Wilson score interval, written out, z = 1.96
     z, p, n = 1.959963984540054, 2 / 3, 3
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n)
-    assert (_at(table, 3.2)["reached_low"], _at(table, 3.2)["reached_high"]) == pytest.approx((centre - half, centre + half))
+    centre, half = (
+        (p + z * z / (2 * n)) / (1 + z * z / n),
+        z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n),
+    )
+    assert (_at(table, 3.2)["reached_low"], _at(table, 3.2)["reached_high"]) == pytest.approx(
+        (centre - half, centre + half)
+    )
 
 
 def test_settings_split_on_what_the_run_is_and_label_what_varies():

@@ -137,14 +137,28 @@ def test_stop_rule_uses_the_paper_criterion():
 
 
 def test_rate_plot_grows_with_a_key_of_many_regimes():
-    """Twelve regimes (studies, each a two-line key entry) make a key taller than the default 3.8 in: the figure grows, so
+    """Twelve regimes (studies, each a two-line key entry) make a key taller than the default 3.8 in: the figure grows,
+    so
     its axes keep most of their height instead of being squashed by the layout."""
     from interp_toolkit.studies.report.plots import plot_rate_vs_r
 
     low, high = wilson_interval(0, 4)
-    rows = [{"task": "max_parity_sum_parity", "study": f"a study whose name wraps onto a second line {i}", "n_layers": 2, "n_heads": 2,
-             "weight_decay": 0.1, "r": 0.9, "n_seeds": 4, "n_generalized": 0, "rate": 0.0, "wilson_low": low,
-             "wilson_high": high} for i in range(12)]
+    rows = [
+        {
+            "task": "max_parity_sum_parity",
+            "study": f"a study whose name wraps onto a second line {i}",
+            "n_layers": 2,
+            "n_heads": 2,
+            "weight_decay": 0.1,
+            "r": 0.9,
+            "n_seeds": 4,
+            "n_generalized": 0,
+            "rate": 0.0,
+            "wilson_low": low,
+            "wilson_high": high,
+        }
+        for i in range(12)
+    ]
     few = plot_rate_vs_r(rows[:1], x_axis="categorical")
     many = plot_rate_vs_r(rows, x_axis="categorical")
     assert few.get_size_inches()[1] == pytest.approx(3.8)

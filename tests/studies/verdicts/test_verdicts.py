@@ -82,7 +82,13 @@ def test_convergence_gate():
     assert converged(1.005, 150) and not converged(1.02, 500) and not converged(1.0, 99) and not converged(None, 200)
     assert not converged(float("nan"), 200)
     gate = convergence_gate([(1.004, 300), (1.03, 80), (1.001, 1000)])
-    assert (gate["passed"], gate["n"], gate["n_converged"], gate["max_rhat"], gate["min_ess"]) == (False, 3, 2, 1.03, 80)
+    assert (gate["passed"], gate["n"], gate["n_converged"], gate["max_rhat"], gate["min_ess"]) == (
+        False,
+        3,
+        2,
+        1.03,
+        80,
+    )
     assert convergence_gate([(1.0, 100)])["passed"] and not convergence_gate([])["passed"]
 
 
@@ -104,11 +110,51 @@ def test_observability_and_regime_names():
 
 def test_a_2_layer_claim_is_judged_on_2_layer_runs(tmp_path):
     """Scope: 1-layer runs never stand in for a 2-layer claim (no 2-layer cell: not tested)."""
-    header = ["task", "study", "seq_len", "n_values", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads", "n_layers",
-              "r", "seed", "status", "generalized", "transient"]
-    rows = [dict(zip(header, ["max_parity_sum_parity", "reproduce", "8", "10", "16384", "0.1", "0.001", "", "1000", "2", "1",
-                              str(r), str(seed), "finished", str(seed < 3), "False"]))
-            for r in (0.1, 0.5) for seed in range(10)]
+    header = [
+        "task",
+        "study",
+        "seq_len",
+        "n_values",
+        "n_train",
+        "weight_decay",
+        "lr",
+        "batch_size",
+        "epochs",
+        "n_heads",
+        "n_layers",
+        "r",
+        "seed",
+        "status",
+        "generalized",
+        "transient",
+    ]
+    rows = [
+        dict(
+            zip(
+                header,
+                [
+                    "max_parity_sum_parity",
+                    "reproduce",
+                    "8",
+                    "10",
+                    "16384",
+                    "0.1",
+                    "0.001",
+                    "",
+                    "1000",
+                    "2",
+                    "1",
+                    str(r),
+                    str(seed),
+                    "finished",
+                    str(seed < 3),
+                    "False",
+                ],
+            )
+        )
+        for r in (0.1, 0.5)
+        for seed in range(10)
+    ]
     verdict = claims_table.rate_claim(rows, "below chance helps", claims_table.R0, 2, 0.1, 0.5, (0.77, 0.0), [])
     assert verdict["verdict"] == "not tested in R0"
     one_layer = claims_table.rate_claim(rows, "below chance helps", claims_table.R0, 1, 0.1, 0.5, (0.77, 0.0), [])
@@ -119,12 +165,53 @@ def test_a_headline_contrast_counts_the_papers_criterion_and_the_stricter_one_be
     """100% adversarial accuracy is the paper's criterion; at r = 1/m this project's outcome
     column also asks for 100% validation. Where the counts differ, both rows are given, the
     stricter one under its own name; where they agree, only the paper's."""
-    header = ["task", "study", "seq_len", "n_values", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads", "n_layers",
-              "r", "seed", "status", "generalized", "transient", "max_adv_acc", "threshold"]
+    header = [
+        "task",
+        "study",
+        "seq_len",
+        "n_values",
+        "n_train",
+        "weight_decay",
+        "lr",
+        "batch_size",
+        "epochs",
+        "n_heads",
+        "n_layers",
+        "r",
+        "seed",
+        "status",
+        "generalized",
+        "transient",
+        "max_adv_acc",
+        "threshold",
+    ]
 
     def row(r, seed, generalized, max_adv):
-        return dict(zip(header, ["max_parity_sum_parity", "reproduce", "8", "10", "16384", "0.1", "0.001", "", "1000", "2",
-                                 "2", str(r), str(seed), "finished", str(generalized), "False", str(max_adv), "1.0"]))
+        return dict(
+            zip(
+                header,
+                [
+                    "max_parity_sum_parity",
+                    "reproduce",
+                    "8",
+                    "10",
+                    "16384",
+                    "0.1",
+                    "0.001",
+                    "",
+                    "1000",
+                    "2",
+                    "2",
+                    str(r),
+                    str(seed),
+                    "finished",
+                    str(generalized),
+                    "False",
+                    str(max_adv),
+                    "1.0",
+                ],
+            )
+        )
 
     rows = [row(0.9, seed, True, 1.0) for seed in range(16)]
     rows += [row(0.5, seed, seed < 12, 1.0 if seed < 13 else 0.99) for seed in range(16)]  # seed 12: adv only
@@ -132,7 +219,9 @@ def test_a_headline_contrast_counts_the_papers_criterion_and_the_stricter_one_be
     paper, stricter = claims_table.headline_claims(rows, claim, claims_table.R0, 2, 0.9, 0.5, (0.77, 0.0), [])
     assert paper["claim"] == claim and paper["cells"] == "2L r = 0.9: 16/16; r = 0.5: 13/16"
     assert paper["verdict"] == "not reproduced in R0"  # [-0.04, +0.43] holds 0; power to see 77 points
-    assert stricter["claim"].startswith("(this project's stricter criterion") and stricter["verdict"] == "reproduced in R0"
+    assert (
+        stricter["claim"].startswith("(this project's stricter criterion") and stricter["verdict"] == "reproduced in R0"
+    )
     assert stricter["cells"] == "2L r = 0.9: 16/16; r = 0.5: 12/16"
     agreeing = [r for r in rows if r["seed"] != "12"]
     assert len(claims_table.headline_claims(agreeing, claim, claims_table.R0, 2, 0.9, 0.5, (0.77, 0.0), [])) == 1
@@ -237,19 +326,27 @@ def test_a_rise_without_a_measured_fall_is_not_reproduced_only_with_room_after_t
     flat_after = [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 4)]
     _lm_claims(folder, flat_after)  # 3 checkpoints after the peak, none measurably lower
     row = claims_bif.lm_rows(tmp_path)[0]
-    assert row["verdict"] == "inconclusive in testbed, 1,000 steps" and "fewer than 8 checkpoints after the peak" in row["why"]
+    assert (
+        row["verdict"] == "inconclusive in testbed, 1,000 steps"
+        and "fewer than 8 checkpoints after the peak" in row["why"]
+    )
     _lm_claims(folder, [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 9)])
     row = claims_bif.lm_rows(tmp_path)[0]
     assert row["verdict"] == "not reproduced in testbed, 1,000 steps" and "checkpoints after it 8" in row["cells"]
     _lm_claims(folder, [(0, -0.1), (500, -1.0)] + [(500 + 100 * k, -0.95) for k in range(1, 9)], rhat=1.05)
-    assert claims_bif.lm_rows(tmp_path)[0]["verdict"] == "inconclusive in testbed, 1,000 steps"  # unconverged: no verdict
+    assert (
+        claims_bif.lm_rows(tmp_path)[0]["verdict"] == "inconclusive in testbed, 1,000 steps"
+    )  # unconverged: no verdict
 
 
 def test_a_converged_delimiter_series_needs_both_signs_measured(tmp_path):
     folder = tmp_path / "docs" / "lm_bif"
     _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, 0.3)))
     row = claims_bif.lm_rows(tmp_path)[1]
-    assert row["verdict"] == "inconclusive in testbed, 1,000 steps" and "both signs at |z| >= 2 in 0 of 1 seeds" in row["cells"]
+    assert (
+        row["verdict"] == "inconclusive in testbed, 1,000 steps"
+        and "both signs at |z| >= 2 in 0 of 1 seeds" in row["cells"]
+    )
     _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, -0.3)))
     assert claims_bif.lm_rows(tmp_path)[1]["verdict"] == "reproduced in testbed, 1,000 steps"
 
@@ -361,7 +458,9 @@ def test_the_joined_redo_verdict_needs_four_runs_of_each_kind_and_converged_chai
     assert row["verdict"].startswith("inconclusive") and "fewer than 4" in row["why"]
     # every leaver peaks at its onset and the controls grow instead: the prediction holds
     for seed in range(4):
-        _influence_table(folder / f"seed{seed}.csv", [(50, -0.3), (100, -0.8), (200, -0.79 + 0.01 * seed), (400, -0.78)])
+        _influence_table(
+            folder / f"seed{seed}.csv", [(50, -0.3), (100, -0.8), (200, -0.79 + 0.01 * seed), (400, -0.78)]
+        )
     for seed in range(4, 8):
         _influence_table(folder / f"seed{seed}.csv", [(50, -0.3), (100, -0.3), (200, -0.5), (400, -0.9 - 0.01 * seed)])
     (row,) = claims_bif.joined_redo_rows(tmp_path)
