@@ -84,51 +84,27 @@ class AnalysisSpec:
 
 
 ANALYSES: dict[str, AnalysisSpec] = {
-    "fingerprints": AnalysisSpec(
-        "fingerprints", fingerprints, ("qk_rho", "ov_rho", "ov_data_rho", "first_share"), ("component",)
-    ),
-    "ablation": AnalysisSpec("ablation", ablation, ("delta",), ("component", "split"), {"metric": "accuracy"}),
+    "fingerprints": AnalysisSpec("fingerprints", fingerprints,
+                                 ("qk_rho", "ov_rho", "ov_data_rho", "first_share"), ("component",)),
+    "ablation": AnalysisSpec("ablation", ablation, ("delta",), ("component", "split"),
+                             {"metric": "accuracy"}),
     # version 2: a gap column, and normalized is NaN where |gap| is under the patching tolerance;
     # version 3: the raw change in the metric (patched - target), drawn beside normalized
-    "patching": AnalysisSpec(
-        "patching",
-        minimal_pair_patching,
-        ("change", "normalized"),
-        ("component", "position"),
-        version=3,
-        heatmaps=True,
-        value_labels={
-            "change": "change in the pair logit difference\n(patched - target)",
-            "normalized": "minimal-pair patching effect\n(0 none, 1 full)",
-        },
-    ),
+    "patching": AnalysisSpec("patching", minimal_pair_patching, ("change", "normalized"), ("component", "position"),
+                             version=3, heatmaps=True, value_labels={
+                                 "change": "change in the pair logit difference\n(patched - target)",
+                                 "normalized": "minimal-pair patching effect\n(0 none, 1 full)"}),
     "resample_ablation_damage": AnalysisSpec(
-        "resample_ablation_damage",
-        resample_ablation_damage,
-        ("change", "normalized"),
-        ("component", "position"),
-        version=3,
-        heatmaps=True,
-        value_labels={
+        "resample_ablation_damage", resample_ablation_damage, ("change", "normalized"), ("component", "position"),
+        version=3, heatmaps=True, value_labels={
             "change": "change in the metric\n(patched - target)",
-            "normalized": "resample-ablation damage:\nmetric shift toward source (0 none, 1 full)",
-        },
-    ),
-    "gradients": AnalysisSpec(
-        "gradients",
-        gradient_conflict,
-        ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
-        ("group",),
-        version=2,
-    ),  # 2: minority / minority_amplification columns
+            "normalized": "resample-ablation damage:\nmetric shift toward source (0 none, 1 full)"}),
+    "gradients": AnalysisSpec("gradients", gradient_conflict,
+                              ("conflict_cos", "minority_amplification", "amplification", "anti_cos_mean"),
+                              ("group",), version=2),  # 2: minority / minority_amplification columns
     "weight_norms": AnalysisSpec("weight_norms", weight_norms, ("norm",), ("group",), plot_relative=True),
-    "near_misses": AnalysisSpec(
-        "near_misses",
-        near_misses,
-        ("accuracy", "n_wrong"),
-        ("split", "feature", "value"),
-        {"split": "adv", "feature": PLOT_FEATURES},
-    ),
+    "near_misses": AnalysisSpec("near_misses", near_misses, ("accuracy", "n_wrong"), ("split", "feature", "value"),
+                                {"split": "adv", "feature": PLOT_FEATURES}),
 }
 
 
