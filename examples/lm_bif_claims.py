@@ -65,10 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--coarse", type=_at_least(1), default=100, help="BIF every this many steps outside the "
                                                                          "transition")
     parser.add_argument(
-        "--steps",
-        type=_at_least(0),
-        nargs="+",
-        default=None,
+        "--steps", type=_at_least(0), nargs="+", default=None,
         help="only these checkpoint steps, in this order (default: the transition first, then --coarse)",
     )
     parser.add_argument("--total-steps", type=_at_least(1), default=1000, help="the testbed's training steps")

@@ -37,11 +37,7 @@ def test_a_section_field_is_nested_and_its_own_name_where_unambiguous():
     short = parse_config(_Command, ["--eps=0.5", "--model.seed", "3", "--keep", "--width", "9"])
     assert nested == short
     assert (short.sampler.eps, short.model.seed, short.sampler.keep, short.width, short.model.width) == (
-        0.5,
-        3,
-        True,
-        9,
-        8,
+        0.5, 3, True, 9, 8,
     )
     assert parse_config(_Command, ["--keep", "--no-keep"]).sampler.keep is False
 

@@ -66,11 +66,7 @@ def test_checkpoint_range_expands_to_expected_revisions():
     assert [r.step for r in refs] == list(range(1000, 143001, 10000))
     assert all(r.kind == "hub" and r.location == "EleutherAI/pythia-14m" for r in refs)
     assert expand_revisions("step0,step{512..2048:512},step1024") == [
-        "step0",
-        "step512",
-        "step1024",
-        "step1536",
-        "step2048",
+        "step0", "step512", "step1024", "step1536", "step2048",
     ]
     assert expand_revisions("ckpt{1..3}-final") == ["ckpt1-final", "ckpt2-final", "ckpt3-final"]
     pythia = pythia_revisions()

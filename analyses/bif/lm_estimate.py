@@ -115,13 +115,8 @@ def compute_lm_bif(
             red.stderr = jackknife_stderr_streamed(
                 compute_lm_bif(
                     train_draws[[c for c in range(chains) if c != left_out]],
-                    None if query_draws is None else query_draws[[c for c in range(chains) if c != left_out]],
-                    train,
-                    query,
-                    (name,),
-                    pearson=pearson,
-                    pearson_convention=pearson_convention,
-                    stderr_method="per_chain",
+                    None if query_draws is None else query_draws[[c for c in range(chains) if c != left_out]], train,
+                    query, (name,), pearson=pearson, pearson_convention=pearson_convention, stderr_method="per_chain",
                 )[name].bif
                 for left_out in range(chains)
             )

@@ -481,10 +481,5 @@ class StackedMembers:
 
 
 __all__ = [
-    "BatchedResult",
-    "StackedMembers",
-    "StackedModel",
-    "evaluate_batched",
-    "train_batched",
-    "batched_readout_loss",
+    "BatchedResult", "StackedMembers", "StackedModel", "evaluate_batched", "train_batched", "batched_readout_loss",
 ]

@@ -538,16 +538,6 @@ def stacked_logits(spec: EngineSpec, tensors: Mapping[str, Tensor], tokens: Int[
 
 
 __all__ = [
-    "ENGINES",
-    "EngineFallbackWarning",
-    "EngineSpec",
-    "check_engine_name",
-    "engine_spec",
-    "member_losses",
-    "param_key_map",
-    "readout_logits",
-    "stacked_grads",
-    "stacked_logits",
-    "state_dict_names",
-    "warn_fallback_once",
+    "ENGINES", "EngineFallbackWarning", "EngineSpec", "check_engine_name", "engine_spec", "member_losses",
+    "param_key_map", "readout_logits", "stacked_grads", "stacked_logits", "state_dict_names", "warn_fallback_once",
 ]

@@ -384,20 +384,8 @@ def continue_from(plan: ExtensionPlan, run_dir: str | os.PathLike, key: str, ide
 
 
 __all__ = [
-    "CARRIED_RECORD_FIELDS",
-    "ExtensionError",
-    "ExtensionPlan",
-    "FINAL_STATE_NAME",
-    "carried_fields",
-    "check_extension_source",
-    "clear_partial_start",
-    "clear_run_outputs",
-    "continue_from",
-    "extend_run",
-    "holds_nothing",
-    "identity_differences",
-    "keep_final_state",
-    "read_final_state",
-    "start_from_shorter_run",
+    "CARRIED_RECORD_FIELDS", "ExtensionError", "ExtensionPlan", "FINAL_STATE_NAME", "carried_fields",
+    "check_extension_source", "clear_partial_start", "clear_run_outputs", "continue_from", "extend_run",
+    "holds_nothing", "identity_differences", "keep_final_state", "read_final_state", "start_from_shorter_run",
     "starts_fresh",
 ]

@@ -174,10 +174,6 @@ def sequence_forward(model: Any) -> SequenceForward:
 
 
 __all__ = [
-    "model_engine_spec",
-    "ReadoutForward",
-    "SequenceForward",
-    "_parameter_ids",
-    "_sequence_forwards",
+    "model_engine_spec", "ReadoutForward", "SequenceForward", "_parameter_ids", "_sequence_forwards",
     "sequence_forward",
 ]

@@ -354,24 +354,8 @@ def check_checkpoint_belongs(path: str | os.PathLike, run_dir: str | os.PathLike
 
 
 __all__ = [
-    "check_checkpoint_belongs",
-    "check_checkpoint_epoch",
-    "checkpoint_epochs_of_record",
-    "RECORD_NAME",
-    "RunRecordError",
-    "check_task_matches",
-    "find_run_dir",
-    "finish_record",
-    "mpsp_task_config",
-    "has_record",
-    "is_finished",
-    "library_versions",
-    "new_training_record",
-    "read_record",
-    "read_run_record",
-    "record_path",
-    "task_config",
-    "task_dict",
-    "write_record",
-    "write_recovered_record",
+    "check_checkpoint_belongs", "check_checkpoint_epoch", "checkpoint_epochs_of_record", "RECORD_NAME",
+    "RunRecordError", "check_task_matches", "find_run_dir", "finish_record", "mpsp_task_config", "has_record",
+    "is_finished", "library_versions", "new_training_record", "read_record", "read_run_record", "record_path",
+    "task_config", "task_dict", "write_record", "write_recovered_record",
 ]

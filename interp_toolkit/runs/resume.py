@@ -466,22 +466,8 @@ def refuse_foreign(contents: RunDirContents, key: str, epochs: int | None = None
 
 
 __all__ = [
-    "RESUME_NAME",
-    "ForeignRunDirectoryError",
-    "ResumeStateError",
-    "RunDirContents",
-    "RunDirState",
-    "check_finished_record",
-    "check_state_matches_checkpoint",
-    "checkpoint_path",
-    "checkpoint_run_key",
-    "inspect_run_dir",
-    "list_checkpoints",
-    "load_resume_state",
-    "move_aside",
-    "recover_finished_record",
-    "refuse_foreign",
-    "run_dir_state",
-    "save_resume_state",
-    "saved_epoch",
+    "RESUME_NAME", "ForeignRunDirectoryError", "ResumeStateError", "RunDirContents", "RunDirState",
+    "check_finished_record", "check_state_matches_checkpoint", "checkpoint_path", "checkpoint_run_key",
+    "inspect_run_dir", "list_checkpoints", "load_resume_state", "move_aside", "recover_finished_record",
+    "refuse_foreign", "run_dir_state", "save_resume_state", "saved_epoch",
 ]

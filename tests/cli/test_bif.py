@@ -21,29 +21,9 @@ def test_bif_subcommand_on_mpsp_checkpoint(tmp_path, capsys):
     checkpoint = save_checkpoint(model, tmp_path / "epoch_000010.safetensors", {"epoch": 10})
     (tmp_path / "task.json").write_text(json.dumps(task.to_dict()))
     args = [
-        str(checkpoint),
-        "--task-config",
-        str(tmp_path / "task.json"),
-        "--out",
-        str(tmp_path / "out"),
-        "--n-attribution",
-        "16",
-        "--n-query",
-        "8",
-        "--no-adaptive",
-        "--chains",
-        "2",
-        "--draws",
-        "5",
-        "--burn-in",
-        "5",
-        "--batch-size",
-        "32",
-        "--eps",
-        "1e-4",
-        "--gamma",
-        "100",
-        "--no-progress",
+        str(checkpoint), "--task-config", str(tmp_path / "task.json"), "--out", str(tmp_path / "out"),
+        "--n-attribution", "16", "--n-query", "8", "--no-adaptive", "--chains", "2", "--draws", "5", "--burn-in", "5",
+        "--batch-size", "32", "--eps", "1e-4", "--gamma", "100", "--no-progress",
     ]
     assert main(args) == 0
     (folder,) = (tmp_path / "out").glob("bif_*")
@@ -82,23 +62,8 @@ def test_bif_reports_convergence_and_calibrates(tmp_path, capsys):
     checkpoint = save_checkpoint(model, tmp_path / "epoch_000010.safetensors", {"epoch": 10})
     (tmp_path / "task.json").write_text(json.dumps(task.to_dict()))
     common = [
-        str(checkpoint),
-        "--task-config",
-        str(tmp_path / "task.json"),
-        "--n-attribution",
-        "8",
-        "--n-query",
-        "4",
-        "--no-adaptive",
-        "--chains",
-        "2",
-        "--draws",
-        "5",
-        "--burn-in",
-        "2",
-        "--batch-size",
-        "32",
-        "--no-progress",
+        str(checkpoint), "--task-config", str(tmp_path / "task.json"), "--n-attribution", "8", "--n-query", "4",
+        "--no-adaptive", "--chains", "2", "--draws", "5", "--burn-in", "2", "--batch-size", "32", "--no-progress",
     ]
     assert main([*common, "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out

@@ -104,24 +104,8 @@ def _rows(out_dir):
 def test_cli_token_classes_on_text_from_flags_and_config_file(tmp_path, capsys):
     model_dir, tokenizer = _text_model(tmp_path)
     sampler = [
-        "--n-posterior",
-        "12",
-        "--n-train",
-        "3",
-        "--n-query",
-        "3",
-        "--no-adaptive",
-        "--chains",
-        "2",
-        "--draws",
-        "3",
-        "--burn-in",
-        "1",
-        "--batch-size",
-        "4",
-        "--eps",
-        "1e-4",
-        "--no-progress",
+        "--n-posterior", "12", "--n-train", "3", "--n-query", "3", "--no-adaptive", "--chains", "2", "--draws", "3",
+        "--burn-in", "1", "--batch-size", "4", "--eps", "1e-4", "--no-progress",
     ]
     cat = tokenizer.convert_tokens_to_ids("cat")
     assert cli_main(["bif-lm", str(model_dir), "--text", str(tmp_path / "text.txt"), "--seq-len", "16",
@@ -208,14 +192,8 @@ def test_per_class_figure_marks_unconverged_checkpoints():
 
     rows = [
         {
-            "step": s,
-            "checkpoint": str(s),
-            "induction_score": 0.1,
-            "reduction": "class:all",
-            "train_group": g,
-            "query_group": "all",
-            "bif": 0.01 * s,
-            "stderr": 0.001,
+            "step": s, "checkpoint": str(s), "induction_score": 0.1, "reduction": "class:all", "train_group": g,
+            "query_group": "all", "bif": 0.01 * s, "stderr": 0.001,
         }
         for s in (0, 1, 2)
         for g in ("induction", "random")

@@ -97,19 +97,8 @@ def _analyze(analysis, *extra):
 
 def _bif(*extra, checkpoint="{checkpoint}"):
     return lambda p: [
-        "bif",
-        checkpoint,
-        "--out",
-        str(p["work"] / "bif"),
-        "--no-progress",
-        "--no-adaptive",
-        "--draws",
-        "2",
-        "--burn-in",
-        "1",
-        "--chains",
-        "2",
-        *extra,
+        "bif", checkpoint, "--out", str(p["work"] / "bif"), "--no-progress", "--no-adaptive", "--draws", "2",
+        "--burn-in", "1", "--chains", "2", *extra,
     ]
 
 
@@ -140,8 +129,7 @@ CASES = [
     ("train-data-seed-text", _train("--data-seed", "x1"), ["--data-seed", "'x1'"]),
     ("train-device-unknown", _train("--device", "banana"), ["device", "banana"]),
     (
-        "train-run-dir-is-file",
-        lambda p: ["train", *TINY, "--epochs", "2", "--run-dir", str(p["inputs"] / "a_file")],
+        "train-run-dir-is-file", lambda p: ["train", *TINY, "--epochs", "2", "--run-dir", str(p["inputs"] / "a_file")],
         ["a_file", "not a directory"],
     ),
     # train: config files
@@ -174,33 +162,28 @@ CASES = [
     ("sweep-epochs-0", _sweep("--epochs", "0"), ["epochs", "0"]),
     ("sweep-config-missing", _sweep("--config", "{inputs}/missing.yaml"), ["missing.yaml", "does not exist"]),
     (
-        "sweep-config-malformed-yaml",
-        _sweep("--config", "{inputs}/sweep_malformed.yaml"),
+        "sweep-config-malformed-yaml", _sweep("--config", "{inputs}/sweep_malformed.yaml"),
         ["sweep_malformed.yaml", "YAML"],
     ),
     ("sweep-config-unknown-key", _sweep("--config", "{inputs}/sweep_unknown_key.json"), ["ratioz"]),
     (
-        "sweep-out-is-file",
-        lambda p: ["sweep", "--preset", "smoke", "--quiet", "--out", str(p["inputs"] / "a_file")],
+        "sweep-out-is-file", lambda p: ["sweep", "--preset", "smoke", "--quiet", "--out", str(p["inputs"] / "a_file")],
         ["a_file", "not a directory"],
     ),
     # analyze
     (
-        "analyze-run-dir-missing",
-        lambda p: ["analyze", str(p["work"] / "nowhere"), "--analysis", "fingerprints"],
+        "analyze-run-dir-missing", lambda p: ["analyze", str(p["work"] / "nowhere"), "--analysis", "fingerprints"],
         ["nowhere"],
     ),
     (
-        "analyze-run-dir-is-file",
-        lambda p: ["analyze", str(p["inputs"] / "a_file"), "--analysis", "fingerprints"],
+        "analyze-run-dir-is-file", lambda p: ["analyze", str(p["inputs"] / "a_file"), "--analysis", "fingerprints"],
         ["a_file"],
     ),
     ("analyze-analysis-unknown", _analyze("nope"), ["--analysis", "'nope'"]),
     ("analyze-epoch-missing", _analyze("fingerprints", "--epochs", "999"), ["999"]),
     ("analyze-n-0", _analyze("fingerprints", "--n", "0"), ["n", "0"]),
     (
-        "analyze-patching-source-is-target",
-        _analyze("patching", "--source", "val", "--target", "val"),
+        "analyze-patching-source-is-target", _analyze("patching", "--source", "val", "--target", "val"),
         ["source and target", "'val'"],
     ),
     ("analyze-split-unknown", _analyze("fingerprints", "--split", "nope"), ["'nope'"]),
@@ -212,8 +195,7 @@ CASES = [
     ("info-garbage", lambda p: ["info", str(p["inputs"] / "garbage.safetensors")], ["garbage.safetensors"]),
     ("info-dir-without-record", lambda p: ["info", str(p["inputs"] / "no_record")], ["no_record", "run.json"]),
     (
-        "info-truncated-record",
-        lambda p: ["info", str(p["inputs"] / "bad_record")],
+        "info-truncated-record", lambda p: ["info", str(p["inputs"] / "bad_record")],
         ["bad_record/run.json", "not a readable run record"],
     ),
     (
@@ -238,17 +220,12 @@ CASES = [
     # bif-lm
     (
         "bif-lm-checkpoint-missing",
-        lambda p: ["bif-lm", str(p["work"] / "no_such_run"), "--out", str(p["work"] / "o")],
-        ["no_such_run"],
+        lambda p: ["bif-lm", str(p["work"] / "no_such_run"), "--out", str(p["work"] / "o")], ["no_such_run"],
     ),
     (
         "bif-lm-corpus-config-truncated",
         lambda p: [
-            "bif-lm",
-            str(p["run"]),
-            "--corpus-config",
-            str(p["inputs"] / "corpus_truncated.json"),
-            "--out",
+            "bif-lm", str(p["run"]), "--corpus-config", str(p["inputs"] / "corpus_truncated.json"), "--out",
             str(p["work"] / "o"),
         ],
         ["corpus_truncated.json"],
@@ -257,25 +234,21 @@ CASES = [
     ("train-n-train-beyond-memory", _train("--n-train", "99999999999999"), ["n_train 99,999,999,999,999", "GiB"]),
     ("train-weight-decay-inf", _train("--weight-decay", "inf"), ["weight_decay", "finite", "inf"]),
     (
-        "train-data-seed-overflow",
-        _train("--data-seed", "99999999999999999999"),
+        "train-data-seed-overflow", _train("--data-seed", "99999999999999999999"),
         ["MPSPConfig.seed", "data seed", "99999999999999999999"],
     ),
     ("train-model-seed-negative", _train("--model-seed", "-1"), ["ModelConfig.seed", "-1"]),
     (
-        "train-shuffling-seed-beyond-limit",
-        _train("--train.seed", str(2**62)),
+        "train-shuffling-seed-beyond-limit", _train("--train.seed", str(2**62)),
         ["TrainConfig.seed", "shuffling seed", str(2**62)],
     ),
     ("config-duplicate-key-json", _config("duplicate_key.json"), ["duplicate_key.json", "'lr' appears twice"]),
     (
-        "config-duplicate-key-yaml",
-        _config("duplicate_key.yaml"),
+        "config-duplicate-key-yaml", _config("duplicate_key.yaml"),
         ["duplicate_key.yaml", "'lr' appears twice", "line 4"],
     ),
     (
-        "sweep-config-duplicate-key",
-        _sweep("--config", "{inputs}/sweep_duplicate_key.yaml"),
+        "sweep-config-duplicate-key", _sweep("--config", "{inputs}/sweep_duplicate_key.yaml"),
         ["sweep_duplicate_key.yaml", "'ratios' appears twice"],
     ),
     ("sweep-weight-decay-inf", _sweep("--weight-decays", "inf"), ["weight_decay", "inf"]),
@@ -290,8 +263,7 @@ CASES = [
         ["holds a different run's files", "finished run of 2 epochs", "to 3", "--extend-from"],
     ),
     (
-        "analyze-out-dir-is-file",
-        _analyze("weight_norms", "--out-dir", "{inputs}/a_file"),
+        "analyze-out-dir-is-file", _analyze("weight_norms", "--out-dir", "{inputs}/a_file"),
         ["--out-dir", "a_file", "is a file, not a folder"],
     ),
     (
@@ -302,19 +274,12 @@ CASES = [
     (
         "influence-min-epoch-beyond-run",
         lambda p: [
-            "influence",
-            str(p["run"]),
-            "--min-epoch",
-            "999",
-            "--no-progress",
-            "--out",
-            str(p["work"] / "influence"),
+            "influence", str(p["run"]), "--min-epoch", "999", "--no-progress", "--out", str(p["work"] / "influence"),
         ],
         ["--min-epoch 999", "its last is epoch 2"],
     ),
     (
-        "info-pickle",
-        lambda p: ["info", str(p["inputs"] / "pickle.safetensors")],
+        "info-pickle", lambda p: ["info", str(p["inputs"] / "pickle.safetensors")],
         ["pickle.safetensors", "a pickle file", "not safetensors"],
     ),
     (
@@ -323,8 +288,7 @@ CASES = [
         ["pickle.safetensors"],
     ),
     (
-        "bif-param-patterns-unknown",
-        _bif("--param-patterns", "nope*"),
+        "bif-param-patterns-unknown", _bif("--param-patterns", "nope*"),
         ["param_patterns", "'nope*'", "embed.weight", "blocks.0.attn"],
     ),
     (
@@ -335,25 +299,17 @@ CASES = [
     (
         "bif-lm-text-not-utf8",
         lambda p: [
-            "bif-lm",
-            str(p["run"]),
-            "--text",
-            "{inputs}/latin1.txt",
-            "--tokenizer",
-            "{inputs}/no_record",
-            "--out",
+            "bif-lm", str(p["run"]), "--text", "{inputs}/latin1.txt", "--tokenizer", "{inputs}/no_record", "--out",
             str(p["work"] / "o"),
         ],
         ["latin1.txt", "not UTF-8"],
     ),
     (
-        "report-unknown-task",
-        lambda p: ["report", "{inputs}/outcomes_task.csv", "--out", str(p["work"] / "r")],
+        "report-unknown-task", lambda p: ["report", "{inputs}/outcomes_task.csv", "--out", str(p["work"] / "r")],
         ["outcomes_task.csv line 5", "column task", "'=HYPERLINK(1)'"],
     ),
     (
-        "report-formula-cell",
-        lambda p: ["report", "{inputs}/outcomes_formula.csv", "--out", str(p["work"] / "r")],
+        "report-formula-cell", lambda p: ["report", "{inputs}/outcomes_formula.csv", "--out", str(p["work"] / "r")],
         ["outcomes_formula.csv line 5", "column run_dir", "formula"],
     ),
     (

@@ -25,22 +25,8 @@ TRAIN = ["train", "--r", "0.5", "--n-train", "96", "--seq-len", "4", "--n-values
          "--d-model", "16", "--d-mlp", "16", "--epochs", "4", "--eval-every", "2", "--checkpoint-every", "2",
          "--quiet"]
 BIF_FAST = [
-    "--n-attribution",
-    "8",
-    "--n-query",
-    "4",
-    "--no-adaptive",
-    "--chains",
-    "2",
-    "--draws",
-    "3",
-    "--burn-in",
-    "2",
-    "--batch-size",
-    "32",
-    "--eps",
-    "1e-4",
-    "--no-progress",
+    "--n-attribution", "8", "--n-query", "4", "--no-adaptive", "--chains", "2", "--draws", "3", "--burn-in", "2",
+    "--batch-size", "32", "--eps", "1e-4", "--no-progress",
 ]
 
 
@@ -164,27 +150,9 @@ def test_bif_lm_through_main(tmp_path, capsys):
                         batch_size=8, warmup_steps=1)
     train_testbed(cfg, tmp_path / "tb", progress=False)
     code, out, err = run_cli(
-        capsys,
-        "bif-lm",
-        tmp_path / "tb" / "checkpoints",
-        "--out",
-        tmp_path / "out",
-        "--n-posterior",
-        "16",
-        "--n-train",
-        "2",
-        "--n-query",
-        "2",
-        "--no-adaptive",
-        "--chains",
-        "2",
-        "--draws",
-        "2",
-        "--burn-in",
-        "1",
-        "--batch-size",
-        "8",
-        "--no-progress",
+        capsys, "bif-lm", tmp_path / "tb" / "checkpoints", "--out", tmp_path / "out", "--n-posterior", "16",
+        "--n-train", "2", "--n-query", "2", "--no-adaptive", "--chains", "2", "--draws", "2", "--burn-in", "1",
+        "--batch-size", "8", "--no-progress",
     )
     assert code == 0, err
     assert (tmp_path / "out" / "per_class.csv").is_file()

@@ -162,14 +162,10 @@ def test_tree_from_dict_builds_expected_correlation_and_singular_values():
     assert data.lowest_common_level(data.item_index("dog"), data.item_index("cat")) == 2
     # Input-output correlation Sigma_yx[p, i] = 1/P iff property p's node is on item i's path.
     paths = {
-        "dog": ["living thing", "animal", "mammal", "dog"],
-        "cat": ["living thing", "animal", "mammal", "cat"],
-        "sparrow": ["living thing", "animal", "bird", "sparrow"],
-        "robin": ["living thing", "animal", "bird", "robin"],
-        "oak": ["living thing", "plant", "tree", "oak"],
-        "pine": ["living thing", "plant", "tree", "pine"],
-        "rose": ["living thing", "plant", "flower", "rose"],
-        "daisy": ["living thing", "plant", "flower", "daisy"],
+        "dog": ["living thing", "animal", "mammal", "dog"], "cat": ["living thing", "animal", "mammal", "cat"],
+        "sparrow": ["living thing", "animal", "bird", "sparrow"], "robin": ["living thing", "animal", "bird", "robin"],
+        "oak": ["living thing", "plant", "tree", "oak"], "pine": ["living thing", "plant", "tree", "pine"],
+        "rose": ["living thing", "plant", "flower", "rose"], "daisy": ["living thing", "plant", "flower", "daisy"],
     }
     expected = torch.zeros(15, 8)
     for i, item in enumerate(data.items):

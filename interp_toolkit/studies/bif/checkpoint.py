@@ -25,15 +25,8 @@ from interp_toolkit.config import Config, required_positional
 from interp_toolkit.errors import UserError, notice
 
 __all__ = [
-    "BIFCommandConfig",
-    "bif_summary",
-    "calibrate_checkpoint",
-    "calibration_lines",
-    "check_calibration_grids",
-    "checkpoint_bif_inputs",
-    "compute_bif_summary",
-    "readout_example_loss",
-    "task_for_checkpoint",
+    "BIFCommandConfig", "bif_summary", "calibrate_checkpoint", "calibration_lines", "check_calibration_grids",
+    "checkpoint_bif_inputs", "compute_bif_summary", "readout_example_loss", "task_for_checkpoint",
 ]
 
 

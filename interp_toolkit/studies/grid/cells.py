@@ -36,25 +36,8 @@ REGIME_FIELDS = ("study", "seq_len", "n_values", "n_train", "n_eval", "data_seed
 
 #: A cell: task, regime, architecture (layers, heads), weight decay, r. Sorted in this order.
 CELL_FIELDS = (
-    "task",
-    "study",
-    "seq_len",
-    "n_values",
-    "n_train",
-    "n_eval",
-    "data_seed",
-    "n_layers",
-    "n_heads",
-    "d_model",
-    "d_mlp",
-    "weight_decay",
-    "lr",
-    "epochs",
-    "batch_size",
-    "eval_every",
-    "early_stop",
-    "threshold",
-    "r",
+    "task", "study", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "n_layers", "n_heads", "d_model", "d_mlp",
+    "weight_decay", "lr", "epochs", "batch_size", "eval_every", "early_stop", "threshold", "r",
 )
 
 

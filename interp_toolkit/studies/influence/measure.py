@@ -532,13 +532,9 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     threshold = draw_phase_threshold(outcome, metrics)
     device = str(resolve_device(args.device or "cpu"))
     settings = {
-        "sampler": {k: v for k, v in args.sampler.to_dict().items() if k != "progress"},
-        "n_query": args.n_query,
-        "n_consistent": args.n_consistent,
-        "amplification_n": args.amplification_n,
-        "threshold": round(threshold, 9),
-        "version": VERSION,
-        **({"draw_phases": args.draw_phases} if args.draw_phases != "onset" else {}),
+        "sampler": {k: v for k, v in args.sampler.to_dict().items() if k != "progress"}, "n_query": args.n_query,
+        "n_consistent": args.n_consistent, "amplification_n": args.amplification_n, "threshold": round(threshold, 9),
+        "version": VERSION, **({"draw_phases": args.draw_phases} if args.draw_phases != "onset" else {}),
     }
     rows: list[dict[str, Any]] = []
     records: dict[int, dict[str, Any]] = {}

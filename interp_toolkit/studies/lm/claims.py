@@ -35,18 +35,8 @@ from interp_toolkit.io import atomic_write_text
 CLAIMS_STUDY_JSON = "claims_study.json"
 
 __all__ = [
-    "CLAIMS_STUDY_JSON",
-    "CLAIM_CSV_FIELDS",
-    "MIN_MEASURED_RISE",
-    "MIN_Z",
-    "claim_figure_data",
-    "claim_peaks",
-    "claim_rows",
-    "plot_claim",
-    "read_claims_csv",
-    "rise_and_fall",
-    "sign_change",
-    "write_claim_figures",
+    "CLAIMS_STUDY_JSON", "CLAIM_CSV_FIELDS", "MIN_MEASURED_RISE", "MIN_Z", "claim_figure_data", "claim_peaks",
+    "claim_rows", "plot_claim", "read_claims_csv", "rise_and_fall", "sign_change", "write_claim_figures",
     "write_claims_csv",
 ]
 

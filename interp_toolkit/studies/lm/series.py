@@ -194,15 +194,11 @@ def bif_over_checkpoints(
                                  "bif": float(red.bif[i, j]), "stderr": float(red.stderr[i, j])})
         summary.append(
             {
-                "step": step,
-                "checkpoint": ref.label,
-                "induction_score": score,
-                "induction_scores_per_head": heads.tolist(),
-                "result_dir": str(out / f"lm_bif_{result.cache_key}"),
+                "step": step, "checkpoint": ref.label, "induction_score": score,
+                "induction_scores_per_head": heads.tolist(), "result_dir": str(out / f"lm_bif_{result.cache_key}"),
                 "query_mean_loss": float(result.query_mean_loss.mean()),
                 "convergence": result.convergence.summary() if result.convergence is not None else None,
-                "adaptive": record.to_dict(),
-                "verdict": record.describe(),
+                "adaptive": record.to_dict(), "verdict": record.describe(),
                 "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
             }
         )
@@ -397,8 +393,7 @@ class LMBIFCommandConfig(Config):
     """
 
     checkpoints: Annotated[
-        tuple[str, ...],
-        tyro.conf.Positional,
+        tuple[str, ...], tyro.conf.Positional,
         tyro.conf.arg(metavar="CHECKPOINTS", help_behavior_hint="(one or more; required)"),
     ] = ()
     corpus_config: Path | None = None

@@ -217,24 +217,8 @@ def sweep_cost(cfg: Any, jobs_per_gpu_override: int | None = None) -> SweepCost:
 
 
 __all__ = [
-    "HEADLINE_SLICE",
-    "cost_table",
-    "cost_table_row",
-    "CPU_JOB_HOURS",
-    "CPU_MAX_SEEDS_PER_JOB",
-    "CPU_REFERENCE",
-    "CPU_SECONDS_PER_SEED_EPOCH",
-    "GPU_EFFECTIVE_FLOP_PER_S",
-    "GPU_MAX_JOBS_PER_DEVICE",
-    "GPU_MAX_SEEDS_PER_JOB",
-    "GPU_SATURATING_STEP_FLOP",
-    "SweepCost",
-    "duration_text",
-    "hours_text",
-    "cpu_seed_epoch_seconds",
-    "gpu_seed_epoch_seconds",
-    "jobs_per_gpu",
-    "seeds_per_job",
-    "step_flop",
-    "sweep_cost",
+    "HEADLINE_SLICE", "cost_table", "cost_table_row", "CPU_JOB_HOURS", "CPU_MAX_SEEDS_PER_JOB", "CPU_REFERENCE",
+    "CPU_SECONDS_PER_SEED_EPOCH", "GPU_EFFECTIVE_FLOP_PER_S", "GPU_MAX_JOBS_PER_DEVICE", "GPU_MAX_SEEDS_PER_JOB",
+    "GPU_SATURATING_STEP_FLOP", "SweepCost", "duration_text", "hours_text", "cpu_seed_epoch_seconds",
+    "gpu_seed_epoch_seconds", "jobs_per_gpu", "seeds_per_job", "step_flop", "sweep_cost",
 ]

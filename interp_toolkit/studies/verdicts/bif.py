@@ -309,14 +309,8 @@ def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: s
                                         f"{len(changed)} seeds (the paper gives no effect size to power against)")
     return [
         verdict_row(
-            "B",
-            "the influence between delimiters changes sign across checkpoints",
-            regime,
-            settings,
-            cells,
-            verdict,
-            why,
-            files,
+            "B", "the influence between delimiters changes sign across checkpoints", regime, settings, cells, verdict,
+            why, files,
         )
     ]
 

@@ -193,20 +193,6 @@ def holm_family(rows: Sequence[Mapping[str, Any]], key: str = "fisher_p") -> lis
 
 
 __all__ = [
-    "ALPHA",
-    "ESS_MIN",
-    "MIN_SEEDS",
-    "POWER_MIN",
-    "RHAT_MAX",
-    "VERDICTS",
-    "after_peak",
-    "convergence_gate",
-    "converged",
-    "detection_power",
-    "detects",
-    "holm_family",
-    "in_regime",
-    "observed",
-    "rate_verdict",
-    "seeds_for_power",
+    "ALPHA", "ESS_MIN", "MIN_SEEDS", "POWER_MIN", "RHAT_MAX", "VERDICTS", "after_peak", "convergence_gate", "converged",
+    "detection_power", "detects", "holm_family", "in_regime", "observed", "rate_verdict", "seeds_for_power",
 ]

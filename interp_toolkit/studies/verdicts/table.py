@@ -77,17 +77,8 @@ class Regime:
 R0 = Regime(
     "R0",
     {
-        "task": "max_parity_sum_parity",
-        "seq_len": "8",
-        "n_values": "10",
-        "n_train": "16384",
-        "weight_decay": "0.1",
-        "lr": "0.001",
-        "batch_size": "",
-        "epochs": "1000",
-        "n_heads": "2",
-        "study": "reproduce",
-        **PLAIN_LR,
+        "task": "max_parity_sum_parity", "seq_len": "8", "n_values": "10", "n_train": "16384", "weight_decay": "0.1",
+        "lr": "0.001", "batch_size": "", "epochs": "1000", "n_heads": "2", "study": "reproduce", **PLAIN_LR,
     },
     "length 8, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 1,000 epochs = 1,000 steps "
     "= 0.1 decay clocks (the paper: 15,000 epochs), early stop once generalized",
@@ -99,16 +90,8 @@ R0_WD04_LONG = Regime("R0, wd 0.4, 3,000 epochs", {**R0.where, "weight_decay": "
 R1 = Regime(
     "R1",
     {
-        "task": "max_parity_sum_parity",
-        "seq_len": "8",
-        "n_values": "10",
-        "n_train": "16384",
-        "weight_decay": "0.7",
-        "lr": "0.001",
-        "batch_size": "512",
-        "epochs": "300",
-        "n_heads": "2",
-        **PLAIN_LR,
+        "task": "max_parity_sum_parity", "seq_len": "8", "n_values": "10", "n_train": "16384", "weight_decay": "0.7",
+        "lr": "0.001", "batch_size": "512", "epochs": "300", "n_heads": "2", **PLAIN_LR,
     },
     "length 8, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
     "6.72 decay clocks, no early stop",
@@ -116,16 +99,8 @@ R1 = Regime(
 R_LEN5_N16K = Regime(
     "length 5, n = 16,384",
     {
-        "task": "max_parity_sum_parity",
-        "seq_len": "5",
-        "n_values": "10",
-        "n_train": "16384",
-        "weight_decay": "0.1",
-        "lr": "0.001",
-        "batch_size": "",
-        "epochs": "400",
-        "n_heads": "2",
-        **PLAIN_LR,
+        "task": "max_parity_sum_parity", "seq_len": "5", "n_values": "10", "n_train": "16384", "weight_decay": "0.1",
+        "lr": "0.001", "batch_size": "", "epochs": "400", "n_heads": "2", **PLAIN_LR,
     },
     "length 5, values 0..9, n = 16,384, full batch, lr 1e-3, wd 0.1, 2 heads, 400 epochs = 0.04 "
     "decay clocks, no early stop, a fresh dataset per seed",
@@ -312,12 +287,8 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                                                         else "not reproduced")
     out.append(
         verdict_row(
-            "A",
-            "a shortcut phase comes first, then a second phase in which the rule takes over",
-            "R2",
-            text,
-            f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first",
-            verdict,
+            "A", "a shortcut phase comes first, then a second phase in which the rule takes over", "R2", text,
+            f"2L r = 0.9 generalizing runs: {len(ordered)} of {len(generalizing)} learned the shortcut first", verdict,
             "qualitative: the order of the shortcut epoch and the first generalized epoch",
             [rel(root, base / "2L_r0.9" / "runs.csv")],
         )

@@ -143,10 +143,7 @@ def test_planted_model_gives_the_known_influences_with_their_signs():
     for got, expected in ((ind, truth("induction", "induction")), (flip, truth("open", "close")),
                           (null, 0.0), (diff, truth("open", "close") - truth("induction", "induction"))):
         assert abs(got.bif - expected) < 4 * got.stderr + 0.02 * abs(expected), (
-            got.name,
-            got.bif,
-            expected,
-            got.stderr,
+            got.name, got.bif, expected, got.stderr,
         )
         assert got.rhat < 1.05 and got.ess > 100
     assert ind.relative_error < 0.25 and flip.relative_error < 0.25

@@ -136,11 +136,7 @@ def test_jackknife_stderr_streamed_and_from_draws(neox_ref):
         loo = torch.stack(
             [
                 compute_lm_bif(
-                    a[[c for c in range(3) if c != k]],
-                    b[[c for c in range(3) if c != k]],
-                    train,
-                    query,
-                    (name,),
+                    a[[c for c in range(3) if c != k]], b[[c for c in range(3) if c != k]], train, query, (name,),
                     stderr_method="per_chain",
                 )[name].bif
                 for k in range(3)

@@ -145,17 +145,9 @@ def test_rate_plot_grows_with_a_key_of_many_regimes():
     low, high = wilson_interval(0, 4)
     rows = [
         {
-            "task": "max_parity_sum_parity",
-            "study": f"a study whose name wraps onto a second line {i}",
-            "n_layers": 2,
-            "n_heads": 2,
-            "weight_decay": 0.1,
-            "r": 0.9,
-            "n_seeds": 4,
-            "n_generalized": 0,
-            "rate": 0.0,
-            "wilson_low": low,
-            "wilson_high": high,
+            "task": "max_parity_sum_parity", "study": f"a study whose name wraps onto a second line {i}", "n_layers": 2,
+            "n_heads": 2, "weight_decay": 0.1, "r": 0.9, "n_seeds": 4, "n_generalized": 0, "rate": 0.0,
+            "wilson_low": low, "wilson_high": high,
         }
         for i in range(12)
     ]

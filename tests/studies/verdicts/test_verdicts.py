@@ -83,11 +83,7 @@ def test_convergence_gate():
     assert not converged(float("nan"), 200)
     gate = convergence_gate([(1.004, 300), (1.03, 80), (1.001, 1000)])
     assert (gate["passed"], gate["n"], gate["n_converged"], gate["max_rhat"], gate["min_ess"]) == (
-        False,
-        3,
-        2,
-        1.03,
-        80,
+        False, 3, 2, 1.03, 80,
     )
     assert convergence_gate([(1.0, 100)])["passed"] and not convergence_gate([])["passed"]
 
@@ -111,44 +107,16 @@ def test_observability_and_regime_names():
 def test_a_2_layer_claim_is_judged_on_2_layer_runs(tmp_path):
     """Scope: 1-layer runs never stand in for a 2-layer claim (no 2-layer cell: not tested)."""
     header = [
-        "task",
-        "study",
-        "seq_len",
-        "n_values",
-        "n_train",
-        "weight_decay",
-        "lr",
-        "batch_size",
-        "epochs",
-        "n_heads",
-        "n_layers",
-        "r",
-        "seed",
-        "status",
-        "generalized",
-        "transient",
+        "task", "study", "seq_len", "n_values", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads",
+        "n_layers", "r", "seed", "status", "generalized", "transient",
     ]
     rows = [
         dict(
             zip(
                 header,
                 [
-                    "max_parity_sum_parity",
-                    "reproduce",
-                    "8",
-                    "10",
-                    "16384",
-                    "0.1",
-                    "0.001",
-                    "",
-                    "1000",
-                    "2",
-                    "1",
-                    str(r),
-                    str(seed),
-                    "finished",
-                    str(seed < 3),
-                    "False",
+                    "max_parity_sum_parity", "reproduce", "8", "10", "16384", "0.1", "0.001", "", "1000", "2", "1",
+                    str(r), str(seed), "finished", str(seed < 3), "False",
                 ],
             )
         )
@@ -166,24 +134,8 @@ def test_a_headline_contrast_counts_the_papers_criterion_and_the_stricter_one_be
     column also asks for 100% validation. Where the counts differ, both rows are given, the
     stricter one under its own name; where they agree, only the paper's."""
     header = [
-        "task",
-        "study",
-        "seq_len",
-        "n_values",
-        "n_train",
-        "weight_decay",
-        "lr",
-        "batch_size",
-        "epochs",
-        "n_heads",
-        "n_layers",
-        "r",
-        "seed",
-        "status",
-        "generalized",
-        "transient",
-        "max_adv_acc",
-        "threshold",
+        "task", "study", "seq_len", "n_values", "n_train", "weight_decay", "lr", "batch_size", "epochs", "n_heads",
+        "n_layers", "r", "seed", "status", "generalized", "transient", "max_adv_acc", "threshold",
     ]
 
     def row(r, seed, generalized, max_adv):
@@ -191,24 +143,8 @@ def test_a_headline_contrast_counts_the_papers_criterion_and_the_stricter_one_be
             zip(
                 header,
                 [
-                    "max_parity_sum_parity",
-                    "reproduce",
-                    "8",
-                    "10",
-                    "16384",
-                    "0.1",
-                    "0.001",
-                    "",
-                    "1000",
-                    "2",
-                    "2",
-                    str(r),
-                    str(seed),
-                    "finished",
-                    str(generalized),
-                    "False",
-                    str(max_adv),
-                    "1.0",
+                    "max_parity_sum_parity", "reproduce", "8", "10", "16384", "0.1", "0.001", "", "1000", "2", "2",
+                    str(r), str(seed), "finished", str(generalized), "False", str(max_adv), "1.0",
                 ],
             )
         )
