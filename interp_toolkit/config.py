@@ -290,8 +290,8 @@ def section_short_flags(cls: type) -> dict[str, str]:
         return name.replace("_", "-")
 
     hints = typing.get_type_hints(cls)
-    top = {f.name for f in dataclasses.fields(cls)}
-    found: dict[str, list[str]] = {}
+    top = {f"--{dashed(f.name)}" for f in dataclasses.fields(cls)}
+    found: dict[str, list[str]] = {}  # short flag -> the nested flags it could mean
     for f in dataclasses.fields(cls):
         kind = hints.get(f.name)
         if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
@@ -300,18 +300,10 @@ def section_short_flags(cls: type) -> dict[str, str]:
         for g in dataclasses.fields(kind):
             if not g.init:
                 continue
-            found.setdefault(g.name, []).append(f.name)
+            found.setdefault(f"--{dashed(g.name)}", []).append(f"--{f.name}.{dashed(g.name)}")
             if inner.get(g.name) is bool:
-                found.setdefault(f"no_{g.name}", []).append(f.name)
-    out = {}
-    for name, sections in found.items():
-        if len(sections) == 1 and name not in top:
-            section, field_name = sections[0], name
-            if field_name.startswith("no_") and field_name not in {g.name for g in dataclasses.fields(hints[section])}:
-                out[f"--{dashed(name)}"] = f"--{section}.no-{dashed(field_name[3:])}"
-            else:
-                out[f"--{dashed(name)}"] = f"--{section}.{dashed(name)}"
-    return out
+                found.setdefault(f"--no-{dashed(g.name)}", []).append(f"--{f.name}.no-{dashed(g.name)}")
+    return {short: nested[0] for short, nested in found.items() if len(nested) == 1 and short not in top}
 
 
 class _Capture(io.StringIO):

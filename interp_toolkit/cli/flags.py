@@ -9,6 +9,8 @@ so a file key ``lr`` and a flag ``--lr`` always mean ``train.lr``.
 
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 from interp_toolkit.studies.grid.config import FLAT_NAMES
 
 
@@ -22,7 +24,7 @@ SHORT_FLAGS: dict[str, str] = {f"--{flat.replace('_', '-')}": nested_flag(sectio
                                for flat, (section, name) in FLAT_NAMES.items()}
 
 
-def short_flags_text(aliases: dict[str, str | list[str]]) -> str:
+def short_flags_text(aliases: Mapping[str, str | Sequence[str]]) -> str:
     """``--lr = --train.lr, ...`` for a command's description."""
     return ", ".join(f"{old} = {new if isinstance(new, str) else ' '.join(new)}" for old, new in aliases.items())
 

@@ -202,12 +202,12 @@ class TrainingLoop:
         self.started = time.perf_counter()
 
     def prepare(self, identities: Sequence[Mapping[str, Any]], model_configs: Sequence[Mapping[str, Any]],
-                run_infos: Sequence[Mapping[str, Any] | None], **record_extra: Any) -> None:
+                run_infos: Sequence[Mapping[str, Any] | None], *, mark_resumed: bool = False,
+                **record_extra: Any) -> None:
         """Resume each member from its saved state (its metrics cut back to that epoch) or
         clear its folder's outputs, then write its record (``record_extra``: fields the
         trainer adds, e.g. ``trainer="batched"``; ``mark_resumed=True`` records
         ``resumed_from``)."""
-        mark_resumed = record_extra.pop("mark_resumed", False)
         split_sizes = {name: len(split.labels) for name, split in self.splits.items()}
         for i, state in enumerate(self.states):
             if state.status == "resume":

@@ -207,8 +207,9 @@ def lm_studies(root: Path) -> list[Path]:
     return ([base] if (base / "claims.csv").is_file() else []) + sorted(p.parent for p in base.glob("*/claims.csv"))
 
 
-def _lm_settings(folder: Path, rows: Sequence[Mapping[str, str]]) -> tuple[str, str]:
-    """(regime, settings) of one LM study, from the ``claims_study.json`` its report wrote."""
+def _lm_settings(folder: Path, rows: Sequence[Mapping[str, str]]) -> tuple[str, str, str]:
+    """(regime, settings, sampler in short: ``8 x 400 draws``) of one LM study, from the
+    ``claims_study.json`` its report wrote."""
     record = folder / CLAIMS_STUDY_JSON
     if not record.is_file():
         raise UserError(f"{record} is missing: regenerate it with examples/lm_bif_claims.py --stage report")
@@ -218,7 +219,7 @@ def _lm_settings(folder: Path, rows: Sequence[Mapping[str, str]]) -> tuple[str, 
     return (f"testbed, {steps:,} steps",
             f"the toolkit's GPTNeoX testbed ({steps:,} steps, {seeds} training seeds), {sampler['chains']} chains x "
             f"{sampler['draws']} draws after {sampler['burn_in']} burn-in, eps {sampler['eps']:g}, gamma "
-            f"{sampler['gamma']:g}")
+            f"{sampler['gamma']:g}", f"{sampler['chains']} x {sampler['draws']} draws")
 
 
 def lm_rows(root: Path) -> list[dict[str, str]]:
@@ -232,12 +233,11 @@ def lm_rows(root: Path) -> list[dict[str, str]]:
         studies.append((folder, rows, *_lm_settings(folder, rows)))
     # two studies of one testbed (e.g. the same runs measured again with more draws) are two
     # regimes: each is then named with its chains and draws
-    shared = {regime for regime in (s[2] for s in studies) if [t[2] for t in studies].count(regime) > 1}
+    regimes = [study[2] for study in studies]
     out = []
-    for folder, rows, regime, settings in studies:
-        if regime in shared:
-            sampler = json.loads((folder / CLAIMS_STUDY_JSON).read_text())["sampler"]
-            regime = f"{regime}, {sampler['chains']} x {sampler['draws']} draws"
+    for folder, rows, regime, settings, draws in studies:
+        if regimes.count(regime) > 1:
+            regime = f"{regime}, {draws}"
         path = rel(root, folder / "claims.csv")
         out += _rise_and_fall_row(rows, regime, settings, [path])
         out += _sign_change_row(rows, regime, settings, [path])
