@@ -209,6 +209,11 @@ CASES = [
     ("bif-n-attribution-0", _bif("--n-attribution", "0"), ["n_attribution", "0"]),
     ("bif-eps-negative", _bif("--eps", "-1"), ["eps", "-1"]),
     ("bif-chains-0", _bif("--chains", "0"), ["chains", "0"]),
+    # a section field nested and by its short name, and a spelling that is gone, through main
+    ("bif-sampler-eps-text", _bif("--sampler.eps", "lots"), ["--sampler.eps", "lots"]),
+    ("bif-short-seed-text", _bif("--seed", "x1"), ["--seed", "x1"]),
+    ("sweep-train-seed-text", _sweep("--train.seed", "x1"), ["--train.seed", "x1"]),
+    ("sweep-old-dashed-spelling", _sweep("--train-seed", "3"), ["--train-seed"]),
     ("bif-query-split-unknown", _bif("--query-split", "test"), ["--query-split", "'test'"]),
     ("bif-task-config-truncated", _bif("--task-config", "{inputs}/truncated.json"), ["truncated.json", "JSON"]),
     (
