@@ -41,7 +41,8 @@ dims, e.g. per token, are flattened when recorded and averaged for the SGLD grad
 observables are callables ``model -> tensor`` (flattened).
 
 Package layout (one concern per module): :mod:`.config` (settings), :mod:`.data` (data
-helpers), :mod:`.sampler` (SGLD), :mod:`.moments` (streaming co-moments), :mod:`.results`
+helpers), :mod:`.sampler` (SGLD), :mod:`.engine` (the one engine both front ends use: draws
+streamed into co-moment tables, then estimated), :mod:`.moments` (streaming co-moments), :mod:`.results`
 (result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
 :mod:`.sgld` (the SGLD update as a reusable step), :mod:`.diagnostics` (R-hat, ESS, the
 convergence verdict), :mod:`.adaptive` (chains doubled
@@ -76,6 +77,8 @@ _EXPORTS = {
     "compute_bif": ".estimator",
     "BIFEstimate": ".estimator",
     "estimate_from_moments": ".estimator",
+    "Table": ".engine",
+    "stream_tables": ".engine",
     "CoMoments": ".moments",
     "cluster_phases": ".phases",
     "PhaseShare": ".phases",

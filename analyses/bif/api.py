@@ -1,4 +1,5 @@
-"""High-level :func:`bif`: sample, record, accumulate, cache."""
+"""High-level :func:`bif`: per-example losses and observables through the one engine
+(:func:`~.engine.stream_tables`), with diagnostics and a cache."""
 
 from __future__ import annotations
 
@@ -23,11 +24,9 @@ from .data import (
     per_example_losses,
 )
 from .diagnostics import convergence_diagnostics, tracked_indices
-from .estimator import estimate_from_moments
-from .moments import CoMoments
+from .engine import Table, stream_tables
 from .plots import plot_bif, plot_diagnostics
 from .results import BIFResult, Draws
-from .sampler import sample_sgld
 
 # --------------------------------------------------------------------------- high level
 
@@ -137,28 +136,12 @@ def bif(
         slices[name] = (start, start + size)
         start += size
     n_b = start
-    accumulators: dict[tuple[int, int], CoMoments] = {}
-    # Without phases each chain has one co-moment; they are the rows of one
-    # [chains, n_a, n_b] tensor that the estimator turns into the per-chain estimates in
-    # place (no copy), allocated at the first merge.
-    per_chain_storage: list[Tensor] = []
     # Draws are merged in blocks: one matrix product per block instead of one rank-one
     # update per draw (faster, and float32-friendly). A block is at most this many draws.
     block = max(1, min(64, (32 * 2**20) // max(1, 8 * (n_a + n_b))))
-    pending: dict[tuple[int, int], tuple[list[Tensor], list[Tensor]]] = {}
-
-    def flush(slot: tuple[int, int]) -> None:
-        rows_a, rows_b = pending.pop(slot)
-        acc = accumulators.get(slot)
-        if acc is None:
-            storage = None
-            if phase_fn is None:
-                if not per_chain_storage:
-                    per_chain_storage.append(torch.zeros(config.chains, n_a, n_b, dtype=kept_dtype))
-                storage = per_chain_storage[0][slot[0]]
-            acc = accumulators[slot] = CoMoments(n_a, n_b, dtype=kept_dtype, out=storage)
-        acc.update_batch(torch.stack(rows_a), torch.stack(rows_b))
-
+    # Without phases the chains' co-moments are the rows of one [chains, n_a, n_b] tensor
+    # that the estimator turns into the per-chain estimates in place (no copy).
+    table = Table("__attribution__", "__observables__", (n_a, n_b), dtype=kept_dtype, block=block, in_place=True)
     kept_a = torch.zeros(config.chains, config.draws, n_a, dtype=kept_dtype) if config.keep_draws else None
     kept_b = torch.zeros(config.chains, config.draws, n_b, dtype=kept_dtype) if config.keep_draws else None
     kept_labels = (
@@ -174,38 +157,28 @@ def bif(
     if query_is_attribution:
         del all_recorders["query_loss"]
 
-    def on_draw(chain: int, draw: int, values: dict[str, Tensor]) -> None:
+    def on_draw(chain: int, draw: int, values: dict[str, Tensor], label: int) -> None:
         a = values["__attribution__"]
         if query_is_attribution:
             values["query_loss"] = a
         b = torch.cat([values[name] for name in recorders]) if len(recorders) > 1 else values[next(iter(recorders))]
         if a.numel() != n_a or b.numel() != n_b:
             raise UserError(f"recorded sizes changed between draws: {a.numel()}/{n_a}, {b.numel()}/{n_b}")
-        label = 0 if phase_fn is None else int(phase_fn(model))
-        slot = (chain, label)
-        rows_a, rows_b = pending.setdefault(slot, ([], []))
-        rows_a.append(a.to("cpu", torch.float64))
-        rows_b.append(b.to("cpu", torch.float64))
-        tracked_a[chain, draw] = rows_a[-1][rows]
-        tracked_b[chain, draw] = rows_b[-1][cols]
-        scalar_traces["mean attribution loss"][chain, draw] = rows_a[-1].mean()
+        values["__observables__"] = b
+        tracked_a[chain, draw] = a[rows]
+        tracked_b[chain, draw] = b[cols]
+        scalar_traces["mean attribution loss"][chain, draw] = a.mean()
         for name, (start, stop) in slices.items():
-            scalar_traces[f"mean {name}"][chain, draw] = rows_b[-1][start:stop].mean()
-        if len(rows_a) >= block:
-            flush(slot)
+            scalar_traces[f"mean {name}"][chain, draw] = b[start:stop].mean()
         if kept_a is not None and kept_b is not None:  # both or neither (config.keep_draws)
-            kept_a[chain, draw] = a.to("cpu", kept_dtype)
-            kept_b[chain, draw] = b.to("cpu", kept_dtype)
+            kept_a[chain, draw] = a.to(kept_dtype)
+            kept_b[chain, draw] = b.to(kept_dtype)
         if kept_labels is not None:
             kept_labels[chain, draw] = label
 
-    diagnostics = sample_sgld(model, train_data, loss_fn, config, all_recorders, on_draw,
-                              callbacks=callbacks)
-    for pending_key in list(pending):
-        flush(pending_key)
-    estimate = estimate_from_moments(accumulators, config.chains, config.pearson, with_phases=phase_fn is not None,
-                                     per_chain_out=per_chain_storage[0] if per_chain_storage else None)
-    accumulators.clear()  # their co-moments became the per-chain estimates
+    estimates, diagnostics = stream_tables(model, train_data, loss_fn, config, all_recorders, {"bif": table},
+                                           phase_fn=phase_fn, on_draw=on_draw, callbacks=callbacks)
+    estimate = estimates["bif"]
     if diagnostics.distance_trace is not None:
         at_draws = (
             torch.arange(config.draws) * config.steps_between_draws + config.burn_in + config.steps_between_draws - 1

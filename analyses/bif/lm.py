@@ -40,7 +40,9 @@ losses and one forward pass of ``eval_batch_size`` sequences. ``keep_draws=True`
 ``pearson`` with the ``"token_mean"`` convention, store ``chains x draws x (N_a + N_b)``
 floats (the latter drops them from the result unless ``keep_draws``).
 
-Two levels, as in devinterp: :func:`lm_bif` samples and estimates;
+Two levels, as in devinterp: :func:`lm_bif` samples and estimates (a thin front end of the one
+engine, :func:`~.engine.stream_tables`: it supplies the per-token loss recorders and one table
+per streamed reduction, the group means of the train and query tokens);
 :func:`~.lm_estimate.compute_lm_bif` estimates every reduction from stored per-token draws (ours
 or another library's). The token sets, groupings and reductions are in :mod:`.lm_tokens`.
 """
@@ -61,10 +63,9 @@ from interp_toolkit.analyses.bif.data import model_fingerprint
 from interp_toolkit.analyses.bif.diagnostics import (
     ConvergenceDiagnostics,
     convergence_diagnostics,
-    jackknife_stderr_streamed,
     tracked_indices,
 )
-from interp_toolkit.analyses.bif.estimator import estimate_from_moments
+from interp_toolkit.analyses.bif.engine import Table, pick_stderr, stream_tables
 from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
 from interp_toolkit.analyses.bif.lm_tokens import (
     DEFAULT_REDUCTIONS,
@@ -77,13 +78,12 @@ from interp_toolkit.analyses.bif.lm_tokens import (
     group_ids,
     next_token_losses,
 )
-from interp_toolkit.analyses.bif.moments import CoMoments
 from interp_toolkit.analyses.bif.results import (
     diagnostics_from,
     diagnostics_metadata,
     diagnostics_tensors,
 )
-from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics, sample_sgld
+from interp_toolkit.analyses.bif.sampler import SamplerDiagnostics
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import config_hash, is_artifact, load_artifact, save_artifact
@@ -360,8 +360,10 @@ def lm_bif(
     )
     sum_a = torch.zeros(train.n_tokens, dtype=torch.float64)
     sum_b = torch.zeros(query.n_tokens, dtype=torch.float64)
-    accumulators: dict[str, dict[tuple[int, int], CoMoments]] = {r: {} for r in streamed}
+    # one engine table per streamed reduction: -Cov of the train group means and the query
+    # group means (by linearity, the block average of the token matrix)
     streamed_groupings = {(side, g) for r in streamed for side, g in zip("ab", r.split(":"))}
+    streamed_tables = {r: Table(f"a:{r.split(':')[0]}", f"b:{r.split(':')[1]}", shapes[r]) for r in streamed}
     # the classes' mean losses at every draw, for the convergence diagnostics
     diag_ids_a, class_labels_a = group_ids(train, "class")
     diag_ids_b, class_labels_b = group_ids(query, "class")
@@ -374,9 +376,9 @@ def lm_bif(
     mean_a_trace = torch.zeros(sampler.chains, sampler.draws, dtype=torch.float64)
     mean_b_trace = torch.zeros(sampler.chains, sampler.draws, dtype=torch.float64)
 
-    def on_draw(chain: int, draw: int, values: dict[str, Tensor]) -> None:
-        a = values["train"].to("cpu", torch.float64)
-        b = a if same else values["query"].to("cpu", torch.float64)
+    def on_draw(chain: int, draw: int, values: dict[str, Tensor], label: int) -> None:
+        a = values["train"]
+        b = a if same else values["query"]
         if a.numel() != train.n_tokens or b.numel() != query.n_tokens:
             raise UserError(
                 f"loss_fn returned {a.numel()} / {b.numel()} losses, expected {train.n_tokens} / {query.n_tokens} "
@@ -392,40 +394,23 @@ def lm_bif(
             kept_a[chain, draw] = a
             if not same:
                 kept_b[chain, draw] = b
-        reduced: dict[tuple[str, str], Tensor] = {}
-        for side, grouping in streamed_groupings:
+        for side, grouping in streamed_groupings:  # each grouping's means once per draw, for every table
             ids, _, counts = groupings[(side, grouping)]
             values_side = a if side == "a" else b
-            reduced[(side, grouping)] = values_side if grouping == "token" else _group_mean(values_side, ids, counts)
-        for reduction in streamed:
-            g_a, g_b = reduction.split(":")
-            acc = accumulators[reduction].get((chain, 0))
-            if acc is None:
-                acc = accumulators[reduction][(chain, 0)] = CoMoments(*shapes[reduction])
-            acc.update(reduced[("a", g_a)], reduced[("b", g_b)])
+            values[f"{side}:{grouping}"] = values_side if grouping == "token" else _group_mean(values_side, ids, counts)
 
-    diagnostics = sample_sgld(model, posterior_tokens, loss_fn, sampler, recorders, on_draw)
+    estimates, diagnostics = stream_tables(model, posterior_tokens, loss_fn, sampler, recorders, streamed_tables,
+                                           on_draw=on_draw)
     tables = {}
     if from_draws:
         assert kept_a is not None and kept_b is not None  # from_draws implies keep
         tables.update(compute_lm_bif(kept_a, None if same else kept_b, train, None if same else query,
                                      [r for r in config.reductions if r in from_draws], pearson=sampler.pearson,
                                      pearson_convention=config.pearson_convention, stderr_method=config.stderr_method))
-    for reduction in streamed:
+    for reduction, estimate in estimates.items():
         g_a, g_b = reduction.split(":")
-        accs = accumulators.pop(reduction)
-        estimate = estimate_from_moments(accs, sampler.chains, sampler.pearson, False)
-        total, stderr, per_chain = estimate.bif, estimate.stderr, estimate.per_chain
-        if config.stderr_method == "jackknife" and sampler.chains > 1:
-            # leave-one-chain-out estimates, each from the remaining chains' accumulators
-            stderr = jackknife_stderr_streamed(
-                estimate_from_moments(
-                    {(i, 0): v for i, v in enumerate(v for k, v in sorted(accs.items()) if k[0] != left_out)},
-                    sampler.chains - 1, sampler.pearson, False,
-                ).bif
-                for left_out in range(sampler.chains)
-            )
-        tables[reduction] = ReducedBIF(total, stderr, per_chain, groupings[("a", g_a)][1], groupings[("b", g_b)][1])
+        tables[reduction] = ReducedBIF(estimate.bif, pick_stderr(estimate, config.stderr_method), estimate.per_chain,
+                                       groupings[("a", g_a)][1], groupings[("b", g_b)][1])
     tables = {r: tables[r] for r in config.reductions}
     scalars = {"mean train loss": mean_a_trace, "mean query loss": mean_b_trace}
     if diagnostics.distance_trace is not None:

@@ -13,7 +13,8 @@ from torch import Tensor
 from interp_toolkit.analyses.bif.diagnostics import (
     jackknife_stderr_streamed,
 )
-from interp_toolkit.analyses.bif.estimator import estimate_from_moments
+from interp_toolkit.analyses.bif.engine import pick_stderr
+from interp_toolkit.analyses.bif.estimator import BIFEstimate, estimate_from_moments
 from interp_toolkit.analyses.bif.lm_tokens import (
     DEFAULT_REDUCTIONS,
     PEARSON_CONVENTIONS,
@@ -33,39 +34,17 @@ def _group_means_of_draws(values: Tensor, ids: Tensor, k: int) -> Tensor:
     return out.index_add_(-1, ids, values.to(torch.float64)) / counts
 
 
-def _neg_cov_from_draws(a: Tensor, b: Tensor, jackknife: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """``-Cov`` (1/N) pooled over chains, its per-chain values and stderr, from draws
-    ``[chains, draws, k]``, with few ``k_a x k_b`` temporaries: per-chain matrices are
-    written in place, the pooled one is their mean minus the between-chain term, and the
-    jackknife's leave-one-chain-out estimates are formed one at a time from the same
-    pieces (peak: ``chains + 4`` matrices with the jackknife, outputs included)."""
-    chains, draws = a.shape[:2]
-    mean_a, mean_b = a.mean(1, dtype=torch.float64), b.mean(1, dtype=torch.float64)
-    per_chain = torch.empty(chains, a.shape[2], b.shape[2], dtype=torch.float64)
+def _estimate_from_draws(a: Tensor, b: Tensor, pearson: bool) -> BIFEstimate:
+    """The engine's estimator (:func:`~.estimator.estimate_from_moments`: pooled ``-Cov`` or
+    ``-Corr``, per-chain estimates, jackknife and per-chain errors) on draws ``[chains, draws, k]``;
+    the chains' co-moments are the rows of the per-chain output (no second ``chains x k_a x k_b``)."""
+    chains = a.shape[0]
+    per_chain = torch.zeros(chains, a.shape[2], b.shape[2], dtype=torch.float64)
+    accumulators = {}
     for c in range(chains):
-        torch.matmul((a[c].double() - mean_a[c]).T, b[c].double() - mean_b[c], out=per_chain[c])
-        per_chain[c].div_(-draws)
-    total = per_chain.sum(0)
-    if chains < 2:
-        stderr = torch.full_like(total, float("nan"))
-    elif jackknife:
-        # theta_-k = mean_{c != k} per_chain[c] - 1/(C-1) sum_{c != k} (mu_c - mu_-k)(mu_c - mu_-k)^T,
-        # formed one at a time in one buffer and streamed into the toolkit's one jackknife
-        estimate = torch.empty_like(total)
-
-        def leave_out(k: int) -> Tensor:
-            keep = [c for c in range(chains) if c != k]
-            da, db = mean_a[keep] - mean_a[keep].mean(0), mean_b[keep] - mean_b[keep].mean(0)
-            torch.sub(total, per_chain[k], out=estimate).div_(chains - 1)
-            return estimate.addmm_(da.T, db, alpha=-1.0 / (chains - 1))
-
-        stderr = jackknife_stderr_streamed(leave_out(k) for k in range(chains))
-        del estimate
-    else:
-        stderr = per_chain.std(0).div_(chains**0.5)
-    # pooled Cov = mean_c Cov_c + (1/C) sum_c (mu_c - mu)(mu_c - mu)^T  (equal draws per chain)
-    total.div_(chains).addmm_((mean_a - mean_a.mean(0)).T, mean_b - mean_b.mean(0), alpha=-1.0 / chains)
-    return total, stderr, per_chain
+        acc = accumulators[(c, 0)] = CoMoments(a.shape[2], b.shape[2], out=per_chain[c])
+        acc.update_batch(a[c], b[c])
+    return estimate_from_moments(accumulators, chains, pearson, False, per_chain_out=per_chain)
 
 
 def _standardize(draws: Tensor) -> Tensor:
@@ -106,8 +85,9 @@ def compute_lm_bif(
         raise UserError(f"pearson_convention must be one of {PEARSON_CONVENTIONS}, got {pearson_convention!r}")
     if stderr_method not in STDERR_METHODS:
         raise UserError(f"stderr_method must be one of {STDERR_METHODS}, got {stderr_method!r}")
-    if stderr_method == "jackknife" and train_draws.shape[0] > 1 and pearson:
-        # the estimates, then each leave-one-chain-out estimate (same code on fewer chains)
+    if stderr_method == "jackknife" and train_draws.shape[0] > 1 and pearson and pearson_convention == "token_mean":
+        # each token's standardization depends on the chains used: the estimates, then each
+        # leave-one-chain-out estimate (same code on fewer chains) into the one jackknife
         out = compute_lm_bif(train_draws, query_draws, train, query, reductions, pearson=pearson,
                              pearson_convention=pearson_convention, stderr_method="per_chain")
         chains = train_draws.shape[0]
@@ -152,17 +132,11 @@ def compute_lm_bif(
             # per-chain estimates from per-chain standardization, the estimate from the pooled one
             pooled = CoMoments.from_batch(means(a_pool, g_a, ids_a, k_a), means(b_pool, g_b, ids_b, k_b))
             total = pooled.comoment.div(-pooled.count)
-            _, _, per_chain = _neg_cov_from_draws(means(a_chain, g_a, ids_a, k_a), means(b_chain, g_b, ids_b, k_b))
-            stderr = per_chain.std(0) / chains**0.5 if chains > 1 else torch.full_like(total, float("nan"))
-        elif not pearson:
-            total, stderr, per_chain = _neg_cov_from_draws(means(a_all, g_a, ids_a, k_a), means(b_all, g_b, ids_b, k_b),
-                                                           jackknife=stderr_method == "jackknife")
+            estimate = _estimate_from_draws(means(a_chain, g_a, ids_a, k_a), means(b_chain, g_b, ids_b, k_b), False)
+            per_chain, stderr = estimate.per_chain, pick_stderr(estimate, "per_chain")
         else:
-            ga = _group_means_of_draws(a_all, ids_a, k_a)
-            gb = _group_means_of_draws(b_all, ids_b, k_b)
-            accs = {(c, 0): CoMoments.from_batch(ga[c], gb[c]) for c in range(chains)}
-            estimate = estimate_from_moments(accs, chains, pearson, False)
-            total, stderr, per_chain = estimate.bif, estimate.stderr, estimate.per_chain
+            estimate = _estimate_from_draws(means(a_all, g_a, ids_a, k_a), means(b_all, g_b, ids_b, k_b), pearson)
+            total, stderr, per_chain = estimate.bif, pick_stderr(estimate, stderr_method), estimate.per_chain
         out[reduction] = ReducedBIF(total, stderr, per_chain, labels_a, labels_b)
     return out
 

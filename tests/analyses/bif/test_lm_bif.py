@@ -151,6 +151,23 @@ def test_jackknife_stderr_streamed_and_from_draws(neox_ref):
         LMBIFConfig(stderr_method="bootstrap")
 
 
+def test_streamed_reductions_give_the_stderr_their_method_names(neox_ref):
+    """Streamed through the engine, per_chain is the chains' spread and jackknife the
+    leave-one-chain-out error of the pooled estimate, as for reductions from stored draws."""
+    from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
+
+    model = neox_ref.load()
+    posterior, train, query = _data()
+    config = LMBIFConfig(SamplerConfig(**{**SAMPLER, "chains": 3}), reductions=("class:class", "sequence:all"),
+                         stderr_method="per_chain")
+    result = lm_bif(model, posterior, train, query, config)
+    jackknife = compute_lm_bif(result.train_draws, result.query_draws, train, query, config.reductions)
+    for name in config.reductions:
+        torch.testing.assert_close(result[name].stderr, result[name].per_chain.std(0) / 3**0.5)
+        torch.testing.assert_close(result[name].bif, jackknife[name].bif, rtol=1e-9, atol=1e-12)
+        assert not torch.allclose(result[name].stderr, jackknife[name].stderr)
+
+
 def test_cache_hit_equals_fresh_with_pearson_conventions_and_jackknife(neox_ref, tmp_path):
     """lmbif's options (draw-based token_mean Pearson, jackknife stderr, draws dropped without
     keep_draws) round-trip through the artifact cache field by field, and are part of the key."""
