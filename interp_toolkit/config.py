@@ -20,7 +20,7 @@ import dataclasses
 import io
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar, cast
+from typing import Any, Mapping, Sequence, TypeVar, cast
 
 from interp_toolkit.errors import UserError
 
@@ -210,7 +210,6 @@ def parse_config(
     prog: str | None = None,
     description: str | None = None,
     aliases: Mapping[str, str | Sequence[str]] | None = None,
-    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> C:
     """Parse ``argv`` into a ``cls`` with flags generated from its fields (tyro).
 
@@ -227,7 +226,6 @@ def parse_config(
         prog, description: For ``--help``.
         aliases: More short flags -> generated flags (``{"--quiet": "--train.no-progress"}``),
             before the section fields' own names.
-        prepare: Adjusts the merged dict before it is built (e.g. derived fields).
 
     Raises:
         SystemExit: On ``--help`` (0) or an unparsable flag (2, after one ``error:`` line).
@@ -251,17 +249,12 @@ def parse_config(
             used_aliases[new] = flag
     rest = [expanded for token in rest for expanded in _alias(token, aliases or {})]
     start = default
-    if config_file is not None or prepare is not None:
+    if config_file is not None:
         data = default.to_dict() if default is not None else _field_defaults(cls)
-        if config_file is not None:
-            data = _merge(data, load_config_file(config_file))
-        if prepare is not None:
-            data = prepare(data)
+        data = _merge(data, load_config_file(config_file))
         try:
             start = cls.from_dict(data)
         except (ValueError, UserError, TypeError) as err:  # UserError included: name the file the bad value came from
-            if config_file is None:
-                raise
             raise UserError(f"config file {config_file}: {err}") from err
     stderr, stdout = io.StringIO(), _Capture(sys.stdout)
     try:

@@ -167,23 +167,6 @@ def custom_task_of(factory: str, settings: str | None) -> Any:
     return task
 
 
-def _prepare(data: dict[str, Any]) -> dict[str, Any]:
-    """Config-file layouts of earlier versions: ``task: {task: NAME, ...}``; a top-level
-    ``device`` (now ``train.device``)."""
-    task = dict(data.get("task") or {})
-    if "task" in task:
-        data = {**data, "task_name": task.pop("task"), "task": task}
-    if "device" in data:
-        data = dict(data)
-        device = data.pop("device")
-        train = data.get("train") or {}
-        train = dict(train) if isinstance(train, dict) else train.to_dict()
-        if train.get("device") is None:
-            train["device"] = device
-        data["train"] = train
-    return data
-
-
 def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
     """``argv`` (after ``train``) -> a validated ``TrainCommandConfig``."""
     import dataclasses
@@ -191,7 +174,7 @@ def parse(argv: list[str], prog: str = "interp-toolkit train") -> Any:
     from interp_toolkit.config import load_config_file, parse_config, split_config_flag
 
     cls = command_config_class()
-    cfg: Any = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES, prepare=_prepare)
+    cfg: Any = parse_config(cls, argv, prog=prog, description=DESCRIPTION, aliases=ALIASES)
     # d_head follows d_model / n_heads unless it was given (the default instance holds a derived value)
     config_file, rest = split_config_flag(argv)
     from_file = config_file is not None and "d_head" in (load_config_file(config_file).get("model") or {})

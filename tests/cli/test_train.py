@@ -12,6 +12,7 @@ import torch
 
 from interp_toolkit import list_checkpoints, load_checkpoint
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.runs.trainer import evaluate
 from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
 
@@ -52,7 +53,8 @@ def test_cli_train_end_to_end_and_checkpoint_reproduces_accuracies(tmp_path, cap
 def test_cli_config_file_and_overrides(tmp_path):
     config = tmp_path / "cfg.yaml"
     config.write_text(
-        "task: {task: first_mod3_sum_mod3, seq_len: 4, n_train: 128, n_eval: 64, r: 0.2}\n"
+        "task_name: first_mod3_sum_mod3\n"
+        "task: {seq_len: 4, n_train: 128, n_eval: 64, r: 0.2}\n"
         "model: {n_layers: 2, n_heads: 1, d_model: 16, d_mlp: 16}\n"
         "train: {epochs: 5, eval_every: 5}\n"
         f"run_dir: {tmp_path / 'from_file'}\n"
@@ -139,10 +141,13 @@ def test_train_has_one_device_option_reaching_train_config(tmp_path):
     assert parse([]).train.device is None  # trains on the CPU (train_mpsp's default)
     assert parse(["--device", "cpu"]).train.device == "cpu"
     assert parse(["--train.device", "auto"]).train.device == "auto"
-    config = tmp_path / "train.yaml"  # earlier files put device beside the sections
-    config.write_text("device: cpu\ntrain: {epochs: 3}\n")
+    config = tmp_path / "train.yaml"
+    config.write_text("train: {epochs: 3, device: cpu}\n")
     parsed = parse(["--config", str(config)])
     assert parsed.train.device == "cpu" and parsed.train.epochs == 3
+    config.write_text("device: cpu\ntrain: {epochs: 3}\n")  # the layout of 0.x files before train.device
+    with pytest.raises(UserError, match="device"):
+        parse(["--config", str(config)])
 
 
 def test_cli_train_extend_from_a_shorter_run(tmp_path, capsys):

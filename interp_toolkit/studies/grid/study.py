@@ -536,9 +536,8 @@ def new_study_record(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[Pa
 
 
 def invocations_of(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A study record's ``sweep`` invocations, in order (records of earlier versions named
-    the list ``sittings``: read as the same)."""
-    return list(record.get("invocations") or record.get("sittings") or [])
+    """A study record's ``sweep`` invocations, in order."""
+    return list(record.get("invocations") or [])
 
 
 def check_study_dir(cfg: SweepConfig, study_dir: str | Path) -> None:

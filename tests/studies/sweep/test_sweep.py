@@ -674,15 +674,6 @@ def test_planning_hands_each_job_the_typed_config_with_its_own_seeds(tmp_path, m
     assert pickle.loads(pickle.dumps(jobs[0]))["sweep"].seeds == jobs[0]["sweep"].seeds
 
 
-def test_study_records_of_earlier_versions_name_their_invocations_sittings():
-    from interp_toolkit.studies.grid.study import invocations_of
-
-    old = {"sittings": [{"grid": {"seeds": [0]}, "extend_from": ["a"]}]}
-    assert invocations_of(old) == old["sittings"]
-    new = {"invocations": [{"grid": {"seeds": [1]}}]}
-    assert invocations_of(new) == new["invocations"] and invocations_of({}) == []
-
-
 def test_a_dataset_per_seed_is_a_seed_of_the_cell_not_a_cell_per_dataset(tmp_path):
     """data_seeds 'model': every run's data seed is its model seed, so the report pools the
     seeds into one cell (data_seed 'seed'), in the rows, the table and outcomes.csv."""
