@@ -61,7 +61,7 @@ def test_api_reference_builds_without_warnings(tmp_path):
 
 #: Words of a work diary, not of a report: the project speaks of its studies, never of when or
 #: by whom they were run, or what machines were lent.
-DIARY = re.compile(r"(?<!`)\bsittings?\b(?!`)|\blent\b|\bno GPU was\b", re.IGNORECASE)  # `sittings` in backticks: a quoted word
+DIARY = re.compile(r"(?<!`)\bsittings?\b(?!`)|\blent\b|\bno GPU was\b", re.IGNORECASE)  # quoted in backticks: allowed
 MACHINE_PATH = re.compile(r"(^|[\s,\"'=(])/(work|tmp|home|root|Users)/")
 
 
