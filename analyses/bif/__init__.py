@@ -77,7 +77,7 @@ _EXPORTS = {
     "compute_bif": ".estimator",
     "BIFEstimate": ".estimator",
     "estimate_from_moments": ".estimator",
-    "Table": ".engine",
+    "StreamedTable": ".engine",
     "stream_tables": ".engine",
     "CoMoments": ".moments",
     "cluster_phases": ".phases",

@@ -24,7 +24,7 @@ from .data import (
     per_example_losses,
 )
 from .diagnostics import convergence_diagnostics, tracked_indices
-from .engine import Table, stream_tables
+from .engine import StreamedTable, stream_tables
 from .plots import plot_bif, plot_diagnostics
 from .results import BIFResult, Draws
 
@@ -141,7 +141,8 @@ def bif(
     block = max(1, min(64, (32 * 2**20) // max(1, 8 * (n_a + n_b))))
     # Without phases the chains' co-moments are the rows of one [chains, n_a, n_b] tensor
     # that the estimator turns into the per-chain estimates in place (no copy).
-    table = Table("__attribution__", "__observables__", (n_a, n_b), dtype=kept_dtype, block=block, in_place=True)
+    table = StreamedTable("__attribution__", "__observables__", (n_a, n_b), dtype=kept_dtype, block=block,
+                          in_place=True)
     kept_a = torch.zeros(config.chains, config.draws, n_a, dtype=kept_dtype) if config.keep_draws else None
     kept_b = torch.zeros(config.chains, config.draws, n_b, dtype=kept_dtype) if config.keep_draws else None
     kept_labels = (

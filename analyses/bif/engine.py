@@ -5,7 +5,7 @@ localized posterior between two vectors recorded at every draw. :func:`stream_ta
 the sampler (:func:`~.sampler.sample_sgld`, whose update is the reusable step
 :class:`~.sgld.SGLD`), converts the recorded values once per draw, lets the caller add what
 it derives from them (group means, a concatenation) and keep what it wants (traces, draws),
-streams every :class:`Table` into per-(chain, phase) :class:`~.moments.CoMoments`, and
+streams every :class:`StreamedTable` into per-(chain, phase) :class:`~.moments.CoMoments`, and
 returns one :class:`~.estimator.BIFEstimate` per table (pooled estimate, leave-one-chain-out
 jackknife error, per-chain estimates, phase decomposition).
 
@@ -39,7 +39,7 @@ STDERR_METHODS = ("jackknife", "per_chain")
 
 
 @dataclass(frozen=True)
-class Table:
+class StreamedTable:
     """One ``-Cov`` (or ``-Corr``) table the engine streams.
 
     Attributes:
@@ -64,9 +64,9 @@ class Table:
 
     def __post_init__(self) -> None:
         if len(self.shape) != 2 or min(self.shape) < 1:
-            raise UserError(f"Table.shape must be (n_a, n_b) with both >= 1, got {self.shape!r}")
+            raise UserError(f"StreamedTable.shape must be (n_a, n_b) with both >= 1, got {self.shape!r}")
         if self.block < 1:
-            raise UserError(f"Table.block must be >= 1, got {self.block!r}")
+            raise UserError(f"StreamedTable.block must be >= 1, got {self.block!r}")
 
 
 def stream_tables(
@@ -75,7 +75,7 @@ def stream_tables(
     loss_fn: LossFn,
     sampler: SamplerConfig,
     recorders: Mapping[str, Observable],
-    tables: Mapping[str, Table],
+    tables: Mapping[str, StreamedTable],
     *,
     phase_fn: Callable[[nn.Module], int] | None = None,
     on_draw: DrawHook | None = None,
@@ -89,7 +89,7 @@ def stream_tables(
         loss_fn: Per-example (or per-token) losses; their mean is the SGLD loss.
         sampler: Sampler settings (``chains``, ``draws``, ``pearson``, ...).
         recorders: ``name -> (model -> tensor)`` evaluated at every draw.
-        tables: ``name -> Table`` to stream; their ``rows``/``cols`` name recorders or
+        tables: ``name -> StreamedTable`` to stream; their ``rows``/``cols`` name recorders or
             entries that ``on_draw`` adds.
         phase_fn: ``model -> int`` label of every draw; each table is then accumulated per
             (chain, label) and its estimate carries the within/between decomposition.
@@ -160,4 +160,4 @@ def pick_stderr(estimate: BIFEstimate, method: str) -> Tensor:
     return estimate.stderr
 
 
-__all__ = ["STDERR_METHODS", "DrawHook", "Table", "pick_stderr", "stream_tables"]
+__all__ = ["STDERR_METHODS", "DrawHook", "StreamedTable", "pick_stderr", "stream_tables"]

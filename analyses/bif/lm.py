@@ -65,7 +65,7 @@ from interp_toolkit.analyses.bif.diagnostics import (
     convergence_diagnostics,
     tracked_indices,
 )
-from interp_toolkit.analyses.bif.engine import Table, pick_stderr, stream_tables
+from interp_toolkit.analyses.bif.engine import StreamedTable, pick_stderr, stream_tables
 from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
 from interp_toolkit.analyses.bif.lm_tokens import (
     DEFAULT_REDUCTIONS,
@@ -363,7 +363,7 @@ def lm_bif(
     # one engine table per streamed reduction: -Cov of the train group means and the query
     # group means (by linearity, the block average of the token matrix)
     streamed_groupings = {(side, g) for r in streamed for side, g in zip("ab", r.split(":"))}
-    streamed_tables = {r: Table(f"a:{r.split(':')[0]}", f"b:{r.split(':')[1]}", shapes[r]) for r in streamed}
+    streamed_tables = {r: StreamedTable(f"a:{r.split(':')[0]}", f"b:{r.split(':')[1]}", shapes[r]) for r in streamed}
     # the classes' mean losses at every draw, for the convergence diagnostics
     diag_ids_a, class_labels_a = group_ids(train, "class")
     diag_ids_b, class_labels_b = group_ids(query, "class")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from interp_toolkit.analyses.bif.engine import STDERR_METHODS  # re-exported: the LM configs validate with it
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import tensor_digest
 from interp_toolkit.runs.forward import sequence_forward
@@ -29,7 +30,6 @@ PEARSON_CONVENTIONS = ("token_mean", "group_means")
 #: Standard error of the pooled estimate: leave-one-chain-out jackknife, or the spread of the
 #: chains' own estimates / sqrt(chains) (which misses the between-chain part of the pooled
 #: covariance; see docs/lm_bif.md, "Cross-check with devinterp").
-STDERR_METHODS = ("jackknife", "per_chain")
 
 
 def next_token_losses(model: nn.Module, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq_minus_1"]:

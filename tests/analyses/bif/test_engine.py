@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from interp_toolkit.analyses.bif import SamplerConfig, compute_bif
-from interp_toolkit.analyses.bif.engine import Table, pick_stderr, stream_tables
+from interp_toolkit.analyses.bif.engine import StreamedTable, pick_stderr, stream_tables
 from interp_toolkit.analyses.bif.lm_estimate import compute_lm_bif
 from interp_toolkit.analyses.bif.lm_tokens import TokenSet
 from interp_toolkit.errors import UserError
@@ -40,7 +40,7 @@ def _run(phase_fn=None, block=1):
         kept["labels"].append(label)
 
     recorders = {"losses": lambda m: line_loss(m, DATA[:5]), "w": lambda m: m.w.detach().clone()}
-    tables = {"t": Table("losses", "w_twice", (5, 4), block=block), "u": Table("w", "losses", (2, 5))}
+    tables = {"t": StreamedTable("losses", "w_twice", (5, 4), block=block), "u": StreamedTable("w", "losses", (2, 5))}
     estimates, _ = stream_tables(Line(), DATA, line_loss, SAMPLER, recorders, tables, phase_fn=phase_fn,
                                  on_draw=on_draw)
     shape = (SAMPLER.chains, SAMPLER.draws)
@@ -87,13 +87,13 @@ def test_pick_stderr_names_its_method_and_refuses_others():
 
 
 def test_bad_tables_and_changing_sizes_are_refused():
-    with pytest.raises(UserError, match="Table.shape"):
-        Table("a", "b", (0, 3))
-    with pytest.raises(UserError, match="Table.block"):
-        Table("a", "b", (2, 3), block=0)
+    with pytest.raises(UserError, match="StreamedTable.shape"):
+        StreamedTable("a", "b", (0, 3))
+    with pytest.raises(UserError, match="StreamedTable.block"):
+        StreamedTable("a", "b", (2, 3), block=0)
     with pytest.raises(UserError, match="recorded sizes changed"):
         stream_tables(Line(), DATA, line_loss, SAMPLER, {"w": lambda m: m.w.detach().clone()},
-                      {"t": Table("w", "w", (2, 3))})
+                      {"t": StreamedTable("w", "w", (2, 3))})
 
 
 @pytest.mark.parametrize("pearson", [False, True])
