@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.lm.claims import CLAIMS_STUDY_JSON, rise_and_fall, sign_change
 from interp_toolkit.studies.verdicts import rules
-from interp_toolkit.studies.verdicts.rows import ROOT, fmt, read_rows, rel, verdict_row
+from interp_toolkit.studies.verdicts.rows import ROOT, fmt, fmt_ess, fmt_rhat, read_rows, rel, verdict_row
 
 
 def _steps_of(rows: Sequence[Mapping[str, str]]) -> str:
@@ -113,7 +113,7 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
             against = [r for r in part if float(r["z"]) * sign <= -2.0]
             cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction, "
                      f"{len(against)} against it; converged {gate['n_converged']}/{gate['n']} (max R-hat "
-                     f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})")
+                     f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})")
             if not part:
                 out.append(
                     verdict_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files)
@@ -270,7 +270,7 @@ def _rise_and_fall_row(rows: Sequence[Mapping[str, str]], regime: str, settings:
         + "; fall z "
         + ", ".join(f"{r['fall_z']:.1f}" for r in found)
         + f"; converged {gate['n_converged']}/{gate['n']} of the first, peak and last rows (max R-hat "
-        f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})"
+        f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})"
     )
     if not all(a > 0 for a in after):
         verdict, why = "not tested", ("a peak at the last checkpoint measured cannot show a fall: train past the peak "
@@ -298,15 +298,21 @@ def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: s
     gate = rules.convergence_gate((float(r["rhat"]), float(r["ess"])) for r in diff)
     found = sign_change(rows, series)
     changed = [r["verdict"] == "sign change" for r in found]
-    cells = (f"{gate['n']} rows, {len(found)} seeds; converged {gate['n_converged']}/{gate['n']}; both signs at "
-             f"|z| >= 2 in {sum(changed)} of {len(found)} seeds")
+    cells = (f"{gate['n']} rows, {len(found)} seeds; converged {gate['n_converged']}/{gate['n']} (max R-hat "
+             f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])}); both signs at |z| >= 2 in "
+             f"{sum(changed)} of {len(found)} seeds; z from "
+             + ", ".join(f"{f['min_z']:+.1f} to {f['max_z']:+.1f} (seed {f['seed']})" for f in found))
     if not gate["passed"]:
         verdict, why = "inconclusive", "an SGLD verdict needs converged chains on every row it reads"
     elif all(changed):
         verdict, why = "reproduced", "both signs measured (|z| >= 2) in every seed, converged"
     else:
+        # the smallest swing of the difference the seeds could have measured: 2 stderr each way
+        swing = 2 * statistics.median(float(r["stderr"]) for r in diff) * 2
         verdict, why = "inconclusive", (f"one sign or none measured in {len(changed) - sum(changed)} of "
-                                        f"{len(changed)} seeds (the paper gives no effect size to power against)")
+                                        f"{len(changed)} seeds, converged; the paper gives no effect size, so a "
+                                        f"swing in BIF smaller than about {fmt(swing, 2)} (2 median stderr each way) "
+                                        "is not excluded")
     return [
         verdict_row(
             "B", "the influence between delimiters changes sign across checkpoints", regime, settings, cells, verdict,
@@ -328,7 +334,7 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
                         "run leaves the shortcut", "R2 influence runs",
                         "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
                         f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
-                        f"{fmt(gate['max_rhat'])}, min ESS {fmt(gate['min_ess'])})",
+                        f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})",
                         "inconclusive",
                         # converged chains alone decide nothing: the prediction (a peak at the
                         # onset, mostly between-phase against its null, in leavers and not in
@@ -403,8 +409,8 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
              + "; ".join(f"seed {s}: onset checkpoint {f['onset_epoch']}, largest |BIF| at {f['peak_epoch']}, later "
                          f"larger by z {f['z_later']:.1f}, between share {f['between_share']:.2f}"
                          for s, f in found.items() if f is not None)
-             + f"; converged {gate['n_converged']}/{gate['n']} rows (max R-hat {fmt(gate['max_rhat'])}, min ESS "
-             f"{fmt(gate['min_ess'])})")
+             + f"; converged {gate['n_converged']}/{gate['n']} rows (max R-hat {fmt_rhat(gate['max_rhat'])}, min ESS "
+             f"{fmt_ess(gate['min_ess'])})")
     result: dict[str, float] = {}
     if leavers and controls and all(f is not None for f in found.values()):
         last = min(int(tables[s][-1]["epoch"]) for s in leavers + controls)

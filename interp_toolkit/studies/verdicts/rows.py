@@ -36,6 +36,17 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def fmt_rhat(value: Any) -> str:
+    """A split R-hat to 3 decimals (the gate is 1.01: ``1.009`` and ``1.014`` must read apart, and
+    ``1.000`` not as an exact 1)."""
+    return f"{value:.3f}" if isinstance(value, (int, float)) and math.isfinite(value) else ""
+
+
+def fmt_ess(value: Any) -> str:
+    """An effective sample size as a whole number with thousands separators."""
+    return f"{value:,.0f}" if isinstance(value, (int, float)) and math.isfinite(value) else ""
+
+
 def verdict_row(paper: str, claim: str, regime: str, settings: str, cells: str, verdict: str, why: str,
                 files: Sequence[str], result: Mapping[str, Any] | None = None) -> dict[str, str]:
     """One verdict row (:data:`FIELDS`): the verdict is named with its regime, the interval and

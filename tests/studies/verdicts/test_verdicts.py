@@ -283,6 +283,9 @@ def test_a_converged_delimiter_series_needs_both_signs_measured(tmp_path):
         row["verdict"] == "inconclusive in testbed, 1,000 steps"
         and "both signs at |z| >= 2 in 0 of 1 seeds" in row["cells"]
     )
+    # what the seeds measured, the gate's numbers, and the swing that was detectable (2 x 2 stderr of 0.1)
+    assert "z from +1.0 to +5.0 (seed 0)" in row["cells"] and "(max R-hat 1.001, min ESS 500)" in row["cells"]
+    assert "swing in BIF smaller than about 0.4 (2 median stderr each way)" in row["why"]
     _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, -0.3)))
     assert claims_bif.lm_rows(tmp_path)[1]["verdict"] == "reproduced in testbed, 1,000 steps"
 
