@@ -321,8 +321,7 @@ def diag_figure(out: Path, meta: dict, labels: list, docs: Path, init: int = 0, 
         title=f"DLN init {init}, step {step}, sampler seed 0, 4 chains x "
         f"{meta['sampler']['burn_in'] + meta['sampler']['draws'] * meta['sampler']['steps_between_draws']}"
         f" steps: {'converged' if result.convergence.converged else 'NOT converged'} (max "
-        "R-hat "
-        f"{result.convergence.max_rhat:.3f}, min ESS {result.convergence.min_ess_bulk:.0f})",
+        f"R-hat {result.convergence.max_rhat:.3f}, min ESS {result.convergence.min_ess_bulk:.0f})",
     )
     save_figure(fig, docs / f"diagnostics_step{step}.png")
 
@@ -428,5 +427,4 @@ def report(table, peaks, level_peaks, causal, timelines) -> None:
     print("peak vs branch by common level:", level_peaks)
     for c in causal:
         print(f"causal windows ({c['windows']}) init {c['init']} seed {c['seed']}: agreement {c['agreement']:.2f}, "
-              "null "
-              f"{c['null_mean']:.2f} (95th pct {c['null_p95']:.2f}), p {c['p_value']:.4f}")
+              f"null {c['null_mean']:.2f} (95th pct {c['null_p95']:.2f}), p {c['p_value']:.4f}")

@@ -374,8 +374,7 @@ def convergence_diagnostics(
                      f"tracked quantities); {ADVICE}")
     if not (math.isfinite(min_bulk) and math.isfinite(min_tail)) or min(min_bulk, min_tail) < ess_min:
         notes.append(f"too few effective draws: min bulk ESS {min_bulk:.0f}, min tail ESS {min_tail:.0f} < "
-                     f"{ess_min:.0f} "
-                     f"over {chains} chains x {draws} draws; {ADVICE}")
+                     f"{ess_min:.0f} over {chains} chains x {draws} draws; {ADVICE}")
     return ConvergenceDiagnostics(
         rows=[int(r) for r in rows], cols=[int(c) for c in cols], rhat=rhat, ess_bulk=bulk, ess_tail=tail,
         between_chain_share=share, scalars=scalar_stats, max_rhat=max_rhat, min_ess_bulk=min_bulk,

@@ -563,8 +563,7 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
                                     adaptive=args.convergence,
                                     training_seed=args.training_seed if args.training_seed is not None else 0)
         return (f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} "
-                "checkpoints, "
-                f"{len(rows)} rows, classes {classes.names})")
+                f"checkpoints, {len(rows)} rows, classes {classes.names})")
     corpus: CorpusConfig | None
     if args.corpus_config is not None:
         from interp_toolkit.userfiles import read_mapping_file
@@ -584,5 +583,4 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
                                 n_query=args.n_query, progress=args.sampler.progress, figure_format=args.format,
                                 claims=claims, training_seed=training_seed, adaptive=args.convergence)
     return (f"wrote {args.out / 'per_class.csv'} and {args.out / ('per_class.' + args.format)} ({len(refs)} "
-            "checkpoints, "
-            f"{len(rows)} rows)")
+            f"checkpoints, {len(rows)} rows)")

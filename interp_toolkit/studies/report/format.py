@@ -155,8 +155,7 @@ def format_markdown(table: Sequence[Mapping[str, Any]], contrasts: Sequence[Mapp
             rate = "paper" if row.get("column", "generalized") == "generalized" else "rule learned"
             lines.append(
                 f"| {row['cell_a']} | {row['cell_b']} | {rate} | {row['k_a']}/{row['n_a']} | {row['k_b']}/{row['n_b']} "
-                "| "
-                f"{row['difference']:+.2f} | [{row['newcombe_low']:+.2f}, {row['newcombe_high']:+.2f}] | "
+                f"| {row['difference']:+.2f} | [{row['newcombe_low']:+.2f}, {row['newcombe_high']:+.2f}] | "
                 f"{row['fisher_p']:.3g} |")
     if references:
         sources = sorted({row["reference_source"] for row in references})

@@ -153,8 +153,7 @@ class SweepCost:
             "stop)",
             f"on GPUs: {self.gpu_jobs:,} jobs of up to {self.gpu_seeds_per_job} seeds, {self.jobs_per_gpu} per GPU, "
             f"~{duration_text(self.gpu_job_hours)} per job; ~{hours_text(self.gpu_hours)} GPU-hours in all (FLOP "
-            "count at an "
-            f"assumed {GPU_EFFECTIVE_FLOP_PER_S / 1e12:g} TFLOP/s; measure with benchmarks/gpu_slice.py)",
+            f"count at an assumed {GPU_EFFECTIVE_FLOP_PER_S / 1e12:g} TFLOP/s; measure with benchmarks/gpu_slice.py)",
         ]
 
 

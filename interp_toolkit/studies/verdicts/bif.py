@@ -144,8 +144,7 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
             why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
                    f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
             out.append(verdict_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's "
-                                        "mode "
-                                   "transitions)", label, settings, cells, verdict, why, files))
+                                        "mode transitions)", label, settings, cells, verdict, why, files))
         phases_path = path.parent / "phases.csv"
         if phases_path.is_file():
             cases = [r for r in read_rows(phases_path) if r["entry"] == "all entries"]
@@ -163,8 +162,7 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                    "phases by solution (the transitioning mode learned or not, per draw); a majority of cases must "
                    "have a between-phase share above 0.5 and above its Gaussian null")
             out.append(verdict_row("B", "at a transition the influence is mostly between-phase (law of total "
-                                        "covariance, "
-                                   "phases by solution)", label, settings, cells, verdict, why,
+                                        "covariance, phases by solution)", label, settings, cells, verdict, why,
                                    files + [rel(root, phases_path)]))
         causal = summary.get("causal_windows") or []
         pooled = [c for c in causal if c["seed"] == "all" and c["windows"] == "all"]
@@ -179,19 +177,9 @@ def toy_rows(root: Path) -> list[dict[str, str]]:
                    "the window of largest |BIF| matches the window whose removal matters most more often than "
                    "the pair-permuted null" if p < rules.ALPHA else
                    f"not detected at {len(pooled)} initializations (the paper gives no effect size to power against)")
-            out.append(
-                verdict_row(
-                    "B",
-                    "the window of largest influence is the window where leaving the sample out of "
-                    "training matters most (causal windows)",
-                    label,
-                    settings,
-                    cells,
-                    verdict,
-                    why,
-                    files,
-                )
-            )
+            out.append(verdict_row("B", "the window of largest influence is the window where leaving the sample out "
+                                        "of training matters most (causal windows)", label, settings, cells, verdict,
+                                   why, files))
     return out
 
 
@@ -330,8 +318,7 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
     gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"])) for r in rows
                                   if r.get("max_rhat") not in (None, ""))
     return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes "
-                             "when a "
-                        "run leaves the shortcut", "R2 influence runs",
+                             "when a run leaves the shortcut", "R2 influence runs",
                         "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
                         f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
                         f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})",
@@ -452,8 +439,7 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
         verdict_row(
             "B",
             "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at "
-            "the "
-            "onset of phase 2 in runs that leave the shortcut",
+            "the onset of phase 2 in runs that leave the shortcut",
             f"R2 influence runs, 4 x {draws_text} draws",
             "1-layer length-5 runs retrained (24 seeds, one dataset), SGLD eps 1e-4, gamma 1,000, n beta "
             f"4,096, 4 chains x {draws_text} draws (200, doubled at a checkpoint until its chains "

@@ -275,8 +275,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         result = rules.rate_verdict(k_a, n_a, k_b, n_b, HEADLINE["2L"][1], HEADLINE["2L"][0])
         k_l = sum(r["kind_generalized"] == "generalized" for r in large)
         out.append(verdict_row("A", "2-layer models: more seeds reach 100% adversarial accuracy at r = 0.9 than at r = "
-                                    "0.5 "
-                               "(0% -> 77%)", "R2", text,
+                                    "0.5 (0% -> 77%)", "R2", text,
                                f"2L n = 4,096: r = 0.9 {k_a}/{n_a}; r = 0.5 {k_b}/{n_b} (r = 0.9 at n = 16,384: "
                                f"{k_l}/{len(large)}, no r = 0.5 cell there)", result["verdict"],
                                result["why"] + "; at n = 16,384 there is no r = 0.5 cell to contrast", files, result))
@@ -317,8 +316,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
             verdict_row(
                 "A",
                 "gradient conflict: the mean gradients of shortcut-consistent and anti-shortcut "
-                "examples "
-                "point apart in the shortcut phase, and move toward 0 once the run leaves it",
+                "examples point apart in the shortcut phase, and move toward 0 once the run leaves it",
                 "R2",
                 text,
                 "r = 0.9 ("
@@ -329,8 +327,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                 "above their shortcut-phase value",
                 "reproduced" if max(means) < 0 and leavers and toward == leavers else "not reproduced",
                 "the sign of the group means in the shortcut phase, and each generalizing run's mean "
-                "cosine "
-                "after it generalized against its own shortcut-phase median",
+                "cosine after it generalized against its own shortcut-phase median",
                 sorted(
                     {
                         rel(root, base / w["contrast"] / name)
@@ -349,8 +346,7 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
                                + ", ".join(f"{v:.1f}x" for v in values),
                                "reproduced" if inside else "not reproduced",
                                f"{len(inside)} of {len(values)} group means inside 9-17x (the measurement: the "
-                               "toolkit's "
-                               "minority_amplification over the shortcut-phase window)",
+                               "toolkit's minority_amplification over the shortcut-phase window)",
                                sorted({rel(root, base / w["contrast"] / "windows.csv") for w in amplified})))
     if windows:
         family = [w for w in windows if w["p"] not in ("", "nan")]
@@ -360,18 +356,14 @@ def r2_rows(root: Path) -> list[dict[str, str]]:
         shortcut = [w for w, p in zip(family, holm) if "shortcut" in w["window"] or "before" in w["window"]]
         before = [w for w in shortcut if holm[family.index(w)] < rules.ALPHA]
         out.append(verdict_row("A", "(this project's test, not a claim of the paper) gradient conflict and "
-                                    "amplification "
-                               "mark the runs that leave the shortcut before they leave", "R2", text,
+                                    "amplification mark the runs that leave the shortcut before they leave", "R2", text,
                                f"{len(family)} tests in {len({(w['contrast'], w['grouping']) for w in family})} "
-                               "contrasts "
-                               f"and groupings; Holm over all: "
+                               "contrasts and groupings; Holm over all: "
                                f"{len(significant)} below 0.05 ({'; '.join(significant) or 'none'})",
                                "not reproduced" if not before else "reproduced",
                                f"{len(before)} of the {len(shortcut)} shortcut-phase tests are significant after Holm "
-                               "over "
-                               "the whole family; 2L_r0.9's groups differ in n (16,384 vs 4,096), a confounder; at one "
-                               "n "
-                               "(2L_r0.9_n16k) 5 vs 3 runs cannot reach the level",
+                               "over the whole family; 2L_r0.9's groups differ in n (16,384 vs 4,096), a confounder; "
+                               "at one n (2L_r0.9_n16k) 5 vs 3 runs cannot reach the level",
                                sorted({rel(root, base / w["contrast"] / "windows.csv") for w in family})))
     return out
 
