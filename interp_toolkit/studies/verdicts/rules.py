@@ -7,13 +7,13 @@ The rules, applied in this order:
    beside it as this project's variant, under their own claim). No run of the claim's kind in
    R: ``not tested in R``.
 2. **Rate contrasts** (a generalization rate higher in one cell than in another): with the
-   difference ``d = rate_a - rate_b``, its 95% Newcombe interval and the two-sided Fisher p,
-   the claim is ``reproduced in R`` when ``d`` has the paper's sign and the interval excludes
-   0, with at least :data:`MIN_SEEDS` seeds per cell (fewer: ``inconclusive``). Otherwise it
-   is ``not reproduced in R`` only when the same rule had at least :data:`POWER_MIN` power to
-   see the paper's effect at the cell sizes used, else ``inconclusive in R``. Power is exact:
-   both binomials are enumerated at the paper's rates (:func:`detection_power`). A claim whose paper gives no rates is powered at the headline's
-   effect (this project's choice, named in the row).
+   difference ``d = rate_a - rate_b``, its 95% Newcombe interval and the two-sided Fisher p, the
+   claim is ``reproduced in R`` when ``d`` has the paper's sign and the interval excludes 0,
+   with at least :data:`MIN_SEEDS` seeds per cell (fewer: ``inconclusive``). Otherwise it is
+   ``not reproduced in R`` only when the same rule had at least :data:`POWER_MIN` power to see
+   the paper's effect at the cell sizes used, else ``inconclusive in R``. Power is exact: both
+   binomials are enumerated at the paper's rates (:func:`detection_power`). A claim whose paper
+   gives no rates is powered at the headline's effect (this project's choice, named in the row).
 3. **SGLD claims** need converged chains on the quantities they rest on (split R-hat <=
    :data:`RHAT_MAX` and ESS >= :data:`ESS_MIN`); otherwise ``inconclusive`` whatever the sign.
 4. **Rise and fall** needs checkpoints after the peak: a peak at the last checkpoint
