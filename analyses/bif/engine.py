@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from interp_toolkit.errors import UserError
@@ -149,7 +150,7 @@ def stream_tables(
     return estimates, diagnostics
 
 
-def pick_stderr(estimate: BIFEstimate, method: str) -> Tensor:
+def pick_stderr(estimate: BIFEstimate, method: str) -> Float[Tensor, "n_a n_b"]:
     """The standard error ``method`` names: ``"jackknife"`` (leave one chain out, of the pooled
     estimate) or ``"per_chain"`` (std of the chains' own estimates / sqrt(chains))."""
     if method not in STDERR_METHODS:

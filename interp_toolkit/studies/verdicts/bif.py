@@ -295,8 +295,8 @@ def _sign_change_row(rows: Sequence[Mapping[str, str]], regime: str, settings: s
     elif all(changed):
         verdict, why = "reproduced", "both signs measured (|z| >= 2) in every seed, converged"
     else:
-        # the smallest swing of the difference the seeds could have measured: 2 stderr each way
-        swing = 2 * statistics.median(float(r["stderr"]) for r in diff) * 2
+        # the smallest swing a seed could have measured: |z| >= 2 on each side, 4 stderr in all
+        swing = 4 * statistics.median(float(r["stderr"]) for r in diff)
         verdict, why = "inconclusive", (f"one sign or none measured in {len(changed) - sum(changed)} of "
                                         f"{len(changed)} seeds, converged; the paper gives no effect size, so a "
                                         f"swing in BIF smaller than about {fmt(swing, 2)} (2 median stderr each way) "
