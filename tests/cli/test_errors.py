@@ -34,6 +34,8 @@ def trained(tmp_path_factory):
     (inputs / "a_dir.json").mkdir()
     for name, data in {
         "unknown_section.json": {"tasks": {}},
+        "old_task_layout.json": {"task": {"task": "max_parity_sum_parity", "seq_len": 3}},
+        "old_device_layout.json": {"device": "cpu", "train": {"epochs": 2}},
         "unknown_train_key.json": {"train": {"epochz": 3}},
         "unknown_model_key.json": {"model": {"n_layerz": 1}},
         "unknown_task_key.json": {"task": {"seq_lenn": 3}},
@@ -141,6 +143,9 @@ CASES = [
     ("config-not-a-mapping", _config("list.json"), ["list.json", "mapping"]),
     ("config-unknown-section", _config("unknown_section.json"), ["unknown_section.json", "tasks"]),
     ("config-unknown-train-key", _config("unknown_train_key.json"), ["epochz"]),
+    # layouts of earlier versions: the task name inside the task section, a top-level device
+    ("config-old-task-layout", _config("old_task_layout.json"), ["old_task_layout.json", "['task']"]),
+    ("config-old-device-layout", _config("old_device_layout.json"), ["old_device_layout.json", "['device']"]),
     ("config-unknown-model-key", _config("unknown_model_key.json"), ["n_layerz"]),
     ("config-unknown-task-key", _config("unknown_task_key.json"), ["seq_lenn"]),
     ("config-train-seed-none", _config("train_seed_null.json"), ["seed", "None"]),
