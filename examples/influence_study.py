@@ -71,8 +71,7 @@ def measure(out: Path, seeds: list[int]) -> None:
         run = out / "runs" / f"seed{seed}"
         available = {epoch for epoch, _ in list_checkpoints(run)}
         epochs = tuple(e for e in EPOCHS if e in available)
-        result = run_influence(InfluenceConfig(run_dir=run, out=out / "out" / f"seed{seed}", epochs=epochs,
-                                               n_query=N_QUERY),
+        result = run_influence(run, InfluenceConfig(epochs=epochs, n_query=N_QUERY), out=out / "out" / f"seed{seed}",
                                progress=False)
         print(seed, result.computed, result.phases, flush=True)
 

@@ -20,26 +20,88 @@ convergence verdict. With ``--calibrate``: a sweep of eps x gamma (x n_beta) ins
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Annotated, Any, Literal, Sequence
 
-from interp_toolkit.config import parse_config
+import tyro
+
+# the inherited fields' types, so that BIFCommandConfig's signature resolves in this module (pdoc)
+from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig  # noqa: F401
+from interp_toolkit.analyses.bif.config import SamplerConfig  # noqa: F401
+from interp_toolkit.config import parse_config, required_positional
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.bif.checkpoint import (
-    BIFCommandConfig,
+    CheckpointBIFConfig,
     calibration_lines,
     compute_bif_summary,
-    readout_example_loss,
-    task_for_checkpoint,
 )
 
-__all__ = ["BIFCommandConfig", "DESCRIPTION", "compute_bif_summary", "main", "parse",
-           "readout_example_loss", "run_config", "task_for_checkpoint"]
+__all__ = ["BIFCommandConfig", "DESCRIPTION", "check_calibration_grids", "main", "parse", "run_config"]
 
 DESCRIPTION = ("Bayesian influence of MPSP training examples on query losses at a checkpoint (a "
                ".safetensors file, or a run directory: its last checkpoint).")
+
+
+def check_calibration_grids(config: Any) -> None:
+    """Normalize and check a command config's ``calibrate_eps`` / ``calibrate_gamma`` /
+    ``calibrate_n_beta`` (tuples of numbers > 0; gamma >= 0), as ``bif`` and ``bif-lm`` take
+    them; the config's own ``check`` names a bad one."""
+    for name in ("calibrate_eps", "calibrate_gamma", "calibrate_n_beta"):
+        values = tuple(getattr(config, name))
+        setattr(config, name, values)
+        config.check(name, all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= 0
+                               and (v > 0 or name == "calibrate_gamma") for v in values),
+                     "numbers > 0 (gamma: >= 0)")
+
+
+@dataclass
+class BIFCommandConfig(CheckpointBIFConfig):
+    """Settings of ``interp-toolkit bif`` (every field is a flag; ``--config FILE`` sets them too):
+    what is measured (the fields of
+    :class:`~interp_toolkit.studies.bif.checkpoint.CheckpointBIFConfig`), and the command's own.
+
+    Attributes:
+        checkpoint: A .safetensors checkpoint (interp_toolkit format), or a run directory (its last).
+        task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
+        out: Output / cache directory (default: beside the checkpoint's run,
+            RUN_DIR/analyses/bif; for a checkpoint outside a run, analyses/bif beside it).
+        device: cpu, cuda, cuda:N or auto.
+        format: Figure file format (png, svg or pdf; the cached result always has bif.png).
+        calibrate: Instead of one BIF: sweep eps x gamma (x n_beta) and recommend a setting.
+        calibrate_eps: Step sizes of the sweep (default: eps / 10, eps, eps * 10).
+        calibrate_gamma: Localization strengths of the sweep (default: gamma).
+        calibrate_n_beta: n * beta of the sweep (default: n_beta).
+    """
+
+    checkpoint: Annotated[Path | None, tyro.conf.Positional, required_positional("CHECKPOINT")] = None
+    task_config: Path | None = None
+    out: Path | None = None
+    device: str = "cpu"
+    format: Literal["png", "svg", "pdf"] = "png"
+    calibrate: bool = False
+    calibrate_eps: tuple[float, ...] = ()
+    calibrate_gamma: tuple[float, ...] = ()
+    calibrate_n_beta: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
+        check_calibration_grids(self)
+        for name in ("checkpoint", "task_config", "out"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
+
+    def settings(self) -> CheckpointBIFConfig:
+        """What is measured, as the library takes it."""
+        return CheckpointBIFConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(CheckpointBIFConfig)})
+
+    def place(self) -> dict[str, Any]:
+        """The keyword arguments of the library calls that say where: task, output, device, format."""
+        return {"task_config": self.task_config, "out": self.out, "device": self.device, "format": self.format}
 
 
 def parse(argv: Sequence[str], prog: str = "interp-toolkit bif") -> BIFCommandConfig:
@@ -73,10 +135,12 @@ def run_config(config: BIFCommandConfig) -> int:
     if config.calibrate:
         from interp_toolkit.studies.bif.checkpoint import calibrate_checkpoint
 
-        print(calibration_lines(calibrate_checkpoint(config)))
+        print(calibration_lines(calibrate_checkpoint(
+            config.checkpoint, config.settings(), eps=config.calibrate_eps, gamma=config.calibrate_gamma,
+            n_beta=config.calibrate_n_beta, **config.place())))
         return 0
     print(f"checkpoint: {config.checkpoint}")
-    summary = compute_bif_summary(config)
+    summary = compute_bif_summary(config.checkpoint, config.settings(), **config.place())
     print(f"task ({summary['task_source']}): {json.dumps(summary['task'], sort_keys=True)}")
     print(f"mean BIF of the training examples on {summary['query']}:")
     print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))

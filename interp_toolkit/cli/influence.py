@@ -1,6 +1,6 @@
 """Command line: which training examples drive an MPSP run out of its shortcut.
 
-``interp-toolkit influence RUN_DIR ...`` (flags from :class:`InfluenceConfig`): Bayesian
+``interp-toolkit influence RUN_DIR ...`` (flags from :class:`InfluenceCommandConfig`): Bayesian
 influence of the run's training examples (shortcut-consistent vs anti-shortcut; memorized
 or not where the checkpoint has not learned the rule) on the adversarial and validation
 losses at every checkpoint (or ``--epochs``), with jackknife errors, SGLD diagnostics, the
@@ -14,33 +14,71 @@ The work is done by :mod:`interp_toolkit.studies.influence.measure`.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from typing import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Sequence
 
-from interp_toolkit.config import parse_config
+import tyro
+
+# the inherited field's type, so that InfluenceCommandConfig's signature resolves in this module (pdoc)
+from interp_toolkit.analyses.bif.config import SamplerConfig  # noqa: F401
+from interp_toolkit.config import parse_config, required_positional
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.influence.measure import InfluenceConfig
 
-__all__ = ["DESCRIPTION", "InfluenceConfig", "main", "parse", "run_config"]
+__all__ = ["DESCRIPTION", "InfluenceCommandConfig", "main", "parse", "run_config"]
 
 DESCRIPTION = ("Bayesian influence of an MPSP run's training examples (consistent vs anti-shortcut) on its "
                "adversarial and validation losses across checkpoints, beside the gradient amplification.")
 
 
-def parse(argv: Sequence[str], prog: str = "interp-toolkit influence") -> InfluenceConfig:
-    """``argv`` (after ``influence``) -> a validated :class:`InfluenceConfig`."""
-    config = parse_config(InfluenceConfig, argv, prog=prog, description=DESCRIPTION)
+@dataclass
+class InfluenceCommandConfig(InfluenceConfig):
+    """Settings of ``interp-toolkit influence`` (every field is a flag; ``--config FILE`` too): what
+    is measured (the fields of :class:`~interp_toolkit.studies.influence.measure.InfluenceConfig`)
+    and the command's own.
+
+    Attributes:
+        run_dir: An MPSP run directory (checkpoints, metrics.jsonl, run.json).
+        out: Output / cache directory (default RUN_DIR/analyses/influence).
+        device: cpu, cuda, cuda:N or auto.
+        format: Figure file format (png, svg or pdf).
+    """
+
+    run_dir: Annotated[Path | None, tyro.conf.Positional, required_positional("RUN_DIR")] = None
+    out: Path | None = None
+    device: str = "cpu"
+    format: Literal["png", "svg", "pdf"] = "png"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
+        for name in ("run_dir", "out"):
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, Path(getattr(self, name)))
+
+    def settings(self) -> InfluenceConfig:
+        """What is measured, as the library takes it."""
+        return InfluenceConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(InfluenceConfig)})
+
+
+def parse(argv: Sequence[str], prog: str = "interp-toolkit influence") -> InfluenceCommandConfig:
+    """``argv`` (after ``influence``) -> a validated :class:`InfluenceCommandConfig`."""
+    config = parse_config(InfluenceCommandConfig, argv, prog=prog, description=DESCRIPTION)
     if config.run_dir is None:
         raise UserError("influence needs a RUN_DIR (an MPSP run directory) as its first argument")
     return config
 
 
-def run_config(config: InfluenceConfig) -> int:
+def run_config(config: InfluenceCommandConfig) -> int:
     """The ``influence`` handler: computes (or reads the cache), prints the phases, the anti and
     consistent groups' BIF on the adversarial loss per epoch and the files written; returns 0."""
     from interp_toolkit.studies.influence.measure import run_influence
 
-    result = run_influence(config, progress=config.sampler.progress)
+    result = run_influence(config.run_dir, config.settings(), out=config.out, device=config.device,
+                           format=config.format, progress=config.sampler.progress)
     for line in result.phases:
         print(line)
     print(f"{'epoch':>6} {'phase':<16} {'group':<20} {'BIF on adv loss':>22} {'amplification':>14}")

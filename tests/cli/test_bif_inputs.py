@@ -9,6 +9,7 @@ import torch
 
 from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.cli import main
+from interp_toolkit.errors import UserError
 from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.tasks.mpsp import MPSPConfig
 
@@ -43,3 +44,32 @@ def test_bif_records_the_rows_it_used(checkpoint, tmp_path, capsys):
     summary = json.loads(summary_path.read_text())
     assert (summary["command_config"]["n_attribution"], summary["command_config"]["n_query"]) == (64, 16)
     assert summary["clipped_from"] == {"n_attribution": 100000, "n_query": 100000}
+
+
+def test_the_library_call_is_the_command_without_its_flags(checkpoint, tmp_path, capsys):
+    """``compute_bif_summary(checkpoint, CheckpointBIFConfig(...))`` measures what ``bif`` with the
+    same flags measures: the same cached result, the same settings recorded."""
+    from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
+    from interp_toolkit.analyses.bif.config import SamplerConfig
+    from interp_toolkit.cli.bif import BIFCommandConfig, parse
+    from interp_toolkit.studies.bif.checkpoint import CheckpointBIFConfig, compute_bif_summary
+
+    flags = ["--n-attribution", "16", "--n-query", "8", "--no-adaptive", "--chains", "2", "--draws", "3",
+             "--burn-in", "1", "--batch-size", "32", "--no-progress"]
+    assert main(["bif", str(checkpoint), "--task-config", str(tmp_path / "task.json"), "--out",
+                 str(tmp_path / "cli"), *flags]) == 0
+    parsed = parse([str(checkpoint), *flags])
+    assert isinstance(parsed, BIFCommandConfig) and parsed.settings() == CheckpointBIFConfig(
+        n_attribution=16, n_query=8, sampler=parsed.sampler, convergence=parsed.convergence)
+    config = CheckpointBIFConfig(n_attribution=16, n_query=8, convergence=AdaptiveConfig(adaptive=False),
+                                 sampler=SamplerConfig(eps=1e-3, chains=2, draws=3, burn_in=1, batch_size=32,
+                                                       progress=False))
+    summary = compute_bif_summary(checkpoint, config, task_config=tmp_path / "task.json", out=tmp_path / "lib")
+    (cli_path,) = (tmp_path / "cli").glob("bif_*/summary.json")
+    from_cli = json.loads(cli_path.read_text())
+    assert summary["cache_key"] == from_cli["cache_key"]
+    assert summary["mean_bif_on_query_loss"] == from_cli["mean_bif_on_query_loss"]
+    same = {k: v for k, v in from_cli["command_config"].items() if k != "out"}
+    assert {k: v for k, v in summary["command_config"].items() if k != "out"} == same
+    with pytest.raises(UserError, match="at least 2 chains"):
+        CheckpointBIFConfig(sampler=SamplerConfig(chains=1))

@@ -8,60 +8,39 @@ must name the same task (else the command is refused: the model never saw that d
 :func:`compute_bif_summary` writes a cached :class:`~interp_toolkit.analyses.bif.BIFResult`
 (``bif_<hash>/bif.safetensors``, ``bif.png``, ``diagnostics.png``) and ``summary.json`` (the
 schema: :func:`bif_summary`); :func:`calibrate_checkpoint` runs the sampler calibration sweep
-(:mod:`interp_toolkit.analyses.bif.calibration`) on the same data.
+(:mod:`interp_toolkit.analyses.bif.calibration`) on the same data. Both take a
+:class:`CheckpointBIFConfig` (what is measured); where the files go and on which device are
+keyword arguments. The command's own config, ``BIFCommandConfig``, is in
+:mod:`interp_toolkit.cli.bif`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-import tyro
+from typing import Any, Literal, Sequence
 
 from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
 from interp_toolkit.analyses.bif.config import SamplerConfig
-from interp_toolkit.config import Config, required_positional
+from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError, notice
 
 __all__ = [
-    "BIFCommandConfig", "bif_summary", "calibrate_checkpoint", "calibration_lines", "check_calibration_grids",
+    "CheckpointBIFConfig", "bif_output_dir", "bif_summary", "calibrate_checkpoint", "calibration_lines",
     "checkpoint_bif_inputs", "compute_bif_summary", "readout_example_loss", "task_for_checkpoint",
 ]
 
 
-def check_calibration_grids(config: Any) -> None:
-    """Normalize and check a command config's ``calibrate_eps`` / ``calibrate_gamma`` /
-    ``calibrate_n_beta`` (tuples of numbers > 0; gamma >= 0), as ``bif`` and ``bif-lm`` take
-    them; the config's own ``check`` names a bad one."""
-    for name in ("calibrate_eps", "calibrate_gamma", "calibrate_n_beta"):
-        values = tuple(getattr(config, name))
-        setattr(config, name, values)
-        config.check(name, all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= 0
-                               and (v > 0 or name == "calibrate_gamma") for v in values),
-                     "numbers > 0 (gamma: >= 0)")
-
-
 @dataclass
-class BIFCommandConfig(Config):
-    """Settings of ``interp-toolkit bif`` (every field is a flag; ``--config FILE`` sets them too).
+class CheckpointBIFConfig(Config):
+    """What a BIF at one MPSP checkpoint measures (``interp-toolkit bif`` takes these as flags).
 
     Attributes:
-        checkpoint: A .safetensors checkpoint (interp_toolkit format), or a run directory (its last).
-        task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
-        out: Output / cache directory (default: beside the checkpoint's run,
-            RUN_DIR/analyses/bif; for a checkpoint outside a run, analyses/bif beside it).
         n_attribution: Training examples scored (rows). More than the task's training set
             holds uses the whole set, says so in a note: line, and summary.json
             records the number used (command_config) and the one asked (clipped_from).
         n_query: Query examples (columns); likewise at most the query split's size.
         query_split: Split the query examples come from.
-        device: cpu, cuda, cuda:N or auto.
-        format: Figure file format (png, svg or pdf; the cached result always has bif.png).
-        calibrate: Instead of one BIF: sweep eps x gamma (x n_beta) and recommend a setting.
-        calibrate_eps: Step sizes of the sweep (default: eps / 10, eps, eps * 10).
-        calibrate_gamma: Localization strengths of the sweep (default: gamma).
-        calibrate_n_beta: n * beta of the sweep (default: n_beta).
         sampler: SGLD settings (--sampler.eps, --sampler.chains, ...; short: --eps, --chains). --chains is at
             least 2: the BIF's standard error is a leave-one-chain-out jackknife, which one chain
             cannot give (it would be NaN everywhere).
@@ -70,18 +49,9 @@ class BIFCommandConfig(Config):
             exceeded; summary.json records every round and which stopped it).
     """
 
-    checkpoint: Annotated[Path | None, tyro.conf.Positional, required_positional("CHECKPOINT")] = None
-    task_config: Path | None = None
-    out: Path | None = None
     n_attribution: int = 256
     n_query: int = 64
     query_split: Literal["train", "val", "adv"] = "adv"
-    device: str = "cpu"
-    format: Literal["png", "svg", "pdf"] = "png"
-    calibrate: bool = False
-    calibrate_eps: tuple[float, ...] = ()
-    calibrate_gamma: tuple[float, ...] = ()
-    calibrate_n_beta: tuple[float, ...] = ()
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(eps=1e-3, batch_size=256))
     convergence: AdaptiveConfig = field(default_factory=AdaptiveConfig)
 
@@ -94,27 +64,22 @@ class BIFCommandConfig(Config):
         if isinstance(self.sampler.chains, int) and self.sampler.chains < 2:
             raise UserError(f"--chains {self.sampler.chains}: a BIF needs at least 2 chains (its standard error is "
                             "a leave-one-chain-out jackknife, NaN with one chain)")
-        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
-        check_calibration_grids(self)
-        for name in ("checkpoint", "task_config", "out"):
-            if isinstance(getattr(self, name), str):
-                setattr(self, name, Path(getattr(self, name)))
 
 
-    def output_dir(self) -> Path:
-        """``--out``, else ``RUN_DIR/analyses/bif`` of the checkpoint's run (or, for a
-        checkpoint outside a run, ``analyses/bif`` beside it): results live with what they
-        measure, not in the folder the command was started from."""
-        from interp_toolkit.runs.layout import ANALYSES
-        from interp_toolkit.runs.record import find_run_dir, has_record
+def bif_output_dir(checkpoint: str | Path | None, out: str | Path | None = None) -> Path:
+    """``out``, else ``RUN_DIR/analyses/bif`` of the checkpoint's run (or, for a checkpoint
+    outside a run, ``analyses/bif`` beside it): results live with what they measure, not in
+    the folder the command was started from."""
+    from interp_toolkit.runs.layout import ANALYSES
+    from interp_toolkit.runs.record import find_run_dir, has_record
 
-        if self.out is not None:
-            return Path(self.out)
-        if self.checkpoint is None:
-            raise UserError("a BIF needs a checkpoint (a .safetensors file); got none")
-        checkpoint = Path(self.checkpoint)
-        run_dir = checkpoint if checkpoint.is_dir() and has_record(checkpoint) else find_run_dir(checkpoint)
-        return (run_dir if run_dir is not None else checkpoint.parent) / ANALYSES / "bif"
+    if out is not None:
+        return Path(out)
+    if checkpoint is None:
+        raise UserError("a BIF needs a checkpoint (a .safetensors file); got none")
+    checkpoint = Path(checkpoint)
+    run_dir = checkpoint if checkpoint.is_dir() and has_record(checkpoint) else find_run_dir(checkpoint)
+    return (run_dir if run_dir is not None else checkpoint.parent) / ANALYSES / "bif"
 
 
 def readout_example_loss(model: Any, batch: tuple[Any, Any]) -> Any:
@@ -168,10 +133,14 @@ def _check_model_fits(model_cfg: Any, task: Any, checkpoint: Path) -> None:
         raise UserError(f"checkpoint {checkpoint} was built for another task: {detail}")
 
 
-def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
-    """Everything a BIF at ``args.checkpoint`` needs, checked before any sampling: the model,
+def checkpoint_bif_inputs(checkpoint: str | Path | None, config: CheckpointBIFConfig, *,
+                          task_config: str | Path | None = None, device: str = "cpu") -> dict[str, Any]:
+    """Everything a BIF at ``checkpoint`` needs, checked before any sampling: the model,
     its metadata, the task and where it came from, the sampler config, the posterior, query
     and attribution data and the attribution rows' shortcut agreement.
+
+    ``task_config`` (an ``MPSPConfig`` as JSON) is needed only for a checkpoint outside a run
+    (:func:`task_for_checkpoint`); ``device`` is where the model and data are put.
 
     Raises:
         UserError: A missing checkpoint or task, a task of another model, or a checkpoint whose
@@ -186,13 +155,14 @@ def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
     from interp_toolkit.runs.trainer import check_label_ids, check_token_ids
     from interp_toolkit.tasks.custom import task_splits
 
-    if args.checkpoint is None:
+    if checkpoint is None:
         raise UserError("a BIF needs a checkpoint (a .safetensors file); got none")
-    config = args.sampler
-    device = resolve_device(args.device or "cpu")
-    checkpoint = Path(args.checkpoint)
-    task, task_source = task_for_checkpoint(checkpoint, args.task_config)
-    model, metadata = load_checkpoint(checkpoint, device=device)
+    args = config
+    sampler = config.sampler
+    resolved = resolve_device(device or "cpu")
+    checkpoint = Path(checkpoint)
+    task, task_source = task_for_checkpoint(checkpoint, None if task_config is None else Path(task_config))
+    model, metadata = load_checkpoint(checkpoint, device=resolved)
     _check_model_fits(model_config_of(model), task, checkpoint)
     run_dir = find_run_dir(checkpoint)
     if run_dir is not None and metadata.get("run_key") not in (None, read_record(run_dir).get("key")):
@@ -216,39 +186,43 @@ def checkpoint_bif_inputs(args: BIFCommandConfig) -> dict[str, Any]:
         split_name = "train" if name == "n_attribution" else args.query_split
         notice(f"--{name.replace('_', '-')} {asked} exceeds the {used[name]} examples of the task's {split_name} "
                f"split; using {used[name]} (summary.json records both)")
-    if config.batch_size is not None and config.batch_size > train.labels.shape[0]:
-        config = SamplerConfig.from_dict({**config.to_dict(), "batch_size": None})
-    gen = torch.Generator().manual_seed(config.seed)
+    if sampler.batch_size is not None and sampler.batch_size > train.labels.shape[0]:
+        sampler = SamplerConfig.from_dict({**sampler.to_dict(), "batch_size": None})
+    gen = torch.Generator().manual_seed(sampler.seed)
     rows = torch.randperm(train.labels.shape[0], generator=gen)[: args.n_attribution]
     return {
         "model": model, "metadata": metadata, "checkpoint": checkpoint, "task": task, "task_source": task_source,
-        "sampler": config,
-        "train": (train.tokens.to(device), train.labels.to(device)),
-        "query": (query.tokens[: args.n_query].to(device), query.labels[: args.n_query].to(device)),
-        "attribution": (train.tokens[rows].to(device), train.labels[rows].to(device)),
+        "sampler": sampler,
+        "train": (train.tokens.to(resolved), train.labels.to(resolved)),
+        "query": (query.tokens[: args.n_query].to(resolved), query.labels[: args.n_query].to(resolved)),
+        "attribution": (train.tokens[rows].to(resolved), train.labels[rows].to(resolved)),
         # which rows follow the shortcut (None: a custom task that does not say)
         "agrees": train.agrees[rows] if getattr(train, "agrees", None) is not None else None,
         "used": used, "clipped_from": clipped_from,
     }
 
 
-def bif_summary(args: BIFCommandConfig, inputs: dict[str, Any], result: Any,
-                adaptive: Any = None) -> dict[str, Any]:
+def bif_summary(config: CheckpointBIFConfig, inputs: dict[str, Any], result: Any, adaptive: Any = None, *,
+                out_dir: Path, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``summary.json`` of ``interp-toolkit bif`` (its schema, in one place); ``adaptive``
-    is the :class:`~interp_toolkit.analyses.bif.adaptive.AdaptiveRecord` of the rounds."""
+    is the :class:`~interp_toolkit.analyses.bif.adaptive.AdaptiveRecord` of the rounds,
+    ``out_dir`` the output directory, ``settings`` every setting of the call as the command's
+    flags name them (``command_config``; default: ``config``'s)."""
+    args = config
     per_row = result.bif.mean(1).cpu()
     agrees = inputs["agrees"]
     task = inputs["task"]
     return {
         "checkpoint": str(inputs["checkpoint"]),
         "checkpoint_metadata": inputs["metadata"],
-        "command_config": {**args.to_dict(), **inputs.get("used", {})},  # the numbers of rows used
+        "command_config": {**(settings if settings is not None else config.to_dict()),
+                           **inputs.get("used", {})},  # the numbers of rows used
         "clipped_from": inputs.get("clipped_from", {}),
         "task": {"name": task.name, **task.to_dict()},
         "task_source": inputs["task_source"],
         "query_split": args.query_split,
         "cache_key": result.cache_key,
-        "result_dir": str(args.output_dir() / f"bif_{result.cache_key}"),
+        "result_dir": str(out_dir / f"bif_{result.cache_key}"),
         "query": f"the mean readout cross-entropy over {inputs.get('used', {}).get('n_query', args.n_query)} "
                  f"{args.query_split} examples",
         "mean_bif_on_query_loss": {
@@ -292,25 +266,52 @@ def round_notice(summary: dict[str, Any]) -> None:
                f"{'n/a' if bulk is None else f'{bulk:.0f}'} / {'n/a' if tail is None else f'{tail:.0f}'})")
 
 
-def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
-    """Run ``bif`` at the checkpoint and return (and write) its summary."""
+def _settings(checkpoint: Path | None, config: CheckpointBIFConfig, task_config: str | Path | None,
+              out: str | Path | None, device: str, format: str) -> dict[str, Any]:
+    """Every setting of a call, in the order and with the names of the ``bif`` command's flags."""
+    fields = config.to_dict()
+    return {"checkpoint": None if checkpoint is None else str(checkpoint),
+            "task_config": None if task_config is None else str(task_config),
+            "out": None if out is None else str(out),
+            **{k: fields.pop(k) for k in ("n_attribution", "n_query", "query_split")},
+            "device": device, "format": format, **fields}
+
+
+def compute_bif_summary(checkpoint: str | Path | None, config: CheckpointBIFConfig | None = None, *,
+                        task_config: str | Path | None = None, out: str | Path | None = None,
+                        device: str = "cpu", format: str = "png") -> dict[str, Any]:
+    """BIF of the training examples on the query loss at ``checkpoint``: computes (or reads the
+    cached rounds), writes ``OUT/bif_<key>/summary.json`` and the grouped figure, and returns
+    the summary (:func:`bif_summary`).
+
+    Args:
+        checkpoint: A ``.safetensors`` checkpoint (interp_toolkit format).
+        config: What is measured (default :class:`CheckpointBIFConfig`'s defaults).
+        task_config: An ``MPSPConfig`` as JSON, for a checkpoint outside a run.
+        out: Output / cache directory (default :func:`bif_output_dir`).
+        device: cpu, cuda, cuda:N or auto.
+        format: Figure file format (png, svg or pdf).
+    """
     from interp_toolkit.analyses.bif import bif
     from interp_toolkit.analyses.bif.adaptive import ROUNDS_DIR, keep_final_round, until_converged
     from interp_toolkit.io import atomic_write_json
 
-    inputs = checkpoint_bif_inputs(args)
+    config = config if config is not None else CheckpointBIFConfig()
+    inputs = checkpoint_bif_inputs(checkpoint, config, task_config=task_config, device=device)
+    out_dir = bif_output_dir(checkpoint, out)
     # adaptive rounds are cached under OUT/rounds; the last one is the result, copied to OUT
-    rounds_dir = args.output_dir() / ROUNDS_DIR if args.convergence.adaptive else args.output_dir()
+    rounds_dir = out_dir / ROUNDS_DIR if config.convergence.adaptive else out_dir
 
     def one_round(sampler: SamplerConfig) -> Any:
         return bif(inputs["model"], inputs["train"], inputs["query"], readout_example_loss, sampler,
                    attribution_data=inputs["attribution"], cache_dir=rounds_dir, cache_tag="mpsp-readout-ce")
 
-    result, adaptive = until_converged(one_round, inputs["sampler"], args.convergence, on_round=round_notice)
-    if rounds_dir != args.output_dir():
-        keep_final_round(rounds_dir, args.output_dir(), f"bif_{result.cache_key}")
-    summary = bif_summary(args, inputs, result, adaptive)
-    atomic_write_json(args.output_dir() / f"bif_{result.cache_key}" / "summary.json", summary)
+    result, adaptive = until_converged(one_round, inputs["sampler"], config.convergence, on_round=round_notice)
+    if rounds_dir != out_dir:
+        keep_final_round(rounds_dir, out_dir, f"bif_{result.cache_key}")
+    summary = bif_summary(config, inputs, result, adaptive, out_dir=out_dir,
+                          settings=_settings(inputs["checkpoint"], config, task_config, out, device, format))
+    atomic_write_json(out_dir / f"bif_{result.cache_key}" / "summary.json", summary)
     from interp_toolkit.analyses.bif import plot_bif
     from interp_toolkit.plotting import save_figure
 
@@ -318,37 +319,44 @@ def compute_bif_summary(args: BIFCommandConfig) -> dict[str, Any]:
     agrees = inputs["agrees"]
     groups = None if agrees is None else {"shortcut-consistent": agrees.cpu().numpy(),
                                           "anti-shortcut": ~agrees.cpu().numpy()}
-    save_figure(plot_bif(result, row_groups=groups), Path(summary["result_dir"]) / "bif", args.format)
+    save_figure(plot_bif(result, row_groups=groups), Path(summary["result_dir"]) / "bif", format)
     return summary
 
 
-def calibrate_checkpoint(args: BIFCommandConfig) -> dict[str, Any]:
-    """The sampler calibration sweep at the checkpoint (``interp-toolkit bif --calibrate``).
+def calibrate_checkpoint(checkpoint: str | Path | None, config: CheckpointBIFConfig | None = None, *,
+                         eps: Sequence[float] = (), gamma: Sequence[float] = (), n_beta: Sequence[float] = (),
+                         task_config: str | Path | None = None, out: str | Path | None = None,
+                         device: str = "cpu", format: str = "png") -> dict[str, Any]:
+    """The sampler calibration sweep at the checkpoint (``interp-toolkit bif --calibrate``):
+    ``eps`` x ``gamma`` (x ``n_beta``) around ``config.sampler`` (defaults: eps / 10, eps,
+    eps * 10; the sampler's gamma; its n_beta).
 
     Writes ``OUT/calibration_<key>.json`` (every setting's diagnostics, the recommendation)
     and ``OUT/calibration_<key>.<format>``, ``key`` a hash of the checkpoint and the sweep, so
     calibrations of other settings are kept side by side; returns the JSON plus ``path``.
+    The other arguments are those of :func:`compute_bif_summary`.
     """
     from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
     from interp_toolkit.io import atomic_write_json, config_hash, file_digest
     from interp_toolkit.plotting import save_figure
 
-    inputs = checkpoint_bif_inputs(args)
+    config = config if config is not None else CheckpointBIFConfig()
+    inputs = checkpoint_bif_inputs(checkpoint, config, task_config=task_config, device=device)
     base = inputs["sampler"]
-    eps = args.calibrate_eps or (base.eps / 10, base.eps, base.eps * 10)
+    gamma, n_beta = tuple(gamma), tuple(n_beta)
+    eps = tuple(eps) or (base.eps / 10, base.eps, base.eps * 10)
     calibration = calibrate_sampler(
         inputs["model"], inputs["train"], inputs["query"], readout_example_loss, base, eps=eps,
-        gamma=args.calibrate_gamma or None, n_beta=args.calibrate_n_beta or None,
-        attribution_data=inputs["attribution"],
+        gamma=gamma or None, n_beta=n_beta or None, attribution_data=inputs["attribution"],
     )
     report = {"checkpoint": str(inputs["checkpoint"]), "task_source": inputs["task_source"],
               **calibration.to_dict()}
     # One file per checkpoint and sweep: a later calibration of other settings keeps this one.
     key = config_hash({"checkpoint": file_digest(inputs["checkpoint"]), "eps": list(eps),
-                       "gamma": list(args.calibrate_gamma), "n_beta": list(args.calibrate_n_beta),
-                       "sampler": base.to_dict(), "used": inputs.get("used", {}), "query": args.query_split}, 10)
-    out = args.output_dir()
-    path = out / f"calibration_{key}.json"
+                       "gamma": list(gamma), "n_beta": list(n_beta),
+                       "sampler": base.to_dict(), "used": inputs.get("used", {}), "query": config.query_split}, 10)
+    out_dir = bif_output_dir(checkpoint, out)
+    path = out_dir / f"calibration_{key}.json"
     atomic_write_json(path, report)
-    save_figure(plot_calibration(calibration), out / f"calibration_{key}", args.format)
+    save_figure(plot_calibration(calibration), out_dir / f"calibration_{key}", format)
     return {**report, "path": str(path)}

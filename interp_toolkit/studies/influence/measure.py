@@ -44,13 +44,11 @@ import csv
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Sequence
-
-import tyro
+from typing import Any, Literal, Mapping, Sequence
 
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.callbacks import Callback
-from interp_toolkit.config import Config, required_positional
+from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
 from interp_toolkit.runs.layout import ANALYSES
 from interp_toolkit.studies.influence.phases import (
@@ -64,8 +62,8 @@ from interp_toolkit.studies.influence.phases import (
     training_phase,
 )
 
-__all__ = ["CSV_COLUMNS", "GROUP_ORDER", "InfluenceConfig", "InfluenceResult", "VERSION", "attribution_rows",
-           "checkpoint_influence", "influence_rows", "read_influence_csv", "run_influence",
+__all__ = ["CSV_COLUMNS", "GROUP_ORDER", "VERSION", "InfluenceConfig", "InfluenceResult", "attribution_rows",
+           "checkpoint_influence", "influence_output_dir", "influence_rows", "read_influence_csv", "run_influence",
            "training_groups"]
 
 #: Part of every cache key: bump when a record's numbers or fields change.
@@ -90,18 +88,15 @@ def _default_sampler() -> SamplerConfig:
 
 @dataclass
 class InfluenceConfig(Config):
-    """Settings of ``interp-toolkit influence`` (every field is a flag; ``--config FILE`` too).
+    """What the influence study of a run measures (``interp-toolkit influence`` takes these as
+    flags; where its files go and the device are arguments of :func:`run_influence`).
 
     Attributes:
-        run_dir: An MPSP run directory (checkpoints, metrics.jsonl, run.json).
-        out: Output / cache directory (default RUN_DIR/analyses/influence).
         epochs: Checkpoint epochs to analyse (default: every checkpoint).
         min_epoch: Skip checkpoints before this epoch (log-spaced early ones), unless listed in --epochs.
         n_query: Examples of each query set (adv, val); at most the split's size.
         n_consistent: Shortcut-consistent training examples scored (every anti-shortcut one is).
         amplification_n: Training examples used for the gradient amplification (at most all).
-        device: cpu, cuda, cuda:N or auto.
-        format: Figure file format (png, svg or pdf).
         draw_phases: How SGLD draws are labelled for the within/between-phase split: solution
             (the solution each draw sits in, by its accuracy on both query sets) or onset (its
             adversarial accuracy above the run's onset threshold, the earlier labels).
@@ -109,15 +104,11 @@ class InfluenceConfig(Config):
             (the standard errors are a leave-one-chain-out jackknife).
     """
 
-    run_dir: Annotated[Path | None, tyro.conf.Positional, required_positional("RUN_DIR")] = None
-    out: Path | None = None
     epochs: tuple[int, ...] = ()
     min_epoch: int = 1
     n_query: int = 1024
     n_consistent: int = 512
     amplification_n: int = 4096
-    device: str = "cpu"
-    format: Literal["png", "svg", "pdf"] = "png"
     draw_phases: Literal["solution", "onset"] = "solution"
     sampler: SamplerConfig = field(default_factory=_default_sampler)
 
@@ -129,19 +120,15 @@ class InfluenceConfig(Config):
         self.epochs = tuple(self.epochs)
         self.check("epochs", all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in self.epochs),
                    "checkpoint epochs (integers >= 0)")
-        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
         self.check("draw_phases", self.draw_phases in DRAW_PHASES, f"one of {', '.join(DRAW_PHASES)}")
         if isinstance(self.sampler.chains, int) and self.sampler.chains < 2:
             raise UserError(f"--chains {self.sampler.chains}: the influence study needs at least 2 chains (its "
                             "standard errors are a leave-one-chain-out jackknife)")
-        for name in ("run_dir", "out"):
-            if isinstance(getattr(self, name), str):
-                setattr(self, name, Path(getattr(self, name)))
 
-    def output_dir(self) -> Path:
-        if self.run_dir is None:
-            raise UserError("the influence study needs a RUN_DIR (an MPSP run directory)")
-        return Path(self.out) if self.out is not None else Path(self.run_dir) / ANALYSES / "influence"
+
+def influence_output_dir(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """``out``, else ``RUN_DIR/analyses/influence``."""
+    return Path(out) if out is not None else Path(run_dir) / ANALYSES / "influence"
 
 
 # --------------------------------------------------------------------------- phases of a run
@@ -451,10 +438,9 @@ def read_influence_csv(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _selected_checkpoints(args: InfluenceConfig) -> list[tuple[int, Path]]:
+def _selected_checkpoints(run_dir: Path, args: InfluenceConfig) -> list[tuple[int, Path]]:
     from interp_toolkit.runs.resume import list_checkpoints
 
-    run_dir = Path(args.run_dir or "")
     checkpoints = list_checkpoints(run_dir)
     if not checkpoints:
         raise UserError(f"{run_dir} has no checkpoints (expected {run_dir}/checkpoints/epoch_*.safetensors)")
@@ -493,8 +479,18 @@ class InfluenceResult:
     cache_hits: list[int]
 
 
-def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResult:
+def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = None, *,
+                  out: str | Path | None = None, device: str = "cpu", format: str = "png",
+                  progress: bool = True) -> InfluenceResult:
     """The influence study of one run: every chosen checkpoint (cached), the CSV and the figure.
+
+    Args:
+        run_dir: An MPSP run directory (checkpoints, metrics.jsonl, run.json).
+        config: What is measured (default :class:`InfluenceConfig`'s defaults).
+        out: Output / cache directory (default ``RUN_DIR/analyses/influence``).
+        device: cpu, cuda, cuda:N or auto.
+        format: Figure file format (png, svg or pdf).
+        progress: A progress bar over the checkpoints.
 
     Raises:
         UserError: A missing run directory, checkpoints or evaluations, or unknown epochs
@@ -514,12 +510,15 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
     from interp_toolkit.studies.common.outcomes import describe_phases
     from interp_toolkit.userfiles import check_output_dir
 
-    if args.run_dir is None or not Path(args.run_dir).is_dir():
-        raise UserError(f"run directory {args.run_dir} does not exist (expected an MPSP run directory)")
-    run_dir = Path(args.run_dir)
-    out = args.output_dir()
+    if format not in ("png", "svg", "pdf"):
+        raise UserError(f"figure format {format!r}: expected one of png, svg, pdf")
+    if run_dir is None or not Path(run_dir).is_dir():
+        raise UserError(f"run directory {run_dir} does not exist (expected an MPSP run directory)")
+    args = config if config is not None else InfluenceConfig()
+    run_dir = Path(run_dir)
+    out = influence_output_dir(run_dir, out)
     check_output_dir(out, "--out")
-    checkpoints = _selected_checkpoints(args)
+    checkpoints = _selected_checkpoints(run_dir, args)
     check_checkpoints_belong_to_run(run_dir, checkpoints)
     splits = splits_from_run(run_dir)
     missing = [name for name in ("train", *QUERY_SETS) if name not in splits]
@@ -530,7 +529,7 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
                         "docs/custom_tasks.md)")
     outcome, metrics, _ = run_outcome(run_dir)
     threshold = draw_phase_threshold(outcome, metrics)
-    device = str(resolve_device(args.device or "cpu"))
+    device = str(resolve_device(device or "cpu"))
     settings = {
         "sampler": {k: v for k, v in args.sampler.to_dict().items() if k != "progress"}, "n_query": args.n_query,
         "n_consistent": args.n_consistent, "amplification_n": args.amplification_n, "threshold": round(threshold, 9),
@@ -562,7 +561,7 @@ def run_influence(args: InfluenceConfig, progress: bool = True) -> InfluenceResu
         plot_influence,  # the drawing imports this module
     )
 
-    figure_path = save_figure(plot_influence(rows, outcome, title=run_dir.name), out / f"influence.{args.format}")
+    figure_path = save_figure(plot_influence(rows, outcome, title=run_dir.name), out / f"influence.{format}")
     phases = describe_phases(outcome, metrics)
     atomic_write_json(out / "summary.json", {
         "run_dir": str(run_dir), "outcome": outcome, "phases": phases, "draw_phase_threshold": threshold,

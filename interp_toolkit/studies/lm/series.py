@@ -1,5 +1,6 @@
 """Token-level BIF over a series of LM checkpoints: tables, plots and the work behind
-``interp-toolkit bif-lm`` (:mod:`interp_toolkit.cli.bif_lm` only parses and prints).
+``interp-toolkit bif-lm`` (:mod:`interp_toolkit.cli.bif_lm` holds the command's config and
+reads its inputs).
 
 Checkpoint specs are resolved by :func:`interp_toolkit.sources.resolve_checkpoints`. Data:
 the induction/delimiter corpus (:mod:`interp_toolkit.tasks.induction_corpus`), its config
@@ -17,20 +18,14 @@ import dataclasses
 import io
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Sequence
-
-import tyro
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
 from interp_toolkit.analyses.bif.config import SamplerConfig
-from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json, atomic_write_text
 from interp_toolkit.studies.bif.checkpoint import (
-    calibration_lines,
-    check_calibration_grids,
     round_notice,
 )
 
@@ -39,12 +34,11 @@ if TYPE_CHECKING:
 
     from interp_toolkit.analyses.bif.lm import LMBIFConfig
     from interp_toolkit.analyses.bif.lm_tokens import TokenSet
-    from interp_toolkit.analyses.bif.token_classes import TextClassesConfig
     from interp_toolkit.sources import CheckpointRef
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
-__all__ = ["CSV_FIELDS", "LMBIFCommandConfig", "bif_over_checkpoints", "check_claims", "corpus_sets",
-           "default_claims", "plot_per_class", "run_lm_bif_command", "text_classes_config"]
+__all__ = ["CSV_FIELDS", "bif_over_checkpoints", "calibrate_lm_checkpoint", "check_claims", "corpus_sets",
+           "default_claims", "plot_per_class", "sequence_loss", "testbed_corpus", "testbed_seed"]
 
 CSV_FIELDS = ["step", "checkpoint", "induction_score", "reduction", "train_group", "query_group", "bif", "stderr"]
 
@@ -330,170 +324,18 @@ def _testbed_config(refs: Sequence[CheckpointRef]) -> dict[str, Any] | None:
     return None
 
 
-def _find_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
+def testbed_corpus(refs: Sequence[CheckpointRef]) -> CorpusConfig | None:
+    """The corpus config of the testbed the checkpoints came from (its ``testbed.json``), or None."""
     from interp_toolkit.tasks.induction_corpus import CorpusConfig
 
     config = _testbed_config(refs)
     return CorpusConfig.from_dict(config["corpus"]) if config is not None else None
 
 
-def _find_testbed_seed(refs: Sequence[CheckpointRef]) -> int:
+def testbed_seed(refs: Sequence[CheckpointRef]) -> int:
+    """The training seed of the testbed the checkpoints came from (0 when unknown)."""
     config = _testbed_config(refs)
     return int(config.get("seed", 0)) if config is not None else 0
-
-
-@dataclass
-class LMBIFCommandConfig(Config):
-    """Settings of ``interp-toolkit bif-lm`` (every field is a flag; ``--config FILE`` sets them too).
-
-    Attributes:
-        checkpoints: Run dir, HF checkpoint folder(s), .safetensors, hub:NAME@REV,...
-        corpus_config: CorpusConfig as JSON (default: from the testbed's testbed.json).
-        out: Output / cache directory.
-        n_posterior: Training sequences of the posterior.
-        n_train: Recorded training sequences.
-        n_query: Recorded held-out query sequences.
-        reductions: Reductions of the token-level BIF matrix (class:class, class:all, ...).
-        pearson_convention: -Corr of a group (with --pearson): token_mean = mean of token
-            correlations (devinterp's; the paper does not say which), group_means = correlation of group means.
-        stderr_method: Standard error of the pooled estimate: jackknife (leave-one-chain-out)
-            or per_chain (std of the chains' estimates / sqrt(chains)).
-        device: cpu, cuda, cuda:N or auto (checked before any work).
-        format: Figure file format (png, svg or pdf).
-        sampler: SGLD settings (--sampler.eps, --sampler.chains, ...; short: --eps, --chains).
-        convergence: Adaptive chain length (--adaptive, the default: draws and burn-in double
-            per checkpoint until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per
-            chain would be exceeded; summary.json records every round and which stopped it).
-        classes_config: Real text instead of the synthetic corpus: TextClassesConfig as
-            JSON/YAML (the text flags below override it).
-        text: Real text: a text file (one document per line) or a datasets.Dataset saved
-            with save_to_disk.
-        tokenizer: Tokenizer directory (default: the first checkpoint's).
-        seq_len: Tokens per sequence of the text (default 64).
-        pack: Pack documents into rows (--no-pack: one sequence per document).
-        text_column: Text column of a Dataset (default 'text').
-        delimiters: Mark open/close delimiter tokens (--no-delimiters: do not).
-        induction: Mark induction tokens (--no-induction: do not).
-        token_class: A user token class by token ids, NAME=ID,ID,...
-        token_class_regex: A user token class by a regex on the token text, NAME=REGEX.
-        claims: Class-to-class influences for claims.csv and one figure each, as
-            SOURCE->TARGET or SOURCE->TARGET - SOURCE->TARGET (a difference); repeat the flag.
-            Default: induction->induction, open->close, close->open and
-            open->close - close->open, those whose classes the recorded tokens have.
-        training_seed: The seed column of claims.csv (default: the testbed's training seed
-            from its testbed.json, else 0).
-        replot: Only redraw the claim figures under --out from this claims.csv (no sampling,
-            no checkpoints needed).
-        calibrate: Instead of the series: sweep eps x gamma (x n_beta) at the first checkpoint
-            given, on the same posterior (the mean next-token loss of the posterior sequences),
-            and recommend a setting (calibration_<key>.json and .png under --out).
-        calibrate_eps: Step sizes of the sweep (default: eps / 10, eps, eps * 10).
-        calibrate_gamma: Localization strengths of the sweep (default: gamma).
-        calibrate_n_beta: n * beta of the sweep (default: n_beta).
-    """
-
-    checkpoints: Annotated[
-        tuple[str, ...], tyro.conf.Positional,
-        tyro.conf.arg(metavar="CHECKPOINTS", help_behavior_hint="(one or more; required)"),
-    ] = ()
-    corpus_config: Path | None = None
-    out: Path = Path("runs/bif_lm")
-    n_posterior: int = 512
-    n_train: int = 16
-    n_query: int = 16
-    reductions: tuple[str, ...] = ("class:class", "class:all", "sequence:sequence")
-    pearson_convention: Literal["token_mean", "group_means"] = "token_mean"
-    stderr_method: Literal["jackknife", "per_chain"] = "jackknife"
-    device: str = "cpu"
-    format: Literal["png", "svg", "pdf"] = "png"
-    sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(
-        eps=1e-4, chains=4, draws=50, burn_in=50, steps_between_draws=1, batch_size=32))
-    convergence: AdaptiveConfig = field(default_factory=lambda: AdaptiveConfig(max_steps=1600))
-    classes_config: Path | None = None
-    text: str | None = None
-    tokenizer: str | None = None
-    seq_len: int | None = None
-    pack: bool = True
-    text_column: str | None = None
-    delimiters: bool = True
-    induction: bool = True
-    token_class: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
-    token_class_regex: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
-    claims: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
-    training_seed: int | None = None
-    replot: Path | None = None
-    calibrate: bool = False
-    calibrate_eps: tuple[float, ...] = ()
-    calibrate_gamma: tuple[float, ...] = ()
-    calibrate_n_beta: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        self.claims = tuple(self.claims)
-        if isinstance(self.replot, str):
-            self.replot = Path(self.replot)
-        from interp_toolkit.analyses.bif.claims import parse_claim
-
-        for claim in self.claims:
-            try:
-                parse_claim(claim)
-            except (ValueError, UserError) as err:
-                raise UserError(f"--claims: {err}") from err
-        self.checkpoints = tuple(str(c) for c in self.checkpoints)
-        self.reductions = tuple(self.reductions)
-        self.token_class = tuple(self.token_class)
-        self.token_class_regex = tuple(self.token_class_regex)
-        self.check("format", self.format in ("png", "svg", "pdf"), "one of png, svg, pdf")
-        for name in ("corpus_config", "out", "classes_config"):
-            if isinstance(getattr(self, name), str):
-                setattr(self, name, Path(getattr(self, name)))
-        self.check("pearson_convention", self.pearson_convention in ("token_mean", "group_means"),
-                   "'token_mean' or 'group_means'")
-        self.check("stderr_method", self.stderr_method in ("jackknife", "per_chain"), "'jackknife' or 'per_chain'")
-        check_calibration_grids(self)
-
-
-def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
-    """The :class:`TextClassesConfig` of ``--classes-config`` overridden by the text flags,
-    or ``None`` when neither names a text (the synthetic corpus is used).
-
-    Raises:
-        UserError: A malformed ``--token-class`` / ``--token-class-regex``, token-class
-            options without a text, or a field the config refuses.
-    """
-    from interp_toolkit.analyses.bif.token_classes import TextClassesConfig
-
-    base = TextClassesConfig.from_file(args.classes_config).to_dict() if args.classes_config is not None else {}
-    for key in ("text", "tokenizer", "seq_len", "text_column"):
-        if getattr(args, key) is not None:
-            base[key] = getattr(args, key)
-    for key in ("pack", "delimiters", "induction"):
-        if not getattr(args, key):  # the flags only switch off (so a config file's false is kept)
-            base[key] = False
-    for flag, key in (("token_class", "user_classes"), ("token_class_regex", "user_class_regex")):
-        for item in getattr(args, flag):
-            name, sep, value = item.partition("=")
-            option = "--" + flag.replace("_", "-")
-            if not sep or not name:
-                raise UserError(f"{option} {item!r} must be NAME=VALUE")
-            if flag == "token_class":
-                try:
-                    parsed: Any = [int(x) for x in value.split(",") if x.strip()]
-                except ValueError as err:
-                    raise UserError(f"{option} {item!r}: expected NAME=ID,ID,... with integer ids") from err
-            else:
-                parsed = value
-            base.setdefault(key, {})[name] = parsed
-    if not base.get("text"):
-        if base:
-            raise UserError("token-class options need a text: pass --text FILE_OR_DATASET_DIR (or 'text' in "
-                            "--classes-config)")
-        return None
-    text = Path(str(base["text"]))
-    if text.is_file():  # a text that is not UTF-8 is named now, before a tokenizer or checkpoint loads
-        from interp_toolkit.io import read_utf8
-
-        read_utf8(text, "a UTF-8 text file, one document per line (--text)", UserError)
-    return TextClassesConfig.from_dict(base)
 
 
 def sequence_loss(model: Any, tokens: Any) -> Any:
@@ -504,83 +346,31 @@ def sequence_loss(model: Any, tokens: Any) -> Any:
     return next_token_losses(model, tokens).mean(1)
 
 
-def calibrate_lm_checkpoint(args: LMBIFCommandConfig, ref: Any, sets: Any) -> dict[str, Any]:
+def calibrate_lm_checkpoint(ref: Any, sets: Any, sampler: SamplerConfig, out: str | Path, *,
+                            sizes: tuple[int, int, int], eps: Sequence[float] = (), gamma: Sequence[float] = (),
+                            n_beta: Sequence[float] = (), figure_format: str = "png") -> dict[str, Any]:
     """The sampler calibration sweep of ``bif-lm --calibrate`` at checkpoint ``ref``: the same
     posterior as the series (``calibrate_sampler`` with :func:`sequence_loss`), the recorded
-    training sequences as rows and the query sequences as columns. Writes
-    ``OUT/calibration_<key>.json`` and its figure; returns the JSON plus ``path``."""
+    training sequences as rows and the query sequences as columns; ``eps`` x ``gamma``
+    (x ``n_beta``) around ``sampler`` (defaults: eps / 10, eps, eps * 10; its gamma; its
+    n_beta). ``sets`` is ``(posterior tokens, train, query)`` of ``sizes`` (n_posterior,
+    n_train, n_query: part of the file's key). Writes ``OUT/calibration_<key>.json`` and its
+    figure; returns the JSON plus ``path``."""
     from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
     from interp_toolkit.io import config_hash
     from interp_toolkit.plotting import save_figure
 
     posterior, train, query = sets
-    base = args.sampler
-    eps = args.calibrate_eps or (base.eps / 10, base.eps, base.eps * 10)
+    base = sampler
+    gamma, n_beta = tuple(gamma), tuple(n_beta)
+    eps = tuple(eps) or (base.eps / 10, base.eps, base.eps * 10)
     model = ref.load()
     calibration = calibrate_sampler(model, posterior, query.tokens, sequence_loss, base, eps=eps,
-                                    gamma=args.calibrate_gamma or None, n_beta=args.calibrate_n_beta or None,
-                                    attribution_data=train.tokens)
+                                    gamma=gamma or None, n_beta=n_beta or None, attribution_data=train.tokens)
     report = {"checkpoint": ref.label, **calibration.to_dict()}
-    key = config_hash({"checkpoint": ref.identity(), "eps": list(eps), "gamma": list(args.calibrate_gamma),
-                       "n_beta": list(args.calibrate_n_beta), "sampler": base.to_dict(),
-                       "sets": [args.n_posterior, args.n_train, args.n_query]}, 10)
-    path = Path(args.out) / f"calibration_{key}.json"
+    key = config_hash({"checkpoint": ref.identity(), "eps": list(eps), "gamma": list(gamma),
+                       "n_beta": list(n_beta), "sampler": base.to_dict(), "sets": list(sizes)}, 10)
+    path = Path(out) / f"calibration_{key}.json"
     atomic_write_json(path, report)
-    save_figure(plot_calibration(calibration), Path(args.out) / f"calibration_{key}", args.format)
+    save_figure(plot_calibration(calibration), Path(out) / f"calibration_{key}", figure_format)
     return {**report, "path": str(path)}
-
-
-def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
-    """Everything ``interp-toolkit bif-lm`` does: validate every input, then compute and write;
-    returns the line the command prints."""
-    from interp_toolkit.analyses.bif.lm import LMBIFConfig
-    from interp_toolkit.devices import resolve_device
-    from interp_toolkit.sources import resolve_checkpoints
-    from interp_toolkit.tasks.induction_corpus import CorpusConfig
-
-    if args.replot is not None:
-        from interp_toolkit.studies.lm.claims import read_claims_csv, write_claim_figures
-
-        paths = write_claim_figures(read_claims_csv(args.replot), args.out, args.format)
-        return f"wrote {len(paths)} claim figures from {args.replot}: " + ", ".join(str(p) for p in paths)
-    resolve_device(args.device)  # a bad or unavailable device fails before any work
-    config = LMBIFConfig(args.sampler, reductions=tuple(args.reductions), pearson_convention=args.pearson_convention,
-                         stderr_method=args.stderr_method)
-    text_config = text_classes_config(args)
-    refs = resolve_checkpoints(list(args.checkpoints))
-    if text_config is not None:
-        from interp_toolkit.analyses.bif.token_classes import load_tokenizer
-
-        tokenizer = load_tokenizer(text_config.tokenizer or refs[0].location)
-        classes = text_config.classes(tokenizer, max_sequences=args.n_posterior + args.n_query)
-        sets = classes.bif_sets(args.n_posterior, args.n_train, args.n_query)
-        if args.calibrate:
-            return calibration_lines(calibrate_lm_checkpoint(args, refs[0], sets))
-        claims = args.claims or default_claims(sets[1], sets[2])
-        rows = bif_over_checkpoints(refs, None, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
-                                    n_query=args.n_query, progress=args.sampler.progress, sets=sets,
-                                    probe_vocab=(0, len(tokenizer)), figure_format=args.format, claims=claims,
-                                    adaptive=args.convergence,
-                                    training_seed=args.training_seed if args.training_seed is not None else 0)
-        return (f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} "
-                f"checkpoints, {len(rows)} rows, classes {classes.names})")
-    corpus: CorpusConfig | None
-    if args.corpus_config is not None:
-        from interp_toolkit.userfiles import read_mapping_file
-
-        corpus = CorpusConfig.from_dict(read_mapping_file(args.corpus_config, "corpus config"))
-    else:
-        corpus = _find_corpus(refs)
-        if corpus is None:
-            raise UserError("no corpus config: pass --corpus-config corpus.json (a CorpusConfig as JSON) "
-                            "or checkpoints of a testbed run (with testbed.json)")
-    posterior, train, query = corpus_sets(corpus, args.n_posterior, args.n_train, args.n_query)
-    if args.calibrate:
-        return calibration_lines(calibrate_lm_checkpoint(args, refs[0], (posterior, train, query)))
-    claims = args.claims or default_claims(train, query)
-    training_seed = args.training_seed if args.training_seed is not None else _find_testbed_seed(refs)
-    rows = bif_over_checkpoints(refs, corpus, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
-                                n_query=args.n_query, progress=args.sampler.progress, figure_format=args.format,
-                                claims=claims, training_seed=training_seed, adaptive=args.convergence)
-    return (f"wrote {args.out / 'per_class.csv'} and {args.out / ('per_class.' + args.format)} ({len(refs)} "
-            f"checkpoints, {len(rows)} rows)")

@@ -200,10 +200,9 @@ def test_the_influence_study_labels_draws_by_solution_by_default(tiny_run, tmp_p
     from interp_toolkit.studies.influence.measure import InfluenceConfig, run_influence
 
     sampler = SamplerConfig(eps=1e-4, gamma=1000.0, n_beta=64.0, chains=2, draws=4, burn_in=2, progress=False)
-    config = InfluenceConfig(run_dir=tiny_run, out=tmp_path / "solution", epochs=(20,), n_query=16, n_consistent=8,
-                             amplification_n=32, sampler=sampler)
+    config = InfluenceConfig(epochs=(20,), n_query=16, n_consistent=8, amplification_n=32, sampler=sampler)
     assert config.draw_phases == "solution"  # the default
-    result = run_influence(config, progress=False)
+    result = run_influence(tiny_run, config, out=tmp_path / "solution", progress=False)
     record = result.records[20]
     assert record["draw_phases"] == "solution"
     shares = record["draw_label_shares"]
@@ -216,12 +215,12 @@ def test_the_influence_study_labels_draws_by_solution_by_default(tiny_run, tmp_p
             assert entry["null_between_share"] is not None and entry["null_between_std"] >= 0, (name, query)
             if entry["bif"] != 0:  # the share of the decomposition the study reports
                 assert entry["between_share"] == pytest.approx(entry["between"] / entry["bif"], rel=1e-4, abs=1e-9)
-    onset = run_influence(InfluenceConfig(run_dir=tiny_run, out=tmp_path / "onset", epochs=(20,), n_query=16,
-                                          n_consistent=8, amplification_n=32, sampler=sampler, draw_phases="onset"),
-                          progress=False)
+    onset = run_influence(tiny_run, InfluenceConfig(epochs=(20,), n_query=16, n_consistent=8, amplification_n=32,
+                                                    sampler=sampler, draw_phases="onset"),
+                          out=tmp_path / "onset", progress=False)
     assert set(onset.records[20]["draw_label_shares"]) == {"shortcut phase", "phase 2"}
     with pytest.raises(UserError, match="draw_phases"):
-        InfluenceConfig(run_dir=tiny_run, draw_phases="by-eye")
+        InfluenceConfig(draw_phases="by-eye")
 
 
 def test_a_bad_draw_phases_flag_is_one_error_line_and_exit_2(tiny_run, tmp_path, capsys):
