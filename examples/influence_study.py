@@ -25,191 +25,40 @@ with more draws), and every row names its sampler's draws.
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
-import warnings
 from pathlib import Path
 
-EPOCHS = (50, 100, 200, 300, 400)
+from interp_toolkit.errors import UserError
+from interp_toolkit.studies.influence.study import (
+    measure_runs,
+    merge_measurements,
+    table_outcomes,
+    train_runs,
+    write_figures,
+)
 
 
-#: Query examples of each split (adv, val) the influence is measured on.
-N_QUERY = 512
-#: A run without an onset whose final adversarial accuracy is at least this is still climbing:
-#: neither a clean leaver nor a control (seed 0 of the first study: 0.23 at epoch 400).
-RISING_FROM = 0.2
-
-
-def train(out: Path, epochs: int, seeds: list[int]) -> None:
-    import torch
-
-    from interp_toolkit.model import ModelConfig
-    from interp_toolkit.runs.config import TrainConfig
-    from interp_toolkit.runs.mpsp import train_mpsp
-    from interp_toolkit.studies.demo import DEMO_TASK
-    from interp_toolkit.tasks.mpsp import MPSPConfig
-
-    torch.set_num_threads(1)
-    for seed in seeds:
-        task = MPSPConfig(n_train=4096, **DEMO_TASK)
-        model = ModelConfig(n_layers=1, n_heads=2, seed=seed, **task.model_dims())
-        result = train_mpsp(task, model, TrainConfig(epochs=epochs, eval_every=10, checkpoint_every=25,
-                                                     progress=False), out / "runs" / f"seed{seed}")
-        print(seed, result.final, flush=True)
-
-
-def measure(out: Path, seeds: list[int]) -> None:
-    import torch
-
-    from interp_toolkit.runs.resume import list_checkpoints
-    from interp_toolkit.studies.influence.measure import InfluenceConfig, run_influence
-
-    torch.set_num_threads(1)
-    warnings.simplefilter("ignore")  # convergence notes are recorded per checkpoint in the CSV
-    for seed in seeds:
-        run = out / "runs" / f"seed{seed}"
-        available = {epoch for epoch, _ in list_checkpoints(run)}
-        epochs = tuple(e for e in EPOCHS if e in available)
-        result = run_influence(run, InfluenceConfig(epochs=epochs, n_query=N_QUERY), out=out / "out" / f"seed{seed}",
-                               progress=False)
-        print(seed, result.computed, result.phases, flush=True)
-
-
-def run_kind(outcome: dict) -> str:
-    """``left the shortcut`` (the outcome code found phase 2) or ``no phase 2 (outcome code)``
-    (stayed on the shortcut or memorized within the run's epochs: a control, if it stays)."""
-    return "left the shortcut" if outcome.get("phase2_onset_epoch") is not None else "no phase 2 (outcome code)"
-
-
-def outcomes(out: Path, dest: Path) -> list[dict]:
-    """One row per trained run under ``OUT/runs``: its kind (:func:`run_kind`; ``rising, no
-    onset`` for a run still climbing at its end without an onset, neither kind) and the outcome
-    code's epochs, written to ``dest`` (CSV)."""
-    from interp_toolkit.io import atomic_write_text
-    from interp_toolkit.studies.influence.phases import run_outcome
-
-    rows = []
-    for run in sorted((out / "runs").glob("seed*"), key=lambda p: int(p.name[4:])):
-        outcome, metrics, _ = run_outcome(run)
-        final = metrics[-1]["adv_acc"]
-        kind = run_kind(outcome)
-        if kind != "left the shortcut" and final >= RISING_FROM:
-            kind = "rising, no onset"
-        rows.append({"seed": run.name[4:], "kind": kind, "shortcut_epoch": outcome.get("shortcut_epoch"),
-                     "phase2_onset_epoch": outcome.get("phase2_onset_epoch"),
-                     "first_100pct_adv_epoch": outcome.get("first_generalized_epoch"),
-                     "best_adv_acc_after_shortcut": max(m["adv_acc"] for m in metrics
-                                                        if m["epoch"] >= (outcome.get("shortcut_epoch") or 0)),
-                     "final_adv_acc": final, "final_epoch": metrics[-1]["epoch"]})
-    lines = [",".join(rows[0])] + [",".join("" if v is None else str(v) for v in row.values()) for row in rows]
-    atomic_write_text(dest, "\n".join(lines) + "\n")
-    for row in rows:
-        print(*row.values(), flush=True)
-    return rows
-
-
-def merge(dest: Path, measured: list[Path]) -> list[dict]:
-    """Join the ``influence.csv`` of each folder in ``measured`` (outputs of ``interp-toolkit
-    influence`` on one run) into ``dest``: an epoch measured in a later folder replaces the
-    earlier folders' rows of that epoch, rows keep the first table's order, and a ``draws``
-    column names the draws per chain each row's sampler took (from the folder's summary)."""
-    import csv
-    import io
-
-    from interp_toolkit.io import atomic_write_text
-
-    tables, run_dirs = [], set()
-    for folder in measured:
-        summary = json.loads((folder / "summary.json").read_text())
-        run_dirs.add(summary["run_dir"])
-        draws = str(summary["settings"]["sampler"]["draws"])
-        with open(folder / "influence.csv", newline="", encoding="utf-8") as handle:
-            tables.append([{**row, "draws": draws} for row in csv.DictReader(handle)])
-    if len(run_dirs) != 1:
-        raise SystemExit(f"error: merge joins measurements of one run; these measure {sorted(run_dirs)}")
-    by_epoch: dict[str, list[dict]] = {}
-    for table in tables:
-        for epoch in {row["epoch"] for row in table}:
-            by_epoch[epoch] = [row for row in table if row["epoch"] == epoch]
-    order = {(r["epoch"], r["train_group"], r["query_set"]): i for table in reversed(tables)
-             for i, r in enumerate(table)}
-    rows = sorted((row for group in by_epoch.values() for row in group),
-                  key=lambda r: (int(r["epoch"]), order[(r["epoch"], r["train_group"], r["query_set"])]))
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=list(tables[0][0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(dest, text.getvalue())
-    for epoch in sorted(by_epoch, key=int):
-        print(f"epoch {epoch}: {by_epoch[epoch][0]['draws']} draws", flush=True)
-    return rows
-
-
-def figures(out: Path, dest: Path) -> dict:
-    import torch
-
-    from interp_toolkit.analyses.over_checkpoints import splits_from_run
-    from interp_toolkit.plotting import save_figure
-    from interp_toolkit.studies.influence.examples import onset_examples
-    from interp_toolkit.studies.influence.measure import read_influence_csv
-    from interp_toolkit.studies.influence.plot import plot_influence, plot_influence_summary
-
-    dest.mkdir(parents=True, exist_ok=True)
-    runs, kinds, numbers = {}, {}, {}
-    for study in sorted((out / "out").glob("seed*")):
-        if not (study / "influence.csv").is_file():
-            continue
-        name = study.name
-        summary = json.loads((study / "summary.json").read_text())
-        outcome = summary["outcome"]
-        shutil.copyfile(study / "influence.csv", dest / f"{name}.csv")
-        rows = read_influence_csv(dest / f"{name}.csv")
-        runs[name], kinds[name] = rows, run_kind(outcome)
-        save_figure(plot_influence(rows, outcome, title=f"{name}: {kinds[name]}"), dest / f"{name}.png")
-        anti_adv = {r["epoch"]: r for r in rows if r["train_group"] == "anti" and r["query_set"] == "adv"}
-        cons_adv = {r["epoch"]: r for r in rows if r["train_group"] == "consistent" and r["query_set"] == "adv"}
-        onset = outcome.get("phase2_onset_epoch")
-        entry = {"kind": kinds[name], "phases": summary["phases"],
-                 "shortcut_epoch": outcome["shortcut_epoch"], "phase2_onset_epoch": onset,
-                 "first_generalized_epoch": outcome["first_generalized_epoch"],
-                 "anti_on_adv": {e: [r["bif"], r["stderr"], r["between"], r["amplification"]]
-                                 for e, r in sorted(anti_adv.items())},
-                 "consistent_on_adv": {e: [r["bif"], r["stderr"]] for e, r in sorted(cons_adv.items())},
-                 "most_negative_anti_epoch": min(anti_adv, key=lambda e: anti_adv[e]["bif"]) if anti_adv else None,
-                 "largest_amplification_epoch": max(anti_adv, key=lambda e: anti_adv[e]["amplification"])
-                 if anti_adv else None}
-        if onset is not None and anti_adv:
-            # the first measured checkpoint at or after the onset (the onset's own if measured)
-            at_onset = min((e for e in anti_adv if e >= onset), default=max(anti_adv))
-            record_path = next((study / "cache").glob(f"epoch_{at_onset:06d}_*.json"))
-            record = json.loads(record_path.read_text())
-            index = torch.tensor(record["train_index"])
-            train = splits_from_run(Path(summary["run_dir"]))["train"]
-            values, anti = train.values[index], ~train.agrees[index]
-            k = max(1, int(anti.sum()) // 10)
-            found = onset_examples(values, anti, torch.tensor(record["per_example"]["adv"]["bif"]), k=k)
-            entry["onset_examples"] = {"epoch": at_onset, "k": k, "n_anti": found["n_anti"],
-                                       "features": found["features"]}
-        numbers[name] = entry
-    if runs:
-        save_figure(plot_influence_summary(runs, kinds), dest / "summary.png")
-    (dest / "numbers.json").write_text(json.dumps(numbers, indent=1, sort_keys=True) + "\n")
-    return numbers
+def main(argv: list[str]) -> int:
+    command, *rest = argv or ["--help"]
+    try:
+        if command == "train":
+            train_runs(Path(rest[0]), int(rest[1]), [int(s) for s in rest[2:]])
+        elif command == "measure":
+            measure_runs(Path(rest[0]), [int(s) for s in rest[1:]])
+        elif command == "figures":
+            write_figures(Path(rest[0]), Path(rest[1]))
+        elif command == "outcomes":
+            table_outcomes(Path(rest[0]), Path(rest[1]))
+        elif command == "merge":
+            merge_measurements(Path(rest[0]), [Path(p) for p in rest[1:]])
+        else:
+            print(__doc__)
+            return 0 if command in ("-h", "--help") else 2
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    command, *rest = sys.argv[1:] or ["--help"]
-    if command == "train":
-        train(Path(rest[0]), int(rest[1]), [int(s) for s in rest[2:]])
-    elif command == "measure":
-        measure(Path(rest[0]), [int(s) for s in rest[1:]])
-    elif command == "figures":
-        figures(Path(rest[0]), Path(rest[1]))
-    elif command == "outcomes":
-        outcomes(Path(rest[0]), Path(rest[1]))
-    elif command == "merge":
-        merge(Path(rest[0]), [Path(p) for p in rest[1:]])
-    else:
-        print(__doc__)
-        raise SystemExit(0 if command in ("-h", "--help") else 2)
+    raise SystemExit(main(sys.argv[1:]))

@@ -299,3 +299,13 @@ def test_the_study_script_refuses_to_merge_measurements_of_two_runs(tmp_path):
     done = _study_script("merge", tmp_path / "merged.csv", tmp_path / "a", tmp_path / "b")
     assert done.returncode != 0 and "runs/seed3" in done.stderr and "runs/seed5" in done.stderr
     assert not (tmp_path / "merged.csv").exists()
+
+
+def test_merge_measurements_refuses_two_runs_with_a_user_error(tmp_path):
+    from interp_toolkit.studies.influence.study import merge_measurements
+
+    _measured(tmp_path / "a", "runs/seed3", 200, [(50, "anti", "adv", -0.1)])
+    _measured(tmp_path / "b", "runs/seed5", 400, [(50, "anti", "adv", -0.2)])
+    with pytest.raises(UserError, match=r"one run; these measure \['runs/seed3', 'runs/seed5'\]"):
+        merge_measurements(tmp_path / "merged.csv", [tmp_path / "a", tmp_path / "b"])
+    assert not (tmp_path / "merged.csv").exists()
