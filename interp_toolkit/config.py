@@ -57,7 +57,7 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, Path):
         return str(value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # a dict, or a mapping such as a sweep's Section
         return {k: _plain(v) for k, v in value.items()}
     return value
 

@@ -2,10 +2,11 @@
 every run of its grid (:func:`cell_configs`, keyed into run directory names by
 :func:`run_dir_name`).
 
-A :class:`SweepConfig` nests the settings every run shares by the config they belong to:
-``task`` (:class:`~interp_toolkit.tasks.mpsp.MPSPConfig` fields), ``model``
-(:class:`~interp_toolkit.model.ModelConfig` fields) and ``train``
-(:class:`~interp_toolkit.runs.config.TrainConfig` fields), beside the grid: its cell axes
+A :class:`SweepConfig` nests the settings every run shares by the config they belong to, each
+a typed :class:`Section` of that config: ``task`` (``Section[MPSPConfig]``, fields of
+:class:`~interp_toolkit.tasks.mpsp.MPSPConfig`), ``model`` (``Section[ModelConfig]``,
+:class:`~interp_toolkit.model.ModelConfig`) and ``train`` (``Section[TrainConfig]``,
+:class:`~interp_toolkit.runs.config.TrainConfig`), beside the grid: its cell axes
 (``tasks``, ``ratios``, ``n_layers``, ``n_heads``, ``weight_decays``, ``seeds``) and
 ``grid``, more axes over any section field (``{"train.batch_size": [256, None]}``). So a new
 field of one of those configs is a sweep setting, a grid axis and (see
@@ -20,11 +21,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Union
+from typing import Any, Callable, Generic, Iterator, Literal, Mapping, TypeVar, Union
 
 from interp_toolkit.config import Config, _plain
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import config_hash
+from interp_toolkit.model import ModelConfig
+from interp_toolkit.runs.config import TrainConfig
+from interp_toolkit.tasks.mpsp import MPSPConfig
+
+#: The config class a :class:`Section` is part of.
+S = TypeVar("S")
 
 #: SweepConfig fields that do not change results (beyond float rounding): not in its key.
 NOT_IN_KEY = ("device",)
@@ -63,6 +70,95 @@ FLAT_NAMES = {"seq_len": ("task", "seq_len"), "n_values": ("task", "n_values"), 
               "checkpoint_log_spaced": ("train", "checkpoint_log_spaced")}
 #: Where a sweep's section values differ from their config's defaults.
 SECTION_DEFAULTS: dict[str, dict[str, Any]] = {"task": {}, "model": {}, "train": {"checkpoint_every": 500}}
+
+
+class Section(Mapping[str, Any], Generic[S]):
+    """The settings every run of a sweep shares in one of its configs: the fields of
+    ``config_class`` except those the sweep sets per run (:data:`PER_RUN`), each given or at
+    its default (the config's, or the sweep's own: :data:`SECTION_DEFAULTS`).
+
+    A section reads like the mapping it is written as in config files (``section["lr"]``),
+    and like the config it is part of (``section.lr``); :meth:`build` makes that config for one
+    run from the section and the run's own fields, typed as ``config_class``.
+
+    Raises:
+        UserError: A field the config lacks, or one the sweep sets per run (named, with the
+            sweep field to use instead).
+    """
+
+    def __init__(self, name: str, config_class: type[S], given: Mapping[str, Any] | None = None) -> None:
+        if given is not None and not isinstance(given, Mapping):
+            raise UserError(f"SweepConfig.{name} must be a mapping of its config's fields, got {given!r}")
+        given = dict(given or {})
+        for key in given:
+            if key in PER_RUN[name]:
+                axis = {"r": "ratios", "n_layers": "n_layers", "n_heads": "n_heads", "seed": "seeds",
+                        "weight_decay": "weight_decays", "label": "tasks", "shortcut": "tasks"}.get(key)
+                where = f"set {axis} instead" if axis else "the sweep sets it for each run"
+                raise UserError(f"SweepConfig.{name}.{key} is set per run ({where}); got {given[key]!r}")
+        defaults = section_fields(name, config_class)
+        unknown = sorted(set(given) - set(defaults))
+        if unknown:
+            raise UserError(f"unknown {config_class.__name__} keys {unknown} in SweepConfig.{name}; expected a "
+                            f"subset of {sorted(defaults)}")
+        values = {**defaults, **{key: _plain(value) for key, value in given.items()}}
+        if name == "train" and isinstance(values.get("betas"), list):
+            values["betas"] = [float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else b
+                               for b in values["betas"]]
+        self.__dict__.update(_name=name, _class=config_class, _values=values)
+
+    @property
+    def config_class(self) -> type[S]:
+        """The config this section is part of."""
+        return self.__dict__["_class"]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.__dict__["_values"][key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.__dict__["_values"])
+
+    def __len__(self) -> int:
+        return len(self.__dict__["_values"])
+
+    def __getattr__(self, key: str) -> Any:
+        values = self.__dict__.get("_values", {})
+        if key in values:
+            return values[key]
+        raise AttributeError(f"SweepConfig.{self.__dict__.get('_name', '?')} has no setting {key!r}")
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"a sweep section is read-only; use SweepConfig.replace({self.__dict__['_name']}="
+                             f"{{{key!r}: ...}})")
+
+    def __repr__(self) -> str:
+        return f"Section[{self.config_class.__name__}]({self.__dict__['_values']!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled to sweep workers
+        return (Section, (self.__dict__["_name"], self.__dict__["_class"], self.__dict__["_values"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section's settings as plain JSON-able values (what study records store)."""
+        return dict(self.__dict__["_values"])
+
+    def build(self, **per_run: Any) -> S:
+        """``config_class`` of one run: this section's settings, then ``per_run`` (the run's
+        own fields and any grid axis of this section)."""
+        return self.config_class(**{**self.__dict__["_values"], **per_run})
+
+
+def section_fields(section: str, config_class: type) -> dict[str, Any]:
+    """Every field a sweep may set in ``section`` of ``config_class`` with its default (the
+    config's, or the sweep's own: :data:`SECTION_DEFAULTS`)."""
+    out = {}
+    for f in dataclasses.fields(config_class):
+        if f.name in PER_RUN[section]:
+            continue
+        if f.default_factory is not dataclasses.MISSING:
+            out[f.name] = _plain(f.default_factory())
+        elif f.default is not dataclasses.MISSING:
+            out[f.name] = _plain(f.default)
+    return {**out, **SECTION_DEFAULTS[section]}
 
 
 def _flat(section: str, name: str) -> Any:
@@ -112,7 +208,7 @@ def nested_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         if section in out:
             if not isinstance(out[section], Mapping):
                 raise UserError(f"SweepConfig.{section} must be a mapping of its config's fields, got {out[section]!r}")
-            out[section] = dict(out[section])
+            out[section] = {**out[section]}
     for key, section, name, value in moved:
         fields = out.setdefault(section, {})
         if name in fields and _plain(fields[name]) != _plain(value):
@@ -142,7 +238,7 @@ class SweepConfig(Config):
         seeds: Model seeds (an int n means ``0 .. n-1``).
         task: ``MPSPConfig`` fields every cell shares (``seq_len``, ``n_values``, ``n_train``,
             ``n_eval``, ``seed``: the data seed); label, shortcut and r come from the grid.
-            Completed with the config's defaults.
+            Given as a mapping, held as a :class:`Section` completed with the config's defaults.
         model: ``ModelConfig`` fields every cell shares (``d_model``, ``d_mlp``, ``act_fn``,
             ...); layers, heads, seed and vocabulary sizes come from the grid and the task.
         train: ``TrainConfig`` fields every cell shares (``epochs``, ``lr``, ``betas``,
@@ -176,9 +272,10 @@ class SweepConfig(Config):
     n_heads: list[int] = field(default_factory=lambda: [2])
     weight_decays: list[float] = field(default_factory=lambda: [0.1])
     seeds: list[int] = field(default_factory=lambda: [0, 1])
-    task: dict[str, Any] = field(default_factory=dict)
-    model: dict[str, Any] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
+    # given as mappings (config files, from_dict), held as sections (__post_init__)
+    task: Section[MPSPConfig] = field(default_factory=dict)  # type: ignore[arg-type]
+    model: Section[ModelConfig] = field(default_factory=dict)  # type: ignore[arg-type]
+    train: Section[TrainConfig] = field(default_factory=dict)  # type: ignore[arg-type]
     grid: dict[str, list[Any]] = field(default_factory=dict)
     early_stop: bool = False
     seeds_per_process: int | None = None
@@ -207,25 +304,13 @@ class SweepConfig(Config):
     def config_classes(cls) -> dict[str, Any]:
         """The config class of each section (a subclass may return subclasses, e.g. a
         ``TrainConfig`` with a field of its own: it is then a setting of every sweep)."""
-        from interp_toolkit.model import ModelConfig
-        from interp_toolkit.runs.config import TrainConfig
-        from interp_toolkit.tasks.mpsp import MPSPConfig
-
         return {"task": MPSPConfig, "model": ModelConfig, "train": TrainConfig}
 
     @classmethod
     def section_defaults(cls, section: str) -> dict[str, Any]:
         """Every field a sweep may set in ``section`` with its default (the config's default,
         or the sweep's own: :data:`SECTION_DEFAULTS`)."""
-        out = {}
-        for f in dataclasses.fields(cls.config_classes()[section]):
-            if f.name in PER_RUN[section]:
-                continue
-            if f.default_factory is not dataclasses.MISSING:
-                out[f.name] = _plain(f.default_factory())
-            elif f.default is not dataclasses.MISSING:
-                out[f.name] = _plain(f.default)
-        return {**out, **SECTION_DEFAULTS[section]}
+        return section_fields(section, cls.config_classes()[section])
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepConfig:
@@ -242,28 +327,6 @@ class SweepConfig(Config):
     def replace(self, **changes: Any) -> SweepConfig:
         """A copy with ``changes`` applied (flat, dotted or section names; validated again)."""
         return type(self).from_dict(_merge(self.to_dict(), nested_settings(changes)))
-
-    def _completed_section(self, section: str) -> dict[str, Any]:
-        given = getattr(self, section)
-        if not isinstance(given, Mapping):
-            raise UserError(f"SweepConfig.{section} must be a mapping of its config's fields, got {given!r}")
-        config = self.config_classes()[section].__name__
-        for name in given:
-            if name in PER_RUN[section]:
-                axis = {"r": "ratios", "n_layers": "n_layers", "n_heads": "n_heads", "seed": "seeds",
-                        "weight_decay": "weight_decays", "label": "tasks", "shortcut": "tasks"}.get(name)
-                where = f"set {axis} instead" if axis else "the sweep sets it for each run"
-                raise UserError(f"SweepConfig.{section}.{name} is set per run ({where}); got {given[name]!r}")
-        defaults = self.section_defaults(section)
-        unknown = sorted(set(given) - set(defaults))
-        if unknown:
-            raise UserError(f"unknown {config} keys {unknown} in SweepConfig.{section}; expected a subset of "
-                            f"{sorted(defaults)}")
-        out = {**defaults, **{name: _plain(value) for name, value in given.items()}}
-        if section == "train" and isinstance(out.get("betas"), list):
-            out["betas"] = [float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else b
-                            for b in out["betas"]]
-        return out
 
     def _check_grid(self) -> None:
         if not isinstance(self.grid, Mapping):
@@ -292,7 +355,7 @@ class SweepConfig(Config):
         grid = getattr(self, "grid", None) or {}
         # (the task section is completed with the defaults on the way to a worker: only a seed
         # other than the default's is a conflict)
-        if self.data_seeds == "model" and ("task.seed" in grid or (isinstance(self.task, dict)
+        if self.data_seeds == "model" and ("task.seed" in grid or (isinstance(self.task, Mapping)
                                                                    and self.task.get("seed", 0) != 0)):
             raise UserError("SweepConfig.data_seeds 'model' ties each run's data seed to its model seed; "
                              "task.seed (or a grid over it) would be overridden: give one of them")
@@ -336,8 +399,12 @@ class SweepConfig(Config):
         if not (isinstance(self.threshold, (int, float)) and 0 < self.threshold <= 1):
             raise UserError(f"SweepConfig.threshold must be in (0, 1], got {self.threshold!r}")
         self.outcome_thresholds()  # validates threshold and the transience settings by name
+        classes = self.config_classes()
         for section in SECTIONS:
-            setattr(self, section, self._completed_section(section))
+            given = getattr(self, section)
+            if isinstance(given, Section) and given.config_class is classes[section]:
+                continue
+            setattr(self, section, Section(section, classes[section], given))
         self._check_grid()
         # Build every cell's configs once: their validation names the bad value.
         for cell in self.cells():
@@ -487,18 +554,17 @@ def preset(name: str, **overrides: Any) -> SweepConfig:
 def cell_configs(cfg: SweepConfig, cell: Mapping[str, Any], seed: int) -> tuple[Any, Any, Any, dict[str, Any]]:
     """``(task_cfg, model_cfg, train_cfg, run_info)`` of one run of the sweep: the sections'
     settings, the cell's (its ``"SECTION.FIELD"`` axes included) and the seed."""
-    classes = cfg.config_classes()
-    sections = {section: dict(getattr(cfg, section)) for section in SECTIONS}
+    axes: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}  # the cell's SECTION.FIELD axes
     for axis, value in cell.items():
         section, dot, name = axis.partition(".")
         if dot:
-            sections[section][name] = value
+            axes[section][name] = value
     if cfg.data_seeds == "model":  # a fresh dataset per seed
-        sections["task"]["seed"] = seed
-    task_cfg = classes["task"].from_task(cell["task"], **sections["task"], r=cell["r"])
-    model_cfg = classes["model"](n_layers=cell["n_layers"], n_heads=cell["n_heads"], seed=seed, **sections["model"],
-                                 **task_cfg.model_dims())
-    train_cfg = classes["train"](**sections["train"], weight_decay=cell["weight_decay"], progress=False)
+        axes["task"]["seed"] = seed
+    task_cfg = cfg.task.config_class.from_task(cell["task"], **{**cfg.task, **axes["task"]}, r=cell["r"])
+    model_cfg = cfg.model.build(n_layers=cell["n_layers"], n_heads=cell["n_heads"], seed=seed, **axes["model"],
+                                **task_cfg.model_dims())
+    train_cfg = cfg.train.build(**axes["train"], weight_decay=cell["weight_decay"], progress=False)
     run_info: dict[str, Any] = {"task": {"name": task_cfg.name, **task_cfg.to_dict()}}
     if cfg.early_stop:
         # The rule's name is part of the run key: runs stopped under the older, stricter rule
@@ -528,5 +594,5 @@ def stop_rule_of(cfg: SweepConfig, cell: Mapping[str, Any]) -> Callable[[dict[st
 
 __all__ = ["CHANCE", "FLAT_NAMES", "GRID_FIELDS", "HOW_NOT_WHAT", "NOT_IN_KEY",
            "OUTCOME_ONLY_FIELDS", "PER_RUN", "PRESETS", "PRESET_NOTES", "SECTIONS",
-           "SECTION_DEFAULTS", "SweepConfig", "cell_configs", "nested_settings", "preset",
-           "run_dir_name", "stop_rule_of"]
+           "SECTION_DEFAULTS", "Section", "SweepConfig", "cell_configs", "nested_settings", "preset",
+           "run_dir_name", "section_fields", "stop_rule_of"]

@@ -278,3 +278,39 @@ def test_a_dataset_per_seed_means_a_job_per_seed():
     assert seeds_per_job(SweepConfig(seeds=[1, 2, 3], seeds_per_process=3)) == 3
     assert seeds_per_job(SweepConfig(seeds=[1, 2, 3], seeds_per_process=3, data_seeds="model")) == 1
     assert seeds_per_job(SweepConfig(seeds=[1, 2, 3], data_seeds="model"), on_gpu=True) == 1
+
+
+def test_sections_are_typed_partial_configs_that_read_as_mappings():
+    import pickle
+
+    from interp_toolkit.model import ModelConfig
+    from interp_toolkit.runs.config import TrainConfig
+    from interp_toolkit.studies.grid.config import Section
+
+    cfg = SweepConfig.from_dict({"seq_len": 6, "lr": 2e-3, "model": {"d_model": 32}})
+    assert isinstance(cfg.train, Section) and cfg.train.config_class is TrainConfig
+    # a mapping as config files spell it, and attributes as the config spells them
+    assert cfg.train["lr"] == cfg.train.lr == cfg.lr == 2e-3 and cfg.task.seq_len == 6
+    assert "weight_decay" not in cfg.train and "n_layers" not in cfg.model  # per-run fields are not settings
+    built = cfg.train.build(weight_decay=0.3, progress=False)
+    assert isinstance(built, TrainConfig) and (built.lr, built.weight_decay, built.checkpoint_every) == (2e-3, 0.3, 500)
+    assert isinstance(cfg.model.build(n_layers=1, n_heads=2, seed=0, d_vocab=12, n_ctx=7, d_vocab_out=2), ModelConfig)
+    with pytest.raises(AttributeError, match="read-only"):
+        cfg.train.lr = 1.0
+    with pytest.raises(AttributeError, match="no setting 'learning_rate'"):
+        cfg.train.learning_rate  # noqa: B018
+    # JSON as before (study records), equal after a round trip and across processes (pickled to workers)
+    assert cfg.to_dict()["train"] == dict(cfg.train) and isinstance(cfg.to_dict()["train"], dict)
+    again = SweepConfig.from_dict(cfg.to_dict())
+    assert again == cfg and again.key() == cfg.key()
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    assert cfg.replace(lr=1e-3).train.lr == 1e-3 and cfg.train.lr == 2e-3
+
+
+def test_a_section_names_a_bad_field_and_a_per_run_one():
+    with pytest.raises(UserError, match=r"unknown TrainConfig keys \['learning_rate'\] in SweepConfig.train"):
+        SweepConfig.from_dict({"train": {"learning_rate": 1e-3}})
+    with pytest.raises(UserError, match=r"SweepConfig.train.weight_decay is set per run \(set weight_decays instead\)"):
+        SweepConfig.from_dict({"train": {"weight_decay": 0.1}})
+    with pytest.raises(UserError, match="SweepConfig.model must be a mapping"):
+        SweepConfig.from_dict({"model": [1, 2]})
