@@ -375,7 +375,7 @@ def run_config(args: SweepCommandConfig) -> int:
               f"{plan['extend']} to extend from shorter runs, {plan['new']} to start")
         if plan["in_use_by"]:
             print(f"a sweep is running on it now: {plan['in_use_by']}")
-        print(f"expected cost ({cfg.epochs:,} epochs per run):")
+        print(f"expected cost ({cfg.train.epochs:,} epochs per run):")
         for line in sweep_cost(cfg, args.jobs_per_gpu).lines():
             print(f"  {line}")
         for line in progress_lines(plan["runs"]):

@@ -11,9 +11,9 @@ a typed :class:`Section` of that config: ``task`` (``Section[MPSPConfig]``, fiel
 ``grid``, more axes over any section field (``{"train.batch_size": [256, None]}``). So a new
 field of one of those configs is a sweep setting, a grid axis and (see
 :mod:`interp_toolkit.studies.grid.cells`) a cell key with no edit here. The flat names of earlier
-versions (``seq_len``, ``lr``, ``batch_size``, ...: :data:`FLAT_NAMES`) stay: as keys of
-config files and study records (:func:`nested_settings` converts them), as flags, and as
-read-only attributes.
+versions (``seq_len``, ``lr``, ``batch_size``, ...: :data:`FLAT_NAMES`) stay as the short
+names: keys of config files and study records (:func:`nested_settings` converts them) and
+flags; in Python a setting is read from its section (``cfg.train.lr``).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ SECTIONS = ("task", "model", "train")
 PER_RUN = {"task": ("label", "shortcut", "r"),
            "model": ("n_layers", "n_heads", "seed", "d_vocab", "n_ctx", "d_vocab_out"),
            "train": ("weight_decay", "progress", "device")}
-#: The flat names of section fields (SweepConfig fields of earlier versions): accepted in
-#: config files, study records and flags, and readable as attributes.
+#: The flat names of section fields (SweepConfig fields of earlier versions): the short names
+#: config files, study records and flags accept, and the names run keys hash (:meth:`SweepConfig.flat_dict`).
 FLAT_NAMES = {"seq_len": ("task", "seq_len"), "n_values": ("task", "n_values"), "n_train": ("task", "n_train"),
               "n_eval": ("task", "n_eval"), "data_seed": ("task", "seed"), "d_model": ("model", "d_model"),
               "d_mlp": ("model", "d_mlp"), "epochs": ("train", "epochs"), "lr": ("train", "lr"),
@@ -159,16 +159,6 @@ def section_fields(section: str, config_class: type) -> dict[str, Any]:
         elif f.default is not dataclasses.MISSING:
             out[f.name] = _plain(f.default)
     return {**out, **SECTION_DEFAULTS[section]}
-
-
-def _flat(section: str, name: str) -> Any:
-    """A read-only attribute for the flat name of ``section.name`` (lists read as tuples)."""
-
-    def get(self: SweepConfig) -> Any:
-        value = getattr(self, section)[name]
-        return tuple(value) if isinstance(value, list) else value
-
-    return property(get, doc=f"``{section}['{name}']`` (read-only; the flat name of earlier versions)")
 
 
 def _merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -284,21 +274,6 @@ class SweepConfig(Config):
     transient_min_span: int = 3
     device: str = "auto"
     data_seeds: str = "fixed"
-
-    seq_len = _flat("task", "seq_len")
-    n_values = _flat("task", "n_values")
-    n_train = _flat("task", "n_train")
-    n_eval = _flat("task", "n_eval")
-    data_seed = _flat("task", "seed")
-    d_model = _flat("model", "d_model")
-    d_mlp = _flat("model", "d_mlp")
-    epochs = _flat("train", "epochs")
-    lr = _flat("train", "lr")
-    betas = _flat("train", "betas")
-    batch_size = _flat("train", "batch_size")
-    eval_every = _flat("train", "eval_every")
-    checkpoint_every = _flat("train", "checkpoint_every")
-    checkpoint_log_spaced = _flat("train", "checkpoint_log_spaced")
 
     @classmethod
     def config_classes(cls) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def plan_sweep(cfg: SweepConfig, study_dir: str | Path | None = None,
             counts[status] += 1
             entry = {"cell": dict(job["cell"]), "seed": run["seed"], "run_dir": Path(run["run_dir"]), "status": status}
             if entry["run_dir"].is_dir():
-                entry.update(run_progress(entry["run_dir"], cfg.epochs))
+                entry.update(run_progress(entry["run_dir"], cfg.train.epochs))
             runs.append(entry)
     return {"study_dir": study_dir, "exists": study_dir.exists(), "n_runs": cfg.n_runs(), **counts,
             "in_use_by": lock_holder(study_dir), "runs": runs}

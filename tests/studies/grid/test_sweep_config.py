@@ -39,10 +39,11 @@ def test_flat_names_and_sections_are_one_config():
     dotted = SweepConfig.from_dict({"task.seq_len": 6, "task.seed": 2, "model.d_model": 32, "model.d_mlp": 64,
                                     "train.lr": 3e-3, "train.batch_size": 128, "n_heads": [1]})
     assert flat == nested == dotted
-    assert (flat.seq_len, flat.lr, flat.data_seed, flat.betas) == (6, 3e-3, 2, (0.9, 0.98))
+    assert (flat.task.seq_len, flat.train.lr, flat.task.seed, tuple(flat.train.betas)) == (
+        6, 3e-3, 2, (0.9, 0.98))
     assert flat.train["checkpoint_every"] == 500  # the sweep's own default, kept under a partial section
     assert SweepConfig.from_dict(flat.to_dict()) == flat == SweepConfig.from_dict(flat.flat_dict())
-    assert flat.replace(lr=1e-3).lr == 1e-3 and flat.replace(lr=1e-3).seq_len == 6
+    assert flat.replace(lr=1e-3).train.lr == 1e-3 and flat.replace(lr=1e-3).task.seq_len == 6
 
 
 def test_a_study_record_of_an_earlier_version_reads_as_the_same_sweep():
@@ -84,7 +85,7 @@ def test_bad_sections_are_named(data, match):
 def test_sweep_flags_cover_every_section_field():
     parsed = parse(["--preset", "smoke", "--train.seed", "3", "--model.act-fn", "gelu", "--grid",
                     "train.batch_size=64,none", "--seq-len", "6", "--train.lr=0.002"]).sweep
-    assert parsed.train["seed"] == 3 and parsed.model["act_fn"] == "gelu" and parsed.seq_len == 6
+    assert parsed.train["seed"] == 3 and parsed.model["act_fn"] == "gelu" and parsed.task.seq_len == 6
     assert parsed.train["lr"] == 0.002
     assert parsed.grid == {"train.batch_size": [64, None]}
 
@@ -147,7 +148,7 @@ def test_outcome_only_fields_leave_the_study_key_alone():
 
 def test_presets_follow_the_protocol():
     paper = preset("paper")
-    assert paper.n_train == 16_384 and paper.epochs == 15_000 and len(paper.seeds) >= 30
+    assert paper.task.n_train == 16_384 and paper.train.epochs == 15_000 and len(paper.seeds) >= 30
     assert set(paper.n_layers) == {1, 2} and set(paper.n_heads) == {1, 2}
     assert set(paper.weight_decays) == {0.1, 0.4} and not paper.early_stop
     # the four task variants, r in {0.1, 0.3, 1/m, 0.5, 0.7, 0.9} with 1/m per task
@@ -173,8 +174,8 @@ def test_reproduce_preset_is_the_calibrated_regime_with_fresh_seeds():
     calibration = parse(["--config", str(Path(__file__).parents[3] / "examples/reproduction/calibration.yaml")]).sweep
     final = preset("reproduce")
     shared = ("tasks", "seq_len", "n_values", "n_train", "n_eval", "data_seed", "d_model", "d_mlp", "epochs", "lr",
-              "betas", "eval_every", "early_stop", "threshold")
-    assert {k: getattr(final, k) for k in shared} == {k: getattr(calibration, k) for k in shared}
+              "betas", "eval_every", "early_stop", "threshold")  # flat_dict's names
+    assert {k: final.flat_dict()[k] for k in shared} == {k: calibration.flat_dict()[k] for k in shared}
     assert len(final.seeds) >= 16 and not set(final.seeds) & set(calibration.seeds)
     assert {0.5, 0.9} <= set(final.task_ratios("max_parity_sum_parity")) and min(final.ratios) < 0.5
     assert 0.4 in final.weight_decays and set(final.n_layers) == {1, 2}
@@ -243,7 +244,7 @@ def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_fi
     long = parse(["--config", str(root / long_file)]).sweep
     short = parse(["--config", str(root / short_file)]).sweep
     differing = {k for k, v in long.flat_dict().items() if short.flat_dict()[k] != v}
-    assert differing <= {"epochs", "seeds"} and (long.epochs, short.epochs) == (3000, 1000)
+    assert differing <= {"epochs", "seeds"} and (long.train.epochs, short.train.epochs) == (3000, 1000)
     assert set(long.seeds) <= set(short.seeds)
     for cell in long.cells():
         _, model_l, train_l, info_l = cell_configs(long, cell, long.seeds[0])
@@ -290,7 +291,7 @@ def test_sections_are_typed_partial_configs_that_read_as_mappings():
     cfg = SweepConfig.from_dict({"seq_len": 6, "lr": 2e-3, "model": {"d_model": 32}})
     assert isinstance(cfg.train, Section) and cfg.train.config_class is TrainConfig
     # a mapping as config files spell it, and attributes as the config spells them
-    assert cfg.train["lr"] == cfg.train.lr == cfg.lr == 2e-3 and cfg.task.seq_len == 6
+    assert cfg.train["lr"] == cfg.train.lr == 2e-3 and cfg.task.seq_len == 6
     assert "weight_decay" not in cfg.train and "n_layers" not in cfg.model  # per-run fields are not settings
     built = cfg.train.build(weight_decay=0.3, progress=False)
     assert isinstance(built, TrainConfig) and (built.lr, built.weight_decay, built.checkpoint_every) == (2e-3, 0.3, 500)

@@ -138,7 +138,7 @@ def test_a_job_whose_worker_always_dies_fails_alone_and_its_neighbour_finishes(t
     assert [row["seed"] for row in result.failed] == [0]
     assert all("BrokenProcessPool" in row["error"] and Path(row["run_dir"]).is_dir() for row in result.failed)
     (neighbour,) = [row for row in result.rows if row["seed"] == 1]
-    assert not neighbour.get("error") and neighbour["final_epoch"] == cfg.epochs
+    assert not neighbour.get("error") and neighbour["final_epoch"] == cfg.train.epochs
     # the report calls the failed run failed, not training
     failed_dir = Path(result.failed[0]["run_dir"])
     assert json.loads((failed_dir / "failure.json").read_text())["error"] == result.failed[0]["error"]
@@ -178,7 +178,7 @@ def test_a_dead_progress_queue_stops_neither_training_nor_the_sweep(tmp_path, ca
     cfg = preset("smoke", ratios=[0.9], seeds=[0])
     job = plan_jobs(cfg, tmp_path / "study")[0]
     rows = execution.run_job(job, 1, [], _DeadQueue())
-    assert len(rows) == 1 and not rows[0].get("error") and rows[0]["final_epoch"] == cfg.epochs
+    assert len(rows) == 1 and not rows[0].get("error") and rows[0]["final_epoch"] == cfg.train.epochs
     # on the driver: the bar gives the queue up with one note and still moves as jobs end
     jobs = [{"evaluations_per_run": 4, "runs": [{"run_dir": "a"}]}]
     tracker = SweepProgress(Bar(), jobs, n_runs=1, n_cached=0)

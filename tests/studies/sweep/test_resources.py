@@ -28,8 +28,8 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "sweeps.md"
 def test_cpu_cost_is_the_measured_seconds_at_the_reference_shape_and_scales_with_flops():
     ref = resources.CPU_REFERENCE
     cfg = preset("reproduce")  # its shape is the reference's
-    assert (cfg.n_train, cfg.seq_len, cfg.d_model, cfg.d_mlp) == (ref["n_train"], ref["seq_len"], ref["d_model"],
-                                                                  ref["d_mlp"])
+    assert (cfg.task.n_train, cfg.task.seq_len, cfg.model.d_model, cfg.model.d_mlp) == (
+        ref["n_train"], ref["seq_len"], ref["d_model"], ref["d_mlp"])
     one, two = (next(c for c in cfg.cells() if c["n_layers"] == n) for n in (1, 2))
     assert cpu_seed_epoch_seconds(cfg, one) == pytest.approx(0.2)
     assert cpu_seed_epoch_seconds(cfg, two) == pytest.approx(1.3)

@@ -56,8 +56,8 @@ def test_smoke_sweep_local_end_to_end(smoke_local):
         record = json.loads((run_dir / "run.json").read_text())
         assert record["status"] == "finished" and record["trainer"] == "batched"
         metrics = read_jsonl(run_dir / "metrics.jsonl")
-        assert metrics[-1]["epoch"] == cfg.epochs
-        assert [e for e, _ in list_checkpoints(run_dir)][-1] == cfg.epochs
+        assert metrics[-1]["epoch"] == cfg.train.epochs
+        assert [e for e, _ in list_checkpoints(run_dir)][-1] == cfg.train.epochs
         outcome = json.loads((run_dir / "outcome.json").read_text())
         assert outcome["transient_min_span"] == cfg.transient_min_span
         assert outcome["max_adv_acc"] == max(m["adv_acc"] for m in metrics)
@@ -76,7 +76,7 @@ def test_smoke_sweep_over_checkpoints_loadable(smoke_local):
 
     run_dir = Path(smoke_local.rows[0]["run_dir"])
     model, meta = load_checkpoint(list_checkpoints(run_dir)[-1][1])
-    assert meta["epoch"] == preset("smoke").epochs
+    assert meta["epoch"] == preset("smoke").train.epochs
     assert model.interp_config.seed == smoke_local.rows[0]["seed"]
 
 
@@ -302,7 +302,7 @@ def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
     by_dir = {run["run_dir"].name: run for run in plan["runs"]}
     assert len(plan["runs"]) == cfg.n_runs() and set(by_dir) == {p.name for p in runs}
     last_logged = read_jsonl(stopped / "metrics.jsonl")[-1]
-    assert by_dir[stopped.name]["resume_epoch"] == cfg.epochs and by_dir[stopped.name]["running"] is None
+    assert by_dir[stopped.name]["resume_epoch"] == cfg.train.epochs and by_dir[stopped.name]["running"] is None
     assert by_dir[stopped.name]["epoch"] == last_logged["epoch"]
     assert by_dir[stopped.name]["val_acc"] == last_logged["val_acc"]
     assert by_dir[running.name]["running"] == plan["in_use_by"]
@@ -317,10 +317,10 @@ def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"a sweep is running on it now: process {os.getpid()}" in out
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
-    assert f"stopped, resumes from epoch {cfg.epochs}" in lines[stopped.name]
+    assert f"stopped, resumes from epoch {cfg.train.epochs}" in lines[stopped.name]
     assert f"running (process {os.getpid()}" in lines[running.name]
     assert "stopped early at epoch 30, outcome written when its job ends (process" in lines[done_early.name]
-    assert f"epoch {last_logged['epoch']}/{cfg.epochs}" in lines[stopped.name]
+    assert f"epoch {last_logged['epoch']}/{cfg.train.epochs}" in lines[stopped.name]
     assert f"{last_logged['val_acc']:.3f}" in lines[stopped.name]
     for name, generalized in outcomes.items():
         assert ("finished, generalized" if generalized else "finished, not generalized") in lines[name]
@@ -515,14 +515,14 @@ def test_sweep_flags_are_generated_from_sweep_config(tmp_path):
     from interp_toolkit.cli.sweep import parse
 
     parsed = parse(["--preset", "smoke", "--threshold", "0.95", "--betas", "0.9", "0.99", "--ratios", "0.3", "0.7"])
-    assert parsed.sweep.threshold == 0.95 and parsed.sweep.betas == (0.9, 0.99)  # never hand-written flags
+    assert parsed.sweep.threshold == 0.95 and tuple(parsed.sweep.train.betas) == (0.9, 0.99)  # never hand-written flags
     assert parsed.sweep.ratios == [0.3, 0.7]
-    assert parsed.sweep.epochs == preset("smoke").epochs  # the preset's value where no flag is given
+    assert parsed.sweep.train.epochs == preset("smoke").train.epochs  # the preset's value where no flag is given
     config = tmp_path / "sweep.yaml"
     config.write_text("ratios: [0.3]\nepochs: 5\nworkers: 1\n")
     parsed = parse(["--config", str(config), "--epochs", "6"])
-    assert parsed.sweep.ratios == [0.3] and parsed.sweep.epochs == 6 and parsed.workers == 1
-    assert parsed.sweep.n_train == SweepConfig().n_train  # no preset when a file is given
+    assert parsed.sweep.ratios == [0.3] and parsed.sweep.train.epochs == 6 and parsed.workers == 1
+    assert parsed.sweep.task.n_train == SweepConfig().task.n_train  # no preset when a file is given
     # one device option: SweepConfig.device, spelled --device
     assert parse(["--device", "cpu"]).sweep.device == "cpu"
     assert parse([]).sweep.device == SweepConfig().device == "auto"
