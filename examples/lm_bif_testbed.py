@@ -26,9 +26,9 @@ import torch
 from interp_toolkit.analyses.bif import AdaptiveConfig, SamplerConfig
 from interp_toolkit.analyses.bif.lm import LMBIFConfig
 from interp_toolkit.analyses.induction import induction_score
-from interp_toolkit.cli.bif_lm import bif_over_checkpoints
 from interp_toolkit.io import atomic_write_text
 from interp_toolkit.plotting import save_figure
+from interp_toolkit.studies.lm.series import bif_over_checkpoints
 from interp_toolkit.studies.lm.testbed import (
     TestbedConfig,
     induction_phases,

@@ -18,7 +18,6 @@ from interp_toolkit.analyses.over_checkpoints import (
     over_checkpoints,
     plot_over_checkpoints,
 )
-from interp_toolkit.cli.bif_lm import plot_per_class
 from interp_toolkit.errors import UserError
 from interp_toolkit.plotting import (
     component_colors,
@@ -26,6 +25,7 @@ from interp_toolkit.plotting import (
     save_figure,
 )
 from interp_toolkit.runs.trainer import plot_training_curves
+from interp_toolkit.studies.lm.series import plot_per_class
 from interp_toolkit.studies.mechanism.measure import MechanismConfig, mechanism_over_checkpoints
 from interp_toolkit.studies.mechanism.plot import plot_mechanism
 from interp_toolkit.studies.report.plots import plot_curves_by_cell, plot_rate_vs_r

@@ -126,6 +126,11 @@ R1_LEN6_VALUES20 = Regime("R1 at length 6, values 0..19",
                           {**R1.where, "seq_len": "6", "n_values": "20", "study": STAGE5_VALUES20},
                           "length 6 at R1's optimizer with values 0..19 (the paper's: 0..9), fresh model and data "
                           "seeds 460-463 (an exploratory 4 seeds per cell)")
+# Axis c of the regime search: the paper's weight decay, 0.1, on R1's minibatch clock.
+R_WD01_B512 = Regime("wd 0.1, batch 512, 750 epochs",
+                     {**R1.where, "weight_decay": "0.1", "epochs": "750"},
+                     "length 8, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.1, 2 heads, 750 epochs = 24,000 "
+                     "steps = 2.4 decay clocks, no early stop, fresh model and data seeds 470-473 (4 seeds per cell)")
 R1_LEN7 = Regime("R1 at length 7", {**R1.where, "seq_len": "7"},
                  "length 7, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
                  "6.72 decay clocks, no early stop, a fresh dataset per seed")
@@ -396,7 +401,7 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
         out += headline_claims(rows, headline_2l, R1_LEN6_CONFIRM, 2, 0.9, 0.5, (two[1], two[0]), files)
     if cell_rows(rows, R1_LEN6_CONFIRM_1L, 1, 0.9):
         out += headline_claims(rows, headline_1l, R1_LEN6_CONFIRM_1L, 1, 0.5, 0.9, one, files)
-    for regime in (R1_LEN6_1HEAD, R1_LEN6_VALUES20):
+    for regime in (R1_LEN6_1HEAD, R1_LEN6_VALUES20, R_WD01_B512):
         if cell_rows(rows, regime, 2, 0.9) or cell_rows(rows, regime, 1, 0.9):
             out += [*headline_claims(rows, headline_2l, regime, 2, 0.9, 0.5, (two[1], two[0]), files),
                     *headline_claims(rows, headline_1l, regime, 1, 0.5, 0.9, one, files)]
