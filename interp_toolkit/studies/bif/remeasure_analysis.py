@@ -142,20 +142,28 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
             peaks.append({"init": init, "seed": seeds[s], "most_harmful_step": grid[int(values.argmax())],
                           "most_helpful_step": grid[int(values.argmin())], "max": float(values.max()),
                           "min": float(values.min())})
+    def peak_steps(init: int, s: int, level: int) -> list[tuple[int, int]]:
+        """(most helpful, most harmful) step of every ordered pair whose lowest common node is at
+        ``level``, in replica ``init`` and sampler seed ``s``."""
+        out = []
+        for a_name in data.items:
+            for b_name in data.items:
+                ia, ib = idx[a_name], idx[b_name]
+                if a_name == b_name or data.lowest_common_level(ia, ib) != level:
+                    continue
+                values = np.array([float(per_replica[(init, st)]["per_seed"][s, ia, ib]) for st in grid])
+                out.append((grid[int(values.argmin())], grid[int(values.argmax())]))
+        return out
+
     level_peaks = {}
     for level in range(data.depth):
         offsets_help, offsets_harm = [], []
         for init in INITS:
             branch = timelines[init]["branch_steps"]
             for s in range(S):
-                for a_name in data.items:
-                    for b_name in data.items:
-                        ia, ib = idx[a_name], idx[b_name]
-                        if a_name == b_name or data.lowest_common_level(ia, ib) != level:
-                            continue
-                        values = np.array([float(per_replica[(init, st)]["per_seed"][s, ia, ib]) for st in grid])
-                        offsets_help.append(grid[int(values.argmin())] - branch[level])
-                        offsets_harm.append(grid[int(values.argmax())] - branch[level + 1])
+                for helpful, harmful in peak_steps(init, s, level):
+                    offsets_help.append(helpful - branch[level])
+                    offsets_harm.append(harmful - branch[level + 1])
         level_peaks[level] = {
             "median_helpful_minus_branch": float(np.median(offsets_help)),
             "iqr_helpful": [float(np.percentile(offsets_help, 25)), float(np.percentile(offsets_help, 75))],
@@ -176,14 +184,9 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
                 continue
             here, below = float(np.median(half[levels == level])), float(np.median(half[levels == level + 1]))
             for s in range(S):
-                for a_name in data.items:
-                    for b_name in data.items:
-                        ia, ib = idx[a_name], idx[b_name]
-                        if a_name == b_name or data.lowest_common_level(ia, ib) != level:
-                            continue
-                        values = np.array([float(per_replica[(init, st)]["per_seed"][s, ia, ib]) for st in grid])
-                        offsets_help.append(grid[int(values.argmin())] - here)
-                        offsets_harm.append(grid[int(values.argmax())] - below)
+                for helpful, harmful in peak_steps(init, s, level):
+                    offsets_help.append(helpful - here)
+                    offsets_harm.append(harmful - below)
         if offsets_help:
             mode_peaks[level] = {
                 "median_helpful_minus_transition": float(np.median(offsets_help)),
