@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from interp_toolkit.errors import UserError
+from interp_toolkit.studies.grid.study import runs_dir
 
 __all__ = ["EPOCHS", "N_QUERY", "RISING_FROM", "measure_runs", "merge_measurements", "run_kind", "table_outcomes",
            "train_runs", "write_figures"]
@@ -63,7 +64,7 @@ def train_runs(out: Path, epochs: int, seeds: list[int]) -> None:
         task = MPSPConfig(n_train=4096, **DEMO_TASK)
         model = ModelConfig(n_layers=1, n_heads=2, seed=seed, **task.model_dims())
         result = train_mpsp(task, model, TrainConfig(epochs=epochs, eval_every=10, checkpoint_every=25,
-                                                     progress=False), out / "runs" / f"seed{seed}")
+                                                     progress=False), runs_dir(out) / f"seed{seed}")
         print(seed, result.final, flush=True)
 
 
@@ -78,7 +79,7 @@ def measure_runs(out: Path, seeds: list[int]) -> None:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # convergence notes are recorded per checkpoint in the CSV
     for seed in seeds:
-        run = out / "runs" / f"seed{seed}"
+        run = runs_dir(out) / f"seed{seed}"
         available = {epoch for epoch, _ in list_checkpoints(run)}
         epochs = tuple(e for e in EPOCHS if e in available)
         result = run_influence(run, InfluenceConfig(epochs=epochs, n_query=N_QUERY), out=out / "out" / f"seed{seed}",
@@ -100,7 +101,7 @@ def table_outcomes(out: Path, dest: Path) -> list[dict[str, Any]]:
     from interp_toolkit.studies.influence.phases import run_outcome
 
     rows = []
-    for run in sorted((out / "runs").glob("seed*"), key=lambda p: int(p.name[4:])):
+    for run in sorted(runs_dir(out).glob("seed*"), key=lambda p: int(p.name[4:])):
         outcome, metrics, _ = run_outcome(run)
         final = metrics[-1]["adv_acc"]
         kind = run_kind(outcome)
