@@ -13,9 +13,10 @@
 * :mod:`~interp_toolkit.studies.mechanism`: the mechanism over checkpoints and its contrast
   across runs.
 * :mod:`~interp_toolkit.studies.influence`: the joined study (per-example BIF across a run's
-  phases).
+  phases; ``study``: over several runs).
 * :mod:`~interp_toolkit.studies.lm`: the language-model testbed and its token-class BIF series.
-* :mod:`~interp_toolkit.studies.bif`: one checkpoint's BIF command and the deep-linear-network toy.
+* :mod:`~interp_toolkit.studies.bif`: one checkpoint's BIF (``checkpoint``), the deep-linear-network
+  toy (``dln``), the hierarchy study (``hierarchy``) and its re-measurement (``remeasure``).
 * :mod:`~interp_toolkit.studies.demo` and :mod:`~interp_toolkit.studies.rounding_probe`: the demo,
   and the probe of float rounding in one run's outcome.
 
