@@ -55,6 +55,18 @@ def timeline(data, init: int, lr: float, steps: int = 2000) -> dict:
     return {"mode_half_steps": half_times, "mode_levels": modes.levels, "branch_steps": branch}
 
 
+def _offsets_summary(helpful: list[int], harmful: list[int], against: str) -> dict[str, Any]:
+    """Median and interquartile range of the pairs' most helpful steps minus ``against`` (the
+    branch or mode transition of their common level) and most harmful steps minus the one
+    below."""
+    def iqr(values: list[int]) -> list[float]:
+        return [float(np.percentile(values, 25)), float(np.percentile(values, 75))]
+
+    return {f"median_helpful_minus_{against}": float(np.median(helpful)), "iqr_helpful": iqr(helpful),
+            f"median_harmful_minus_{against}_below": float(np.median(harmful)), "iqr_harmful": iqr(harmful),
+            "n": len(helpful)}
+
+
 def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
 
     from interp_toolkit.studies.common.statistics import combined_p
@@ -164,13 +176,7 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
                 for helpful, harmful in peak_steps(init, s, level):
                     offsets_help.append(helpful - branch[level])
                     offsets_harm.append(harmful - branch[level + 1])
-        level_peaks[level] = {
-            "median_helpful_minus_branch": float(np.median(offsets_help)),
-            "iqr_helpful": [float(np.percentile(offsets_help, 25)), float(np.percentile(offsets_help, 75))],
-            "median_harmful_minus_branch_below": float(np.median(offsets_harm)),
-            "iqr_harmful": [float(np.percentile(offsets_harm, 25)), float(np.percentile(offsets_harm, 75))],
-            "n": len(offsets_help),
-        }
+        level_peaks[level] = _offsets_summary(offsets_help, offsets_harm, "branch")
 
     # the same against the network's own singular-mode transitions: the half-strength step of
     # the modes of a level (median over them), per initialization
@@ -188,13 +194,7 @@ def analyze(out: Path, docs: Path, seeds: tuple[int, ...]) -> None:
                     offsets_help.append(helpful - here)
                     offsets_harm.append(harmful - below)
         if offsets_help:
-            mode_peaks[level] = {
-                "median_helpful_minus_transition": float(np.median(offsets_help)),
-                "iqr_helpful": [float(np.percentile(offsets_help, 25)), float(np.percentile(offsets_help, 75))],
-                "median_harmful_minus_transition_below": float(np.median(offsets_harm)),
-                "iqr_harmful": [float(np.percentile(offsets_harm, 25)), float(np.percentile(offsets_harm, 75))],
-                "n": len(offsets_help),
-            }
+            mode_peaks[level] = _offsets_summary(offsets_help, offsets_harm, "transition")
 
     # causal windows vs a pair-permuted null, per init and seed
     windows = [(s0, s0 + WINDOW) for s0 in range(0, HORIZON, WINDOW)]
