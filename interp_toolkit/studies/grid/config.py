@@ -198,7 +198,7 @@ def nested_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         if section in out:
             if not isinstance(out[section], Mapping):
                 raise UserError(f"SweepConfig.{section} must be a mapping of its config's fields, got {out[section]!r}")
-            out[section] = {**out[section]}
+            out[section] = dict(out[section])
     for key, section, name, value in moved:
         fields = out.setdefault(section, {})
         if name in fields and _plain(fields[name]) != _plain(value):
