@@ -188,7 +188,7 @@ def new_panels(n: int, ax: Sequence[Any] | None = None, ncols: int = 1,
 
 
 def check_format(fmt: str) -> str:
-    """``fmt`` lower-cased if it is one of :data:`FORMATS`; ValueError otherwise."""
+    """``fmt`` lower-cased if it is one of :data:`FORMATS`; a ``UserError`` naming it otherwise."""
     if not isinstance(fmt, str) or fmt.lower() not in FORMATS:
         raise UserError(f"figure format must be one of {list(FORMATS)}, got {fmt!r}")
     return fmt.lower()

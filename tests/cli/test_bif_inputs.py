@@ -73,3 +73,13 @@ def test_the_library_call_is_the_command_without_its_flags(checkpoint, tmp_path,
     assert {k: v for k, v in summary["command_config"].items() if k != "out"} == same
     with pytest.raises(UserError, match="at least 2 chains"):
         CheckpointBIFConfig(sampler=SamplerConfig(chains=1))
+
+
+def test_the_library_refuses_a_bad_figure_format_before_any_sampling(checkpoint, tmp_path):
+    from interp_toolkit.studies.bif.checkpoint import CheckpointBIFConfig, calibrate_checkpoint, compute_bif_summary
+
+    for call in (compute_bif_summary, calibrate_checkpoint):
+        with pytest.raises(UserError, match=r"figure format must be one of \['png', 'svg', 'pdf'\], got 'gif'"):
+            call(checkpoint, CheckpointBIFConfig(), task_config=tmp_path / "task.json", out=tmp_path / "out",
+                 format="gif")
+    assert not (tmp_path / "out").exists()

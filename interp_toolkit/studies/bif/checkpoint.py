@@ -157,7 +157,6 @@ def checkpoint_bif_inputs(checkpoint: str | Path | None, config: CheckpointBIFCo
 
     if checkpoint is None:
         raise UserError("a BIF needs a checkpoint (a .safetensors file); got none")
-    args = config
     sampler = config.sampler
     resolved = resolve_device(device or "cpu")
     checkpoint = Path(checkpoint)
@@ -169,8 +168,8 @@ def checkpoint_bif_inputs(checkpoint: str | Path | None, config: CheckpointBIFCo
         raise UserError(f"checkpoint {checkpoint} belongs to run {metadata['run_key']}, but {record_path(run_dir)} "
                         f"records run {read_record(run_dir).get('key')}")
     splits = task_splits(task)
-    if args.query_split not in splits:
-        raise UserError(f"--query-split {args.query_split!r}: the task of {task_source} has splits {sorted(splits)}")
+    if config.query_split not in splits:
+        raise UserError(f"--query-split {config.query_split!r}: the task of {task_source} has splits {sorted(splits)}")
     try:  # a task config of another model: refuse before any file is written
         for name, split in splits.items():
             check_token_ids(name, split.tokens, int(model.cfg.d_vocab))
@@ -178,23 +177,23 @@ def checkpoint_bif_inputs(checkpoint: str | Path | None, config: CheckpointBIFCo
     except UserError as err:
         raise UserError(f"the task of {task_source} does not fit checkpoint {checkpoint}: {err}") from err
     train = splits["train"]
-    query = splits[args.query_split]
-    used = {"n_attribution": min(args.n_attribution, int(train.labels.shape[0])),
-            "n_query": min(args.n_query, int(query.labels.shape[0]))}
-    clipped_from = {name: getattr(args, name) for name in used if used[name] < getattr(args, name)}
+    query = splits[config.query_split]
+    used = {"n_attribution": min(config.n_attribution, int(train.labels.shape[0])),
+            "n_query": min(config.n_query, int(query.labels.shape[0]))}
+    clipped_from = {name: getattr(config, name) for name in used if used[name] < getattr(config, name)}
     for name, asked in clipped_from.items():  # rows are taken from a split: never more than it holds
-        split_name = "train" if name == "n_attribution" else args.query_split
+        split_name = "train" if name == "n_attribution" else config.query_split
         notice(f"--{name.replace('_', '-')} {asked} exceeds the {used[name]} examples of the task's {split_name} "
                f"split; using {used[name]} (summary.json records both)")
     if sampler.batch_size is not None and sampler.batch_size > train.labels.shape[0]:
         sampler = SamplerConfig.from_dict({**sampler.to_dict(), "batch_size": None})
     gen = torch.Generator().manual_seed(sampler.seed)
-    rows = torch.randperm(train.labels.shape[0], generator=gen)[: args.n_attribution]
+    rows = torch.randperm(train.labels.shape[0], generator=gen)[: config.n_attribution]
     return {
         "model": model, "metadata": metadata, "checkpoint": checkpoint, "task": task, "task_source": task_source,
         "sampler": sampler,
         "train": (train.tokens.to(resolved), train.labels.to(resolved)),
-        "query": (query.tokens[: args.n_query].to(resolved), query.labels[: args.n_query].to(resolved)),
+        "query": (query.tokens[: config.n_query].to(resolved), query.labels[: config.n_query].to(resolved)),
         "attribution": (train.tokens[rows].to(resolved), train.labels[rows].to(resolved)),
         # which rows follow the shortcut (None: a custom task that does not say)
         "agrees": train.agrees[rows] if getattr(train, "agrees", None) is not None else None,
@@ -208,7 +207,6 @@ def bif_summary(config: CheckpointBIFConfig, inputs: dict[str, Any], result: Any
     is the :class:`~interp_toolkit.analyses.bif.adaptive.AdaptiveRecord` of the rounds,
     ``out_dir`` the output directory, ``settings`` every setting of the call as the command's
     flags name them (``command_config``; default: ``config``'s)."""
-    args = config
     per_row = result.bif.mean(1).cpu()
     agrees = inputs["agrees"]
     task = inputs["task"]
@@ -220,11 +218,11 @@ def bif_summary(config: CheckpointBIFConfig, inputs: dict[str, Any], result: Any
         "clipped_from": inputs.get("clipped_from", {}),
         "task": {"name": task.name, **task.to_dict()},
         "task_source": inputs["task_source"],
-        "query_split": args.query_split,
+        "query_split": config.query_split,
         "cache_key": result.cache_key,
         "result_dir": str(out_dir / f"bif_{result.cache_key}"),
-        "query": f"the mean readout cross-entropy over {inputs.get('used', {}).get('n_query', args.n_query)} "
-                 f"{args.query_split} examples",
+        "query": f"the mean readout cross-entropy over {inputs.get('used', {}).get('n_query', config.n_query)} "
+                 f"{config.query_split} examples",
         "mean_bif_on_query_loss": {
             "shortcut_consistent_train_examples": float(per_row[agrees].mean()) if agrees.any() else None,
             "shortcut_inconsistent_train_examples": float(per_row[~agrees].mean()) if (~agrees).any() else None,
@@ -295,7 +293,9 @@ def compute_bif_summary(checkpoint: str | Path | None, config: CheckpointBIFConf
     from interp_toolkit.analyses.bif import bif
     from interp_toolkit.analyses.bif.adaptive import ROUNDS_DIR, keep_final_round, until_converged
     from interp_toolkit.io import atomic_write_json
+    from interp_toolkit.plotting import check_format
 
+    format = check_format(format)  # a bad format is refused before any sampling
     config = config if config is not None else CheckpointBIFConfig()
     inputs = checkpoint_bif_inputs(checkpoint, config, task_config=task_config, device=device)
     out_dir = bif_output_dir(checkpoint, out)
@@ -338,8 +338,9 @@ def calibrate_checkpoint(checkpoint: str | Path | None, config: CheckpointBIFCon
     """
     from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
     from interp_toolkit.io import atomic_write_json, config_hash, file_digest
-    from interp_toolkit.plotting import save_figure
+    from interp_toolkit.plotting import check_format, save_figure
 
+    format = check_format(format)  # a bad format is refused before any sampling
     config = config if config is not None else CheckpointBIFConfig()
     inputs = checkpoint_bif_inputs(checkpoint, config, task_config=task_config, device=device)
     base = inputs["sampler"]

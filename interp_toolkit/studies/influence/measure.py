@@ -506,19 +506,18 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
     from interp_toolkit.checkpoint import load_checkpoint
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.io import CheckpointCache, atomic_write_json
-    from interp_toolkit.plotting import save_figure
+    from interp_toolkit.plotting import check_format, save_figure
     from interp_toolkit.studies.common.outcomes import describe_phases
     from interp_toolkit.userfiles import check_output_dir
 
-    if format not in ("png", "svg", "pdf"):
-        raise UserError(f"figure format {format!r}: expected one of png, svg, pdf")
+    format = check_format(format)
     if run_dir is None or not Path(run_dir).is_dir():
         raise UserError(f"run directory {run_dir} does not exist (expected an MPSP run directory)")
-    args = config if config is not None else InfluenceConfig()
+    config = config if config is not None else InfluenceConfig()
     run_dir = Path(run_dir)
     out = influence_output_dir(run_dir, out)
     check_output_dir(out, "--out")
-    checkpoints = _selected_checkpoints(run_dir, args)
+    checkpoints = _selected_checkpoints(run_dir, config)
     check_checkpoints_belong_to_run(run_dir, checkpoints)
     splits = splits_from_run(run_dir)
     missing = [name for name in ("train", *QUERY_SETS) if name not in splits]
@@ -531,9 +530,10 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
     threshold = draw_phase_threshold(outcome, metrics)
     device = str(resolve_device(device or "cpu"))
     settings = {
-        "sampler": {k: v for k, v in args.sampler.to_dict().items() if k != "progress"}, "n_query": args.n_query,
-        "n_consistent": args.n_consistent, "amplification_n": args.amplification_n, "threshold": round(threshold, 9),
-        "version": VERSION, **({"draw_phases": args.draw_phases} if args.draw_phases != "onset" else {}),
+        "sampler": {k: v for k, v in config.sampler.to_dict().items() if k != "progress"},
+        "n_query": config.n_query, "n_consistent": config.n_consistent, "amplification_n": config.amplification_n,
+        "threshold": round(threshold, 9),
+        "version": VERSION, **({"draw_phases": config.draw_phases} if config.draw_phases != "onset" else {}),
     }
     rows: list[dict[str, Any]] = []
     records: dict[int, dict[str, Any]] = {}
@@ -546,9 +546,9 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
             hits.append(epoch)
         else:
             model, _ = load_checkpoint(path, device=device)
-            record = checkpoint_influence(model, splits, args.sampler, threshold, args.n_query, args.n_consistent,
-                                          args.amplification_n, cache_dir=out / "bif", device=device,
-                                          draw_phases=args.draw_phases)
+            record = checkpoint_influence(model, splits, config.sampler, threshold, config.n_query, config.n_consistent,
+                                          config.amplification_n, cache_dir=out / "bif", device=device,
+                                          draw_phases=config.draw_phases)
             record = {"epoch": epoch, "checkpoint": path.name, **record}
             # the digest makes an edited or flipped number a recomputation, never a result
             cache.write(cache_path, record)

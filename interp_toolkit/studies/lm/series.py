@@ -358,8 +358,9 @@ def calibrate_lm_checkpoint(ref: Any, sets: Any, sampler: SamplerConfig, out: st
     figure; returns the JSON plus ``path``."""
     from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
     from interp_toolkit.io import config_hash
-    from interp_toolkit.plotting import save_figure
+    from interp_toolkit.plotting import check_format, save_figure
 
+    figure_format = check_format(figure_format)  # a bad format is refused before the sweep
     posterior, train, query = sets
     base = sampler
     gamma, n_beta = tuple(gamma), tuple(n_beta)

@@ -309,3 +309,11 @@ def test_merge_measurements_refuses_two_runs_with_a_user_error(tmp_path):
     with pytest.raises(UserError, match=r"one run; these measure \['runs/seed3', 'runs/seed5'\]"):
         merge_measurements(tmp_path / "merged.csv", [tmp_path / "a", tmp_path / "b"])
     assert not (tmp_path / "merged.csv").exists()
+
+
+def test_run_influence_refuses_a_bad_figure_format_before_any_work(tiny_run, tmp_path):
+    from interp_toolkit.studies.influence.measure import InfluenceConfig, run_influence
+
+    with pytest.raises(UserError, match="got 'gif'"):
+        run_influence(tiny_run, InfluenceConfig(epochs=(20,)), out=tmp_path / "out", format="gif")
+    assert not (tmp_path / "out").exists()
