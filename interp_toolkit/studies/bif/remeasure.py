@@ -83,7 +83,12 @@ def sampler_config(seed: int, eps: float, burn_in: int = 1000, draws: int = 2000
 
 def replicas(data: Any, inits: tuple[int, ...] = INITS,
              steps: tuple[int, ...] = STEPS) -> tuple[Tensor, Tensor, list[tuple[int, int]]]:
-    """Weights of every (init, step) replica: GD from each init, captured at every step."""
+    """Weights of every (init, step) replica: GD from each init, captured at every step.
+
+    Returns:
+        ``W1 [R, hidden, items]``, ``W2 [R, properties, hidden]`` and the ``R`` labels
+        ``(init, step)``, init-major (``R = len(inits) * len(steps)``).
+    """
     W1s, W2s, labels = [], [], []
     for init in inits:
         model = DeepLinearNetwork(DLNConfig(data.n_items, 16, data.n_properties, init_scale=1e-3, seed=init))
