@@ -9,15 +9,22 @@ memorization for the rule. :func:`weight_norm_study` measures that with the tool
 ``out``:
 
 * ``<name>.csv``: one row per run, checkpoint and parameter group (study, cell, seed,
-  generalized, lr, weight decay, epoch, group, norm, n_params, and against the run's
-  epoch-0 checkpoint: reference_norm, distance, relative_distance, cosine);
-* ``<name>_rates.csv``: per run and group, the norm's relative change per step between the
-  last two checkpoints at or after ``from_epoch``, beside the pure-decay rate ``-lr * wd``
-  and as a share of it (:func:`decay_share_lines`: medians per cell);
+  generalized, lr, weight decay, steps_per_epoch, step, scheduled_lr, pure_decay, epoch, group, norm,
+  n_params, and against the run's epoch-0 checkpoint: reference_norm, distance,
+  relative_distance, cosine); ``pure_decay`` is the factor decay alone would have applied by
+  that step, ``prod(1 - lr_s * wd)`` over the run's steps with its own learning rate
+  schedule (``(1 - lr * wd) ** step`` at a constant rate);
+* ``<name>_rates.csv``: per run and group, the norm's relative change per optimizer step
+  between the last two checkpoints at or after ``from_epoch``, beside the pure-decay rate
+  ``-lr * wd`` (with a schedule, its geometric mean over those steps) and as a share of it
+  (:func:`decay_share_lines`: medians per cell);
 * ``<name>.png``: per cell, each group's norm relative to its initialization (median over
-  seeds) against epoch, with pure decay ``(1 - lr * wd) ** step`` dotted: a group on the
-  dotted curve is one the gradient does not defend, a rising one carries the learned solution;
-  below, each group's cosine to its initialization (near 1: still mostly the random init).
+  seeds) against epoch, with pure decay dotted: a group on the dotted curve is one the
+  gradient does not defend, a rising one carries the learned solution; below, each group's
+  cosine to its initialization (near 1: still mostly the random init).
+
+Steps, not epochs, carry the decay: a minibatch run takes ``ceil(n_train / batch_size)``
+steps per epoch (:func:`~interp_toolkit.studies.grid.cells.steps_per_epoch`).
 
 ``examples/reproduction/weight_norms.py`` is its command line.
 """
@@ -33,8 +40,10 @@ from interp_toolkit.analyses._common import Table
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints
 from interp_toolkit.errors import UserError
 from interp_toolkit.plotting import save_figure
+from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.record import read_record, task_dict
 from interp_toolkit.runs.trainer import list_checkpoints
+from interp_toolkit.studies.grid.cells import steps_per_epoch
 from interp_toolkit.studies.grid.study import has_outcome, read_outcome, runs_dir
 
 
@@ -50,10 +59,28 @@ def finished_runs(study_dirs: list[Path]) -> list[tuple[Path, Path]]:
     return runs
 
 
+def pure_decay_factors(train: TrainConfig, per_epoch: int, epochs: list[int]) -> dict[int, float]:
+    """Epoch -> the factor by which AdamW's decoupled decay alone shrinks a weight by the end
+    of that epoch: ``prod(1 - lr_s * wd)`` over steps ``s = 1 .. epoch * per_epoch``, with the
+    run's learning rate schedule (:meth:`TrainConfig.lr_at`)."""
+    if not train.schedules_lr:  # one factor, as the closed form every constant-rate figure used
+        return {e: (1 - train.lr * train.weight_decay) ** (e * per_epoch) for e in epochs}
+    total = train.epochs * per_epoch
+    wanted, out, factor = sorted(set(epochs)), {}, 1.0
+    step = 0
+    for epoch in wanted:
+        while step < epoch * per_epoch:
+            step += 1
+            factor *= 1 - train.lr_at(step, total) * train.weight_decay
+        out[epoch] = factor
+    return out
+
+
 def measure(runs: list[tuple[Path, Path]], progress: bool = True) -> list[dict]:
     """One row per run, checkpoint and parameter group: the toolkit's ``weight_norms`` analysis
     (cached per checkpoint in each run directory) against the run's epoch-0 checkpoint, with
-    the run's study, cell, seed, outcome, lr and weight decay."""
+    the run's study, cell, seed, outcome, lr, weight decay, steps per epoch, optimizer step and
+    pure-decay factor at the checkpoint (:func:`pure_decay_factors`)."""
     rows = []
     for i, (study, run_dir) in enumerate(runs, 1):
         record = read_record(run_dir)
@@ -68,17 +95,31 @@ def measure(runs: list[tuple[Path, Path]], progress: bool = True) -> list[dict]:
             print(f"[{i}/{len(runs)}] {run_dir.name}: {len(result.computed)} computed, "
                   f"{len(result.cache_hits)} cached", flush=True)
         cell = f"{model['n_layers']}L r={task['r']:g} wd={train['weight_decay']:g}"
+        train_cfg = TrainConfig.from_dict(train)
+        per_epoch = steps_per_epoch(task["n_train"], train_cfg.batch_size)
+        decay = pure_decay_factors(train_cfg, per_epoch, [int(r["epoch"]) for r in result.rows])
         for row in result.rows:
+            epoch = int(row["epoch"])
             rows.append({"study": study.name, "cell": cell, "seed": model["seed"],
                          "generalized": bool(outcome.get("generalized")), "lr": train["lr"],
-                         "weight_decay": train["weight_decay"], **row})
+                         "weight_decay": train["weight_decay"], "steps_per_epoch": per_epoch,
+                         "step": epoch * per_epoch, "scheduled_lr": train_cfg.schedules_lr,
+                         "pure_decay": decay[epoch], **row})
     return rows
 
 
+def _steps(row: dict) -> int:
+    """A row's optimizer step; a table written before steps were recorded was full-batch
+    (one step per epoch) throughout."""
+    return int(row["step"]) if row.get("step") not in (None, "") else int(row["epoch"])
+
+
 def decay_rates(rows: list[dict], from_epoch: int) -> list[dict]:
-    """Per run and group: relative norm change per step over its last two checkpoints at or
-    after ``from_epoch``, and that as a share of pure decay (1: the gradient does not defend
-    the group at all; 0: its norm holds; negative: it grows)."""
+    """Per run and group: relative norm change per optimizer step over its last two
+    checkpoints at or after ``from_epoch``, and that as a share of pure decay (1: the gradient
+    does not defend the group at all; 0: its norm holds; negative: it grows). Pure decay per
+    step is ``-lr * wd`` at a constant rate; with a schedule, the geometric mean over those steps,
+    ``(pure_decay_to / pure_decay_from) ** (1 / steps) - 1``."""
     by_run_group: dict[tuple, list[dict]] = {}
     for r in rows:
         if r["epoch"] >= from_epoch:
@@ -89,8 +130,11 @@ def decay_rates(rows: list[dict], from_epoch: int) -> list[dict]:
         if len(mine) < 2 or mine[-2]["norm"] == 0:
             continue
         a, b = mine[-2], mine[-1]
-        rate = (b["norm"] / a["norm"] - 1) / (b["epoch"] - a["epoch"])
+        steps = _steps(b) - _steps(a)
+        rate = (b["norm"] / a["norm"] - 1) / steps
         pure = -a["lr"] * a["weight_decay"]
+        if a.get("scheduled_lr") is True and a["pure_decay"] > 0:  # the geometric mean over the interval
+            pure = (b["pure_decay"] / a["pure_decay"]) ** (1 / steps) - 1
         out.append({"study": study, "cell": cell, "seed": seed, "group": group, "generalized": a["generalized"],
                     "from_epoch": a["epoch"], "to_epoch": b["epoch"], "norm_from": a["norm"], "norm_to": b["norm"],
                     "rate_per_step": rate, "pure_decay_rate": pure,
@@ -156,12 +200,20 @@ def plot(rows: list[dict]) -> Any:
                     grid[1][column].plot(*cosines[cell, group], **line)
             mine = [r for r in rows if r["cell"] == cell]
             lr, wd, end = mine[0]["lr"], mine[0]["weight_decay"], max(r["epoch"] for r in mine)
-            xs = list(range(0, end + 1, max(1, end // 100)))
-            ax.plot(xs, [(1 - lr * wd) ** x for x in xs], ":", color="black", lw=2,
-                    label=f"pure decay (1-{lr * wd:g})^step")
+            decay = {int(r["epoch"]): r["pure_decay"] for r in mine if r.get("pure_decay") not in (None, "")}
+            per_epoch = int(mine[0].get("steps_per_epoch") or 1)
+            if decay:  # the run's own schedule, at its checkpoints
+                xs = sorted(decay)
+                ax.plot(xs, [decay[x] for x in xs], ":", color="black", lw=2,
+                        label="pure decay, prod(1 - lr wd) per step")
+            else:  # a table from before steps were recorded: full batch, constant rate
+                xs = list(range(0, end + 1, max(1, end // 100)))
+                ax.plot(xs, [(1 - lr * wd) ** x for x in xs], ":", color="black", lw=2,
+                        label=f"pure decay (1-{lr * wd:g})^step")
             n_seeds = len({(r["study"], r["seed"]) for r in mine})
             ax.set_title(f"{cell} ({n_seeds} seeds, median)")
-            grid[-1][column].set_xlabel("epoch (one full-batch step each)")
+            grid[-1][column].set_xlabel("epoch (one full-batch step each)" if per_epoch == 1
+                                        else f"epoch ({per_epoch} optimizer steps each)")
         axes[0].set_ylabel("parameter norm / its norm at initialization")
         if cosines:
             grid[1][0].set_ylabel("cosine to the initialization")

@@ -64,3 +64,39 @@ def test_weight_norm_medians_skip_epochs_only_early_stopped_runs_have():
     rows += [row(1, 7, 1.0), row(2, 20, 3.0), row(3, 20, 5.0)]  # seed 1 stopped at epoch 7
     epochs, values = median_series(rows, "norm")["c", "all"]
     assert epochs == [0, 10, 20] and values == [1.0, 1.0, 2.0]  # norm / norm at epoch 0, median of 2 runs
+
+
+@pytest.mark.parametrize("schedule", [{}, {"warmup_steps": 3, "lr_schedule": "cosine", "min_lr_ratio": 0.1}])
+def test_weight_norms_count_optimizer_steps_not_epochs(tmp_path, schedule):
+    """A minibatch run takes ceil(n_train / batch) steps per epoch; decay acts per step, with the run's own schedule."""
+    import math
+
+    from interp_toolkit.model import ModelConfig, build_model
+    from interp_toolkit.runs.trainer import TrainConfig, train
+    from interp_toolkit.tasks.mpsp import MPSPConfig, make_splits
+
+    task = MPSPConfig(seq_len=5, n_values=10, n_train=100, n_eval=32, r=0.75)  # batch 32: 4 steps per epoch
+    cfg = ModelConfig(n_layers=1, n_heads=1, d_model=16, attn_only=True, **task.model_dims())
+    train_cfg = TrainConfig(epochs=4, eval_every=2, checkpoint_every=2, checkpoint_log_spaced=False, progress=False,
+                            lr=1e-2, weight_decay=0.5,
+                            batch_size=32, **schedule)
+    run_dir = tmp_path / "study" / "runs" / "mini"
+    train(build_model(cfg), make_splits(task), train_cfg, run_dir,
+          run_info={"task": {"name": task.name, **task.to_dict()}})
+    (run_dir / "outcome.json").write_text(json.dumps({"generalized": False}))
+    result = weight_norm_study([tmp_path / "study"], tmp_path / "out", name="wn", from_epoch=0, progress=False)
+    rows = [r for r in csv.DictReader(result.table.open()) if r["group"] == "all"]
+    assert {(r["epoch"], r["step"], r["steps_per_epoch"]) for r in rows} == {("0", "0", "4"), ("2", "8", "4"),
+                                                                           ("4", "16", "4")}
+    lrs = [train_cfg.lr_at(s, 16) for s in range(1, 17)]
+    by_hand = {e: math.prod(1 - lr * 0.5 for lr in lrs[:4 * e]) for e in (0, 2, 4)}
+    for r in rows:
+        assert float(r["pure_decay"]) == pytest.approx(by_hand[int(r["epoch"])], rel=1e-12)
+    for rate in result.rates:  # epochs 2 -> 4 are 8 steps apart
+        assert rate["rate_per_step"] == pytest.approx((rate["norm_to"] / rate["norm_from"] - 1) / 8)
+        if schedule:  # the geometric mean of (1 - lr_s wd) over steps 9..16, minus 1
+            assert rate["pure_decay_rate"] == pytest.approx((by_hand[4] / by_hand[2]) ** (1 / 8) - 1)
+            assert rate["pure_decay_rate"] > -1e-2 * 0.5  # the cosine has lowered the rate below lr * wd
+        else:
+            assert rate["pure_decay_rate"] == -1e-2 * 0.5
+    assert replot(result.table).read_bytes()[:4] == b"\x89PNG"  # the figure redraws with the steps column
