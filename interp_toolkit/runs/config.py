@@ -25,6 +25,15 @@ LR_SCHEDULES = ("constant", "cosine", "linear")
 _LATER_FIELDS = {"warmup_steps": 0, "lr_schedule": "constant", "min_lr_ratio": 0.0, "grad_clip": None}
 
 
+def steps_per_epoch(n_train: int, batch_size: int | None) -> int:
+    """Optimizer steps in one epoch: 1 at full batch (``batch_size`` None), else
+    ``ceil(n_train / batch_size)`` (the trainers' ``epoch_minibatches`` cut a permutation into
+    pieces of ``batch_size``, the last one smaller when it does not divide)."""
+    if batch_size is None:
+        return 1
+    return -(-int(n_train) // int(batch_size))
+
+
 def lr_factor(step: int, total_steps: int, warmup_steps: int = 0, lr_schedule: str = "constant",
               min_lr_ratio: float = 0.0) -> float:
     """The learning rate of optimizer step ``step`` (1-based) of ``total_steps`` as a fraction
@@ -163,8 +172,8 @@ class TrainConfig(Config):
         return self.warmup_steps > 0 or self.lr_schedule != "constant"
 
     def steps_per_epoch(self, n_train: int) -> int:
-        """Optimizer steps per epoch on ``n_train`` examples (1 at full batch)."""
-        return 1 if self.batch_size is None else -(-int(n_train) // self.batch_size)
+        """Optimizer steps per epoch on ``n_train`` examples (1 at full batch): :func:`steps_per_epoch`."""
+        return steps_per_epoch(n_train, self.batch_size)
 
     def lr_at(self, step: int, total_steps: int) -> float:
         """The learning rate of optimizer step ``step`` (1-based) of ``total_steps``.
@@ -198,4 +207,4 @@ class TrainConfig(Config):
         return sorted(epochs)
 
 
-__all__ = ["ENGINES", "LR_SCHEDULES", "TrainConfig", "check_engine_name", "lr_factor", "lr_steps"]
+__all__ = ["ENGINES", "LR_SCHEDULES", "TrainConfig", "check_engine_name", "lr_factor", "lr_steps", "steps_per_epoch"]

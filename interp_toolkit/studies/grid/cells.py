@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from interp_toolkit.config import _plain
 from interp_toolkit.errors import UserError
-from interp_toolkit.runs.config import lr_steps
+from interp_toolkit.runs.config import lr_steps, steps_per_epoch
 from interp_toolkit.runs.record import task_dict
 from interp_toolkit.studies.common.outcomes import OutcomeThresholds
 from interp_toolkit.studies.grid.config import FLAT_NAMES, PER_RUN, SECTIONS, SweepConfig
@@ -383,15 +383,6 @@ def with_clock(fields: Sequence[str]) -> tuple[str, ...]:
     return fields[:at] + CLOCK_FIELDS + fields[at:]
 
 
-def steps_per_epoch(n_train: int, batch_size: int | None) -> int:
-    """Optimizer steps in one epoch: 1 at full batch (``batch_size`` None), else
-    ``ceil(n_train / batch_size)`` (the trainers' ``epoch_minibatches`` cut a permutation into
-    pieces of ``batch_size``, the last one smaller when it does not divide)."""
-    if batch_size is None:
-        return 1
-    return -(-int(n_train) // int(batch_size))
-
-
 def _rounded(value: float) -> float:
     return float(f"{value:.12g}")  # 0.001 x 0.1 reads 0.0001, not 0.00010000000000000002
 
@@ -413,8 +404,8 @@ def schedule_of(row: Mapping[str, Any]) -> dict[str, Any]:
 def optimizer_clock(n_train: Any, batch_size: Any, lr: Any, weight_decay: Any, epochs: Any,
                     schedule: Mapping[str, Any] | None = None, planned_epochs: Any = None) -> dict[str, Any]:
     """``{"steps", "lr_x_wd", "decay_clocks"}`` of ``epochs`` epochs: optimizer steps
-    (``epochs`` x :func:`steps_per_epoch`), ``lr x weight_decay`` at the peak lr (AdamW's
-    decoupled decay shrinks weights by ``lr_t x wd`` per step) and ``decay_clocks``, that
+    (``epochs`` x :func:`~interp_toolkit.runs.config.steps_per_epoch`), ``lr x weight_decay`` at
+    the peak lr (AdamW's decoupled decay shrinks weights by ``lr_t x wd`` per step) and ``decay_clocks``, that
     shrinkage summed over the steps: ``steps x lr x wd`` at a constant lr, ``lr x wd`` times
     :func:`~interp_toolkit.runs.config.lr_steps` under a warmup or a decaying ``schedule`` (a
     row with :data:`SCHEDULE_SETTINGS`; the schedule spans ``planned_epochs``, default
@@ -464,4 +455,4 @@ __all__ = ["ALWAYS_REPORTED", "ARCH_FIELDS", "CELL_FIELDS", "CLOCK_FIELDS", "NOT
            "is_extra_setting", "matches_spec", "optimizer_clock", "parse_cell_spec",
            "parse_setting_text", "schedule_of",
            "regime_fields", "run_settings", "select_runs", "setting_default", "sort_key",
-           "spec_list", "steps_per_epoch", "varying_fields", "with_clock"]
+           "spec_list", "varying_fields", "with_clock"]

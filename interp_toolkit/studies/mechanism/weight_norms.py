@@ -24,7 +24,7 @@ memorization for the rule. :func:`weight_norm_study` measures that with the tool
   cosine to its initialization (near 1: still mostly the random init).
 
 Steps, not epochs, carry the decay: a minibatch run takes ``ceil(n_train / batch_size)``
-steps per epoch (:func:`~interp_toolkit.studies.grid.cells.steps_per_epoch`).
+steps per epoch (:func:`~interp_toolkit.runs.config.steps_per_epoch`).
 
 ``examples/reproduction/weight_norms.py`` is its command line.
 """
@@ -40,10 +40,9 @@ from interp_toolkit.analyses._common import Table
 from interp_toolkit.analyses.over_checkpoints import over_checkpoints
 from interp_toolkit.errors import UserError
 from interp_toolkit.plotting import save_figure
-from interp_toolkit.runs.config import TrainConfig
+from interp_toolkit.runs.config import TrainConfig, steps_per_epoch
 from interp_toolkit.runs.record import read_record, task_dict
 from interp_toolkit.runs.trainer import list_checkpoints
-from interp_toolkit.studies.grid.cells import steps_per_epoch
 from interp_toolkit.studies.grid.study import has_outcome, read_outcome, runs_dir
 
 

@@ -124,8 +124,9 @@ def test_cell_specs_accept_section_fields_typed():
 def test_steps_per_epoch_counts_the_trainers_minibatches_last_partial_included():
     import torch
 
+    from interp_toolkit.runs.config import steps_per_epoch
     from interp_toolkit.runs.trainer import epoch_minibatches
-    from interp_toolkit.studies.grid.cells import optimizer_clock, steps_per_epoch
+    from interp_toolkit.studies.grid.cells import optimizer_clock
 
     for n, batch_size in ((10, 3), (10, 5), (10, 10), (10, 64), (16_384, 512), (2_000, 128), (7, None)):
         batches = list(epoch_minibatches(n, batch_size, torch.Generator().manual_seed(0), "cpu"))
