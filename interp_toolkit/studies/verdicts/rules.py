@@ -108,7 +108,8 @@ def rate_verdict(k_a: int, n_a: int, k_b: int, n_b: int, paper_a: float, paper_b
     row = {"difference": diff, "low": low, "high": high, "fisher_p": p, "power": power}
     if min(n_a, n_b) < MIN_SEEDS:
         return {**row, "verdict": "inconclusive",
-                "why": f"a cell of {min(n_a, n_b)} seeds (a rate verdict needs {MIN_SEEDS} per cell)"}
+                "why": f"a cell of {min(n_a, n_b)} seed{'s' if min(n_a, n_b) != 1 else ''} "
+                       f"(a rate verdict needs {MIN_SEEDS} per cell)"}
     if detects(k_a, n_a, k_b, n_b, sign):
         # The verdict is about the direction; whether the paper's size fits is said beside it.
         effect = float(paper_a) - float(paper_b)
