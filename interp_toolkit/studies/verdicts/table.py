@@ -135,6 +135,10 @@ R_WD01_B512_1500 = Regime("wd 0.1, batch 512, 1,500 epochs",
                           {**R1.where, "weight_decay": "0.1", "epochs": "1500"},
                           "the wd 0.1 runs above trained on to 1,500 epochs = 48,000 steps = 4.8 decay clocks "
                           "(the same model and data seeds, from 470)")
+R_WD01_B512_LEN6 = Regime("wd 0.1, batch 512, 750 epochs, length 6",
+                          {**R1.where, "seq_len": "6", "weight_decay": "0.1", "epochs": "750"},
+                          "length 6, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.1, 2 heads, 750 epochs = "
+                          "24,000 steps = 2.4 decay clocks, no early stop, fresh model and data seeds from 480")
 R1_LEN7 = Regime("R1 at length 7", {**R1.where, "seq_len": "7"},
                  "length 7, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
                  "6.72 decay clocks, no early stop, a fresh dataset per seed")
@@ -405,7 +409,8 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
         out += headline_claims(rows, headline_2l, R1_LEN6_CONFIRM, 2, 0.9, 0.5, (two[1], two[0]), files)
     if cell_rows(rows, R1_LEN6_CONFIRM_1L, 1, 0.9):
         out += headline_claims(rows, headline_1l, R1_LEN6_CONFIRM_1L, 1, 0.5, 0.9, one, files)
-    for regime in (R1_LEN6_1HEAD, R1_LEN6_VALUES20, R_WD01_B512, R_WD01_B512_1500):
+    for regime in (R1_LEN6_1HEAD, R1_LEN6_VALUES20, R_WD01_B512, R_WD01_B512_1500,
+                   R_WD01_B512_LEN6):
         if cell_rows(rows, regime, 2, 0.9) or cell_rows(rows, regime, 1, 0.9):
             out += [*headline_claims(rows, headline_2l, regime, 2, 0.9, 0.5, (two[1], two[0]), files),
                     *headline_claims(rows, headline_1l, regime, 1, 0.5, 0.9, one, files)]
