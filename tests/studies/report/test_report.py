@@ -502,3 +502,30 @@ def test_report_against_paper_warns_of_cells_much_smaller_than_the_papers(tmp_pa
     assert (f"n_train {n_train:,}" in line) == (n_train < 4096) and (f"epochs {epochs:,}" in line) == (epochs < 1500)
     assert main(["report", str(tmp_path)]) == 0  # without --against-paper nothing is compared: no warning
     assert "warning:" not in capsys.readouterr().err
+
+
+def test_curve_panel_titles_of_long_study_names_do_not_overlap(tmp_path):
+    """Two studies named as the regime search names them: each panel's title stays clear of its neighbours'."""
+    from interp_toolkit.studies.report.plots import plot_curves_by_cell
+
+    rows = []
+    for layers in (1, 2):
+        for r in (0.5, 0.9):
+            run_dir = tmp_path / f"{layers}L_{r}"
+            run_dir.mkdir()
+            (run_dir / "metrics.jsonl").write_text(
+                "".join(json.dumps({"epoch": e, "adv_acc": 0.5, "val_acc": 0.5, "train_acc": 0.5}) + "\n"
+                        for e in (0, 10, 20)))
+            rows.append({"task": "max_parity_sum_parity", "study": f"regime_axes_c_len8_b512_wd0.1_1500ep_{layers}L",
+                         "n_layers": layers, "n_heads": 2, "weight_decay": 0.1, "r": r, "seed": 470,
+                         "run_dir": str(run_dir)})
+    fig = plot_curves_by_cell(rows)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = sorted((ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()), key=lambda b: b.x0)
+    assert len(boxes) == 4
+    for left, right in zip(boxes, boxes[1:]):
+        assert left.x1 < right.x0, (left, right)
