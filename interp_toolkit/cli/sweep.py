@@ -126,9 +126,14 @@ class SweepCommandConfig(Config):
         self.extend_from = [Path(p) for p in self.extend_from]
 
 
-def _expand_lists(argv: Sequence[str]) -> list[str]:
-    """Comma lists -> separate values; ``--seeds N`` (one value, no comma) -> ``0 .. N-1``."""
+def _expand_lists(argv: Sequence[str]) -> tuple[list[str], int | None]:
+    """Comma lists -> separate values; ``--seeds N`` (one value, no comma) -> ``0 .. N-1``.
+
+    Returns:
+        ``(the expanded argv, N)``, with ``N`` ``None`` unless ``--seeds`` was given as a count.
+    """
     out: list[str] = []
+    seed_count: int | None = None
     items = [ALIASES.get(t, t) for t in argv]
     i = 0
     while i < len(items):
@@ -149,8 +154,20 @@ def _expand_lists(argv: Sequence[str]) -> list[str]:
             if count < 1:
                 raise UserError(f"--seeds count must be >= 1, got {count}")
             values = [str(s) for s in range(count)]
+            seed_count = count
         out.extend(values)
-    return out
+    return out, seed_count
+
+
+def _check_seed_count(count: int | None, listed: Sequence[int], source: str) -> None:
+    """Refuse ``--seeds N`` read as a count when ``N`` is itself one of the seeds that the config
+    or study lists and the count would plan seeds it does not list: ``--seeds 480`` meant for a
+    config of seeds 480-483 would otherwise start 480 runs per cell of seeds 0..479."""
+    if count is None or count not in listed or set(range(count)) <= set(listed):
+        return
+    raise UserError(f"--seeds {count} is a count: it plans seeds 0..{count - 1} ({count} per cell), while {source} "
+                    f"lists seeds {list(listed)}, {count} among them; to run seed {count} alone, write "
+                    f"--seeds {count}, (a trailing comma makes a list)")
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -281,7 +298,7 @@ def _grid_of_flags(entries: Sequence[str]) -> dict[str, list[Any]]:
 def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepCommandConfig:
     """``argv`` (after ``sweep``) -> a validated :class:`SweepCommandConfig` (preset, file, flags)."""
     config_file, rest = split_config_flag(argv)
-    rest = _expand_lists(rest)
+    rest, seed_count = _expand_lists(rest)
     preset = _flag_value(rest, "--preset")
     study = None if preset or config_file else _study_settings(_flag_value(rest, "--out"), rest)
     if preset is None and config_file is None and study is None:
@@ -303,6 +320,9 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit sweep") -> SweepComma
         if data.get("sweep") and "device" in data:  # earlier files: device beside the sweep section
             sweep_data.setdefault("device", data["device"])
     default = SweepCommandConfig.from_dict({**command_data, "sweep": SweepConfig.from_dict(sweep_data)})
+    if config_file is not None or study is not None:
+        _check_seed_count(seed_count, default.sweep.seeds,
+                          f"the config {config_file}" if config_file is not None else "the study at --out")
     flags, section_flags = _sweep_flags()
     cfg = default.sweep
     values = {f.name: getattr(default, f.name) for f in dataclasses.fields(SweepCommandConfig) if f.name != "sweep"}

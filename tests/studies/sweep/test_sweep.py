@@ -488,6 +488,28 @@ def test_cli_dry_run_and_validation(capsys):
     assert "1.5" in capsys.readouterr().err
 
 
+def test_a_lone_seed_count_that_is_a_listed_seed_is_refused_before_any_work(tmp_path, capsys):
+    """``--seeds 480`` against a config listing seeds 480-483 would plan seeds 0..479; it is
+    refused with the spelling that runs seed 480 alone. A count inside the listed seeds, or with
+    no config or study to list any, is still a count."""
+    from interp_toolkit.cli.sweep import parse
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text("seeds: [480, 481, 482, 483]\nepochs: 5\nworkers: 1\n")
+    with pytest.raises(UserError, match=r"--seeds 480 is a count: it plans seeds 0..479 .*--seeds 480,"):
+        parse(["--config", str(config), "--seeds", "480"])
+    assert parse(["--config", str(config), "--seeds", "480,"]).sweep.seeds == [480]
+    assert parse(["--config", str(config), "--seeds", "480", "481"]).sweep.seeds == [480, 481]
+    assert parse(["--config", str(config), "--seeds", "3"]).sweep.seeds == [0, 1, 2]  # 3 is not a listed seed
+    config.write_text("seeds: [0, 1, 2, 3]\nepochs: 5\nworkers: 1\n")
+    assert parse(["--config", str(config), "--seeds", "2"]).sweep.seeds == [0, 1]  # every counted seed is listed
+    assert parse(["--preset", "smoke", "--seeds", "3"]).sweep.seeds == [0, 1, 2]
+    config.write_text("seeds: [480, 481, 482, 483]\nepochs: 5\nworkers: 1\n")
+    assert main(["sweep", "--config", str(config), "--seeds", "480", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds 480 is a count" in err and "Traceback" not in err
+
+
 def test_cli_report(smoke_local, capsys):
     assert main(["report", str(smoke_local.study_dir)]) == 0
     out = capsys.readouterr().out
