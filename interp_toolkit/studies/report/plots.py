@@ -39,10 +39,11 @@ _REGIME_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
 
 RATE_AXES = ("full", "categorical")
+RATE_LAYOUTS = ("auto", "markers", "forest")
 
 
 def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: str = "full",
-                   references: Sequence[ReferenceRate] = ()) -> Any:
+                   references: Sequence[ReferenceRate] = (), layout: str = "auto") -> Any:
     """Generalization rate vs r, one marker series per architecture, with Wilson intervals.
 
     Only the r values that were run are drawn, as markers with their 95% Wilson interval:
@@ -62,6 +63,10 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
         references: Published rates (e.g. :data:`PAPER_HEADLINE_RATES`): each one whose cell
             is in the table is drawn beside it as a hollow marker with its Wilson interval, in
             the architecture's colour.
+        layout: ``"markers"``: the plot above; ``"forest"``: a row per cell (architecture and
+            regime), the rate on x (:func:`~interp_toolkit.studies.report.forest.plot_rate_forest`),
+            which stays readable with dozens of regimes; ``"auto"``: the forest when there are more
+            regimes than marker shapes and no single ``ax`` was passed, the markers otherwise.
 
     A cell with near misses (``n_near_misses``: runs within 1 point of the criterion, which
     the rate does not count) gets a larger hollow marker at (generalized + near misses) /
@@ -76,6 +81,8 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
 
     if x_axis not in RATE_AXES:
         raise UserError(f"plot_rate_vs_r x_axis must be one of {RATE_AXES}, got {x_axis!r}")
+    if layout not in RATE_LAYOUTS:
+        raise UserError(f"plot_rate_vs_r layout must be one of {RATE_LAYOUTS}, got {layout!r}")
     if not table:
         raise UserError("plot_rate_vs_r needs at least one table row, got none")
     vary_task = len({row.get("task") for row in table}) > 1
@@ -87,6 +94,18 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
         series.setdefault(key, []).append(row)
     archs = sorted({arch for arch, _ in series})
     regimes = sorted({regime for _, regime in series})
+    if layout == "forest" or (layout == "auto" and ax is None and len(regimes) > len(_REGIME_MARKERS)):
+        from interp_toolkit.studies.report.forest import plot_rate_forest
+
+        matched: dict[str, dict[float, dict[str, Any]]] = {}
+        for ref in references:
+            for row in table:
+                if ref.matches(row):
+                    low, high = wilson_interval(ref.k, ref.n)
+                    matched.setdefault(_arch_label(row, vary_task, vary_wd), {})[round(float(row["r"]), 9)] = {
+                        "r": row["r"], "rate": ref.k / ref.n, "wilson_low": low, "wilson_high": high,
+                        "n_seeds": ref.n, "n_generalized": ref.k}
+        return plot_rate_forest(series, ax=ax, published={arch: list(by_r.values()) for arch, by_r in matched.items()})
     # Published rates: one more series per architecture, beside the measured ones at its r.
     published = "\uffffpublished"  # sorts after every regime label: drawn right of the measured
     for ref in references:

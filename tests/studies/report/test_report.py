@@ -152,11 +152,53 @@ def test_rate_plot_grows_with_a_key_of_many_regimes():
         for i in range(12)
     ]
     few = plot_rate_vs_r(rows[:1], x_axis="categorical")
-    many = plot_rate_vs_r(rows, x_axis="categorical")
+    many = plot_rate_vs_r(rows, x_axis="categorical", layout="markers")
     assert few.get_size_inches()[1] == pytest.approx(3.8)
     assert many.get_size_inches()[1] > 3.8
     many.canvas.draw()
     assert many.axes[0].get_position().height > 0.5  # of the figure's height
+
+
+def test_rate_plot_of_more_regimes_than_marker_shapes_is_a_forest_of_cells():
+    """Past ten regimes the marker shapes would repeat: the plot becomes one row per cell, its
+    name on the y axis, each r at its rate with its Wilson interval and its k/n beside it, and
+    published rates in rows of their own. Its height grows with the rows, not with a key."""
+    from interp_toolkit.studies.report.forest import plot_rate_forest
+    from interp_toolkit.studies.report.plots import plot_rate_vs_r
+    from interp_toolkit.studies.report.tables import PAPER_HEADLINE_RATES
+
+    def row(study, layers, r, k, n=4):
+        low, high = wilson_interval(k, n)
+        return {"task": "max_parity_sum_parity", "study": f"study {study}", "n_layers": layers, "n_heads": 2,
+                "weight_decay": 0.1, "r": r, "n_seeds": n, "n_generalized": k, "rate": k / n,
+                "wilson_low": low, "wilson_high": high, "n_near_misses": 1 if (study, layers, r) == (3, 2, 0.9) else 0}
+
+    rows = [row(i, layers, r, (i + layers + int(r * 10)) % 5)
+            for i in range(11) for layers in (1, 2) for r in (0.5, 0.9)]
+    fig = plot_rate_vs_r(rows, x_axis="categorical", references=PAPER_HEADLINE_RATES)
+    (ax,) = fig.axes
+    names = [label.get_text().replace("\n", " ") for label in ax.get_yticklabels()]
+    assert len(names) == 2 + 22  # two published rows (1L, 2L), then every cell once
+    assert names[:2] == ["1L 2H: published", "2L 2H: published"]
+    assert names[2] == "1L 2H | study study 0" and names[3] == "2L 2H | study study 0"  # by regime, then architecture
+    # every measured rate is drawn at its value, its interval at the Wilson bounds
+    def drawn_at(container):
+        (low, _), (high, _) = container.lines[2][0].get_segments()[0]
+        return tuple(round(float(v), 6) for v in (container.lines[0].get_xdata()[0], low, high))
+
+    published = [(k / 30, *wilson_interval(k, 30)) for k in (10, 0, 0, 23)]
+    expected = [(r["rate"], r["wilson_low"], r["wilson_high"]) for r in rows] + published
+    assert sorted(drawn_at(c) for c in ax.containers) == sorted(tuple(round(v, 6) for v in e) for e in expected)
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("0/30") == 2 and "10/30" in texts and "23/30" in texts
+    assert any(text.endswith("+1 near") for text in texts)
+    assert fig.get_size_inches()[1] > 24 * 0.2  # a row per cell: it grows with them
+    # fewer regimes keep the marker plot; a layout can be asked for; a bad one is refused
+    assert plot_rate_vs_r(rows[:8], x_axis="categorical").axes[0].get_ylabel() == "fraction of seeds that generalized"
+    assert len(plot_rate_vs_r(rows[:8], layout="forest").axes[0].get_yticklabels()) == 4  # 2 studies x 2 layers
+    with pytest.raises(UserError, match="layout must be one of .*got 'grid'"):
+        plot_rate_vs_r(rows, layout="grid")
+    assert plot_rate_forest({("2L", ""): rows[:1]}).axes[0].get_yticklabels()[0].get_text() == "2L"
 
 
 def test_rate_plot_takes_zero_of_seven(tmp_path):
