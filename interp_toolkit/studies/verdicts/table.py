@@ -139,11 +139,20 @@ R_WD01_B512_LEN6 = Regime("wd 0.1, batch 512, 750 epochs, length 6",
                           {**R1.where, "seq_len": "6", "weight_decay": "0.1", "epochs": "750"},
                           "length 6, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.1, 2 heads, 750 epochs = "
                           "24,000 steps = 2.4 decay clocks, no early stop, fresh model and data seeds from 480")
-# Stage 4 of the search: twice the paper's n at length 6, full batch, the paper's weight decay.
+# Stage 4 of the search: twice the paper's n at length 6, full batch, the paper's weight decay;
+# its fresh-seed confirmation is a regime of its own, apart from the search seeds that chose it.
+CONFIRM_N32K = ("regime_axes_d_len6_n32k_wd0.1_2L_confirm", "regime_axes_d_len6_n32k_wd0.1_1L_confirm")
 R_N32K_LEN6 = Regime("length 6, n = 32,768, full batch",
                      {**R_LEN5_N16K.where, "seq_len": "6", "n_train": "32768", "epochs": "600"},
                      "length 6, values 0..9, n = 32,768 (twice the paper's), full batch, lr 1e-3, wd 0.1, 2 heads, "
-                     "600 epochs = 0.06 decay clocks, no early stop, fresh model and data seeds from 490")
+                     "600 epochs = 0.06 decay clocks, no early stop, fresh model and data seeds 490-493 (the search's)",
+                     exclude={"study": CONFIRM_N32K})
+R_N32K_LEN6_CONFIRM = Regime("length 6, n = 32,768, full batch, fresh seeds",
+                             {**R_N32K_LEN6.where, "study": CONFIRM_N32K[0]},
+                             "length 6 at n = 32,768 as above, fresh model and data seeds 500-515, none used in the "
+                             "search that selected the setting")
+R_N32K_LEN6_CONFIRM_1L = Regime(R_N32K_LEN6_CONFIRM.name, {**R_N32K_LEN6.where, "study": CONFIRM_N32K[1]},
+                                R_N32K_LEN6_CONFIRM.text)
 R1_LEN7 = Regime("R1 at length 7", {**R1.where, "seq_len": "7"},
                  "length 7, values 0..9, n = 16,384, batch 512, lr 1e-3, wd 0.7, 2 heads, 300 epochs = 9,600 steps = "
                  "6.72 decay clocks, no early stop, a fresh dataset per seed")
@@ -414,6 +423,10 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
         out += headline_claims(rows, headline_2l, R1_LEN6_CONFIRM, 2, 0.9, 0.5, (two[1], two[0]), files)
     if cell_rows(rows, R1_LEN6_CONFIRM_1L, 1, 0.9):
         out += headline_claims(rows, headline_1l, R1_LEN6_CONFIRM_1L, 1, 0.5, 0.9, one, files)
+    if cell_rows(rows, R_N32K_LEN6_CONFIRM, 2, 0.9):
+        out += headline_claims(rows, headline_2l, R_N32K_LEN6_CONFIRM, 2, 0.9, 0.5, (two[1], two[0]), files)
+    if cell_rows(rows, R_N32K_LEN6_CONFIRM_1L, 1, 0.9):
+        out += headline_claims(rows, headline_1l, R_N32K_LEN6_CONFIRM_1L, 1, 0.5, 0.9, one, files)
     for regime in (R1_LEN6_1HEAD, R1_LEN6_VALUES20, R_WD01_B512, R_WD01_B512_1500,
                    R_WD01_B512_LEN6, R_N32K_LEN6):
         if cell_rows(rows, regime, 2, 0.9) or cell_rows(rows, regime, 1, 0.9):

@@ -338,6 +338,21 @@ def test_stage_five_runs_sit_in_their_own_regimes_never_in_r1_at_length_six():
     assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R1_LEN6_VALUES20, 2, 0.9)] == ["3"]
 
 
+def test_stage_four_search_and_its_fresh_seed_confirmation_are_separate_regimes():
+    """The search seeds that chose the n = 32,768 setting never count in its confirmation, nor
+    the confirmation's in the search; the full-batch length-5 regime holds neither."""
+    base = {**claims_table.R_N32K_LEN6.where, "n_layers": "2", "r": "0.9", "seed": "490", "status": "finished",
+            "study": "regime_axes_d_len6_n32k_wd0.1_2L"}
+    confirm = {**base, "seed": "500", "study": claims_table.CONFIRM_N32K[0]}
+    confirm_1l = {**base, "seed": "501", "n_layers": "1", "study": claims_table.CONFIRM_N32K[1]}
+    rows = [base, confirm, confirm_1l]
+    assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R_N32K_LEN6, 2, 0.9)] == ["490"]
+    assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R_N32K_LEN6, 1, 0.9)] == []
+    assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R_N32K_LEN6_CONFIRM, 2, 0.9)] == ["500"]
+    assert [r["seed"] for r in claims_table.cell_rows(rows, claims_table.R_N32K_LEN6_CONFIRM_1L, 1, 0.9)] == ["501"]
+    assert claims_table.cell_rows(rows, claims_table.R_LEN5_N16K, 2, 0.9) == []
+
+
 def test_the_joined_study_is_never_reproduced_by_converged_chains_alone(tmp_path):
     folder = tmp_path / "docs" / "influence"
     folder.mkdir(parents=True)
