@@ -37,7 +37,8 @@ from interp_toolkit.studies.grid.config import (
 )
 
 DESCRIPTION = ("Run a grid of MPSP cells x seeds. Finished runs are reused, interrupted ones resume. "
-               "Lists take space- or comma-separated values; --seeds N alone is a count (seeds 0..N-1). "
+               "Lists take space- or comma-separated values; --seeds N alone is a count (seeds 0..N-1), "
+               "and one seed is --seeds N, with a trailing comma. "
                "Every field of the task, model and train sections is a flag --SECTION.FIELD, as in train; "
                "short flags: " + short_flags_text(SHORT_FLAGS) + ". "
                "Presets: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in PRESET_NOTES.items()))
