@@ -13,6 +13,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Mapping, Sequence
 
+from interp_toolkit.errors import UserError
+
 #: Characters per line of a row's name on the y axis.
 LABEL_WIDTH = 120
 #: Height of one line of a row's name, and the vertical spacing of the r values in a row, in inches.
@@ -38,6 +40,8 @@ def plot_rate_forest(series: Mapping[tuple[str, str], Sequence[Mapping[str, Any]
     from interp_toolkit.plotting import PALETTE, new_figure, style
 
     published = dict(published or {})
+    if not series and not published:
+        raise UserError("plot_rate_forest needs at least one cell or published rate, got none")
     r_values = sorted({round(float(row["r"]), 9)
                        for rows in (*series.values(), *published.values()) for row in rows})
     colors = {r: PALETTE[i % len(PALETTE)] for i, r in enumerate(r_values)}

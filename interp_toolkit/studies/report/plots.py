@@ -94,26 +94,23 @@ def plot_rate_vs_r(table: Sequence[Mapping[str, Any]], ax: Any = None, x_axis: s
         series.setdefault(key, []).append(row)
     archs = sorted({arch for arch, _ in series})
     regimes = sorted({regime for _, regime in series})
-    if layout == "forest" or (layout == "auto" and ax is None and len(regimes) > len(_REGIME_MARKERS)):
-        from interp_toolkit.studies.report.forest import plot_rate_forest
-
-        matched: dict[str, dict[float, dict[str, Any]]] = {}
-        for ref in references:
-            for row in table:
-                if ref.matches(row):
-                    low, high = wilson_interval(ref.k, ref.n)
-                    matched.setdefault(_arch_label(row, vary_task, vary_wd), {})[round(float(row["r"]), 9)] = {
-                        "r": row["r"], "rate": ref.k / ref.n, "wilson_low": low, "wilson_high": high,
-                        "n_seeds": ref.n, "n_generalized": ref.k}
-        return plot_rate_forest(series, ax=ax, published={arch: list(by_r.values()) for arch, by_r in matched.items()})
-    # Published rates: one more series per architecture, beside the measured ones at its r.
-    published = "\uffffpublished"  # sorts after every regime label: drawn right of the measured
+    # Published rates: per reference, one row per architecture whose cell it matches.
+    published_rows: dict[str, list[Mapping[str, Any]]] = {}
     for ref in references:
         arch_rows = {_arch_label(row, vary_task, vary_wd): row for row in table if ref.matches(row)}
         for arch, row in sorted(arch_rows.items()):
             low, high = wilson_interval(ref.k, ref.n)
-            series.setdefault((arch, published), []).append(
-                {"r": row["r"], "rate": ref.k / ref.n, "wilson_low": low, "wilson_high": high, "n_seeds": ref.n})
+            published_rows.setdefault(arch, []).append(
+                {"r": row["r"], "rate": ref.k / ref.n, "wilson_low": low, "wilson_high": high, "n_seeds": ref.n,
+                 "n_generalized": ref.k})
+    if layout == "forest" or (layout == "auto" and ax is None and len(regimes) > len(_REGIME_MARKERS)):
+        from interp_toolkit.studies.report.forest import plot_rate_forest
+
+        return plot_rate_forest(series, ax=ax, published=published_rows)
+    # The published rates: one more series per architecture, beside the measured ones at its r.
+    published = "\uffffpublished"  # sorts after every regime label: drawn right of the measured
+    for arch, rows in published_rows.items():
+        series[arch, published] = rows
     colors = {arch: PALETTE[i % len(PALETTE)] for i, arch in enumerate(archs)}
     markers = {regime: _REGIME_MARKERS[i % len(_REGIME_MARKERS)] for i, regime in enumerate(regimes)}
     def r_key(r: float) -> float:

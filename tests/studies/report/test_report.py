@@ -199,6 +199,8 @@ def test_rate_plot_of_more_regimes_than_marker_shapes_is_a_forest_of_cells():
     with pytest.raises(UserError, match="layout must be one of .*got 'grid'"):
         plot_rate_vs_r(rows, layout="grid")
     assert plot_rate_forest({("2L", ""): rows[:1]}).axes[0].get_yticklabels()[0].get_text() == "2L"
+    with pytest.raises(UserError, match="needs at least one cell or published rate, got none"):
+        plot_rate_forest({})
 
 
 def test_rate_plot_takes_zero_of_seven(tmp_path):
