@@ -419,14 +419,13 @@ def paper_a_rows(root: Path = ROOT) -> list[dict[str, str]]:
         if cell_rows(rows, regime, 2, 0.9) or cell_rows(rows, regime, 1, 0.9):
             out += [*headline_claims(rows, headline_2l, regime, 2, 0.9, 0.5, (two[1], two[0]), files),
                     *headline_claims(rows, headline_1l, regime, 1, 0.5, 0.9, one, files)]
-    if cell_rows(rows, R1_LEN6_CONFIRM, 2, 0.9):
-        out += headline_claims(rows, headline_2l, R1_LEN6_CONFIRM, 2, 0.9, 0.5, (two[1], two[0]), files)
-    if cell_rows(rows, R1_LEN6_CONFIRM_1L, 1, 0.9):
-        out += headline_claims(rows, headline_1l, R1_LEN6_CONFIRM_1L, 1, 0.5, 0.9, one, files)
-    if cell_rows(rows, R_N32K_LEN6_CONFIRM, 2, 0.9):
-        out += headline_claims(rows, headline_2l, R_N32K_LEN6_CONFIRM, 2, 0.9, 0.5, (two[1], two[0]), files)
-    if cell_rows(rows, R_N32K_LEN6_CONFIRM_1L, 1, 0.9):
-        out += headline_claims(rows, headline_1l, R_N32K_LEN6_CONFIRM_1L, 1, 0.5, 0.9, one, files)
+    # Fresh-seed confirmations: each depth's study is a regime of its own.
+    confirmations = ((R1_LEN6_CONFIRM, R1_LEN6_CONFIRM_1L), (R_N32K_LEN6_CONFIRM, R_N32K_LEN6_CONFIRM_1L))
+    for confirm_2l, confirm_1l in confirmations:
+        if cell_rows(rows, confirm_2l, 2, 0.9):
+            out += headline_claims(rows, headline_2l, confirm_2l, 2, 0.9, 0.5, (two[1], two[0]), files)
+        if cell_rows(rows, confirm_1l, 1, 0.9):
+            out += headline_claims(rows, headline_1l, confirm_1l, 1, 0.5, 0.9, one, files)
     for regime in (R1_LEN6_1HEAD, R1_LEN6_VALUES20, R_WD01_B512, R_WD01_B512_1500,
                    R_WD01_B512_LEN6, R_N32K_LEN6):
         if cell_rows(rows, regime, 2, 0.9) or cell_rows(rows, regime, 1, 0.9):
