@@ -508,6 +508,7 @@ def test_a_lone_seed_count_that_is_a_listed_seed_is_refused_before_any_work(tmp_
     assert main(["sweep", "--config", str(config), "--seeds", "480", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "--seeds 480 is a count" in err and "Traceback" not in err
+    assert err.startswith("error: ") and err.count("error:") == 1 and len(err.strip().splitlines()) == 1
 
 
 def test_cli_report(smoke_local, capsys):
