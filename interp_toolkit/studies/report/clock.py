@@ -47,7 +47,7 @@ from interp_toolkit.studies.grid.cells import (
 HORIZON_FIELDS = ("study", "epochs", "eval_every")
 
 #: Columns of :func:`clock_table` after the setting's own fields.
-CLOCK_STATS = ("setting", "decay_clocks", "n_observed", "n_reached", "n_held", "reached_rate", "reached_low",
+CLOCK_STATS = ("setting", "studies", "decay_clocks", "n_observed", "n_reached", "n_held", "reached_rate", "reached_low",
                "reached_high", "held_rate")
 
 
@@ -84,7 +84,8 @@ def clock_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         One dict per (setting, clock), settings in sorted order and clocks ascending: the
         setting's fields (:func:`setting_fields`), ``setting`` (a label of the fields other
         than r that vary among the settings: the settings of one label differ only in r),
-        ``decay_clocks`` and the counts and rates of the
+        ``studies`` (the studies whose runs the setting pools, sorted and ``"; "``-joined;
+        empty for rows without a ``study``), ``decay_clocks`` and the counts and rates of the
         module docstring. A setting's first clock is its first run's first change (the
         curves start at 0 before it), its last its longest run's end.
 
@@ -94,6 +95,7 @@ def clock_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """
     fields = setting_fields(rows)
     groups: dict[tuple[Any, ...], list[tuple[float, float | None, float | None]]] = {}
+    studies: dict[tuple[Any, ...], set[str]] = {}
     firsts: dict[tuple[Any, ...], Mapping[str, Any]] = {}
     for row in rows:
         end = _clock(row, row.get("final_epoch"))
@@ -107,6 +109,8 @@ def clock_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         key = tuple(hashable(value) for value in cell_key(row, fields))
         groups.setdefault(key, []).append((end, reached_at, left_at))
         firsts.setdefault(key, row)
+        if row.get("study") not in (None, ""):
+            studies.setdefault(key, set()).add(str(row["study"]))
     keys = sorted(groups, key=sort_key)
     shown = [k for i, k in enumerate(fields) if k != "r" and len({key[i] for key in keys}) > 1]
     table = []
@@ -114,13 +118,14 @@ def clock_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         runs = groups[key]
         clocks = sorted({c for run in runs for c in run if c is not None})
         label = setting_label(firsts[key], shown)
+        pooled = "; ".join(sorted(studies.get(key, ())))
         for clock in clocks:
             observed = [run for run in runs if run[0] >= clock]
             reached = [run for run in observed if run[1] is not None and run[1] <= clock]
             held = [run for run in reached if run[2] is None or clock < run[2]]
             n = len(observed)
             low, high = wilson_interval(len(reached), n)
-            table.append({**dict(zip(fields, key, strict=True)), "setting": label, "decay_clocks": clock,
+            table.append({**dict(zip(fields, key, strict=True)), "setting": label, "studies": pooled, "decay_clocks": clock,
                           "n_observed": n, "n_reached": len(reached), "n_held": len(held),
                           "reached_rate": len(reached) / n, "reached_low": low, "reached_high": high,
                           "held_rate": len(held) / n})

@@ -37,6 +37,7 @@ def test_reached_and_held_count_the_runs_that_trained_that_far():
             _run("stage1", 300, 40)]  # still training at epoch 40 (1.28): censored there
     table = clock_table(rows)
     assert len({row["setting"] for row in table}) == 1  # stages and horizons pool into one setting
+    assert {row["studies"] for row in table} == {"stage1; stage2"}  # and the table names what it pooled
     expected = {1.28: (4, 0, 0), 2.24: (3, 1, 1), 3.2: (3, 2, 2), 3.84: (3, 2, 1), 4.8: (3, 2, 1), 9.6: (1, 0, 0)}
     assert [row["decay_clocks"] for row in table] == sorted(expected)
     for clock, (observed, reached, held) in expected.items():
