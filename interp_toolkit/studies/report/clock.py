@@ -125,8 +125,8 @@ def clock_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             held = [run for run in reached if run[2] is None or clock < run[2]]
             n = len(observed)
             low, high = wilson_interval(len(reached), n)
-            table.append({**dict(zip(fields, key, strict=True)), "setting": label, "studies": pooled, "decay_clocks": clock,
-                          "n_observed": n, "n_reached": len(reached), "n_held": len(held),
+            table.append({**dict(zip(fields, key, strict=True)), "setting": label, "studies": pooled,
+                          "decay_clocks": clock, "n_observed": n, "n_reached": len(reached), "n_held": len(held),
                           "reached_rate": len(reached) / n, "reached_low": low, "reached_high": high,
                           "held_rate": len(held) / n})
     return table
