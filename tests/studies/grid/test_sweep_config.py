@@ -255,6 +255,33 @@ def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_fi
         assert identity_differences(ident[1], ident[0], ignore=()) == ["train.epochs"]
 
 
+@pytest.mark.parametrize("long_file, short_file", [
+    ("axes_c_len8_b512_wd0.1_1500ep_2L.yaml", "axes_c_len8_b512_wd0.1_750ep_2L.yaml"),
+    ("axes_c_len8_b512_wd0.1_1500ep_1L.yaml", "axes_c_len8_b512_wd0.1_750ep_1L.yaml"),
+    ("axes_d_len6_n32k_wd0.1_2L_confirm_1500ep.yaml", "axes_d_len6_n32k_wd0.1_2L_confirm.yaml")])
+def test_regime_extensions_continue_the_runs_of_the_study_they_name(long_file, short_file):
+    """A regime config that trains a study on (``extend_from``) names that study's folder, and
+    its runs are that study's runs but for the horizon, so every one of them is extended rather
+    than started again."""
+    from interp_toolkit.cli.sweep import parse
+    from interp_toolkit.runs.extend import identity_differences
+    from interp_toolkit.studies.grid.config import cell_configs
+
+    root = Path(__file__).parents[3] / "examples/reproduction/regime"
+    long_args, short_args = (parse(["--config", str(root / name)]) for name in (long_file, short_file))
+    long, short = long_args.sweep, short_args.sweep
+    assert long_args.extend_from == [short_args.out]
+    differing = {k for k, v in long.flat_dict().items() if short.flat_dict()[k] != v}
+    assert differing <= {"name", "epochs", "seeds"} and long.train.epochs > short.train.epochs
+    assert set(short.seeds) <= set(long.seeds)
+    for cell in long.cells():
+        _, model_l, train_l, info_l = cell_configs(long, cell, short.seeds[0])
+        _, model_s, train_s, info_s = cell_configs(short, cell, short.seeds[0])
+        ident = [{"model": m.to_dict(), "train": t.to_dict(), "info": i}
+                 for m, t, i in ((model_l, train_l, info_l), (model_s, train_s, info_s))]
+        assert identity_differences(ident[1], ident[0]) == []
+
+
 def test_data_seeds_follow_the_model_seed_or_stay_fixed():
     from interp_toolkit.studies.grid.config import SweepConfig, cell_configs
 
