@@ -149,8 +149,8 @@ R_N32K_LEN6 = Regime("length 6, n = 32,768, full batch",
                      exclude={"study": CONFIRM_N32K})
 R_N32K_LEN6_CONFIRM = Regime("length 6, n = 32,768, full batch, fresh seeds",
                              {**R_N32K_LEN6.where, "study": CONFIRM_N32K[0]},
-                             "length 6 at n = 32,768 as above, fresh model and data seeds 500-515, none used in the "
-                             "search that selected the setting")
+                             "length 6 at n = 32,768 as above, fresh model and data seeds from 500 (the cells give how "
+                             "many), none used in the search that selected the setting")
 R_N32K_LEN6_CONFIRM_1L = Regime(R_N32K_LEN6_CONFIRM.name, {**R_N32K_LEN6.where, "study": CONFIRM_N32K[1]},
                                 R_N32K_LEN6_CONFIRM.text)
 R1_LEN7 = Regime("R1 at length 7", {**R1.where, "seq_len": "7"},
