@@ -230,6 +230,19 @@ def test_length_calibrations_change_only_the_length(length):
     assert other["name"] == f"reproduction_calibration_len{length}"
 
 
+def _run_identities(long, short, seed):
+    """(short run, long run) identities of each cell of ``long`` at ``seed``: what
+    ``--extend-from`` compares to find a run's source."""
+    from interp_toolkit.studies.grid.config import cell_configs
+
+    pairs = []
+    for cell in long.cells():
+        ident = [{"model": model.to_dict(), "train": train.to_dict(), "info": info}
+                 for _, model, train, info in (cell_configs(sweep, cell, seed) for sweep in (short, long))]
+        pairs.append((ident[0], ident[1]))
+    return pairs
+
+
 @pytest.mark.parametrize("long_file, short_file", [("final_2L_3000.yaml", "final_2L.yaml"),
                                                   ("final_1L_r_sweep_3000.yaml", "final_1L_r_sweep.yaml"),
                                                   ("final_2L_wd04_3000.yaml", "final_2L_wd04.yaml")])
@@ -238,7 +251,6 @@ def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_fi
     `--extend-from` finds each one's source."""
     from interp_toolkit.cli.sweep import parse
     from interp_toolkit.runs.extend import identity_differences
-    from interp_toolkit.studies.grid.config import cell_configs
 
     root = Path(__file__).parents[3] / "examples/reproduction"
     long = parse(["--config", str(root / long_file)]).sweep
@@ -246,13 +258,9 @@ def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_fi
     differing = {k for k, v in long.flat_dict().items() if short.flat_dict()[k] != v}
     assert differing <= {"epochs", "seeds"} and (long.train.epochs, short.train.epochs) == (3000, 1000)
     assert set(long.seeds) <= set(short.seeds)
-    for cell in long.cells():
-        _, model_l, train_l, info_l = cell_configs(long, cell, long.seeds[0])
-        _, model_s, train_s, info_s = cell_configs(short, cell, long.seeds[0])
-        ident = [{"model": m.to_dict(), "train": t.to_dict(), "info": i}
-                 for m, t, i in ((model_l, train_l, info_l), (model_s, train_s, info_s))]
-        assert identity_differences(ident[1], ident[0]) == []
-        assert identity_differences(ident[1], ident[0], ignore=()) == ["train.epochs"]
+    for short_run, long_run in _run_identities(long, short, long.seeds[0]):
+        assert identity_differences(short_run, long_run) == []
+        assert identity_differences(short_run, long_run, ignore=()) == ["train.epochs"]
 
 
 @pytest.mark.parametrize("long_file, short_file", [
@@ -265,7 +273,6 @@ def test_regime_extensions_continue_the_runs_of_the_study_they_name(long_file, s
     than started again."""
     from interp_toolkit.cli.sweep import parse
     from interp_toolkit.runs.extend import identity_differences
-    from interp_toolkit.studies.grid.config import cell_configs
 
     root = Path(__file__).parents[3] / "examples/reproduction/regime"
     long_args, short_args = (parse(["--config", str(root / name)]) for name in (long_file, short_file))
@@ -274,12 +281,8 @@ def test_regime_extensions_continue_the_runs_of_the_study_they_name(long_file, s
     differing = {k for k, v in long.flat_dict().items() if short.flat_dict()[k] != v}
     assert differing <= {"name", "epochs", "seeds"} and long.train.epochs > short.train.epochs
     assert set(short.seeds) <= set(long.seeds)
-    for cell in long.cells():
-        _, model_l, train_l, info_l = cell_configs(long, cell, short.seeds[0])
-        _, model_s, train_s, info_s = cell_configs(short, cell, short.seeds[0])
-        ident = [{"model": m.to_dict(), "train": t.to_dict(), "info": i}
-                 for m, t, i in ((model_l, train_l, info_l), (model_s, train_s, info_s))]
-        assert identity_differences(ident[1], ident[0]) == []
+    for short_run, long_run in _run_identities(long, short, short.seeds[0]):
+        assert identity_differences(short_run, long_run) == []
 
 
 def test_data_seeds_follow_the_model_seed_or_stay_fixed():
