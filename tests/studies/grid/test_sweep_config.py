@@ -266,7 +266,8 @@ def test_3000_epoch_configs_continue_their_1000_epoch_slices(long_file, short_fi
 @pytest.mark.parametrize("long_file, short_file", [
     ("axes_c_len8_b512_wd0.1_1500ep_2L.yaml", "axes_c_len8_b512_wd0.1_750ep_2L.yaml"),
     ("axes_c_len8_b512_wd0.1_1500ep_1L.yaml", "axes_c_len8_b512_wd0.1_750ep_1L.yaml"),
-    ("axes_d_len6_n32k_wd0.1_2L_confirm_1500ep.yaml", "axes_d_len6_n32k_wd0.1_2L_confirm.yaml")])
+    ("axes_d_len6_n32k_wd0.1_2L_confirm_1500ep.yaml", "axes_d_len6_n32k_wd0.1_2L_confirm.yaml"),
+    ("axes_d_len6_n32k_wd0.1_1L_confirm_1500ep.yaml", "axes_d_len6_n32k_wd0.1_1L_confirm.yaml")])
 def test_regime_extensions_continue_the_runs_of_the_study_they_name(long_file, short_file):
     """A regime config that trains a study on (``extend_from``) names that study's folder, and
     its runs are that study's runs but for the horizon, so every one of them is extended rather
