@@ -231,8 +231,9 @@ def test_length_calibrations_change_only_the_length(length):
 
 
 def _run_identities(long, short, seed):
-    """(short run, long run) identities of each cell of ``long`` at ``seed``: what
-    ``--extend-from`` compares to find a run's source."""
+    """(short run, long run) identities of each cell of ``long`` at ``seed``: the model, train and
+    run-info configs ``--extend-from`` compares to find a run's source, with the train config's
+    non-semantic fields kept (the sweep drops them before comparing, so this is stricter)."""
     from interp_toolkit.studies.grid.config import cell_configs
 
     pairs = []
