@@ -23,10 +23,12 @@ from .data import (
     model_fingerprint,
     per_example_losses,
 )
-from .diagnostics import convergence_diagnostics, tracked_indices
+from .diagnostics import ADVICE, convergence_diagnostics, tracked_indices
 from .engine import StreamedTable, stream_tables
+from .locality import LOCALITY_ADVICE, Locality, measure_locality
 from .plots import plot_bif, plot_diagnostics
 from .results import BIFResult, Draws
+from .sampler import SamplerDiagnostics
 
 # --------------------------------------------------------------------------- high level
 
@@ -45,6 +47,10 @@ def bif(
     cache_dir: str | Path | None = None,
     cache_tag: str | None = None,
     callbacks: Sequence[Any] | None = None,
+    reference_loss: float | None = None,
+    reference: str = "reference loss",
+    accuracy_fn: LossFn | None = None,
+    advice: str = ADVICE,
 ) -> BIFResult:
     """Bayesian influence of training examples on observables at the model's checkpoint.
 
@@ -75,6 +81,15 @@ def bif(
             tag when you change a loss or observable function but keep its name).
         callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every SGLD
             draw and chain end (see :func:`sample_sgld`); not part of the cache key.
+        reference_loss: The posterior data's loss once the solution is gone (chance: the
+            label-marginal cross-entropy :func:`~.locality.label_marginal_loss`, the unigram
+            loss of a language model): the locality gate (:mod:`.locality`) measures how much
+            of the gap from the checkpoint's loss to it the draws climbed. Without it the
+            climb is unmeasured and the result is never ``converged and local``.
+        reference: What ``reference_loss`` is, for messages.
+        accuracy_fn: ``(model, batch) -> Tensor[batch]`` per-example correctness, for
+            classifiers: the draws' accuracy on the posterior data beside the checkpoint's.
+        advice: What a convergence warning recommends (a command passes its own ``--calibrate``).
 
     Returns:
         The :class:`BIFResult` with diagnostics: the sampler's loss and distance traces, and
@@ -82,7 +97,9 @@ def bif(
         bulk/tail ESS and between-chain share of up to 16 x 16 evenly spaced entries, from
         their per-draw values: ``chains x draws x 32`` numbers, not the draws). When R-hat >
         1.01 or an ESS < 100 a warning names the settings to change and
-        ``result.convergence.converged`` is False.
+        ``result.convergence.converged`` is False. ``result.locality`` holds the locality
+        numbers, ``result.verdict`` the joint label (``converged and local``, ``converged,
+        not local`` or ``not converged``); a non-local result warns too.
     """
     if not isinstance(config, SamplerConfig):
         raise TypeError(f"config must be a SamplerConfig, got {type(config).__name__}")
@@ -113,6 +130,9 @@ def bif(
             "phase_fn": _qualname(phase_fn) if phase_fn is not None else None,
             "tag": cache_tag,
         }
+        if reference_loss is not None or accuracy_fn is not None:  # (absent: the keys of earlier results)
+            identity["locality"] = {"reference_loss": reference_loss, "reference": reference,
+                                    "accuracy_fn": None if accuracy_fn is None else _qualname(accuracy_fn)}
         key = config_hash(identity)
         out_dir = Path(cache_dir) / f"bif_{key}"
         if BIFResult.is_stored(out_dir):
@@ -178,7 +198,8 @@ def bif(
             kept_labels[chain, draw] = label
 
     estimates, diagnostics = stream_tables(model, train_data, loss_fn, config, all_recorders, {"bif": table},
-                                           phase_fn=phase_fn, on_draw=on_draw, callbacks=callbacks)
+                                           phase_fn=phase_fn, on_draw=on_draw, callbacks=callbacks,
+                                           accuracy_fn=accuracy_fn)
     estimate = estimates["bif"]
     if diagnostics.distance_trace is not None:
         at_draws = (
@@ -186,9 +207,13 @@ def bif(
         )
         scalar_traces["distance from w*"] = diagnostics.distance_trace[:, at_draws]
     convergence = convergence_diagnostics(
-        tracked_a, tracked_b, rows, cols, per_chain=estimate.per_chain[:, rows][:, :, cols], scalars=scalar_traces)
+        tracked_a, tracked_b, rows, cols, per_chain=estimate.per_chain[:, rows][:, :, cols], scalars=scalar_traces,
+        advice=advice)
     for note in convergence.warnings:
         warnings.warn(f"BIF not converged: {note}", stacklevel=2)
+    locality = locality_of(diagnostics, config, reference_loss, reference)
+    if not locality.local and reference_loss is not None:  # (unmeasured: result.locality says so)
+        warnings.warn(f"BIF not local: {'; '.join(locality.failed)}; {LOCALITY_ADVICE}", stacklevel=2)
     result = BIFResult(
         bif=estimate.bif,
         stderr=estimate.stderr,
@@ -207,14 +232,27 @@ def bif(
         if kept_a is not None and kept_b is not None else None,
         config=config.to_dict(),
         cache_key=key,
+        locality=locality,
     )
     if cache_dir is not None:
         out_dir = Path(cache_dir) / f"bif_{key}"
         save_figure(plot_bif(result), out_dir / "bif.png")
         save_figure(plot_diagnostics(diagnostics.loss_trace, diagnostics.distance_trace, convergence,
-                                     burn_in=config.burn_in), out_dir / "diagnostics.png")
+                                     burn_in=config.burn_in, locality=locality), out_dir / "diagnostics.png")
         result.save(out_dir)
     return result
+
+
+def locality_of(diagnostics: SamplerDiagnostics, config: SamplerConfig, reference_loss: float | None,
+                reference: str) -> Locality:
+    """The :class:`~.locality.Locality` of a sampler run's draws (its ``draw_loss``,
+    ``draw_distance`` and ``draw_accuracy``)."""
+    assert diagnostics.draw_loss is not None and diagnostics.draw_distance is not None  # sample_sgld fills them
+    return measure_locality(
+        diagnostics.draw_loss, diagnostics.draw_distance, checkpoint_loss=diagnostics.initial_loss,
+        reference_loss=reference_loss, reference=reference, n_parameters=int(diagnostics.n_parameters or 0),
+        gamma=config.gamma, draw_accuracy=diagnostics.draw_accuracy,
+        checkpoint_accuracy=diagnostics.initial_accuracy)
 
 
 def _qualname(fn: Any) -> str:

@@ -28,8 +28,10 @@ from interp_toolkit.errors import UserError
 
 __all__ = [
     "ConvergenceDiagnostics",
+    "ADVICE",
     "ESS_MIN",
     "RHAT_MAX",
+    "advice_for",
     "between_chain_share",
     "convergence_diagnostics",
     "ess_bulk",
@@ -47,8 +49,17 @@ ESS_MIN = 100.0
 #: Rows / columns whose per-draw values are kept for the per-entry diagnostics.
 DEFAULT_TRACKED = 16
 
-ADVICE = ("run longer chains (raise draws or steps_between_draws, and burn_in), or raise eps for "
-          "faster mixing; `interp-toolkit bif --calibrate` sweeps eps x gamma and recommends one")
+def advice_for(command: str) -> str:
+    """What a convergence warning of ``interp-toolkit COMMAND`` recommends (every SGLD command
+    has ``--calibrate``; library callers read :data:`ADVICE`)."""
+    return ("run longer chains (raise draws or steps_between_draws, and burn_in; the adaptive rounds' --max-steps), "
+            f"or raise eps for faster mixing; `interp-toolkit {command} --calibrate` sweeps eps x gamma and "
+            "recommends a local setting")
+
+
+ADVICE = ("run longer chains (raise draws or steps_between_draws, and burn_in), or raise eps for faster mixing; "
+          "analyses.bif.calibrate_sampler (or a command's --calibrate) sweeps eps x gamma and recommends a local "
+          "setting")
 
 
 # --------------------------------------------------------------------------- R-hat / ESS
@@ -318,6 +329,7 @@ def convergence_diagnostics(
     scalars: dict[str, Float[Tensor, "chains draws"]] | None = None,
     rhat_max: float = RHAT_MAX,
     ess_min: float = ESS_MIN,
+    advice: str = ADVICE,
 ) -> ConvergenceDiagnostics:
     """Diagnostics of tracked BIF entries from their per-draw values.
 
@@ -329,6 +341,7 @@ def convergence_diagnostics(
             share); default: computed from the traces.
         scalars: Extra scalar traces ``[chains, draws]`` to diagnose (e.g. mean losses).
         rhat_max, ess_min: Thresholds of the verdict.
+        advice: What the warnings recommend (the settings and command that help the caller).
 
     Returns:
         The :class:`ConvergenceDiagnostics` (warnings name the settings to change).
@@ -364,17 +377,25 @@ def convergence_diagnostics(
         finite = [v for v in values if math.isfinite(v)]
         return float(fn(finite)) if finite else float("nan")
 
+    # every tracked quantity by name, so that a warning names the one that failed
+    names = [f"entry (row {r}, column {c})" for r in rows for c in cols] + list(scalar_stats)
+
+    def worst_name(values: list[float], fn: Any) -> str:
+        finite = [(v, n) for v, n in zip(values, names, strict=True) if math.isfinite(v)]
+        return fn(finite)[1] if finite else "n/a"
+
     max_rhat, min_bulk, min_tail = worst(all_rhat, max), worst(all_bulk, min), worst(all_tail, min)
     notes = []
     if chains < 2:
         notes.append(f"R-hat needs >= 2 chains (got {chains}): set chains >= 2 (4 recommended)")
     elif not math.isfinite(max_rhat) or max_rhat > rhat_max:
         bad = sum(v > rhat_max for v in all_rhat if math.isfinite(v))
-        notes.append(f"chains disagree: max split R-hat {max_rhat:.3f} > {rhat_max} ({bad} of {len(all_rhat)} "
-                     f"tracked quantities); {ADVICE}")
+        notes.append(f"chains disagree: max split R-hat {max_rhat:.3f} > {rhat_max} on {worst_name(all_rhat, max)} "
+                     f"({bad} of {len(all_rhat)} tracked quantities); {advice}")
     if not (math.isfinite(min_bulk) and math.isfinite(min_tail)) or min(min_bulk, min_tail) < ess_min:
+        weakest = worst_name(all_bulk, min) if min_bulk <= min_tail else worst_name(all_tail, min)
         notes.append(f"too few effective draws: min bulk ESS {min_bulk:.0f}, min tail ESS {min_tail:.0f} < "
-                     f"{ess_min:.0f} over {chains} chains x {draws} draws; {ADVICE}")
+                     f"{ess_min:.0f} over {chains} chains x {draws} draws (fewest on {weakest}); {advice}")
     return ConvergenceDiagnostics(
         rows=[int(r) for r in rows], cols=[int(c) for c in cols], rhat=rhat, ess_bulk=bulk, ess_tail=tail,
         between_chain_share=share, scalars=scalar_stats, max_rhat=max_rhat, min_ess_bulk=min_bulk,

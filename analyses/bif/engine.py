@@ -81,6 +81,7 @@ def stream_tables(
     phase_fn: Callable[[nn.Module], int] | None = None,
     on_draw: DrawHook | None = None,
     callbacks: Sequence[Any] | None = None,
+    accuracy_fn: LossFn | None = None,
 ) -> tuple[dict[str, BIFEstimate], SamplerDiagnostics]:
     """Sample the localized posterior around ``model``'s weights and estimate every table.
 
@@ -96,6 +97,8 @@ def stream_tables(
             (chain, label) and its estimate carries the within/between decomposition.
         on_draw: Called at every draw before the tables are updated (see :data:`DrawHook`).
         callbacks: :class:`interp_toolkit.callbacks.Callback` objects of the sampler.
+        accuracy_fn: Per-example correctness on the posterior data (classifiers), recorded at
+            every draw for the locality gate (see :func:`~.sampler.sample_sgld`).
 
     Returns:
         ``(name -> BIFEstimate, sampler diagnostics)``.
@@ -140,7 +143,8 @@ def stream_tables(
             if len(rows) >= table.block:
                 flush(key)
 
-    diagnostics = sample_sgld(model, posterior, loss_fn, sampler, recorders, record, callbacks=callbacks)
+    diagnostics = sample_sgld(model, posterior, loss_fn, sampler, recorders, record, callbacks=callbacks,
+                              accuracy_fn=accuracy_fn)
     for key in list(pending):
         flush(key)
     estimates = {}

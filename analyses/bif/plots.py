@@ -116,10 +116,13 @@ def plot_diagnostics(
     title: str | None = None,
     ax: Any = None,
     steps_per_point: int = 1,
+    locality: Any = None,
 ) -> Any:
-    """The SGLD diagnostics in one figure: per-chain loss and distance from ``w*`` over steps,
-    R-hat and bulk/tail ESS of every tracked entry against their thresholds, and the
-    between-chain share of every tracked entry.
+    """The SGLD diagnostics in one figure: per-chain loss and distance from ``w*`` over steps
+    (with the checkpoint's loss, the reference loss, the locality gate's line and the
+    prior-only radius), R-hat and bulk/tail ESS of every tracked entry and scalar trace against
+    their thresholds (those that fail hollow and named), and the between-chain share of every
+    tracked entry.
 
     Args:
         loss_trace: ``[chains, steps]`` minibatch loss before every step.
@@ -129,6 +132,7 @@ def plot_diagnostics(
         title: Figure title (default: the verdict).
         ax: Optional sequence of 4 axes.
         steps_per_point: SGLD steps between the traces' points (for thinned traces).
+        locality: The result's :class:`~.locality.Locality` (lines and the title's verdict).
 
     Returns:
         The :class:`matplotlib.figure.Figure`.
@@ -142,9 +146,26 @@ def plot_diagnostics(
         for chain, trace in enumerate(np.asarray(loss_trace, dtype=float)):
             axes[0].plot(np.arange(trace.size) * steps_per_point, trace, lw=0.6, label=f"chain {chain}")
         axes[0].set(title="SGLD minibatch loss", xlabel="SGLD step", ylabel="loss")
+        if locality is not None:
+            gap_line = locality.checkpoint_loss + locality.climb_max * (locality.reference_loss
+                                                                         - locality.checkpoint_loss)
+            axes[0].axhline(locality.checkpoint_loss, color="k", lw=1, label="loss at the checkpoint w*")
+            if np.isfinite(locality.reference_loss):
+                axes[0].axhline(locality.reference_loss, color="tab:red", lw=1,
+                                label=f"{locality.reference} (solution gone)")
+                axes[0].axhline(gap_line, color="tab:orange", lw=1, ls="--",
+                                label=f"locality gate: {locality.climb_max:.0%} of the gap")
+            values = np.asarray(loss_trace, dtype=float)
+            low = min(np.nanmin(values), locality.checkpoint_loss)
+            if low > 0 and np.nanmax(values) / low > 100:
+                axes[0].set_yscale("log")  # a checkpoint at 1e-5 and chance at 0.7 both readable
         if distance_trace is not None:
             for trace in np.asarray(distance_trace, dtype=float):
                 axes[1].plot(np.arange(trace.size) * steps_per_point, trace, lw=0.6)
+        if locality is not None and np.isfinite(locality.prior_radius):
+            axes[1].axhline(locality.prior_radius, color="tab:purple", lw=1, ls="--",
+                            label="prior-only radius sqrt(d / gamma)")
+            legend_outside(axes[1])
         axes[1].set(title="distance from the localization point w*", xlabel="SGLD step", ylabel="||w - w*||")
         for panel in axes[:2]:
             if burn_in:
@@ -154,11 +175,30 @@ def plot_diagnostics(
         bulk = convergence.ess_bulk.double().numpy().reshape(-1)
         tail = convergence.ess_tail.double().numpy().reshape(-1)
         index = np.arange(rhat.size)
-        axes[2].scatter(bulk, rhat, s=10, label="bulk ESS")
-        axes[2].scatter(tail, rhat, s=10, marker="x", label="tail ESS")
+        def failing(r: np.ndarray, e: np.ndarray) -> np.ndarray:
+            return ~((r <= RHAT_MAX) & (e >= ESS_MIN))
+
+        # passing entries filled, failing ones hollow (as on every BIF figure)
+        for values, marker, name in ((bulk, "o", "bulk ESS"), (tail, "s", "tail ESS")):
+            bad = failing(rhat, values)
+            axes[2].scatter(values[~bad], rhat[~bad], s=10, marker=marker, label=f"entries, {name}")
+            if bad.any():
+                axes[2].scatter(values[bad], rhat[bad], s=24, marker=marker, facecolors="none",
+                                edgecolors="tab:red", label=f"entries failing ({name})")
+        # the scalar traces (mean losses, distance) are tracked quantities too: drawn and named
+        for name, stats in (getattr(convergence, "scalars", None) or {}).items():
+            r, e = float(stats["rhat"]), min(float(stats["ess_bulk"]), float(stats["ess_tail"]))
+            if not (np.isfinite(r) and np.isfinite(e)):
+                continue
+            bad = bool(failing(np.asarray([r]), np.asarray([e]))[0])
+            axes[2].scatter([e], [r], s=60, marker="*", facecolors="none" if bad else "tab:green",
+                            edgecolors="tab:red" if bad else "tab:green")
+            axes[2].annotate(name + (" (fails)" if bad else ""), (e, r), fontsize=7, xytext=(4, 2),
+                             textcoords="offset points", color="tab:red" if bad else "k")
         axes[2].axhline(RHAT_MAX, color="tab:red", lw=1, ls="--", label=f"R-hat {RHAT_MAX}")
         axes[2].axvline(ESS_MIN, color="tab:red", lw=1, ls=":", label=f"ESS {ESS_MIN:.0f}")
-        axes[2].set(xscale="log", title=f"tracked entries ({rhat.size}): split R-hat vs ESS",
+        axes[2].set(xscale="log", title=f"tracked entries ({rhat.size}, dots) and scalar traces (stars): "
+                                        "split R-hat vs ESS; hollow: failing",
                     xlabel="effective sample size (all chains)", ylabel="split R-hat")
         legend_outside(axes[2])
         share = convergence.between_chain_share.double().numpy().reshape(-1)
@@ -168,6 +208,11 @@ def plot_diagnostics(
         axes[3].set(title="between-chain share of each tracked entry (red: |share| > 0.5; clipped at 3)",
                     xlabel="tracked entry (row-major)", ylabel="(pooled - mean per chain) / pooled", ylim=(-3.2, 3.2))
         verdict = "converged" if convergence.converged else "NOT converged"
-        fig.suptitle(title or f"SGLD diagnostics: {verdict} (max R-hat {convergence.max_rhat:.3f}, "
-                     f"min ESS bulk {convergence.min_ess_bulk:.0f} / tail {convergence.min_ess_tail:.0f})")
+        if locality is not None:
+            verdict = f"{verdict}, {'local' if locality.local else 'NOT local'} " \
+                      f"(draws climbed {locality.mean_climb:.1%} of the loss gap)"
+        bad = not convergence.converged or (locality is not None and not locality.local)
+        fig.suptitle(title or f"SGLD diagnostics: {verdict}\nmax R-hat {convergence.max_rhat:.3f}, "
+                     f"min ESS bulk {convergence.min_ess_bulk:.0f} / tail {convergence.min_ess_tail:.0f}",
+                     color="firebrick" if bad else "black")
     return fig

@@ -13,6 +13,7 @@ from interp_toolkit.errors import UserError
 from interp_toolkit.io import is_artifact, load_artifact, save_artifact
 
 from .diagnostics import ConvergenceDiagnostics
+from .locality import Locality, sampling_verdict
 from .sampler import SamplerDiagnostics
 
 RESULT_FILE = "bif.safetensors"
@@ -109,6 +110,8 @@ class BIFResult:
         draws: The raw draws if kept.
         config: The sampler config as a dict (``None`` for :func:`compute_bif`).
         cache_key: Config hash under which it was cached.
+        locality: Whether the draws still describe the checkpoint's solution
+            (:mod:`.locality`; ``None`` for :func:`compute_bif` and results of earlier versions).
     """
 
     bif: Float[Tensor, "n_train n_query"]
@@ -127,6 +130,13 @@ class BIFResult:
     cache_key: str | None = None
     per_chain_stderr: Float[Tensor, "n_train n_query"] | None = None
     convergence: ConvergenceDiagnostics | None = None
+    locality: Locality | None = None
+
+    @property
+    def verdict(self) -> str:
+        """``converged and local``, ``converged, not local`` or ``not converged``
+        (:func:`~.locality.sampling_verdict`)."""
+        return sampling_verdict(self.convergence is not None and self.convergence.converged, self.locality)
 
     def observable(self, name: str) -> Float[Tensor, "n_train k"]:
         """Columns of ``bif`` belonging to observable ``name``."""
@@ -173,6 +183,7 @@ class BIFResult:
             "diagnostics": None if self.diagnostics is None else diagnostics_metadata(self.diagnostics),
             "convergence": None if self.convergence is None else self.convergence.metadata(),
             "stderr_method": "jackknife",
+            "locality": None if self.locality is None else self.locality.to_dict(),
         }
         save_artifact(directory / RESULT_FILE, tensors, meta, kind="bif_result")
         return directory
@@ -217,6 +228,7 @@ class BIFResult:
             per_chain_stderr=t.get("per_chain_stderr"),
             convergence=None if meta.get("convergence") is None else ConvergenceDiagnostics.from_artifact(
                 t, meta["convergence"]),
+            locality=None if meta.get("locality") is None else Locality.from_dict(meta["locality"]),
         )
 
     @staticmethod
@@ -233,15 +245,17 @@ def diagnostics_tensors(diagnostics: SamplerDiagnostics) -> dict[str, Tensor]:
     out = {"diagnostics.loss_trace": diagnostics.loss_trace,
            "diagnostics.burn_in_drift": diagnostics.burn_in_drift,
            "diagnostics.sampling_drift": diagnostics.sampling_drift}
-    if diagnostics.distance_trace is not None:
-        out["diagnostics.distance_trace"] = diagnostics.distance_trace
+    for name in ("distance_trace", "draw_loss", "draw_distance", "draw_accuracy"):
+        if getattr(diagnostics, name) is not None:
+            out[f"diagnostics.{name}"] = getattr(diagnostics, name)
     return out
 
 
 def diagnostics_metadata(diagnostics: SamplerDiagnostics) -> dict[str, Any]:
     """The JSON part of :class:`SamplerDiagnostics`."""
     return {"initial_loss": diagnostics.initial_loss, "n_beta": diagnostics.n_beta,
-            "sampled_parameters": diagnostics.sampled_parameters, "warnings": diagnostics.warnings}
+            "sampled_parameters": diagnostics.sampled_parameters, "warnings": diagnostics.warnings,
+            "initial_accuracy": diagnostics.initial_accuracy, "n_parameters": diagnostics.n_parameters}
 
 
 def diagnostics_from(tensors: dict[str, Tensor], meta: dict[str, Any]) -> SamplerDiagnostics:
@@ -255,4 +269,9 @@ def diagnostics_from(tensors: dict[str, Tensor], meta: dict[str, Any]) -> Sample
         sampled_parameters=list(meta["sampled_parameters"]),
         warnings=list(meta["warnings"]),
         distance_trace=tensors.get("diagnostics.distance_trace"),
+        draw_loss=tensors.get("diagnostics.draw_loss"),
+        draw_distance=tensors.get("diagnostics.draw_distance"),
+        draw_accuracy=tensors.get("diagnostics.draw_accuracy"),
+        initial_accuracy=meta.get("initial_accuracy"),
+        n_parameters=meta.get("n_parameters"),
     )

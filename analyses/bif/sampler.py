@@ -40,6 +40,14 @@ class SamplerDiagnostics:
         distance_trace: ``||w - w*||`` over the sampled parameters before every SGLD step, per
             chain (it should level off at the localized posterior's width; still growing: the
             chain has not reached it).
+        draw_loss: The loss on the posterior data at every draw's weights, per chain: the
+            SGLD loss of the step after the draw (the same weights; the full loss with full
+            batches, an unbiased minibatch estimate otherwise). What locality reads.
+        draw_distance: ``||w - w*||`` at every draw, per chain.
+        draw_accuracy: The posterior data's accuracy at every draw (same batches as
+            ``draw_loss``), when the sampler was given an ``accuracy_fn``.
+        initial_accuracy: The posterior data's accuracy at ``w*`` (with an ``accuracy_fn``).
+        n_parameters: The number of sampled parameters ``d``.
     """
 
     loss_trace: Float[Tensor, "chains steps"]
@@ -50,6 +58,11 @@ class SamplerDiagnostics:
     sampled_parameters: list[str]
     warnings: list[str] = field(default_factory=list)
     distance_trace: Float[Tensor, "chains steps"] | None = None
+    draw_loss: Float[Tensor, "chains draws"] | None = None
+    draw_distance: Float[Tensor, "chains draws"] | None = None
+    draw_accuracy: Float[Tensor, "chains draws"] | None = None
+    initial_accuracy: float | None = None
+    n_parameters: int | None = None
 
 
 def _checkpoint_names(model: nn.Module) -> dict[int, str]:
@@ -94,6 +107,7 @@ def sample_sgld(
     recorders: Mapping[str, Observable] | None = None,
     on_draw: Callable[[int, int, dict[str, Tensor]], None] | None = None,
     callbacks: Sequence[Any] | None = None,
+    accuracy_fn: LossFn | None = None,
 ) -> SamplerDiagnostics:
     """Run SGLD chains around the model's current weights ``w*``, calling back at each draw.
 
@@ -114,6 +128,9 @@ def sample_sgld(
         callbacks: :class:`interp_toolkit.callbacks.Callback` objects told of every draw
             (``on_draw(chain, draw, {"step", "loss"})``) and chain end
             (``on_chain_end(chain, diagnostics)``), e.g. a TensorBoard logger.
+        accuracy_fn: ``accuracy_fn(model, batch) -> Tensor[batch]`` per-example correctness
+            (1 correct, 0 not), for classifiers: evaluated at ``w*`` over the posterior data
+            and at every draw on the batch its ``draw_loss`` is measured on (one forward each).
 
     Returns:
         Diagnostics (loss traces, drift checks).
@@ -155,12 +172,20 @@ def sample_sgld(
     full_loss = per_example_losses(loss_fn, train_data, config.eval_batch_size)
     with torch.no_grad():
         initial_loss = float(full_loss(model).float().mean())
+        initial_accuracy = (None if accuracy_fn is None else
+                            float(per_example_losses(accuracy_fn, train_data, config.eval_batch_size)(model)
+                                  .float().mean()))
     if not math.isfinite(initial_loss):
         raise SamplerDivergenceError(f"the training loss at the checkpoint is already {initial_loss}")
     limit = config.divergence_factor * (abs(initial_loss) + 1.0)
     steps = config.total_steps
     trace = torch.empty(config.chains, steps, dtype=torch.float64)
     distance = torch.empty(config.chains, steps, dtype=torch.float64)
+    # locality (.locality) reads the posterior loss, distance and accuracy at the draws
+    draw_loss = torch.full((config.chains, config.draws), float("nan"), dtype=torch.float64)
+    draw_distance = torch.full((config.chains, config.draws), float("nan"), dtype=torch.float64)
+    draw_accuracy = (None if accuracy_fn is None
+                     else torch.full((config.chains, config.draws), float("nan"), dtype=torch.float64))
     bar = tqdm(total=config.chains * steps, desc="SGLD", disable=not config.progress, leave=False)
     try:
         model.eval()
@@ -195,16 +220,21 @@ def sample_sgld(
             order = torch.randperm(n_train, generator=cpu_gen)
             cursor = 0
             draw = 0
-            for step in range(steps):
+            pending: int | None = None  # a draw whose loss the next step's forward measures
+
+            def next_batch() -> DataLike:
+                nonlocal order, cursor
                 if config.batch_size is None:
-                    batch = train_data
-                else:
-                    if cursor + config.batch_size > n_train:
-                        order = torch.randperm(n_train, generator=cpu_gen)
-                        cursor = 0
-                    index = order[cursor : cursor + config.batch_size]
-                    cursor += config.batch_size
-                    batch = index_data(train_data, index.to(_data_device(train_data)))
+                    return train_data
+                if cursor + config.batch_size > n_train:
+                    order = torch.randperm(n_train, generator=cpu_gen)
+                    cursor = 0
+                index = order[cursor : cursor + config.batch_size]
+                cursor += config.batch_size
+                return index_data(train_data, index.to(_data_device(train_data)))
+
+            for step in range(steps):
+                batch = next_batch()
                 if flat:
                     flat_grads.zero_()
                 else:
@@ -213,6 +243,9 @@ def sample_sgld(
                 loss = loss_fn(model, batch).mean()
                 loss_value = float(loss.detach())
                 trace[chain, step] = loss_value
+                if pending is not None:  # the weights have not moved since that draw
+                    _record_draw(draw_loss, draw_accuracy, chain, pending, loss_value, accuracy_fn, model, batch)
+                    pending = None
                 if not math.isfinite(loss_value) or loss_value > limit:
                     raise SamplerDivergenceError(
                         f"SGLD diverged: chain {chain}, step {step}: minibatch loss {loss_value:.4g} "
@@ -237,7 +270,16 @@ def sample_sgld(
                     elif on_draw is not None:
                         on_draw(chain, draw, {})
                     dispatch(callbacks, "on_draw", chain, draw, {"step": step, "loss": loss_value})
+                    draw_distance[chain, draw] = _distance(flat_weights, flat_centre) if flat else _distance(
+                        torch.cat([p.detach().reshape(-1) for _, p in params]),
+                        torch.cat([c.reshape(-1) for c in centre]))
+                    pending = draw
                     draw += 1
+            if pending is not None:  # the chain's last draw: one more forward, no step
+                batch = next_batch()
+                with torch.inference_mode():
+                    value = float(loss_fn(model, batch).mean())
+                _record_draw(draw_loss, draw_accuracy, chain, pending, value, accuracy_fn, model, batch)
             with torch.no_grad():
                 if not all(torch.isfinite(p).all() for _, p in params):
                     raise SamplerDivergenceError(f"SGLD diverged: chain {chain} ended with non-finite weights")
@@ -272,7 +314,25 @@ def sample_sgld(
         sampled_parameters=[n for n, _ in params],
         warnings=notes,
         distance_trace=distance,
+        draw_loss=draw_loss,
+        draw_distance=draw_distance,
+        draw_accuracy=draw_accuracy,
+        initial_accuracy=initial_accuracy,
+        n_parameters=sum(sizes),
     )
+
+
+def _distance(weights: Tensor, centre: Tensor | None) -> float:
+    assert centre is not None
+    return float((weights.detach() - centre).double().norm())
+
+
+def _record_draw(draw_loss: Tensor, draw_accuracy: Tensor | None, chain: int, draw: int, loss: float,
+                 accuracy_fn: LossFn | None, model: nn.Module, batch: DataLike) -> None:
+    draw_loss[chain, draw] = loss
+    if accuracy_fn is not None and draw_accuracy is not None:
+        with torch.inference_mode():
+            draw_accuracy[chain, draw] = float(accuracy_fn(model, batch).float().mean())
 
 
 def _data_device(data: DataLike) -> torch.device:

@@ -242,8 +242,9 @@ def test_query_equal_to_attribution_is_recorded_once_with_same_result():
     shared = bif(Quadratic(), X_TRAIN, X_TRAIN, counting_loss, config)
     assert torch.allclose(shared.bif, separate.bif, atol=1e-12)
     # SGLD steps + initial loss + one probing pass + one attribution pass per draw (no
-    # query pass, at the probe either).
-    assert calls["n"] == config.chains * (config.total_steps + config.draws) + 2
+    # query pass, at the probe either) + per chain, the loss at its last draw (locality: every
+    # other draw's loss is the next step's forward).
+    assert calls["n"] == config.chains * (config.total_steps + config.draws + 1) + 2
 
 
 def test_float32_block_accumulation_matches_float64():
