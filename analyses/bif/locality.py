@@ -24,9 +24,9 @@ cloud's size). Locality is measured on every estimate beside convergence:
 
 The gate (:data:`CLIMB_MAX`): every chain climbed at most 10% of the gap (docs/influence.md,
 "Locality", gives the measurements behind it: at the old ``bif`` defaults the draws of a
-1-layer majority model climbed 127% of it, at accuracy 72%; at a local setting 0.1%, at 100%). :func:`sampling_verdict` joins it with convergence into
-the one label every summary prints: ``converged and local``, ``converged, not local`` or
-``not converged``.
+1-layer majority model climbed 127% of it, at accuracy 72%; at a local setting 0.1%, at 100%).
+:func:`sampling_verdict` joins it with convergence into the one label every summary prints:
+``converged and local``, ``converged, not local`` or ``not converged``.
 """
 
 from __future__ import annotations

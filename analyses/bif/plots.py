@@ -180,21 +180,21 @@ def plot_diagnostics(
 
         # passing entries filled, failing ones hollow (as on every BIF figure)
         for values, marker, name in ((bulk, "o", "bulk ESS"), (tail, "s", "tail ESS")):
-            bad = failing(rhat, values)
-            axes[2].scatter(values[~bad], rhat[~bad], s=10, marker=marker, label=f"entries, {name}")
-            if bad.any():
-                axes[2].scatter(values[bad], rhat[bad], s=24, marker=marker, facecolors="none",
+            fails = failing(rhat, values)
+            axes[2].scatter(values[~fails], rhat[~fails], s=10, marker=marker, label=f"entries, {name}")
+            if fails.any():
+                axes[2].scatter(values[fails], rhat[fails], s=24, marker=marker, facecolors="none",
                                 edgecolors="tab:red", label=f"entries failing ({name})")
         # the scalar traces (mean losses, distance) are tracked quantities too: drawn and named
         for name, stats in (getattr(convergence, "scalars", None) or {}).items():
             r, e = float(stats["rhat"]), min(float(stats["ess_bulk"]), float(stats["ess_tail"]))
             if not (np.isfinite(r) and np.isfinite(e)):
                 continue
-            bad = bool(failing(np.asarray([r]), np.asarray([e]))[0])
-            axes[2].scatter([e], [r], s=60, marker="*", facecolors="none" if bad else "tab:green",
-                            edgecolors="tab:red" if bad else "tab:green")
-            axes[2].annotate(name + (" (fails)" if bad else ""), (e, r), fontsize=7, xytext=(4, 2),
-                             textcoords="offset points", color="tab:red" if bad else "k")
+            scalar_fails = bool(failing(np.asarray([r]), np.asarray([e]))[0])
+            axes[2].scatter([e], [r], s=60, marker="*", facecolors="none" if scalar_fails else "tab:green",
+                            edgecolors="tab:red" if scalar_fails else "tab:green")
+            axes[2].annotate(name + (" (fails)" if scalar_fails else ""), (e, r), fontsize=7, xytext=(4, 2),
+                             textcoords="offset points", color="tab:red" if scalar_fails else "k")
         axes[2].axhline(RHAT_MAX, color="tab:red", lw=1, ls="--", label=f"R-hat {RHAT_MAX}")
         axes[2].axvline(ESS_MIN, color="tab:red", lw=1, ls=":", label=f"ESS {ESS_MIN:.0f}")
         axes[2].set(xscale="log", title=f"tracked entries ({rhat.size}, dots) and scalar traces (stars): "
@@ -211,8 +211,8 @@ def plot_diagnostics(
         if locality is not None:
             verdict = f"{verdict}, {'local' if locality.local else 'NOT local'} " \
                       f"(draws climbed {locality.mean_climb:.1%} of the loss gap)"
-        bad = not convergence.converged or (locality is not None and not locality.local)
+        failed = not convergence.converged or (locality is not None and not locality.local)
         fig.suptitle(title or f"SGLD diagnostics: {verdict}\nmax R-hat {convergence.max_rhat:.3f}, "
                      f"min ESS bulk {convergence.min_ess_bulk:.0f} / tail {convergence.min_ess_tail:.0f}",
-                     color="firebrick" if bad else "black")
+                     color="firebrick" if failed else "black")
     return fig

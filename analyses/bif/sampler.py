@@ -222,12 +222,12 @@ def sample_sgld(
             draw = 0
             pending: int | None = None  # a draw whose loss the next step's forward measures
 
-            def next_batch() -> DataLike:
+            def next_batch(gen: torch.Generator = cpu_gen) -> DataLike:
                 nonlocal order, cursor
                 if config.batch_size is None:
                     return train_data
                 if cursor + config.batch_size > n_train:
-                    order = torch.randperm(n_train, generator=cpu_gen)
+                    order = torch.randperm(n_train, generator=gen)
                     cursor = 0
                 index = order[cursor : cursor + config.batch_size]
                 cursor += config.batch_size
@@ -278,8 +278,8 @@ def sample_sgld(
             if pending is not None:  # the chain's last draw: one more forward, no step
                 batch = next_batch()
                 with torch.inference_mode():
-                    value = float(loss_fn(model, batch).mean())
-                _record_draw(draw_loss, draw_accuracy, chain, pending, value, accuracy_fn, model, batch)
+                    last_loss = float(loss_fn(model, batch).mean())
+                _record_draw(draw_loss, draw_accuracy, chain, pending, last_loss, accuracy_fn, model, batch)
             with torch.no_grad():
                 if not all(torch.isfinite(p).all() for _, p in params):
                     raise SamplerDivergenceError(f"SGLD diverged: chain {chain} ended with non-finite weights")
