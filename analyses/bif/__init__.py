@@ -45,7 +45,8 @@ helpers), :mod:`.sampler` (SGLD), :mod:`.engine` (the one engine both front ends
 streamed into co-moment tables, then estimated), :mod:`.moments` (streaming co-moments), :mod:`.results`
 (result types, save/load), :mod:`.estimator` (the estimator on accumulators or stored draws),
 :mod:`.sgld` (the SGLD update as a reusable step), :mod:`.diagnostics` (R-hat, ESS, the
-convergence verdict), :mod:`.adaptive` (chains doubled
+convergence verdict), :mod:`.locality` (whether the draws still solve the task: the locality
+gate beside convergence), :mod:`.localize` (gamma and eps per checkpoint), :mod:`.adaptive` (chains doubled
 until they converge or a budget runs out: ``until_converged(partial(bif, model, train,
 query, loss_fn), config, AdaptiveConfig())``), :mod:`.calibration` (sampler sweeps of any
 loss function), :mod:`.phases` (phase labels by solution or clustering, between-phase shares with their Gaussian null),
@@ -70,6 +71,16 @@ _EXPORTS = {
     "until_converged": ".adaptive",
     "convergence_label": ".plots",
     "SamplerConfig": ".config",
+    "LocalizeConfig": ".config",
+    "Locality": ".locality",
+    "measure_locality": ".locality",
+    "sampling_verdict": ".locality",
+    "label_marginal_loss": ".locality",
+    "unigram_loss": ".locality",
+    "LocalGamma": ".localize",
+    "local_gamma": ".localize",
+    "top_curvature": ".localize",
+    "trace_bif": ".groups",
     "SamplerDivergenceError": ".config",
     "data_length": ".data",
     "index_data": ".data",

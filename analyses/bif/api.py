@@ -25,10 +25,10 @@ from .data import (
 )
 from .diagnostics import ADVICE, convergence_diagnostics, tracked_indices
 from .engine import StreamedTable, stream_tables
-from .locality import LOCALITY_ADVICE, Locality, measure_locality
+from .groups import check_groups, trace_bif
+from .locality import LOCALITY_ADVICE, locality_of
 from .plots import plot_bif, plot_diagnostics
 from .results import BIFResult, Draws
-from .sampler import SamplerDiagnostics
 
 # --------------------------------------------------------------------------- high level
 
@@ -51,6 +51,7 @@ def bif(
     reference: str = "reference loss",
     accuracy_fn: LossFn | None = None,
     advice: str = ADVICE,
+    row_groups: Mapping[str, Tensor] | None = None,
 ) -> BIFResult:
     """Bayesian influence of training examples on observables at the model's checkpoint.
 
@@ -90,6 +91,10 @@ def bif(
         accuracy_fn: ``(model, batch) -> Tensor[batch]`` per-example correctness, for
             classifiers: the draws' accuracy on the posterior data beside the checkpoint's.
         advice: What a convergence warning recommends (a command passes its own ``--calibrate``).
+        row_groups: ``name -> boolean mask`` over the attribution rows: ``result.group_means``
+            then holds each group's mean BIF on each observable's mean, with its
+            leave-one-chain-out jackknife error (from the group's mean-loss trace:
+            :func:`~.groups.trace_bif`; a mean of per-entry errors would not be its error).
 
     Returns:
         The :class:`BIFResult` with diagnostics: the sampler's loss and distance traces, and
@@ -116,6 +121,9 @@ def bif(
             raise UserError(f"observable name {name!r} is reserved or duplicated")
         recorders[name] = fn
     attribution = attribution_fn or per_example_losses(loss_fn, attribution_data, config.eval_batch_size)
+    if row_groups is not None and config.pearson:
+        raise UserError("row_groups needs covariances (pearson=False): a group mean of correlations is not the "
+                        "correlation of the group's mean loss")
 
     key = None
     if cache_dir is not None:
@@ -130,6 +138,8 @@ def bif(
             "phase_fn": _qualname(phase_fn) if phase_fn is not None else None,
             "tag": cache_tag,
         }
+        if row_groups is not None:
+            identity["row_groups"] = {k: data_fingerprint(torch.as_tensor(v)) for k, v in row_groups.items()}
         if reference_loss is not None or accuracy_fn is not None:  # (absent: the keys of earlier results)
             identity["locality"] = {"reference_loss": reference_loss, "reference": reference,
                                     "accuracy_fn": None if accuracy_fn is None else _qualname(accuracy_fn)}
@@ -145,6 +155,7 @@ def bif(
         sizes = {k: int(probe_a.numel()) if query_is_attribution and k == "query_loss" else int(fn(model).numel())
                  for k, fn in recorders.items()}
     n_a = int(probe_a.numel())
+    groups = check_groups(row_groups, n_a) if row_groups is not None else {}
     # Raw draws keep the recorded dtype (float64 stays float64, so compute_bif on them
     # reproduces the streamed estimate to rounding). The n_a x n_b co-moments are
     # accumulated in that dtype too: float32 halves the memory, and accumulating centred
@@ -174,6 +185,7 @@ def bif(
     tracked_b = torch.zeros(config.chains, config.draws, len(cols), dtype=torch.float64)
     scalar_traces = {name: torch.zeros(config.chains, config.draws, dtype=torch.float64)
                      for name in ["mean attribution loss", *(f"mean {k}" for k in recorders)]}
+    group_traces = {name: torch.zeros(config.chains, config.draws, dtype=torch.float64) for name in groups}
     all_recorders = {"__attribution__": attribution, **recorders}
     if query_is_attribution:
         del all_recorders["query_loss"]
@@ -189,6 +201,8 @@ def bif(
         tracked_a[chain, draw] = a[rows]
         tracked_b[chain, draw] = b[cols]
         scalar_traces["mean attribution loss"][chain, draw] = a.mean()
+        for name, mask in groups.items():
+            group_traces[name][chain, draw] = a[mask].mean()
         for name, (start, stop) in slices.items():
             scalar_traces[f"mean {name}"][chain, draw] = b[start:stop].mean()
         if kept_a is not None and kept_b is not None:  # both or neither (config.keep_draws)
@@ -211,6 +225,8 @@ def bif(
         advice=advice)
     for note in convergence.warnings:
         warnings.warn(f"BIF not converged: {note}", stacklevel=2)
+    group_means = {group: {name: trace_bif(trace, scalar_traces[f"mean {name}"]) for name in slices}
+                   for group, trace in group_traces.items()}
     locality = locality_of(diagnostics, config, reference_loss, reference)
     if not locality.local and reference_loss is not None:  # (unmeasured: result.locality says so)
         warnings.warn(f"BIF not local: {'; '.join(locality.failed)}; {LOCALITY_ADVICE}", stacklevel=2)
@@ -233,6 +249,7 @@ def bif(
         config=config.to_dict(),
         cache_key=key,
         locality=locality,
+        group_means=group_means or None,
     )
     if cache_dir is not None:
         out_dir = Path(cache_dir) / f"bif_{key}"
@@ -241,18 +258,6 @@ def bif(
                                      burn_in=config.burn_in, locality=locality), out_dir / "diagnostics.png")
         result.save(out_dir)
     return result
-
-
-def locality_of(diagnostics: SamplerDiagnostics, config: SamplerConfig, reference_loss: float | None,
-                reference: str) -> Locality:
-    """The :class:`~.locality.Locality` of a sampler run's draws (its ``draw_loss``,
-    ``draw_distance`` and ``draw_accuracy``)."""
-    assert diagnostics.draw_loss is not None and diagnostics.draw_distance is not None  # sample_sgld fills them
-    return measure_locality(
-        diagnostics.draw_loss, diagnostics.draw_distance, checkpoint_loss=diagnostics.initial_loss,
-        reference_loss=reference_loss, reference=reference, n_parameters=int(diagnostics.n_parameters or 0),
-        gamma=config.gamma, draw_accuracy=diagnostics.draw_accuracy,
-        checkpoint_accuracy=diagnostics.initial_accuracy)
 
 
 def _qualname(fn: Any) -> str:

@@ -2,10 +2,18 @@
 checkpoint, with the convergence diagnostics and loss drift of every setting and a
 recommendation (the way devinterp users calibrate epsilon / gamma for LLC estimates).
 
+Every setting is ranked by locality first (:mod:`.locality`: its draws climbed at most 10% of
+the gap between the checkpoint's loss and the reference loss), then by convergence, then by
+whether it keeps the base posterior, then by mixing speed per CPU-second (``min(bulk, tail)
+ESS`` per CPU-second of sampling). A setting
+that is not local is never recommended: when none is, the recommendation is None and the
+reason says what to try. Without a ``reference_loss`` locality is unmeasured and the ranking
+says so.
+
 Changing ``gamma`` or ``n_beta`` changes the posterior (the estimand); changing ``eps`` only
-changes how fast (and how biased) SGLD samples it. The recommendation therefore keeps the
-posterior of the base config when one of its settings converges, and says so when it had to
-move ``gamma`` or ``n_beta``.
+changes how fast (and how biased) SGLD samples it. Among equally ranked settings the posterior
+of the base config is preferred, and the reason says so when the recommendation moved
+``gamma`` or ``n_beta``.
 """
 
 from __future__ import annotations
@@ -40,6 +48,10 @@ class CalibrationRow:
         mean_distance: Mean ``||w - w*||`` over the sampling phase.
         seconds: Wall time of the setting.
         warnings: The sampler's and the diagnostics' warnings.
+        local: The locality gate passed (None: unmeasured, no reference loss).
+        climb: The worst chain's climb, as a fraction of the loss gap (:mod:`.locality`).
+        cpu_seconds: CPU time of the setting (this process).
+        ess_per_cpu_second: ``min(bulk, tail) ESS`` per CPU-second: what the ranking uses.
     """
 
     eps: float
@@ -56,6 +68,10 @@ class CalibrationRow:
     mean_distance: float
     seconds: float
     warnings: list[str]
+    local: bool | None = None
+    climb: float = float("nan")
+    cpu_seconds: float = float("nan")
+    ess_per_cpu_second: float = float("nan")
 
 
 @dataclass
@@ -120,8 +136,10 @@ def calibrate_sampler(
     Returns:
         The :class:`Calibration`. Recommendation: among settings that neither diverged nor
         drift while drawing (every chain's drift between the sampling halves below 2 std),
-        prefer those at the base posterior (its ``gamma`` and ``n_beta``), then converged ones,
-        then the fastest mixing (largest ``ess_per_1000_steps``).
+        only local ones (when ``bif_kwargs`` give a ``reference_loss``); converged ones first,
+        then those at the base posterior (its ``gamma`` and ``n_beta``: another gamma is another
+        estimand), then the fastest mixing per CPU-second (``ess_per_cpu_second``). None when no
+        setting is local.
 
     Raises:
         ValueError: A grid is empty or holds an invalid value (before any sampling).
@@ -140,7 +158,7 @@ def calibrate_sampler(
     for e, g, nb in itertools.product(eps_grid, gamma_grid, n_beta_grid):
         config = SamplerConfig.from_dict({**base.to_dict(), "eps": e, "gamma": g, "n_beta": nb,
                                           "keep_draws": False, "progress": False})
-        started = time.time()
+        started, cpu_started = time.time(), time.process_time()
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -148,13 +166,17 @@ def calibrate_sampler(
         except SamplerDivergenceError as err:
             nan = float("nan")
             rows.append(CalibrationRow(e, g, float(nb) if nb is not None else nan, True, False, nan, nan, nan, nan,
-                                       nan, nan, nan, time.time() - started, [str(err)]))
+                                       nan, nan, nan, time.time() - started, [str(err)], local=False,
+                                       cpu_seconds=time.process_time() - cpu_started))
             continue
         diag, conv = result.diagnostics, result.convergence
         assert diag is not None and conv is not None  # bif() sets both when it samples (no cache here)
         sampling = diag.loss_trace[:, config.burn_in:]
         distance = diag.distance_trace[:, config.burn_in:] if diag.distance_trace is not None else None
         min_ess = min(conv.min_ess_bulk, conv.min_ess_tail)
+        cpu = time.process_time() - cpu_started
+        locality = result.locality
+        measured = locality is not None and bif_kwargs.get("reference_loss") is not None
         rows.append(CalibrationRow(
             eps=e, gamma=g, n_beta=diag.n_beta, diverged=False, converged=conv.converged, max_rhat=conv.max_rhat,
             min_ess_bulk=conv.min_ess_bulk, min_ess_tail=conv.min_ess_tail,
@@ -164,6 +186,10 @@ def calibrate_sampler(
             mean_distance=float(distance.mean()) if distance is not None else float("nan"),
             seconds=time.time() - started,
             warnings=[str(w.message) for w in caught],
+            local=bool(locality.local) if measured and locality is not None else None,
+            climb=locality.worst_climb if locality is not None else float("nan"),
+            cpu_seconds=cpu,
+            ess_per_cpu_second=min_ess / cpu if math.isfinite(min_ess) and cpu > 0 else float("nan"),
         ))
     return Calibration(rows, *_recommend(rows, base), base=base.to_dict())
 
@@ -174,21 +200,37 @@ def _recommend(rows: list[CalibrationRow], base: SamplerConfig) -> tuple[int | N
         usable = [i for i, r in enumerate(rows) if not r.diverged]
         if not usable:
             return None, "every setting diverged: lower eps (or raise gamma)"
+    measured = any(rows[i].local is not None for i in usable)
+    if measured:
+        local = [i for i in usable if rows[i].local]
+        if not local:
+            least = min(usable, key=lambda i: rows[i].climb if math.isfinite(rows[i].climb) else math.inf)
+            r = rows[least]
+            return None, (f"NO setting was local (the least climb: {r.climb:.0%} of the loss gap at eps {r.eps:g}, "
+                          f"gamma {r.gamma:g}; the gate allows 10%): none is recommended. Try larger gamma "
+                          f"(e.g. {10 * max(x.gamma for x in rows):g}) with eps about 0.1 / gamma, or the commands' "
+                          "--localize.auto, which derives gamma per checkpoint")
+        usable = local
+
     def at_base(r: CalibrationRow) -> bool:
         return r.gamma == base.gamma and (base.n_beta is None or r.n_beta == base.n_beta)
 
     def key(i: int) -> tuple[bool, bool, float]:
         r = rows[i]
-        speed = r.ess_per_1000_steps if math.isfinite(r.ess_per_1000_steps) else -1.0
-        return (at_base(r), r.converged, speed)
+        speed = r.ess_per_cpu_second if math.isfinite(r.ess_per_cpu_second) else -1.0
+        # the base posterior before speed: a faster setting of another gamma measures another estimand
+        return (r.converged, at_base(r), speed)
 
     best = max(usable, key=key)
     r = rows[best]
     parts = [f"eps {r.eps:g}, gamma {r.gamma:g}, n_beta {r.n_beta:g}:"]
+    parts.append(f"local (climbed {r.climb:.1%} of the loss gap)," if measured else
+                 "locality unmeasured (no reference_loss),")
     parts.append("converged" if r.converged else
                  f"NOT converged at this chain length (max R-hat {r.max_rhat:.3f}, min ESS "
                  f"{min(r.min_ess_bulk, r.min_ess_tail):.0f}): lengthen the chains")
-    parts.append(f"fastest mixing ({r.ess_per_1000_steps:.2f} ESS per 1,000 steps)")
+    parts.append(f"fastest mixing ({r.ess_per_cpu_second:.3g} ESS per CPU-second, {r.ess_per_1000_steps:.2f} per "
+                 "1,000 steps)")
     if not at_base(r):
         parts.append("NOTE: gamma / n_beta differ from the base config, so the posterior differs")
     return best, " ".join(parts)
@@ -220,12 +262,15 @@ def plot_calibration(calibration: Calibration, ax: Any = None) -> Any:
         fig, axes = new_panels(2, ax, ncols=2, figsize=(max(8.0, 1.1 * len(rows) * 2), 4.2))
         speed = [r.ess_per_1000_steps if not r.diverged else 0.0 for r in rows]
         colors = ["tab:gray" if r.diverged else ("tab:green" if r.converged else "tab:orange") for r in rows]
-        axes[0].bar(x, speed, color=colors)
+        # a setting that is not local is drawn hollow: it is never recommended
+        hollow = [r.local is False and not r.diverged for r in rows]
+        faces = ["none" if h else c for h, c in zip(hollow, colors, strict=True)]
+        axes[0].bar(x, speed, color=faces, edgecolor=colors, hatch=None)
         axes[0].set(title="mixing: min(bulk, tail) ESS per 1,000 SGLD steps\n(green: converged, orange: not, gray: "
-                          "diverged)",
+                          "diverged; hollow: not local)",
                     ylabel="ESS / 1,000 steps")
         rhat = [r.max_rhat if not r.diverged else np.nan for r in rows]
-        axes[1].bar(x, np.asarray(rhat) - 1.0, bottom=1.0, color=colors)
+        axes[1].bar(x, np.asarray(rhat) - 1.0, bottom=1.0, color=faces, edgecolor=colors)
         axes[1].axhline(RHAT_MAX, color="tab:red", ls="--", lw=1, label=f"R-hat {RHAT_MAX}")
         axes[1].set(title="max split R-hat of the tracked entries", ylabel="R-hat")
         legend_outside(axes[1])
@@ -235,5 +280,6 @@ def plot_calibration(calibration: Calibration, ax: Any = None) -> Any:
                 panel.get_xticklabels()[calibration.recommended].set_fontweight("bold")
                 panel.axvspan(calibration.recommended - 0.45, calibration.recommended + 0.45, color="tab:green",
                               alpha=0.12, lw=0)
-        fig.suptitle("SGLD calibration (shaded: recommended)")
+        fig.suptitle("SGLD calibration (shaded: recommended)" if calibration.recommended is not None else
+                     "SGLD calibration: NO setting recommended (none was local)")
     return fig

@@ -9,6 +9,10 @@ from typing import Any, Mapping
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
 
+#: The locality gate (:mod:`.locality`): the largest fraction of the gap between the
+#: checkpoint's loss and the reference loss that any chain's draws may climb.
+CLIMB_MAX = 0.10
+
 
 class SamplerDivergenceError(UserError):
     """SGLD produced a non-finite or exploding loss: the step size is too large."""
@@ -175,3 +179,32 @@ class SamplerConfig(Config):
 
 
 
+
+
+@dataclass
+class LocalizeConfig(Config):
+    """How gamma and eps are chosen per checkpoint.
+
+    Attributes:
+        auto: Derive gamma per checkpoint (the smallest of 1e2, 3e2, ..., 1e7 whose prior-only
+            cloud N(w*, I / gamma) climbs at most target of the loss gap) and eps = min(0.3 /
+            gamma, 1 / (n_beta x the largest Hessian eigenvalue at the checkpoint));
+            --localize.no-auto keeps --gamma and --eps as given.
+        target: The largest climb of the prior-only cloud, as a fraction of the gap between the
+            checkpoint's loss and the reference loss (0 < target < 1; default half the gate's 0.1).
+        probes: Gaussian perturbations per gamma (>= 1).
+        max_examples: Posterior examples their loss is measured on (>= 1; the first ones).
+    """
+
+    auto: bool = True
+    target: float = CLIMB_MAX / 2  # half the gate: the other half is SGLD's (.localize)
+    probes: int = 8
+    max_examples: int = 2048
+
+    def __post_init__(self) -> None:
+        self.check("auto", isinstance(self.auto, bool), "a bool")
+        self.check("target", isinstance(self.target, (int, float)) and not isinstance(self.target, bool)
+                   and 0 < self.target < 1, "a number in (0, 1)")
+        for name in ("probes", "max_examples"):
+            value = getattr(self, name)
+            self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1, "an integer >= 1")

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from interp_toolkit.errors import UserError
 
-__all__ = ["check_groups", "group_loss_fn", "jackknife_reduction", "reduce_draws"]
+__all__ = ["check_groups", "group_loss_fn", "jackknife_reduction", "reduce_draws", "trace_bif"]
 
 
 def check_groups(groups: Mapping[str, Bool[Tensor, " n"]], n: int) -> dict[str, Tensor]:
@@ -114,3 +114,28 @@ def jackknife_reduction(leave_one_out: Float[Tensor, " chains"]) -> Tensor:
     from .diagnostics import jackknife_stderr
 
     return jackknife_stderr(leave_one_out.double())
+
+
+def trace_bif(a: Float[Tensor, "chains draws"], b: Float[Tensor, "chains draws"]) -> tuple[float, float]:
+    """``-Cov(a, b)`` of two scalar traces over all draws pooled (population covariance) and its
+    leave-one-chain-out jackknife error (NaN for one chain).
+
+    With ``a`` a group's mean loss and ``b`` a query set's mean loss at every draw, this is the
+    group-mean BIF with its error (by the linearity above), from ``2 x chains x draws`` numbers.
+    """
+    a, b = torch.as_tensor(a).double(), torch.as_tensor(b).double()
+    if a.ndim != 2 or a.shape != b.shape:
+        raise UserError(f"trace_bif needs two [chains, draws] traces of one shape, got {tuple(a.shape)} and "
+                        f"{tuple(b.shape)}")
+
+    def neg_cov(x: Tensor, y: Tensor) -> Tensor:
+        x, y = x.reshape(-1), y.reshape(-1)
+        return -((x - x.mean()) * (y - y.mean())).mean()
+
+    chains = a.shape[0]
+    full = float(neg_cov(a, b))
+    if chains < 2:
+        return full, float("nan")
+    keep = [[c for c in range(chains) if c != k] for k in range(chains)]
+    leave_out = torch.stack([neg_cov(a[rows], b[rows]) for rows in keep])
+    return full, float(jackknife_reduction(leave_out))

@@ -61,6 +61,7 @@ from torch import Tensor, nn
 from interp_toolkit.analyses.bif.config import SamplerConfig
 from interp_toolkit.analyses.bif.data import model_fingerprint
 from interp_toolkit.analyses.bif.diagnostics import (
+    ADVICE,
     ConvergenceDiagnostics,
     convergence_diagnostics,
     tracked_indices,
@@ -78,6 +79,7 @@ from interp_toolkit.analyses.bif.lm_tokens import (
     group_ids,
     next_token_losses,
 )
+from interp_toolkit.analyses.bif.locality import LOCALITY_ADVICE, Locality, locality_of, sampling_verdict
 from interp_toolkit.analyses.bif.results import (
     diagnostics_from,
     diagnostics_metadata,
@@ -183,6 +185,12 @@ class LMBIFResult:
     query_class_means: Float[Tensor, "chains draws k_b"] | None = None
     train_class_labels: list[str] | None = None
     query_class_labels: list[str] | None = None
+    locality: Locality | None = None
+
+    @property
+    def verdict(self) -> str:
+        """``converged and local``, ``converged, not local`` or ``not converged``."""
+        return sampling_verdict(self.convergence is not None and self.convergence.converged, self.locality)
 
     def __getitem__(self, reduction: str) -> ReducedBIF:
         if reduction not in self.reductions:
@@ -218,6 +226,7 @@ class LMBIFResult:
             "diagnostics": None if self.diagnostics is None else diagnostics_metadata(self.diagnostics),
             "convergence": None if self.convergence is None else self.convergence.metadata(),
             "class_means": class_means,
+            "locality": None if self.locality is None else self.locality.to_dict(),
         }
         save_artifact(directory / LM_RESULT_FILE, tensors, meta, kind="lm_bif_result")
         return directory
@@ -239,7 +248,8 @@ class LMBIFResult:
                    t.get("train_draws"), t.get("query_draws"), meta["config"], meta["cache_key"], convergence,
                    t.get("class_means.train"), t.get("class_means.query"),
                    None if class_means is None else list(class_means["train"]),
-                   None if class_means is None else list(class_means["query"]))
+                   None if class_means is None else list(class_means["query"]),
+                   None if meta.get("locality") is None else Locality.from_dict(meta["locality"]))
 
     @staticmethod
     def is_stored(directory: str | Path) -> bool:
@@ -262,6 +272,9 @@ def lm_bif(
     loss_fn: Callable[[nn.Module, Tensor], Tensor] = next_token_losses,
     cache_dir: str | Path | None = None,
     cache_identity: Mapping[str, Any] | None = None,
+    reference_loss: float | None = None,
+    reference: str = "unigram cross-entropy",
+    advice: str = ADVICE,
 ) -> LMBIFResult:
     """Token-level BIF of training tokens on query tokens at the model's current weights.
 
@@ -280,9 +293,14 @@ def lm_bif(
             rerun with the same key loads it.
         cache_identity: JSON-able identity of the model used instead of hashing its weights
             (e.g. :meth:`CheckpointRef.identity`).
+        reference_loss: The posterior tokens' loss once the model's solution is gone, for the
+            locality gate (:mod:`.locality`): e.g. :func:`~.locality.unigram_loss` of
+            ``posterior_tokens`` (a model that only knows token frequencies). None: unmeasured.
+        reference: What ``reference_loss`` is.
+        advice: What a convergence warning recommends.
 
     Returns:
-        The :class:`LMBIFResult`.
+        The :class:`LMBIFResult` (``result.locality``, ``result.verdict``).
     """
     if not isinstance(config, LMBIFConfig):
         raise UserError(f"config must be an LMBIFConfig, got {type(config).__name__}")
@@ -322,6 +340,8 @@ def lm_bif(
             "query": None if same else query.fingerprint(),
             "loss_fn": getattr(loss_fn, "__qualname__", repr(loss_fn)),
         }
+        if reference_loss is not None:  # (absent: the keys of earlier results)
+            identity["locality"] = {"reference_loss": reference_loss, "reference": reference}
         key = config_hash(identity)
         out = Path(cache_dir) / f"lm_bif_{key}"
         if LMBIFResult.is_stored(out):
@@ -418,9 +438,12 @@ def lm_bif(
                     + sampler.steps_between_draws - 1)
         scalars["distance from w*"] = diagnostics.distance_trace[:, at_draws]
     convergence = convergence_diagnostics(class_a[..., diag_rows], class_b[..., diag_cols], diag_rows, diag_cols,
-                                          scalars=scalars)
+                                          scalars=scalars, advice=advice)
     for note in convergence.warnings:
         warnings.warn(f"LM BIF not converged: {note}", stacklevel=2)
+    locality = locality_of(diagnostics, sampler, reference_loss, reference)
+    if not locality.local and reference_loss is not None:
+        warnings.warn(f"LM BIF not local: {'; '.join(locality.failed)}; {LOCALITY_ADVICE}", stacklevel=2)
     n_draws = sampler.chains * sampler.draws
     if not sampler.keep_draws:
         kept_a = kept_b = None
@@ -428,7 +451,7 @@ def lm_bif(
         reductions=tables, pearson=sampler.pearson, train_mean_loss=sum_a / n_draws, query_mean_loss=sum_b / n_draws,
         diagnostics=diagnostics, train_draws=kept_a, query_draws=kept_b, config=config.to_dict(), cache_key=key,
         convergence=convergence, train_class_means=class_a, query_class_means=class_b,
-        train_class_labels=class_labels_a, query_class_labels=class_labels_b,
+        train_class_labels=class_labels_a, query_class_labels=class_labels_b, locality=locality,
     )
     if cache_dir is not None:
         result.save(Path(cache_dir) / f"lm_bif_{key}")

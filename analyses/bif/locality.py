@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from jaxtyping import Float
@@ -41,13 +41,17 @@ from torch import Tensor
 
 from interp_toolkit.errors import UserError
 
+from .config import CLIMB_MAX
+
+if TYPE_CHECKING:
+    from .config import SamplerConfig
+    from .sampler import SamplerDiagnostics
+
 __all__ = [
-    "CLIMB_MAX", "LOCALITY_ADVICE", "Locality", "VERDICTS", "label_marginal_loss",
+    "CLIMB_MAX", "LOCALITY_ADVICE", "Locality", "VERDICTS", "label_marginal_loss", "locality_of",
     "measure_locality", "sampling_verdict", "unigram_loss",
 ]
 
-#: The largest fraction of the checkpoint-to-reference loss gap any chain may climb.
-CLIMB_MAX = 0.10
 #: The three labels of :func:`sampling_verdict`.
 VERDICTS = ("converged and local", "converged, not local", "not converged")
 
@@ -225,6 +229,18 @@ def measure_locality(
         n_parameters=int(n_parameters), checkpoint_accuracy=checkpoint_accuracy, draw_accuracy=accuracy,
         climb_max=climb_max, notes=notes,
     )
+
+
+def locality_of(diagnostics: "SamplerDiagnostics", config: "SamplerConfig", reference_loss: float | None,
+                reference: str) -> Locality:
+    """The :class:`~.locality.Locality` of a sampler run's draws (its ``draw_loss``,
+    ``draw_distance`` and ``draw_accuracy``)."""
+    assert diagnostics.draw_loss is not None and diagnostics.draw_distance is not None  # sample_sgld fills them
+    return measure_locality(
+        diagnostics.draw_loss, diagnostics.draw_distance, checkpoint_loss=diagnostics.initial_loss,
+        reference_loss=reference_loss, reference=reference, n_parameters=int(diagnostics.n_parameters or 0),
+        gamma=config.gamma, draw_accuracy=diagnostics.draw_accuracy,
+        checkpoint_accuracy=diagnostics.initial_accuracy)
 
 
 def sampling_verdict(converged: bool, locality: Locality | None) -> str:

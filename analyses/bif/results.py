@@ -112,6 +112,8 @@ class BIFResult:
         cache_key: Config hash under which it was cached.
         locality: Whether the draws still describe the checkpoint's solution
             (:mod:`.locality`; ``None`` for :func:`compute_bif` and results of earlier versions).
+        group_means: ``group -> observable -> (bif, stderr)``: each row group's mean BIF on each
+            observable's mean with its jackknife error (``bif(..., row_groups=...)``).
     """
 
     bif: Float[Tensor, "n_train n_query"]
@@ -131,6 +133,7 @@ class BIFResult:
     per_chain_stderr: Float[Tensor, "n_train n_query"] | None = None
     convergence: ConvergenceDiagnostics | None = None
     locality: Locality | None = None
+    group_means: dict[str, dict[str, tuple[float, float]]] | None = None
 
     @property
     def verdict(self) -> str:
@@ -184,6 +187,8 @@ class BIFResult:
             "convergence": None if self.convergence is None else self.convergence.metadata(),
             "stderr_method": "jackknife",
             "locality": None if self.locality is None else self.locality.to_dict(),
+            "group_means": None if self.group_means is None else {
+                g: {k: list(v) for k, v in by.items()} for g, by in self.group_means.items()},
         }
         save_artifact(directory / RESULT_FILE, tensors, meta, kind="bif_result")
         return directory
@@ -229,6 +234,8 @@ class BIFResult:
             convergence=None if meta.get("convergence") is None else ConvergenceDiagnostics.from_artifact(
                 t, meta["convergence"]),
             locality=None if meta.get("locality") is None else Locality.from_dict(meta["locality"]),
+            group_means=None if meta.get("group_means") is None else {
+                g: {k: (float(v[0]), float(v[1])) for k, v in by.items()} for g, by in meta["group_means"].items()},
         )
 
     @staticmethod

@@ -143,13 +143,28 @@ def run_config(config: BIFCommandConfig) -> int:
     summary = compute_bif_summary(config.checkpoint, config.settings(), **config.place())
     print(f"task ({summary['task_source']}): {json.dumps(summary['task'], sort_keys=True)}")
     print(f"mean BIF of the training examples on {summary['query']}:")
-    print(json.dumps(summary["mean_bif_on_query_loss"], indent=2))
+    for group, value in summary["mean_bif_on_query_loss"].items():
+        stderr = summary["mean_bif_on_query_loss_stderr"].get(group)
+        shown = "n/a (no such example)" if value is None else (
+            f"{value:+.4g} +- {stderr:.2g} (jackknife)" if stderr is not None else f"{value:+.4g}")
+        print(f"  {group}: {shown}")
     convergence = summary["convergence"]
     print(summary["verdict"])
     if not convergence["converged"]:
         print("; ".join(convergence["warnings"]))
+    locality = summary["locality"]
+    print(f"sampling verdict: {summary['sampling_verdict']}")
+    if locality is not None:
+        print(f"locality: {describe_locality(locality)}")
     print(f"wrote {summary['result_dir']}")
     return 0
+
+
+def describe_locality(locality: dict[str, Any]) -> str:
+    """The locality line of a command's output, from a summary's ``locality`` entry."""
+    from interp_toolkit.analyses.bif.locality import Locality
+
+    return Locality.from_dict(locality).describe()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
 import tyro
 
 from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
-from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.analyses.bif.config import LocalizeConfig, SamplerConfig
 from interp_toolkit.cli.bif import check_calibration_grids
 from interp_toolkit.config import Config, parse_config
 from interp_toolkit.errors import UserError
@@ -81,6 +81,11 @@ class LMBIFCommandConfig(Config):
         convergence: Adaptive chain length (--adaptive, the default: draws and burn-in double
             per checkpoint until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per
             chain would be exceeded; summary.json records every round and which stopped it).
+        localize: How gamma and eps are chosen (--localize.auto, the default: per checkpoint, the
+            smallest gamma whose prior-only cloud climbs at most 5% of the gap between the
+            checkpoint's posterior loss and the unigram loss of the posterior tokens, and
+            eps = min(0.3 / gamma, 1 / (n_beta x the largest Hessian eigenvalue at the
+            checkpoint)); overrides --gamma and --eps, which --localize.no-auto keeps).
         classes_config: Real text instead of the synthetic corpus: TextClassesConfig as
             JSON/YAML (the text flags below override it).
         text: Real text: a text file (one document per line) or a datasets.Dataset saved
@@ -126,6 +131,7 @@ class LMBIFCommandConfig(Config):
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(
         eps=1e-4, chains=4, draws=50, burn_in=50, steps_between_draws=1, batch_size=32))
     convergence: AdaptiveConfig = field(default_factory=lambda: AdaptiveConfig(max_steps=1600))
+    localize: LocalizeConfig = field(default_factory=LocalizeConfig)
     classes_config: Path | None = None
     text: str | None = None
     tokenizer: str | None = None
@@ -216,7 +222,8 @@ def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:
 def _calibrate(args: LMBIFCommandConfig, ref: Any, sets: Any) -> dict[str, Any]:
     return calibrate_lm_checkpoint(ref, sets, args.sampler, args.out,
                                    sizes=(args.n_posterior, args.n_train, args.n_query), eps=args.calibrate_eps,
-                                   gamma=args.calibrate_gamma, n_beta=args.calibrate_n_beta, figure_format=args.format)
+                                   gamma=args.calibrate_gamma, n_beta=args.calibrate_n_beta, figure_format=args.format,
+                                   localize=args.localize)
 
 
 def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
@@ -249,7 +256,7 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
         rows = bif_over_checkpoints(refs, None, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
                                     n_query=args.n_query, progress=args.sampler.progress, sets=sets,
                                     probe_vocab=(0, len(tokenizer)), figure_format=args.format, claims=claims,
-                                    adaptive=args.convergence,
+                                    adaptive=args.convergence, localize=args.localize,
                                     training_seed=args.training_seed if args.training_seed is not None else 0)
         return (f"wrote {args.out / 'per_class.csv'} and {args.out / f'per_class.{args.format}'} ({len(refs)} "
                 f"checkpoints, {len(rows)} rows, classes {classes.names})")
@@ -270,7 +277,8 @@ def run_lm_bif_command(args: LMBIFCommandConfig) -> str:
     training_seed = args.training_seed if args.training_seed is not None else testbed_seed(refs)
     rows = bif_over_checkpoints(refs, corpus, config, args.out, n_posterior=args.n_posterior, n_train=args.n_train,
                                 n_query=args.n_query, progress=args.sampler.progress, figure_format=args.format,
-                                claims=claims, training_seed=training_seed, adaptive=args.convergence)
+                                claims=claims, training_seed=training_seed, adaptive=args.convergence,
+                                localize=args.localize)
     return (f"wrote {args.out / 'per_class.csv'} and {args.out / ('per_class.' + args.format)} ({len(refs)} "
             f"checkpoints, {len(rows)} rows)")
 

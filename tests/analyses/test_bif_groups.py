@@ -141,3 +141,24 @@ def test_bad_groups_are_refused_by_name():
         check_groups({}, 4)
     assert torch.isnan(jackknife_reduction(torch.tensor([1.0])))
     assert float(jackknife_reduction(torch.tensor([1.0, 3.0]))) == pytest.approx(1.0)
+
+
+def test_row_groups_give_group_means_with_the_jackknife_of_the_numpy_reference():
+    data = planted_data(6, 10)
+    groups = {"anti": data[0], "consistent": ~data[0]}
+    observables = {"adv_loss": adversarial_loss, "all_loss": lambda m: per_example_loss(m, data)}
+    with _no_check():
+        result = bif(TwoRuleModel(), data, None, per_example_loss, sampler(draws=40, burn_in=10, keep_draws=True,
+                     chains=3), observables=observables, row_groups=groups)
+    a, b = result.draws.attribution.double().numpy(), result.draws.observables.double().numpy()
+    for name, mask in groups.items():
+        for observable, (start, stop) in result.observable_slices.items():
+            bif_ref, err_ref = numpy_reference(a, b, mask.numpy(), np.arange(start, stop))
+            value, stderr = result.group_means[name][observable]
+            assert value == pytest.approx(bif_ref, rel=1e-6, abs=1e-12)
+            assert stderr == pytest.approx(err_ref, rel=1e-6, abs=1e-12)
+            # the same number as the mean of the group's entries (linearity)
+            assert value == pytest.approx(float(result.bif[mask][:, start:stop].mean()), rel=1e-4, abs=1e-9)
+    with pytest.raises(UserError, match="pearson=False"):
+        bif(TwoRuleModel(), data, None, per_example_loss, sampler(pearson=True), observables=observables,
+            row_groups=groups)

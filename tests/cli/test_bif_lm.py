@@ -1,5 +1,6 @@
 import csv
 import json
+import math
 
 import pytest
 import torch
@@ -39,11 +40,15 @@ def test_testbed_and_cli_end_to_end(tmp_path, capsys):
     assert {r["reduction"] for r in table} == {"class:class", "class:all", "sequence:sequence"}
     assert all(0.0 <= float(r["induction_score"]) <= 1.0 for r in table)
     # the claim series: one row per (checkpoint, claim), the testbed's seed, a figure each
-    from interp_toolkit.studies.lm.claims import CLAIM_CSV_FIELDS, read_claims_csv
+    from interp_toolkit.studies.lm.claims import CLAIM_CSV_FIELDS, CLAIM_LOCALITY_FIELDS, read_claims_csv
 
     claims_text = (tmp_path / "out" / "claims.csv").read_text()
-    assert claims_text.splitlines()[0] == ",".join(CLAIM_CSV_FIELDS)
+    assert claims_text.splitlines()[0] == ",".join(CLAIM_CSV_FIELDS + CLAIM_LOCALITY_FIELDS)
     claims = read_claims_csv(tmp_path / "out" / "claims.csv")
+    # every row carries its checkpoint's locality gate, against the posterior's unigram loss
+    assert all(math.isfinite(r["climb"]) and r["local"] in (True, False) for r in claims)
+    assert {r["verdict"] for r in table} <= {"converged and local", "converged, not local", "not converged"}
+    assert all(math.isfinite(float(r["climb"])) for r in table)
     series = {r["series"] for r in claims}
     assert "induction->induction" in series and len(claims) == 4 * len(series)
     assert {r["seed"] for r in claims} == {cfg.seed} and all(r["stderr"] > 0 for r in claims)
@@ -55,6 +60,10 @@ def test_testbed_and_cli_end_to_end(tmp_path, capsys):
     figures = sorted(p.name for p in (tmp_path / "out").glob("claim_*.png"))
     assert len(figures) == len(series) and "claim_induction_to_induction.png" in figures
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for entry in summary["checkpoints"]:
+        assert entry["sampling_verdict"] == "not converged"  # 2 chains x 4 draws
+        assert entry["locality"]["reference"].startswith("unigram") and entry["localization"]["gamma"] >= 100
+        assert entry["locality"]["worst_climb"] == pytest.approx(max(entry["locality"]["climb"]))
     stored = [c["result_dir"] for c in summary["checkpoints"]]
     mtimes = [(tmp_path / "out" / d.split("/")[-1] / "lm_bif.safetensors").stat().st_mtime_ns for d in stored]
     assert main(argv) == 0

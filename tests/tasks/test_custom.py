@@ -108,7 +108,7 @@ def test_mechanism_and_influence_run_on_the_custom_task(zero_run, capsys):
     assert (zero_run / "mechanism.png").is_file()
     code, out, err = run_cli(capsys, "influence", zero_run, "--epochs", "24", "--n-query", "32",
                              "--n-consistent", "16", "--amplification-n", "64", "--draws", "4", "--burn-in", "4",
-                             "--chains", "2")
+                             "--chains", "2", "--no-adaptive")
     assert code == 0, err
     assert (zero_run / "analyses" / "influence" / "influence.csv").is_file()
 

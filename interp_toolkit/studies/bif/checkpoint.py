@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
-from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.analyses.bif.config import LocalizeConfig, SamplerConfig
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError, notice
 
@@ -47,6 +47,11 @@ class CheckpointBIFConfig(Config):
         convergence: Adaptive chain length (--adaptive, the default: draws and burn-in double
             until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per chain would be
             exceeded; summary.json records every round and which stopped it).
+        localize: How gamma and eps are chosen (--localize.auto, the default: per checkpoint, the
+            smallest gamma whose prior-only cloud climbs at most 5% of the gap between the
+            checkpoint's training loss and the label-marginal loss, and eps = min(0.3 / gamma,
+            1 / (n_beta x the largest Hessian eigenvalue at the checkpoint)); this overrides
+            --gamma and --eps, which --localize.no-auto keeps).
     """
 
     n_attribution: int = 256
@@ -54,6 +59,7 @@ class CheckpointBIFConfig(Config):
     query_split: Literal["train", "val", "adv"] = "adv"
     sampler: SamplerConfig = field(default_factory=lambda: SamplerConfig(eps=1e-3, batch_size=256))
     convergence: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    localize: LocalizeConfig = field(default_factory=LocalizeConfig)
 
     def __post_init__(self) -> None:
         for name in ("n_attribution", "n_query"):
@@ -88,6 +94,12 @@ def readout_example_loss(model: Any, batch: tuple[Any, Any]) -> Any:
 
     tokens, labels = batch
     return F.cross_entropy(model(tokens)[:, -1, :], labels, reduction="none")
+
+
+def readout_correct(model: Any, batch: tuple[Any, Any]) -> Any:
+    """Per-example correctness (1.0 / 0.0) at the readout position: the locality gate's accuracy."""
+    tokens, labels = batch
+    return (model(tokens)[:, -1, :].argmax(-1) == labels).float()
 
 
 def task_for_checkpoint(checkpoint: Path, task_config: Path | None) -> tuple[Any, str]:
@@ -148,6 +160,8 @@ def checkpoint_bif_inputs(checkpoint: str | Path | None, config: CheckpointBIFCo
     """
     import torch
 
+    from interp_toolkit.analyses.bif.locality import label_marginal_loss
+    from interp_toolkit.analyses.bif.localize import local_gamma, localized_sampler
     from interp_toolkit.checkpoint import load_checkpoint
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.model import model_config_of
@@ -187,12 +201,23 @@ def checkpoint_bif_inputs(checkpoint: str | Path | None, config: CheckpointBIFCo
                f"split; using {used[name]} (summary.json records both)")
     if sampler.batch_size is not None and sampler.batch_size > train.labels.shape[0]:
         sampler = SamplerConfig.from_dict({**sampler.to_dict(), "batch_size": None})
+    posterior = (train.tokens.to(resolved), train.labels.to(resolved))
+    reference, reference_loss = "label-marginal cross-entropy", label_marginal_loss(train.labels)
+    localization = None
+    if config.localize.auto:
+        localization = local_gamma(model, posterior, readout_example_loss, reference_loss=reference_loss,
+                                   reference=reference, config=config.localize, param_patterns=sampler.param_patterns,
+                                   seed=sampler.seed, eval_batch_size=sampler.eval_batch_size,
+                                   n_beta=sampler.resolved_n_beta(int(train.labels.shape[0])))
+        notice(f"localization: {localization.describe()}")
+        sampler = localized_sampler(sampler, localization)
     gen = torch.Generator().manual_seed(sampler.seed)
     rows = torch.randperm(train.labels.shape[0], generator=gen)[: config.n_attribution]
     return {
         "model": model, "metadata": metadata, "checkpoint": checkpoint, "task": task, "task_source": task_source,
         "sampler": sampler,
-        "train": (train.tokens.to(resolved), train.labels.to(resolved)),
+        "reference": reference, "reference_loss": reference_loss, "localization": localization,
+        "train": posterior,
         "query": (query.tokens[: config.n_query].to(resolved), query.labels[: config.n_query].to(resolved)),
         "attribution": (train.tokens[rows].to(resolved), train.labels[rows].to(resolved)),
         # which rows follow the shortcut (None: a custom task that does not say)
@@ -210,6 +235,7 @@ def bif_summary(config: CheckpointBIFConfig, inputs: dict[str, Any], result: Any
     per_row = result.bif.mean(1).cpu()
     agrees = inputs["agrees"]
     task = inputs["task"]
+    group_means = result.group_means or {}
     return {
         "checkpoint": str(inputs["checkpoint"]),
         "checkpoint_metadata": inputs["metadata"],
@@ -227,13 +253,34 @@ def bif_summary(config: CheckpointBIFConfig, inputs: dict[str, Any], result: Any
             "shortcut_consistent_train_examples": float(per_row[agrees].mean()) if agrees.any() else None,
             "shortcut_inconsistent_train_examples": float(per_row[~agrees].mean()) if (~agrees).any() else None,
         } if agrees is not None else {"all_train_examples": float(per_row.mean())},
+        # the same group means with their leave-one-chain-out jackknife errors (None: empty group)
+        "mean_bif_on_query_loss_stderr": {group: group_means[group]["query_loss"][1] if group in group_means else None
+                                          for group in (_group_names(agrees))},
         "stderr_method": "jackknife (leave one chain out); per_chain_stderr in the result",
+        "sampling_verdict": result.verdict,
+        "locality": result.locality.to_dict() if result.locality is not None else None,
+        "localization": inputs["localization"].to_dict() if inputs.get("localization") is not None else None,
         "convergence": result.convergence.summary() if result.convergence is not None else None,
         "adaptive": adaptive.to_dict() if adaptive is not None else None,
         "verdict": adaptive.describe() if adaptive is not None else None,
         "sampler_used": result.config,
         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
     }
+
+
+def _group_names(agrees: Any) -> list[str]:
+    return (["shortcut_consistent_train_examples", "shortcut_inconsistent_train_examples"] if agrees is not None
+            else ["all_train_examples"])
+
+
+def row_groups(agrees: Any, n: int) -> dict[str, Any]:
+    """The attribution-row groups whose mean BIF the summary reports (non-empty ones only)."""
+    import torch
+
+    if agrees is None:
+        return {"all_train_examples": torch.ones(n, dtype=torch.bool)}
+    masks = dict(zip(_group_names(agrees), (agrees.cpu(), ~agrees.cpu()), strict=True))
+    return {name: mask for name, mask in masks.items() if bool(mask.any())}
 
 
 def calibration_lines(report: dict[str, Any]) -> str:
@@ -245,12 +292,25 @@ def calibration_lines(report: dict[str, Any]) -> str:
     lines = []
     for row in report["rows"]:
         state = "diverged" if row["diverged"] else ("converged" if row["converged"] else "not converged")
-        lines.append(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {num(row['n_beta'])}: {state}, "
+        local = {True: "local", False: "NOT local", None: "locality unmeasured"}[row.get("local")]
+        climb = row.get("climb")
+        lines.append(f"eps {row['eps']:.2e} gamma {row['gamma']:g} n_beta {num(row['n_beta'])}: {state}, {local}"
+                     f"{'' if climb is None else f' (climb {climb:.1%} of the loss gap)'}, "
                      f"max R-hat {num(row['max_rhat'], 4)}, min ESS {num(row['min_ess_bulk'])} / "
                      f"{num(row['min_ess_tail'])}, loss drift {num(row['loss_drift'])}")
     lines.append(f"recommended: {report['reason']}")
     lines.append(f"wrote {report['path']}")
     return "\n".join(lines)
+
+
+def locality_kwargs(inputs: dict[str, Any], command: str) -> dict[str, Any]:
+    """The locality gate's keyword arguments of :func:`~interp_toolkit.analyses.bif.bif` for an
+    MPSP (or custom-task) checkpoint: its label-marginal reference loss, readout accuracy, and
+    warnings that name ``interp-toolkit COMMAND --calibrate``."""
+    from interp_toolkit.analyses.bif.diagnostics import advice_for
+
+    return {"reference_loss": inputs["reference_loss"], "reference": inputs["reference"],
+            "accuracy_fn": readout_correct, "advice": advice_for(command)}
 
 
 def round_notice(summary: dict[str, Any]) -> None:
@@ -302,9 +362,12 @@ def compute_bif_summary(checkpoint: str | Path | None, config: CheckpointBIFConf
     # adaptive rounds are cached under OUT/rounds; the last one is the result, copied to OUT
     rounds_dir = out_dir / ROUNDS_DIR if config.convergence.adaptive else out_dir
 
+    groups = row_groups(inputs["agrees"], int(inputs["attribution"][1].shape[0]))
+
     def one_round(sampler: SamplerConfig) -> Any:
         return bif(inputs["model"], inputs["train"], inputs["query"], readout_example_loss, sampler,
-                   attribution_data=inputs["attribution"], cache_dir=rounds_dir, cache_tag="mpsp-readout-ce")
+                   attribution_data=inputs["attribution"], cache_dir=rounds_dir, cache_tag="mpsp-readout-ce",
+                   row_groups=groups, **locality_kwargs(inputs, "bif"))
 
     result, adaptive = until_converged(one_round, inputs["sampler"], config.convergence, on_round=round_notice)
     if rounds_dir != out_dir:
@@ -317,9 +380,9 @@ def compute_bif_summary(checkpoint: str | Path | None, config: CheckpointBIFConf
 
     # bif() caches an ungrouped bif.png; the MPSP figure groups its rows by the shortcut
     agrees = inputs["agrees"]
-    groups = None if agrees is None else {"shortcut-consistent": agrees.cpu().numpy(),
-                                          "anti-shortcut": ~agrees.cpu().numpy()}
-    save_figure(plot_bif(result, row_groups=groups), Path(summary["result_dir"]) / "bif", format)
+    figure_groups = None if agrees is None else {"shortcut-consistent": agrees.cpu().numpy(),
+                                                 "anti-shortcut": ~agrees.cpu().numpy()}
+    save_figure(plot_bif(result, row_groups=figure_groups), Path(summary["result_dir"]) / "bif", format)
     return summary
 
 
@@ -349,6 +412,7 @@ def calibrate_checkpoint(checkpoint: str | Path | None, config: CheckpointBIFCon
     calibration = calibrate_sampler(
         inputs["model"], inputs["train"], inputs["query"], readout_example_loss, base, eps=eps,
         gamma=gamma or None, n_beta=n_beta or None, attribution_data=inputs["attribution"],
+        **locality_kwargs(inputs, "bif"),
     )
     report = {"checkpoint": str(inputs["checkpoint"]), "task_source": inputs["task_source"],
               **calibration.to_dict()}

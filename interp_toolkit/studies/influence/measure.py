@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from interp_toolkit.analyses.bif.config import SamplerConfig
+from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
+from interp_toolkit.analyses.bif.config import LocalizeConfig, SamplerConfig
 from interp_toolkit.callbacks import Callback
 from interp_toolkit.config import Config
 from interp_toolkit.errors import UserError
@@ -62,26 +63,39 @@ from interp_toolkit.studies.influence.phases import (
     training_phase,
 )
 
-__all__ = ["CSV_COLUMNS", "GROUP_ORDER", "VERSION", "InfluenceConfig", "InfluenceResult", "attribution_rows",
-           "checkpoint_influence", "influence_output_dir", "influence_rows", "read_influence_csv", "run_influence",
-           "training_groups"]
+__all__ = [
+    "CSV_COLUMNS",
+    "GROUP_ORDER",
+    "InfluenceConfig",
+    "InfluenceResult",
+    "VERSION",
+    "attribution_rows",
+    "calibrate_influence",
+    "checkpoint_influence",
+    "influence_output_dir",
+    "influence_rows",
+    "read_influence_csv",
+    "run_influence",
+    "training_groups",
+]
 
-#: Part of every cache key: bump when a record's numbers or fields change.
-VERSION = 1
+#: Part of every cache key: bump when a record's numbers or fields change (2: locality, derived
+#: gamma and adaptive rounds).
+VERSION = 2
 QUERY_SETS = ("adv", "val")
 GROUP_ORDER = ("consistent", "anti", "anti_memorized", "anti_not_memorized")
 CSV_COLUMNS = ("epoch", "phase", "train_group", "query_set", "bif", "stderr", "within", "between",
                "within_stderr", "between_stderr", "phase2_draw_share", "n_examples", "amplification",
-               "grad_cos", "adv_acc", "val_acc", "converged", "max_rhat", "min_ess_bulk")
+               "grad_cos", "adv_acc", "val_acc", "converged", "max_rhat", "min_ess_bulk", "verdict", "climb")
 #: Below this adversarial accuracy a checkpoint has not learned the rule, so an anti-shortcut
 #: training example it classifies correctly is fitted without it (memorized).
 MEMORIZED_BELOW_ADV_ACC = 0.5
 
 
 def _default_sampler() -> SamplerConfig:
-    # Chosen on the demo run's epoch-100 checkpoint (docs/influence.md): at the bif default
-    # n_beta = n / log n the draws drift to losses above chance; n_beta = n (beta = 1) with
-    # gamma 1000 keeps them near the checkpoint's solution at eps 1e-4.
+    # n_beta = n (beta = 1), chosen on the demo run's epoch-100 checkpoint (docs/influence.md).
+    # gamma and eps are derived per checkpoint by default (InfluenceConfig.localize); the values
+    # here are those of --localize.no-auto (which the locality gate then checks).
     return SamplerConfig(eps=1e-4, gamma=1000.0, n_beta=4096.0, chains=4, draws=50, burn_in=60,
                          steps_between_draws=2, batch_size=256, progress=False)
 
@@ -102,6 +116,14 @@ class InfluenceConfig(Config):
             adversarial accuracy above the run's onset threshold, the earlier labels).
         sampler: SGLD settings (--sampler.eps, --sampler.chains, ...; short: --eps, --chains); --chains >= 2
             (the standard errors are a leave-one-chain-out jackknife).
+        convergence: Adaptive chain length per checkpoint (--adaptive, the default: draws and
+            burn-in double until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per
+            chain would be exceeded; each checkpoint's record keeps its rounds).
+        localize: How gamma and eps are chosen (--localize.auto, the default: per checkpoint, the
+            smallest gamma whose prior-only cloud climbs at most 5% of the gap between the
+            checkpoint's training loss and the label-marginal loss, and eps = min(0.3 / gamma,
+            1 / (n_beta x the largest Hessian eigenvalue at the checkpoint)); overrides --gamma
+            and --eps, which --localize.no-auto keeps).
     """
 
     epochs: tuple[int, ...] = ()
@@ -111,6 +133,8 @@ class InfluenceConfig(Config):
     amplification_n: int = 4096
     draw_phases: Literal["solution", "onset"] = "solution"
     sampler: SamplerConfig = field(default_factory=_default_sampler)
+    convergence: AdaptiveConfig = field(default_factory=lambda: AdaptiveConfig(max_steps=1600))
+    localize: LocalizeConfig = field(default_factory=LocalizeConfig)
 
     def __post_init__(self) -> None:
         for name in ("n_query", "n_consistent", "amplification_n"):
@@ -210,7 +234,8 @@ def training_groups(model: Any, split: Any, adv_acc: float, batch_size: int = 10
 def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: SamplerConfig, threshold: float,
                          n_query: int = 1024, n_consistent: int = 512, amplification_n: int = 4096,
                          cache_dir: Path | None = None, device: str = "cpu",
-                         draw_phases: str = "solution") -> dict[str, Any]:
+                         draw_phases: str = "solution", adaptive: AdaptiveConfig | None = None,
+                         localize: LocalizeConfig | None = None) -> dict[str, Any]:
     """BIF of the training examples on the query losses at one checkpoint, with group
     reductions, the phase decomposition and the gradient amplification.
 
@@ -228,17 +253,27 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
         device: Where the data goes (the model's device).
         draw_phases: ``"solution"`` (:func:`solution_label`: 0 shortcut, 1 rule, 2 neither) or
             ``"onset"`` (1 above ``threshold``, else 0).
+        adaptive: Chain length (default: one round, the sampler's; the study passes its
+            :class:`AdaptiveConfig`).
+        localize: gamma and eps (default: the sampler's; the study passes its
+            :class:`LocalizeConfig`, derived per checkpoint by default).
 
     Returns:
         A JSON-able record: ``groups`` (name -> {query set -> bif, stderr, within, between,
         ...}), ``per_example`` (query set -> per-training-example bif and stderr), the draw
-        phases, convergence summary, ``amplification`` and timing.
+        phases, convergence summary, ``locality`` and ``sampling_verdict`` (the locality gate,
+        against the training labels' label-marginal loss), ``localization``, ``adaptive`` (the
+        rounds), ``amplification`` and timing.
     """
 
     from interp_toolkit.analyses.bif import bif, per_example_losses
+    from interp_toolkit.analyses.bif.adaptive import until_converged
+    from interp_toolkit.analyses.bif.diagnostics import advice_for
     from interp_toolkit.analyses.bif.groups import group_loss_fn
+    from interp_toolkit.analyses.bif.locality import label_marginal_loss
+    from interp_toolkit.analyses.bif.localize import local_gamma, localized_sampler
     from interp_toolkit.analyses.gradients import gradient_conflict
-    from interp_toolkit.studies.bif.checkpoint import readout_example_loss
+    from interp_toolkit.studies.bif.checkpoint import readout_correct, readout_example_loss, round_notice
     from interp_toolkit.tasks.custom import split_subset
 
     if draw_phases not in DRAW_PHASES:  # before any forward pass
@@ -254,6 +289,13 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
     train_data = (train.tokens.to(device), train.labels.to(device))
     if sampler.batch_size is not None and sampler.batch_size > len(train):
         sampler = SamplerConfig.from_dict({**sampler.to_dict(), "batch_size": None})
+    reference, reference_loss = "label-marginal cross-entropy", label_marginal_loss(train.labels)
+    localization = None
+    if localize is not None and localize.auto:
+        localization = local_gamma(model, train_data, readout_example_loss, reference_loss=reference_loss,
+                                   reference=reference, config=localize, param_patterns=sampler.param_patterns,
+                                   seed=sampler.seed, eval_batch_size=batch, n_beta=sampler.resolved_n_beta(len(train)))
+        sampler = localized_sampler(sampler, localization)
     scored_data = (scored.tokens.to(device), scored.labels.to(device))
     attribution = group_loss_fn(per_example_losses(readout_example_loss, scored_data, batch), groups)
     last_accuracy: dict[str, float] = {}
@@ -268,16 +310,26 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
 
     draw_phase.__qualname__ = (f"solution_of_draw(level={SOLUTION_LEVEL})" if draw_phases == "solution"
                                else f"adv_accuracy_above({threshold:.6f})")
-    # Each draw's accuracies, kept (with the draws themselves) for the between-phase share's
-    # Gaussian null: the null relabels Gaussian draws by the same solution rule.
-    recorder = _DrawAccuracies(sampler.chains, sampler.draws, last_accuracy)
     if draw_phases == "solution" and not sampler.keep_draws:
         sampler = SamplerConfig.from_dict({**sampler.to_dict(), "keep_draws": True})
+    recorders: list[_DrawAccuracies] = []
+
+    def one_round(round_sampler: SamplerConfig) -> Any:
+        # Each draw's accuracies, kept (with the draws themselves) for the between-phase share's
+        # Gaussian null: the null relabels Gaussian draws by the same solution rule.
+        recorders.append(_DrawAccuracies(round_sampler.chains, round_sampler.draws, last_accuracy))
+        return bif(model, train_data, None, readout_example_loss, round_sampler, attribution_fn=attribution,
+                   observables=observables, phase_fn=draw_phase, cache_dir=cache_dir,
+                   cache_tag=f"influence-v{VERSION}:{','.join(groups)}",
+                   callbacks=[recorders[-1]] if draw_phases == "solution" else None,
+                   reference_loss=reference_loss, reference=reference, accuracy_fn=readout_correct,
+                   advice=advice_for("influence"))
+
     started = time.perf_counter()
-    result = bif(model, train_data, None, readout_example_loss, sampler, attribution_fn=attribution,
-                 observables=observables, phase_fn=draw_phase, cache_dir=cache_dir,
-                 cache_tag=f"influence-v{VERSION}:{','.join(groups)}",
-                 callbacks=[recorder] if draw_phases == "solution" else None)
+    result, rounds = until_converged(one_round, sampler, adaptive or AdaptiveConfig(adaptive=False),
+                                     on_round=round_notice)
+    recorder = recorders[-1]
+    sampler = SamplerConfig.from_dict(result.config) if result.config is not None else sampler
     bif_seconds = time.perf_counter() - started
     n_train = len(scored)
     null = _between_share_null(result, recorder, n_train, list(groups), sampler.seed) \
@@ -316,6 +368,10 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
         "draw_label_shares": ({SOLUTIONS[label]: share for label, share in shares.items()} if draw_phases == "solution"
                               else {"shortcut phase": shares[0], "phase 2": shares[1]}),
         "convergence": result.convergence.summary() if result.convergence is not None else None,
+        "sampling_verdict": result.verdict,
+        "locality": result.locality.to_dict() if result.locality is not None else None,
+        "localization": localization.to_dict() if localization is not None else None,
+        "adaptive": rounds.to_dict(),
         "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
         "amplification": {k: everything[k] for k in ("minority_amplification", "amplification", "conflict_cos",
                                                      "norm_consistent", "norm_anti", "minority")},
@@ -398,6 +454,10 @@ def influence_rows(epoch: int, phase: str, record: Mapping[str, Any]) -> list[di
                 "adv_acc": record["accuracy"]["adv"], "val_acc": record["accuracy"]["val"],
                 "converged": conv.get("converged"), "max_rhat": conv.get("max_rhat"),
                 "min_ess_bulk": conv.get("min_ess_bulk"),
+                # the joint gate (records of earlier versions: no locality, so not local)
+                "verdict": record.get("sampling_verdict") or ("not converged" if not conv.get("converged")
+                                                              else "converged, not local"),
+                "climb": (record.get("locality") or {}).get("worst_climb"),
             })
     return rows
 
@@ -430,6 +490,8 @@ def read_influence_csv(path: str | Path) -> list[dict[str, Any]]:
                 value = row.get(key)
                 if key == "converged":
                     row[key] = value == "True"
+                elif key == "verdict":
+                    row[key] = value or None
                 elif key in ("epoch", "n_examples"):
                     row[key] = int(value) if value else None
                 else:
@@ -531,6 +593,7 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
     device = str(resolve_device(device or "cpu"))
     settings = {
         "sampler": {k: v for k, v in config.sampler.to_dict().items() if k != "progress"},
+        "convergence": config.convergence.to_dict(), "localize": config.localize.to_dict(),
         "n_query": config.n_query, "n_consistent": config.n_consistent, "amplification_n": config.amplification_n,
         "threshold": round(threshold, 9),
         "version": VERSION, **({"draw_phases": config.draw_phases} if config.draw_phases != "onset" else {}),
@@ -548,7 +611,8 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
             model, _ = load_checkpoint(path, device=device)
             record = checkpoint_influence(model, splits, config.sampler, threshold, config.n_query, config.n_consistent,
                                           config.amplification_n, cache_dir=out / "bif", device=device,
-                                          draw_phases=config.draw_phases)
+                                          draw_phases=config.draw_phases, adaptive=config.convergence,
+                                          localize=config.localize)
             record = {"epoch": epoch, "checkpoint": path.name, **record}
             # the digest makes an edited or flipped number a recomputation, never a result
             cache.write(cache_path, record)
@@ -570,3 +634,73 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
         "seconds_per_checkpoint": {e: r["seconds"] for e, r in records.items()},
     })
     return InfluenceResult(rows, records, outcome, phases, csv_path, figure_path, computed, hits)
+
+
+def calibrate_influence(run_dir: str | Path | None, config: InfluenceConfig | None = None, *,
+                        eps: Sequence[float] = (), gamma: Sequence[float] = (), n_beta: Sequence[float] = (),
+                        out: str | Path | None = None, device: str = "cpu", format: str = "png") -> dict[str, Any]:
+    """The sampler calibration sweep of ``interp-toolkit influence --calibrate``, at the first
+    checkpoint the study would measure: the study's posterior (the run's whole training split,
+    readout cross-entropy), its scored training rows as the attribution set and its adversarial
+    query examples' losses as the observables; ``eps`` x ``gamma`` (x ``n_beta``) around the
+    study's sampler (derived per checkpoint with ``config.localize.auto``; defaults: eps / 10,
+    eps, eps * 10; its gamma; its n_beta), every setting gated for locality against the
+    label-marginal loss (a non-local one is never recommended). Writes
+    ``OUT/calibration_<key>.json`` and its figure; returns the JSON plus ``path``.
+
+    Raises:
+        UserError: As :func:`run_influence`, before any sampling.
+    """
+    from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
+    from interp_toolkit.analyses.bif.diagnostics import advice_for
+    from interp_toolkit.analyses.bif.locality import label_marginal_loss
+    from interp_toolkit.analyses.bif.localize import local_gamma, localized_sampler
+    from interp_toolkit.analyses.over_checkpoints import splits_from_run
+    from interp_toolkit.checkpoint import load_checkpoint
+    from interp_toolkit.devices import resolve_device
+    from interp_toolkit.io import atomic_write_json, config_hash, file_digest
+    from interp_toolkit.plotting import check_format, save_figure
+    from interp_toolkit.studies.bif.checkpoint import readout_correct, readout_example_loss
+
+    format = check_format(format)
+    if run_dir is None or not Path(run_dir).is_dir():
+        raise UserError(f"run directory {run_dir} does not exist (expected an MPSP run directory)")
+    config = config if config is not None else InfluenceConfig()
+    run_dir = Path(run_dir)
+    epoch, path = _selected_checkpoints(run_dir, config)[0]
+    splits = splits_from_run(run_dir)
+    if "train" not in splits or "adv" not in splits or getattr(splits["train"], "agrees", None) is None:
+        raise UserError(f"the task of {run_dir} needs splits train and adv and train.agrees for the influence study")
+    device = str(resolve_device(device or "cpu"))
+    model, _ = load_checkpoint(path, device=device)
+    train, adv = splits["train"], splits["adv"]
+    posterior = (train.tokens.to(device), train.labels.to(device))
+    rows = attribution_rows(train.agrees, config.n_consistent, config.sampler.seed)
+    scored = (train.tokens[rows].to(device), train.labels[rows].to(device))
+    query = (adv.tokens[: config.n_query].to(device), adv.labels[: config.n_query].to(device))
+    reference, reference_loss = "label-marginal cross-entropy", label_marginal_loss(train.labels)
+    base = config.sampler
+    if base.batch_size is not None and base.batch_size > len(train):
+        base = SamplerConfig.from_dict({**base.to_dict(), "batch_size": None})
+    localization = None
+    if config.localize.auto:
+        localization = local_gamma(model, posterior, readout_example_loss, reference_loss=reference_loss,
+                                   reference=reference, config=config.localize, param_patterns=base.param_patterns,
+                                   seed=base.seed, eval_batch_size=base.eval_batch_size,
+                                   n_beta=base.resolved_n_beta(len(train)))
+        base = localized_sampler(base, localization)
+    eps = tuple(eps) or (base.eps / 10, base.eps, base.eps * 10)
+    calibration = calibrate_sampler(model, posterior, query, readout_example_loss, base, eps=eps,
+                                    gamma=tuple(gamma) or None, n_beta=tuple(n_beta) or None,
+                                    attribution_data=scored, reference_loss=reference_loss, reference=reference,
+                                    accuracy_fn=readout_correct, advice=advice_for("influence"))
+    report = {"run_dir": str(run_dir), "epoch": epoch, "checkpoint": str(path), **calibration.to_dict(),
+              "localization": None if localization is None else localization.to_dict()}
+    key = config_hash({"checkpoint": file_digest(path), "eps": list(eps), "gamma": list(gamma),
+                       "n_beta": list(n_beta), "sampler": base.to_dict(), "n_query": config.n_query,
+                       "n_consistent": config.n_consistent}, 10)
+    out_dir = influence_output_dir(run_dir, out)
+    target = out_dir / f"calibration_{key}.json"
+    atomic_write_json(target, report)
+    save_figure(plot_calibration(calibration), out_dir / f"calibration_{key}", format)
+    return {**report, "path": str(target)}

@@ -43,25 +43,37 @@ __all__ = [
 CLAIM_CSV_FIELDS = ["step", "seed", "series", "source_class", "target_class", "minus", "bif", "stderr", "rhat",
                     "ess", "induction_score"]
 _FLOATS = ("bif", "stderr", "rhat", "ess", "induction_score")
+#: Written after CLAIM_CSV_FIELDS, optional when read (files of earlier versions lack them): the
+#: locality gate of the checkpoint's draws (analyses.bif.locality): the worst chain's climb as a
+#: fraction of the loss gap, and whether it passed ("" when unmeasured).
+CLAIM_LOCALITY_FIELDS = ["climb", "local"]
 #: A seed's induction transition is shaded only when its induction score rose by at least this
 #: much between its first checkpoint and its maximum (else no transition was measured).
 MIN_MEASURED_RISE = 0.2
 
 
-def claim_rows(influences: Sequence[Any], *, step: int, seed: int, induction_score: float) -> list[dict[str, Any]]:
-    """CSV rows of one checkpoint's :class:`~interp_toolkit.analyses.bif.claims.ClassInfluence` list."""
+def claim_rows(influences: Sequence[Any], *, step: int, seed: int, induction_score: float,
+               locality: Any = None) -> list[dict[str, Any]]:
+    """CSV rows of one checkpoint's :class:`~interp_toolkit.analyses.bif.claims.ClassInfluence`
+    list; ``locality`` is that checkpoint's :class:`~interp_toolkit.analyses.bif.locality.Locality`."""
+    climb = float("nan") if locality is None else float(locality.worst_climb)
+    local = None if locality is None or not math.isfinite(climb) else bool(locality.local)
     return [{"step": int(step), "seed": int(seed), "series": inf.name, "source_class": inf.source,
              "target_class": inf.target, "minus": inf.minus or "", "bif": inf.bif, "stderr": inf.stderr,
-             "rhat": inf.rhat, "ess": inf.ess, "induction_score": float(induction_score)} for inf in influences]
+             "rhat": inf.rhat, "ess": inf.ess, "induction_score": float(induction_score), "climb": climb,
+             "local": local} for inf in influences]
 
 
 def write_claims_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     """Write rows (sorted by series, seed, step) atomically; floats as ``repr`` (exact)."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CLAIM_CSV_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=CLAIM_CSV_FIELDS + CLAIM_LOCALITY_FIELDS, lineterminator="\n")
     writer.writeheader()
     for row in sorted(rows, key=lambda r: (str(r["series"]), int(r["seed"]), int(r["step"]))):
-        writer.writerow({k: repr(float(row[k])) if k in _FLOATS else row[k] for k in CLAIM_CSV_FIELDS})
+        local = row.get("local")
+        writer.writerow({**{k: repr(float(row[k])) if k in _FLOATS else row[k] for k in CLAIM_CSV_FIELDS},
+                         "climb": repr(float(row.get("climb", float("nan")))),
+                         "local": "" if local is None else str(bool(local))})
     path = Path(path)
     atomic_write_text(path, buffer.getvalue())
     return path
@@ -88,6 +100,11 @@ def read_claims_csv(path: str | Path) -> list[dict[str, Any]]:
                                        "source_class": raw["source_class"], "target_class": raw["target_class"],
                                        "minus": raw["minus"] or None}
                 row.update({k: float(raw[k]) for k in _FLOATS})
+                row["climb"] = float(raw.get("climb") or "nan")
+                local = raw.get("local") or ""
+                if local not in ("", "True", "False"):
+                    raise ValueError(f"local must be True, False or empty, got {local!r}")
+                row["local"] = None if local == "" else local == "True"
             except (TypeError, ValueError) as err:
                 raise UserError(f"claims CSV {str(path)!r} line {number}: {err}") from err
             rows.append(row)
@@ -99,8 +116,9 @@ def claim_figure_data(rows: Sequence[Mapping[str, Any]], series: str) -> dict[st
 
     Returns:
         ``{"series", "seeds": {seed: {"steps", "bif", "stderr", "induction_score", "converged",
-        "transition": (start, end) | None}}}``; ``converged`` is each point's R-hat <= 1.01 and
-        ESS >= 100 (the toolkit's rule); ``transition`` is the 10%-90% window of the
+        "local", "transition": (start, end) | None}}}``; ``converged`` is each point's R-hat <= 1.01
+        and ESS >= 100 (the toolkit's rule); ``local`` its locality gate (None: unmeasured, a CSV
+        of an earlier version); ``transition`` is the 10%-90% window of the
         induction score's rise (:func:`~interp_toolkit.studies.lm.testbed.induction_phases`)
         where the rise is at least :data:`MIN_MEASURED_RISE`.
 
@@ -114,8 +132,9 @@ def claim_figure_data(rows: Sequence[Mapping[str, Any]], series: str) -> dict[st
         raise UserError(f"no rows of series {series!r}; the rows have {sorted({r['series'] for r in rows})}")
     seeds: dict[int, dict[str, Any]] = {}
     for seed in sorted({int(r["seed"]) for r in selected}):
-        points = sorted((int(r["step"]), float(r["bif"]), float(r["stderr"]), float(r["induction_score"]),
-                         _converged(r)) for r in selected if int(r["seed"]) == seed)
+        points = sorted(((int(r["step"]), float(r["bif"]), float(r["stderr"]), float(r["induction_score"]),
+                          _converged(r), r.get("local")) for r in selected if int(r["seed"]) == seed),
+                        key=lambda p: p[0])
         steps = [p[0] for p in points]
         scores = [p[3] for p in points]
         transition = None
@@ -124,7 +143,8 @@ def claim_figure_data(rows: Sequence[Mapping[str, Any]], series: str) -> dict[st
             if phases["rise"] >= MIN_MEASURED_RISE:
                 transition = (phases["start"], phases["end"])
         seeds[seed] = {"steps": steps, "bif": [p[1] for p in points], "stderr": [p[2] for p in points],
-                       "induction_score": scores, "transition": transition, "converged": [p[4] for p in points]}
+                       "induction_score": scores, "transition": transition, "converged": [p[4] for p in points],
+                       "local": [p[5] for p in points]}
     return {"series": series, "seeds": seeds}
 
 
@@ -174,6 +194,11 @@ def plot_claim(data: Mapping[str, Any], ax: Any = None) -> Any:
                 ax.plot([s["steps"][i] for i in unconverged], [s["bif"][i] for i in unconverged], ls="none",
                         marker="o", ms=6, mfc="white", mec=color, mew=1.2,
                         label=f"not converged (R-hat > 1.01 or ESS < 100), seed {seed}")
+            far = [i for i, local in enumerate(s.get("local") or []) if local is False]
+            if far:  # draws that left the checkpoint's solution: a hollow square
+                ax.plot([s["steps"][i] for i in far], [s["bif"][i] for i in far], ls="none", marker="s", ms=8,
+                        mfc="none", mec=color, mew=1.2,
+                        label=f"not local (draws climbed > 10% of the loss gap), seed {seed}")
             twin.plot(s["steps"], s["induction_score"], ls="--", lw=1.1, color=color,
                       label=f"induction score, seed {seed}")
             if s["transition"] is not None:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
-from interp_toolkit.analyses.bif.config import SamplerConfig
-from interp_toolkit.errors import UserError
+from interp_toolkit.analyses.bif.config import LocalizeConfig, SamplerConfig
+from interp_toolkit.errors import UserError, notice
 from interp_toolkit.io import atomic_write_json, atomic_write_text
 from interp_toolkit.studies.bif.checkpoint import (
     round_notice,
@@ -40,7 +40,10 @@ if TYPE_CHECKING:
 __all__ = ["CSV_FIELDS", "bif_over_checkpoints", "calibrate_lm_checkpoint", "check_claims", "corpus_sets",
            "default_claims", "plot_per_class", "sequence_loss", "testbed_corpus", "testbed_seed"]
 
-CSV_FIELDS = ["step", "checkpoint", "induction_score", "reduction", "train_group", "query_group", "bif", "stderr"]
+#: What the locality gate's reference loss is for a language model.
+UNIGRAM = "unigram cross-entropy of the posterior tokens"
+CSV_FIELDS = ["step", "checkpoint", "induction_score", "reduction", "train_group", "query_group", "bif", "stderr",
+              "verdict", "climb"]
 
 
 def corpus_sets(
@@ -89,6 +92,7 @@ def bif_over_checkpoints(
     claims: Sequence[str] = (),
     training_seed: int = 0,
     adaptive: AdaptiveConfig | None = None,
+    localize: LocalizeConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Token-level BIF and induction score at every checkpoint; writes CSV, PNG and JSON.
 
@@ -118,6 +122,11 @@ def bif_over_checkpoints(
             chains converge or ``max_steps`` SGLD steps per chain would be exceeded
             (:mod:`interp_toolkit.analyses.bif.adaptive`); ``summary.json`` records each
             checkpoint's rounds and verdict. ``AdaptiveConfig(adaptive=False)``: one round.
+        localize: gamma and eps per checkpoint (default ``LocalizeConfig()``: derived,
+            :mod:`interp_toolkit.analyses.bif.localize`, against the unigram loss of the
+            posterior tokens; ``auto=False`` keeps ``config.sampler``'s). Every checkpoint's
+            draws are gated for locality against that reference: the ``verdict`` and ``climb``
+            columns, and ``summary.json``'s ``sampling_verdict`` / ``locality``.
 
     Returns:
         The CSV rows (also in ``per_class.csv``).
@@ -126,7 +135,10 @@ def bif_over_checkpoints(
 
     from interp_toolkit.analyses.bif.adaptive import ROUNDS_DIR, keep_final_round, until_converged
     from interp_toolkit.analyses.bif.claims import claim_influences
+    from interp_toolkit.analyses.bif.diagnostics import advice_for
     from interp_toolkit.analyses.bif.lm import LMBIFConfig, lm_bif
+    from interp_toolkit.analyses.bif.locality import unigram_loss
+    from interp_toolkit.analyses.bif.localize import local_gamma, localized_sampler
     from interp_toolkit.analyses.induction import induction_scores
     from interp_toolkit.plotting import check_format, save_figure
     from interp_toolkit.studies.lm.claims import claim_rows, write_claim_figures, write_claims_csv
@@ -134,6 +146,7 @@ def bif_over_checkpoints(
 
     figure_format = check_format(figure_format)
     adaptive = AdaptiveConfig() if adaptive is None else adaptive
+    localize = LocalizeConfig() if localize is None else localize
     rounds_dir = Path(out_dir) / ROUNDS_DIR if adaptive.adaptive else Path(out_dir)
     if not refs:
         raise UserError("no checkpoints given")
@@ -156,6 +169,7 @@ def bif_over_checkpoints(
         raise UserError("bif_over_checkpoints needs probe_vocab when corpus is None")
     probe = repeated_random_tokens(32, half, low, high, seed=(corpus.seed if corpus else 0) + 77)
     check_claims(claims, train, query)
+    reference_loss = unigram_loss(posterior)  # a model that knows token frequencies and nothing else
     rows: list[dict[str, Any]] = []
     claim_table: list[dict[str, Any]] = []
     summary = []
@@ -167,17 +181,29 @@ def bif_over_checkpoints(
         heads = induction_scores(model, probe, half)
         score = float(heads.max())
 
+        sampler, localization = config.sampler, None
+        if localize.auto:
+            localization = local_gamma(model, posterior, sequence_loss, reference_loss=reference_loss,
+                                       reference=UNIGRAM, config=localize, param_patterns=sampler.param_patterns,
+                                       seed=sampler.seed, eval_batch_size=sampler.eval_batch_size,
+                                       n_beta=sampler.resolved_n_beta(int(posterior.shape[0])))
+            notice(f"{ref.label}: localization: {localization.describe()}")
+            sampler = localized_sampler(sampler, localization)
+
         def one_round(sampler: Any, model: Any = model, ref: Any = ref) -> Any:
             return lm_bif(model, posterior, train, query, dataclasses.replace(config, sampler=sampler),
-                          cache_dir=rounds_dir, cache_identity=ref.identity())
+                          cache_dir=rounds_dir, cache_identity=ref.identity(), reference_loss=reference_loss,
+                          reference=UNIGRAM, advice=advice_for("bif-lm"))
 
-        result, record = until_converged(one_round, config.sampler, adaptive, on_round=round_notice)
+        result, record = until_converged(one_round, sampler, adaptive, on_round=round_notice)
+        verdict = result.verdict
+        climb = result.locality.worst_climb if result.locality is not None else float("nan")
         if rounds_dir != out:
             keep_final_round(rounds_dir, out, f"lm_bif_{result.cache_key}")
         step = ref.step if ref.step is not None else index
         if claims:
             claim_table.extend(claim_rows(claim_influences(result, claims), step=step, seed=training_seed,
-                                          induction_score=score))
+                                          induction_score=score, locality=result.locality))
         for name, red in result.reductions.items():
             if "token" in name:
                 continue  # the full matrix stays in the cached safetensors, not in the table
@@ -185,14 +211,17 @@ def bif_over_checkpoints(
                 for j, col_label in enumerate(red.col_labels):
                     rows.append({"step": step, "checkpoint": ref.label, "induction_score": score, "reduction": name,
                                  "train_group": row_label, "query_group": col_label,
-                                 "bif": float(red.bif[i, j]), "stderr": float(red.stderr[i, j])})
+                                 "bif": float(red.bif[i, j]), "stderr": float(red.stderr[i, j]),
+                                 "verdict": verdict, "climb": climb})
         summary.append(
             {
                 "step": step, "checkpoint": ref.label, "induction_score": score,
                 "induction_scores_per_head": heads.tolist(), "result_dir": str(out / f"lm_bif_{result.cache_key}"),
                 "query_mean_loss": float(result.query_mean_loss.mean()),
                 "convergence": result.convergence.summary() if result.convergence is not None else None,
-                "adaptive": record.to_dict(), "verdict": record.describe(),
+                "adaptive": record.to_dict(), "verdict": record.describe(), "sampling_verdict": verdict,
+                "locality": result.locality.to_dict() if result.locality is not None else None,
+                "localization": localization.to_dict() if localization is not None else None,
                 "sampler_warnings": result.diagnostics.warnings if result.diagnostics else [],
             }
         )
@@ -348,27 +377,44 @@ def sequence_loss(model: Any, tokens: Any) -> Any:
 
 def calibrate_lm_checkpoint(ref: Any, sets: Any, sampler: SamplerConfig, out: str | Path, *,
                             sizes: tuple[int, int, int], eps: Sequence[float] = (), gamma: Sequence[float] = (),
-                            n_beta: Sequence[float] = (), figure_format: str = "png") -> dict[str, Any]:
+                            n_beta: Sequence[float] = (), figure_format: str = "png",
+                            localize: LocalizeConfig | None = None) -> dict[str, Any]:
     """The sampler calibration sweep of ``bif-lm --calibrate`` at checkpoint ``ref``: the same
     posterior as the series (``calibrate_sampler`` with :func:`sequence_loss`), the recorded
     training sequences as rows and the query sequences as columns; ``eps`` x ``gamma``
     (x ``n_beta``) around ``sampler`` (defaults: eps / 10, eps, eps * 10; its gamma; its
     n_beta). ``sets`` is ``(posterior tokens, train, query)`` of ``sizes`` (n_posterior,
     n_train, n_query: part of the file's key). Writes ``OUT/calibration_<key>.json`` and its
-    figure; returns the JSON plus ``path``."""
+    figure; returns the JSON plus ``path``. Every setting is gated for locality against the
+    unigram loss of the posterior tokens; with ``localize`` (default: derived, as the series does)
+    the sweep centres on the checkpoint's derived gamma and eps."""
     from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
     from interp_toolkit.io import config_hash
     from interp_toolkit.plotting import check_format, save_figure
 
     figure_format = check_format(figure_format)  # a bad format is refused before the sweep
+    from interp_toolkit.analyses.bif.diagnostics import advice_for
+    from interp_toolkit.analyses.bif.locality import unigram_loss
+    from interp_toolkit.analyses.bif.localize import local_gamma, localized_sampler
+
     posterior, train, query = sets
-    base = sampler
+    localize = LocalizeConfig() if localize is None else localize
+    model = ref.load()
+    reference_loss = unigram_loss(posterior)
+    base, localization = sampler, None
+    if localize.auto:
+        localization = local_gamma(model, posterior, sequence_loss, reference_loss=reference_loss, reference=UNIGRAM,
+                                   config=localize, param_patterns=sampler.param_patterns, seed=sampler.seed,
+                                   eval_batch_size=sampler.eval_batch_size,
+                                   n_beta=sampler.resolved_n_beta(int(posterior.shape[0])))
+        base = localized_sampler(sampler, localization)
     gamma, n_beta = tuple(gamma), tuple(n_beta)
     eps = tuple(eps) or (base.eps / 10, base.eps, base.eps * 10)
-    model = ref.load()
     calibration = calibrate_sampler(model, posterior, query.tokens, sequence_loss, base, eps=eps,
-                                    gamma=gamma or None, n_beta=n_beta or None, attribution_data=train.tokens)
-    report = {"checkpoint": ref.label, **calibration.to_dict()}
+                                    gamma=gamma or None, n_beta=n_beta or None, attribution_data=train.tokens,
+                                    reference_loss=reference_loss, reference=UNIGRAM, advice=advice_for("bif-lm"))
+    report = {"checkpoint": ref.label, **calibration.to_dict(),
+              "localization": None if localization is None else localization.to_dict()}
     key = config_hash({"checkpoint": ref.identity(), "eps": list(eps), "gamma": list(gamma),
                        "n_beta": list(n_beta), "sampler": base.to_dict(), "sets": list(sizes)}, 10)
     path = Path(out) / f"calibration_{key}.json"

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from interp_toolkit.analyses.bif import SamplerConfig, bif
+from interp_toolkit.analyses.bif.config import LocalizeConfig
 from interp_toolkit.analyses.bif.locality import (
     CLIMB_MAX,
     Locality,
@@ -20,7 +21,13 @@ from interp_toolkit.analyses.bif.locality import (
     sampling_verdict,
     unigram_loss,
 )
-from interp_toolkit.analyses.bif.localize import EPS_GAMMA, LocalizeConfig, local_gamma, localized_sampler
+from interp_toolkit.analyses.bif.localize import (
+    EPS_GAMMA,
+    EPS_STIFF,
+    local_gamma,
+    localized_sampler,
+    top_curvature,
+)
 from interp_toolkit.errors import UserError
 
 D, RADIUS = 200, 0.5
@@ -173,3 +180,37 @@ def test_local_gamma_restores_the_weights():
     before = model.w.detach().clone()
     local_gamma(model, A, loss_fn, reference_loss=CHANCE)
     assert torch.equal(model.w.detach(), before)
+
+
+class Stiff(nn.Module):
+    """Loss ``0.5 * sum_k c_k w_k^2`` (every example alike): Hessian eigenvalues ``c``."""
+
+    def __init__(self, curvatures: torch.Tensor) -> None:
+        super().__init__()
+        self.c = curvatures
+        self.w = nn.Parameter(torch.full_like(curvatures, 0.01))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * (self.c * self.w.pow(2)).sum() + 0.0 * x
+
+
+def stiff_loss(model: Stiff, x: torch.Tensor) -> torch.Tensor:
+    return model(x)
+
+
+def test_top_curvature_is_the_largest_hessian_eigenvalue():
+    curvatures = torch.tensor([0.5, 3.0, 40.0, 7.0])
+    model = Stiff(curvatures)
+    assert top_curvature(model, torch.zeros(10), stiff_loss) == pytest.approx(40.0, rel=1e-3)
+    assert torch.equal(model.w.detach(), torch.full((4,), 0.01))  # weights untouched
+
+
+def test_the_step_size_allows_for_a_stiff_likelihood():
+    model = Stiff(torch.tensor([0.5, 3.0, 40.0, 7.0]))
+    reference = 1.0  # far above the checkpoint's ~0.004: any gamma of the ladder is local
+    alone = local_gamma(model, torch.zeros(10), stiff_loss, reference_loss=reference)
+    assert alone.eps == pytest.approx(EPS_GAMMA / alone.gamma) and alone.n_beta is None
+    stiff = local_gamma(model, torch.zeros(10), stiff_loss, reference_loss=reference, n_beta=1e4)
+    assert stiff.gamma == alone.gamma and stiff.curvature == pytest.approx(40.0, rel=1e-3)
+    assert stiff.eps == pytest.approx(min(EPS_GAMMA / stiff.gamma, EPS_STIFF / (1e4 * stiff.curvature)))
+    assert stiff.eps < alone.eps and "lambda_max" in stiff.describe()

@@ -22,7 +22,7 @@ from interp_toolkit.tasks.mpsp import MPSPConfig
 torch.set_num_threads(1)
 
 TINY = ["--chains", "2", "--draws", "4", "--burn-in", "2", "--batch-size", "32", "--eps", "1e-4",
-        "--n-query", "16", "--n-consistent", "8", "--amplification-n", "32", "--no-progress"]
+        "--n-query", "16", "--n-consistent", "8", "--amplification-n", "32", "--no-progress", "--no-adaptive"]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,26 @@ def tiny_run(tmp_path_factory):
     train_mpsp(task, model, TrainConfig(epochs=20, eval_every=10, checkpoint_every=10, checkpoint_log_spaced=False,
                                         progress=False), run_dir)
     return run_dir
+
+
+def record_climb(out, epoch):
+    (path,) = (out / "cache").glob(f"epoch_{epoch:06d}_*.json")
+    return json.loads(path.read_text())["locality"]["worst_climb"]
+
+
+def test_influence_calibrate_gates_every_setting_for_locality(tiny_run, tmp_path, capsys):
+    out = tmp_path / "cal"
+    assert main(["influence", str(tiny_run), "--out", str(out), "--epochs", "20", *TINY, "--calibrate",
+                 "--calibrate-eps", "1e-5", "1e-3"]) == 0
+    printed = capsys.readouterr().out
+    (path,) = out.glob("calibration_*.json")
+    report = json.loads(path.read_text())
+    assert report["epoch"] == 20 and [row["eps"] for row in report["rows"]] == [1e-5, 1e-3]
+    assert all(row["local"] in (True, False) and (row["diverged"] or row["climb"] is not None)
+               for row in report["rows"])
+    recommended = report["recommended"]
+    assert recommended is None or report["rows"][recommended]["local"]  # never a non-local setting
+    assert "recommended:" in printed and path.with_suffix(".png").is_file()
 
 
 def test_influence_command_writes_csv_figure_and_reads_its_cache(tiny_run, tmp_path, capsys):
@@ -55,6 +75,17 @@ def test_influence_command_writes_csv_figure_and_reads_its_cache(tiny_run, tmp_p
     (record_path,) = (out / "cache").glob("epoch_000010_*.json")
     record = json.loads(record_path.read_text())
     assert len(record["per_example"]["adv"]["bif"]) == n_anti + 8 == len(record["train_index"])
+    # every row carries the joint gate of its checkpoint's draws; 2 chains x 4 draws never converge
+    assert {r["verdict"] for r in rows} == {"not converged"} and "sampling verdict" in printed
+    assert record["locality"]["reference"] == "label-marginal cross-entropy"
+    assert all(r["climb"] == pytest.approx(record_climb(out, r["epoch"])) for r in rows)
+    # gamma and eps were derived at the checkpoint (the default)
+    from interp_toolkit.analyses.bif.localize import EPS_GAMMA, EPS_STIFF
+
+    found = record["localization"]
+    assert found["gamma"] == record["sampler"]["gamma"] and found["eps"] == record["sampler"]["eps"]
+    assert found["eps"] == pytest.approx(min(EPS_GAMMA / found["gamma"],
+                                             EPS_STIFF / (found["n_beta"] * abs(found["curvature"]))))
     assert (out / "influence.png").exists() and (out / "summary.json").exists()
     written = (out / "influence.csv").read_text()
     assert main(args) == 0  # the rerun is served from the cache
@@ -138,7 +169,8 @@ def test_a_corrupted_cache_entry_is_recomputed_with_a_note(tiny_run, tmp_path, c
     assert main(args) == 0
     captured = capsys.readouterr()
     assert "computed 1 checkpoint(s), 0 from the cache" in captured.out
-    notes = [line for line in captured.err.splitlines() if line.startswith("note:")]
+    # (the sampler's round notes aside: "BIF at 4 draws ...: not converged")
+    notes = [line for line in captured.err.splitlines() if line.startswith("note:") and "BIF at" not in line]
     assert len(notes) == 1 and "recomputed 1 cache entry" in notes[0] and why in notes[0], captured.err
     assert (out / "influence.csv").read_text() == written  # the corrupted number never reaches a result
 
@@ -196,11 +228,13 @@ def test_solution_labels_separate_planted_draws_of_the_two_solutions():
 
 
 def test_the_influence_study_labels_draws_by_solution_by_default(tiny_run, tmp_path):
+    from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig
     from interp_toolkit.analyses.bif.config import SamplerConfig
     from interp_toolkit.studies.influence.measure import InfluenceConfig, run_influence
 
     sampler = SamplerConfig(eps=1e-4, gamma=1000.0, n_beta=64.0, chains=2, draws=4, burn_in=2, progress=False)
-    config = InfluenceConfig(epochs=(20,), n_query=16, n_consistent=8, amplification_n=32, sampler=sampler)
+    config = InfluenceConfig(epochs=(20,), n_query=16, n_consistent=8, amplification_n=32, sampler=sampler,
+                             convergence=AdaptiveConfig(adaptive=False))
     assert config.draw_phases == "solution"  # the default
     result = run_influence(tiny_run, config, out=tmp_path / "solution", progress=False)
     record = result.records[20]
@@ -216,7 +250,8 @@ def test_the_influence_study_labels_draws_by_solution_by_default(tiny_run, tmp_p
             if entry["bif"] != 0:  # the share of the decomposition the study reports
                 assert entry["between_share"] == pytest.approx(entry["between"] / entry["bif"], rel=1e-4, abs=1e-9)
     onset = run_influence(tiny_run, InfluenceConfig(epochs=(20,), n_query=16, n_consistent=8, amplification_n=32,
-                                                    sampler=sampler, draw_phases="onset"),
+                                                    sampler=sampler, draw_phases="onset",
+                                                    convergence=AdaptiveConfig(adaptive=False)),
                           out=tmp_path / "onset", progress=False)
     assert set(onset.records[20]["draw_label_shares"]) == {"shortcut phase", "phase 2"}
     with pytest.raises(UserError, match="draw_phases"):

@@ -9,6 +9,7 @@ from interp_toolkit.analyses.bif.claims import influence_from_class_means
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.lm.claims import (
     CLAIM_CSV_FIELDS,
+    CLAIM_LOCALITY_FIELDS,
     claim_figure_data,
     claim_peaks,
     claim_rows,
@@ -48,7 +49,7 @@ def _plotted(fig):
 def test_figures_regenerate_from_the_csv(tmp_path):
     rows = _rows()
     path = write_claims_csv(rows, tmp_path / "claims.csv")
-    assert path.read_text().splitlines()[0] == ",".join(CLAIM_CSV_FIELDS)
+    assert path.read_text().splitlines()[0] == ",".join(CLAIM_CSV_FIELDS + CLAIM_LOCALITY_FIELDS)
     back = read_claims_csv(path)
     assert len(back) == len(rows) == 2 * 5 * 3
     for series in CLAIMS:
@@ -139,3 +140,22 @@ def test_sign_change_verdicts():
     assert (found[0]["max_step"], found[0]["min_step"]) == (0, 300) and found[0]["min_z"] == pytest.approx(-5.0)
     assert found[1]["verdict"] == "one sign" and found[1]["order"] == ""
     assert found[2]["verdict"] == "no measured sign"
+
+
+def test_claim_rows_carry_the_locality_gate_and_the_figure_marks_non_local_points(tmp_path):
+    rows = _rows()
+    for row in rows:
+        row["local"] = row["step"] != 200  # one checkpoint's draws left the solution
+        row["climb"] = 0.05 if row["local"] else 0.4
+    back = read_claims_csv(write_claims_csv(rows, tmp_path / "claims.csv"))
+    assert {(r["step"], r["local"], r["climb"]) for r in back} == {(r["step"], r["local"], r["climb"]) for r in rows}
+    data = claim_figure_data(back, CLAIMS[0])
+    lines, _, _ = _plotted(plot_claim(data))
+    far = [(label, xs) for label, xs, _ in lines if label.startswith("not local")]
+    assert far and all(list(xs) == [200] for _, xs in far)
+    # a CSV of an earlier version (no locality columns) still reads: unmeasured
+    old = (tmp_path / "claims.csv").read_text().splitlines()
+    header = old[0].split(",")
+    keep = [header.index(c) for c in CLAIM_CSV_FIELDS]
+    (tmp_path / "old.csv").write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in old) + "\n")
+    assert all(r["local"] is None and math.isnan(r["climb"]) for r in read_claims_csv(tmp_path / "old.csv"))
