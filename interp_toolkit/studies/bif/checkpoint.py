@@ -317,6 +317,9 @@ def round_notice(summary: dict[str, Any]) -> None:
     """One ``note:`` line per adaptive round that did not converge (long work shows progress)."""
     if summary["diverged"]:
         notice(f"SGLD diverged at eps {summary['eps']:.3g}; rerunning at a third of it")
+    elif summary.get("local") is False and summary.get("climb") is not None:
+        notice(f"BIF at {summary['draws']} draws, eps {summary['eps']:.3g}: NOT local (the draws climbed "
+               f"{summary['climb']:.0%} of the loss gap; the gate allows 10%)")
     elif not summary["converged"]:
         rhat, bulk, tail = (summary[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail"))
         notice(f"BIF at {summary['draws']} draws after {summary['burn_in']} burn-in steps per chain: not converged "
@@ -369,7 +372,8 @@ def compute_bif_summary(checkpoint: str | Path | None, config: CheckpointBIFConf
                    attribution_data=inputs["attribution"], cache_dir=rounds_dir, cache_tag="mpsp-readout-ce",
                    row_groups=groups, **locality_kwargs(inputs, "bif"))
 
-    result, adaptive = until_converged(one_round, inputs["sampler"], config.convergence, on_round=round_notice)
+    result, adaptive = until_converged(one_round, inputs["sampler"], config.convergence, on_round=round_notice,
+                                       local_backoff=config.localize.auto)
     if rounds_dir != out_dir:
         keep_final_round(rounds_dir, out_dir, f"bif_{result.cache_key}")
     summary = bif_summary(config, inputs, result, adaptive, out_dir=out_dir,

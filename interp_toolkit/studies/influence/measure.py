@@ -327,7 +327,7 @@ def checkpoint_influence(model: Any, splits: Mapping[str, Any], sampler: Sampler
 
     started = time.perf_counter()
     result, rounds = until_converged(one_round, sampler, adaptive or AdaptiveConfig(adaptive=False),
-                                     on_round=round_notice)
+                                     on_round=round_notice, local_backoff=localization is not None)
     recorder = recorders[-1]
     sampler = SamplerConfig.from_dict(result.config) if result.config is not None else sampler
     bif_seconds = time.perf_counter() - started

@@ -195,7 +195,8 @@ def bif_over_checkpoints(
                           cache_dir=rounds_dir, cache_identity=ref.identity(), reference_loss=reference_loss,
                           reference=UNIGRAM, advice=advice_for("bif-lm"))
 
-        result, record = until_converged(one_round, sampler, adaptive, on_round=round_notice)
+        result, record = until_converged(one_round, sampler, adaptive, on_round=round_notice,
+                                         local_backoff=localize.auto)
         verdict = result.verdict
         climb = result.locality.worst_climb if result.locality is not None else float("nan")
         if rounds_dir != out:

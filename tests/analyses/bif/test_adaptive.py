@@ -209,3 +209,28 @@ def test_bif_at_every_default_converges_or_says_the_budget_ran_out(tmp_path, cap
         assert min(summary["convergence"]["min_ess_bulk"], summary["convergence"]["min_ess_tail"]) >= 100
     else:
         assert "budget of 3200 SGLD steps per chain ran out" in out and "max R-hat" in out
+
+
+def test_a_round_that_is_not_local_is_rerun_at_a_third_of_eps_with_local_backoff():
+    from types import SimpleNamespace
+
+    from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig, until_converged
+    from interp_toolkit.analyses.bif.config import SamplerConfig
+
+    seen = []
+
+    def run(config):  # local (and converged) only below eps 2e-5
+        seen.append(config.eps)
+        local = config.eps < 2e-5
+        climb = 0.01 if local else 0.5
+        return SimpleNamespace(convergence=SimpleNamespace(converged=True, summary=lambda: {"converged": True}),
+                               locality=SimpleNamespace(local=local, worst_climb=climb))
+
+    base = SamplerConfig(eps=9e-5, chains=4, draws=10, burn_in=10, progress=False)
+    result, record = until_converged(run, base, AdaptiveConfig(max_steps=1000), local_backoff=True)
+    assert seen == pytest.approx([9e-5, 3e-5, 1e-5]) and result.locality.local
+    assert [r["local"] for r in record.rounds] == [False, False, True]
+    assert "left the checkpoint's solution at eps 9e-05, 3e-05" in record.describe()
+    seen.clear()  # without it (the default) a non-local round is final
+    result, record = until_converged(run, base, AdaptiveConfig(max_steps=1000))
+    assert seen == [9e-5] and not result.locality.local
