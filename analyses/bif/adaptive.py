@@ -2,20 +2,20 @@
 > 1.01 or an ESS < 100), run it again with chains twice as long, until they converge or a
 stated budget of SGLD steps per chain runs out; report which.
 
-Every round is an ordinary BIF at its own sampler config (cached by it, so a rerun is a
-cache hit round by round). Each round starts fresh chains at ``w*``: the rounds cost at most
-twice the last one. Only ``draws`` and ``burn_in`` grow, so the posterior (``gamma``,
-``n_beta``) stays the one asked for: the estimand never moves. The step size ``eps`` (how
-fast, and how finely, SGLD samples that posterior) is kept too, unless SGLD diverges: a
-diverging step size samples nothing, so the round is rerun at a third of it (at most
-:data:`MAX_BACKOFFS` times; the record names every step size tried). The same holds for a round
-whose draws failed the locality gate (:mod:`.locality`) at a gamma derived to be local (the
-commands' default): the exact posterior there is local, so draws that climbed are SGLD's
-discretization heating the chain (measured: a 1-layer majority model climbed 69% of the loss gap
-at eps 3e-5, 34% at 2e-5 and 0.3% at 1e-5, same gamma), and the round is rerun at a third of eps. When the budget runs out first, the last round is
-returned with its diagnostics and
-the record says so; ``interp-toolkit bif --calibrate`` (or :func:`calibrate_sampler`) finds
-a step size that mixes faster.
+Every round is an ordinary BIF at its own sampler config (cached by it, so a rerun is a cache
+hit round by round). Each round starts fresh chains at ``w*``: the rounds cost at most twice
+the last one. Only ``draws`` and ``burn_in`` grow, so the posterior (``gamma``, ``n_beta``)
+stays the one asked for: the estimand never moves. The step size ``eps`` (how fast, and how
+finely, SGLD samples that posterior) is kept too, unless SGLD diverges: a diverging step size
+samples nothing, so the round is rerun at a third of it (at most :data:`MAX_BACKOFFS` times;
+the record names every step size tried). The same holds for a round whose draws failed the
+locality gate (:mod:`.locality`) at a gamma derived to be local (the commands' default): the
+exact posterior there is local, so draws that climbed are SGLD's discretization heating the
+chain (measured: a 1-layer majority model climbed 69% of the loss gap at eps 3e-5, 34% at 2e-5
+and 0.3% at 1e-5, same gamma), and the round is rerun at a third of eps. When the budget runs
+out first, the last round is returned with its diagnostics and the record says so;
+``interp-toolkit bif --calibrate`` (or :func:`calibrate_sampler`) finds a step size that mixes
+faster.
 
 No anchor does this: devinterp leaves convergence to the user.
 """

@@ -17,7 +17,7 @@ cloud's size). Locality is measured on every estimate beside convergence:
   parameters): a ratio near 1 means the localization term, not the likelihood, sets the
   cloud's size. Reported, not gated: in a network of 34k parameters most directions are flat,
   so a cloud that keeps 100% accuracy and climbs 0.1% of the gap sits at 1.01 x the radius too
-  (measured, docs/influence.md, "Locality"); the radius says *what* holds the cloud, the
+  (measured, docs/bif.md, "Locality"); the radius says *what* holds the cloud, the
   climb whether the cloud still solves the task.
 * **accuracy** (classifiers): the draws' mean accuracy on the posterior data against the
   checkpoint's.
@@ -48,10 +48,13 @@ if TYPE_CHECKING:
     from .sampler import SamplerDiagnostics
 
 __all__ = [
-    "CLIMB_MAX", "LOCALITY_ADVICE", "Locality", "VERDICTS", "label_marginal_loss", "locality_of",
+    "CLIMB_MAX", "GAP_FLOOR", "LOCALITY_ADVICE", "Locality", "VERDICTS", "label_marginal_loss", "locality_of",
     "measure_locality", "sampling_verdict", "unigram_loss",
 ]
 
+#: The smallest gap the climb is a fraction of, as a fraction of the reference loss (a checkpoint
+#: that has learned almost nothing has a vanishing gap: an early deep-linear-network checkpoint).
+GAP_FLOOR = 0.10
 #: The three labels of :func:`sampling_verdict`.
 VERDICTS = ("converged and local", "converged, not local", "not converged")
 
@@ -214,12 +217,14 @@ def measure_locality(
         climb = [float("nan")] * draw_loss.shape[0]
     else:
         gap = float(reference_loss) - float(checkpoint_loss)
-        if gap <= 0:
-            # the checkpoint is no better than "no solution": nothing to leave, every draw is as good
-            notes.append(f"the checkpoint's loss {checkpoint_loss:.4g} is not below the {reference} "
-                         f"{reference_loss:.4g}: it holds no solution to leave; the climb is measured against "
-                         "the reference alone")
-            gap = max(abs(float(reference_loss)), 1e-12)
+        floor = GAP_FLOOR * abs(float(reference_loss))
+        if gap < floor:
+            # a checkpoint that has learned (almost) nothing holds no solution to leave: a fraction
+            # of a vanishing gap would be noise, so the climb is measured against a tenth of the reference
+            notes.append(f"the checkpoint's loss {checkpoint_loss:.4g} is within {GAP_FLOOR:.0%} of the {reference} "
+                         f"{reference_loss:.4g} (it has learned little): the climb is a fraction of "
+                         f"{GAP_FLOOR:.0%} of the reference, not of the gap")
+            gap = max(floor, 1e-12)
         climb = ((draw_loss.mean(1) - float(checkpoint_loss)) / gap).tolist()
     radius = math.sqrt(n_parameters / gamma) if gamma > 0 else float("inf")
     accuracy = None if draw_accuracy is None else torch.as_tensor(draw_accuracy).double().mean(1).tolist()

@@ -19,11 +19,11 @@ is an autoregression ``w <- (1 - eps k / 2) w + sqrt(eps) xi``, whose stationary
 prior-only directions (``k = gamma``, nearly all of them) ``eps k = 0.3``: 8% too wide (4% in
 radius), 7 steps. 0.3 rather than 0.1: at 0.1 neither the custom task nor a 1-layer MPSP
 checkpoint converged within the default 3,200 steps per chain (R-hat 1.02-1.03), at 0.3 both did
-(docs/influence.md, "Locality"). In the likelihood's stiffest direction ``eps k <= 1`` (stable
+(docs/bif.md, "Locality"). In the likelihood's stiffest direction ``eps k <= 1`` (stable
 below 4; at most 33% too wide in that one direction). (A step size too large further from
 ``w*``, where the curvature is higher, diverges; the adaptive rounds then rerun at a third of it.)
 
-Why per checkpoint: measured on the project's tasks (docs/influence.md, "Locality"), the
+Why per checkpoint: measured on the project's tasks (docs/bif.md, "Locality"), the
 gamma that keeps the cloud local spans two orders of magnitude (a 1-layer majority model at
 loss 5e-5 is local at gamma 1e4, a 1-layer MPSP model sitting on the shortcut at loss 0.036
 needs 1e5), and no fixed setting is both local on the one and not needlessly tight on the other.

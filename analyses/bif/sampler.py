@@ -11,10 +11,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.errors import UserError
+from interp_toolkit.progress import progress_bar
 
 from .config import SamplerConfig, SamplerDivergenceError
 from .data import DataLike, LossFn, Observable, data_length, index_data, per_example_losses
@@ -186,7 +186,8 @@ def sample_sgld(
     draw_distance = torch.full((config.chains, config.draws), float("nan"), dtype=torch.float64)
     draw_accuracy = (None if accuracy_fn is None
                      else torch.full((config.chains, config.draws), float("nan"), dtype=torch.float64))
-    bar = tqdm(total=config.chains * steps, desc="SGLD", disable=not config.progress, leave=False)
+    # quiet lines, not a redrawn bar, where stderr is a log (interp_toolkit.progress)
+    bar = progress_bar(total=config.chains * steps, desc="SGLD", disable=not config.progress, leave=False)
     try:
         model.eval()
         for p in all_params:

@@ -31,7 +31,10 @@ import tyro
 
 # the inherited fields' types, so that BIFCommandConfig's signature resolves in this module (pdoc)
 from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig  # noqa: F401
-from interp_toolkit.analyses.bif.config import SamplerConfig  # noqa: F401
+from interp_toolkit.analyses.bif.config import (
+    LocalizeConfig,  # noqa: F401
+    SamplerConfig,  # noqa: F401
+)
 from interp_toolkit.config import parse_config, required_positional
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.bif.checkpoint import (

@@ -59,8 +59,11 @@ from interp_toolkit.tasks.dln import (
 )
 from interp_toolkit.tasks.hierarchical import animals_and_plants, svd_modes
 
-__all__ = ["HORIZON", "INITS", "NETWORK_SEED_STRIDE", "SEEDS", "STEPS", "WINDOW", "calibrate", "load_draws",
-           "replicas", "sample", "sampler_config"]
+__all__ = ["HORIZON", "INITS", "LOCALITY_CSV", "NETWORK_SEED_STRIDE", "SEEDS", "STEPS", "WINDOW",
+           "calibrate", "load_draws", "locality", "replicas", "sample", "sampler_config"]
+
+#: Each rung's locality table (docs/bif/ladder/eps*/locality.csv), read by the verdict engine.
+LOCALITY_CSV = "locality.csv"
 
 INITS = (0, 1, 2, 3, 4, 5)
 SEEDS = (0, 1, 2)
@@ -168,6 +171,59 @@ def calibrate(docs: Path, step: int = 384, init: int = 0) -> None:
         print(row.eps, row.gamma, "diverged" if row.diverged else
               f"R-hat {row.max_rhat:.3f} ESS {row.min_ess_bulk:.0f}/{row.min_ess_tail:.0f} "
               f"ESS/1000 steps {row.ess_per_1000_steps:.2f} loss drift {row.loss_drift:.3g}")
+
+
+def locality(docs: Path, seed: int = 0, inits: tuple[int, ...] = INITS) -> list[dict[str, Any]]:
+    """The locality gate (:mod:`interp_toolkit.analyses.bif.locality`) of one rung of the toy's
+    step-size ladder (``docs`` = ``docs/bif/ladder/eps*``), re-measured: every (init, step)
+    replica sampled with the rung's own settings (its ``remeasure_summary.json``'s sampler: eps,
+    gamma, n_beta, chains, burn-in, draws and thinning) at one sampler seed, its draws' mean loss
+    against the checkpoint's and the zero map's (the network that predicts nothing: the DLN's
+    "solution gone"), and the distance against sqrt(d / gamma). Writes ``docs/locality.csv``
+    (one row per replica) and returns it."""
+    import csv
+    import io
+    import json
+
+    from interp_toolkit.analyses.bif.locality import measure_locality
+    from interp_toolkit.io import atomic_write_text
+
+    torch.set_num_threads(1)
+    summary = docs / "remeasure_summary.json"
+    if not summary.is_file():
+        raise FileNotFoundError(f"{summary} does not exist: expected a rung of the ladder (docs/bif/ladder/eps*)")
+    stored = json.loads(summary.read_text())["sampler"]
+    config = SamplerConfig.from_dict({**stored, "seed": seed, "keep_draws": False, "progress": False})
+    eps = config.eps
+    data = animals_and_plants()
+    X, Y = data.inputs.float(), data.targets.float()
+    W1, W2, labels = replicas(data, inits=inits)
+    network_seeds = [NETWORK_SEED_STRIDE * seed + r for r in range(W1.shape[0])]
+    started = time.time()
+    tensors = batched_dln_sgld(W1, W2, X, Y, config, trace_every=1000, seeds=network_seeds)
+    seconds = time.time() - started
+    reference = float((0.5 * Y.pow(2).sum(-1)).mean())  # the zero map's loss
+    checkpoint = (0.5 * (X @ (W2 @ W1).transpose(-1, -2) - Y).pow(2).sum(-1)).mean(-1)  # [networks]
+    d = W1[0].numel() + W2[0].numel()
+    rows = []
+    for r, (init, step) in enumerate(labels):
+        found = measure_locality(tensors["losses"][:, :, r].double().mean(-1), tensors["distance"][:, :, r],
+                                 checkpoint_loss=float(checkpoint[r]), reference_loss=reference,
+                                 reference="zero map's loss", n_parameters=d, gamma=config.gamma)
+        rows.append({"eps": eps, "init": init, "step": step, "checkpoint_loss": float(checkpoint[r]),
+                     "reference_loss": reference, "mean_draw_loss": sum(found.draw_loss) / len(found.draw_loss),
+                     "worst_climb": found.worst_climb, "mean_distance": sum(found.distance) / len(found.distance),
+                     "prior_radius": found.prior_radius, "local": found.local})
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()} for row in rows)
+    atomic_write_text(docs / LOCALITY_CSV, buffer.getvalue())
+    local, worst = sum(row["local"] for row in rows), max(row["worst_climb"] for row in rows)
+    print(f"eps {eps:g}: {local}/{len(rows)} replicas local (worst climb {worst:.1%});"
+          f" {W1.shape[0]} networks x {config.chains} chains x {config.total_steps} steps in {seconds:.0f} s "
+          f"-> {docs / LOCALITY_CSV}", flush=True)
+    return rows
 
 
 def load_draws(out: Path, seeds: tuple[int, ...] = SEEDS) -> tuple[Tensor, Tensor, dict[str, Any]]:

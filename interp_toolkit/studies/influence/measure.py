@@ -559,8 +559,6 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
             (all before any sampling).
     """
 
-    from tqdm.auto import tqdm
-
     from interp_toolkit.analyses.over_checkpoints import (
         check_checkpoints_belong_to_run,
         splits_from_run,
@@ -569,6 +567,7 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
     from interp_toolkit.devices import resolve_device
     from interp_toolkit.io import CheckpointCache, atomic_write_json
     from interp_toolkit.plotting import check_format, save_figure
+    from interp_toolkit.progress import progress_bar
     from interp_toolkit.studies.common.outcomes import describe_phases
     from interp_toolkit.userfiles import check_output_dir
 
@@ -602,7 +601,7 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
     records: dict[int, dict[str, Any]] = {}
     computed, hits = [], []
     cache = CheckpointCache(out / "cache", "influence")
-    for epoch, path in tqdm(checkpoints, desc="influence over checkpoints", disable=not progress):
+    for epoch, path in progress_bar(checkpoints, desc="influence over checkpoints", disable=not progress):
         cache_path = cache.path(epoch, path, settings)
         record = cache.read(cache_path, epoch)
         if record is not None:

@@ -131,8 +131,6 @@ def bif_over_checkpoints(
     Returns:
         The CSV rows (also in ``per_class.csv``).
     """
-    from tqdm.auto import tqdm
-
     from interp_toolkit.analyses.bif.adaptive import ROUNDS_DIR, keep_final_round, until_converged
     from interp_toolkit.analyses.bif.claims import claim_influences
     from interp_toolkit.analyses.bif.diagnostics import advice_for
@@ -141,6 +139,7 @@ def bif_over_checkpoints(
     from interp_toolkit.analyses.bif.localize import local_gamma, localized_sampler
     from interp_toolkit.analyses.induction import induction_scores
     from interp_toolkit.plotting import check_format, save_figure
+    from interp_toolkit.progress import progress_bar
     from interp_toolkit.studies.lm.claims import claim_rows, write_claim_figures, write_claims_csv
     from interp_toolkit.tasks.induction_corpus import repeated_random_tokens
 
@@ -173,7 +172,7 @@ def bif_over_checkpoints(
     rows: list[dict[str, Any]] = []
     claim_table: list[dict[str, Any]] = []
     summary = []
-    for index, ref in enumerate(tqdm(refs, desc="checkpoints", disable=not progress)):
+    for index, ref in enumerate(progress_bar(refs, desc="checkpoints", disable=not progress)):
         model = ref.load()
         if corpus is not None and getattr(model.cfg, "d_vocab", corpus.vocab_size) < corpus.vocab_size:
             raise UserError(f"checkpoint {ref.label} has vocabulary {model.cfg.d_vocab} < corpus vocabulary "

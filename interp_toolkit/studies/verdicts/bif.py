@@ -75,111 +75,159 @@ def ladder_rows(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
     return out
 
 
+def gated(rows: list[dict[str, str]], gate: Mapping[str, Any], extra_files: Sequence[str] = ()) -> list[dict[str, str]]:
+    """``rows`` after the locality gate (:func:`rules.regate`), the locality file(s) named."""
+    out = []
+    for row in rows:
+        verdict, regime = row["verdict"].split(" in ")[0], row["regime"]
+        new, why = rules.regate(verdict, row["why"], gate)
+        files = " ".join([row["files"], *extra_files]).strip()
+        out.append({**row, "verdict": rules.in_regime(new, regime), "why": why, "files": files})
+    return out
+
+
+#: A ladder rung's re-measured locality (interp_toolkit.studies.bif.remeasure.locality writes it).
+LOCALITY_CSV = "locality.csv"
+
+
+def toy_locality(folder: Path) -> list[dict[str, str]] | None:
+    """A ladder rung's re-measured locality rows (``locality.csv``; None where not measured)."""
+    path = folder / LOCALITY_CSV
+    return read_rows(path) if path.is_file() else None
+
+
+def table_locality(rows: Sequence[Mapping[str, str]]) -> list[dict[str, str]] | None:
+    """The locality rows of a claims or influence table: its ``local`` / ``climb`` columns
+    (claims.csv), or its ``verdict`` / ``climb`` columns (influence.csv); None when the table
+    predates them or a row has no measurement (locality unmeasured)."""
+    if not rows:
+        return None
+    if all(r.get("local") in ("True", "False") for r in rows):
+        return [{"local": r["local"], "worst_climb": r.get("climb", "")} for r in rows]
+    if all(r.get("verdict") in ("converged and local", "converged, not local", "not converged") for r in rows):
+        return [{"local": str(r["verdict"] == "converged and local"), "worst_climb": r.get("climb", "")}
+                for r in rows]
+    return None
+
+
 def toy_rows(root: Path) -> list[dict[str, str]]:
-    """The hierarchy toy at each step size, gated on convergence (rule 3): dog -> sparrow
+    """The hierarchy toy at each step size, gated on convergence (rule 3) and locality (rule 3b,
+    the rung's ``locality.csv``): dog -> sparrow
     helpful early and harmful while mammal vs bird is learned; the peaks at the network's own
     mode transitions; the causal windows against the pair-permuted null (Fisher's method over
     the initializations)."""
+    out: list[dict[str, str]] = []
+    for label, path in toy_sources(root):
+        before = len(out)
+        local_rows = toy_locality(path.parent)
+        local_files = [rel(root, path.parent / LOCALITY_CSV)] if local_rows is not None else []
+        out += _toy_rung_rows(root, label, path)
+        out[before:] = gated(out[before:], rules.locality_gate(local_rows), local_files)
+    return out
+
+
+def _toy_rung_rows(root: Path, label: str, path: Path) -> list[dict[str, str]]:
+    """The toy's verdict rows at one step size (``path`` its ``remeasure_pairs.csv``), gated on
+    convergence."""
     import json
 
     from interp_toolkit.studies.common.statistics import combined_p
 
     out = []
-    for label, path in toy_sources(root):
-        pairs = read_rows(path)
-        rows = [r for r in pairs if r["pair"] == "dog->sparrow"]
-        summary = json.loads((path.parent / "remeasure_summary.json").read_text(encoding="utf-8"))
-        files = [rel(root, path), rel(root, path.parent / "remeasure_summary.json")]
-        timelines = summary["timelines"]
-        sampler = summary["sampler"]
-        # the windows: before the kingdom mode's (animal vs plant, level 1) half-strength step, then
-        # up to the first class mode's (mammal vs bird, level 2), each the mean over the
-        # initializations of the network's own modes (mode 0 is the root: what every item shares)
-        first = statistics.fmean(_level_half_step(t, 1) for t in timelines.values())
-        second = statistics.fmean(_level_half_step(t, 2) for t in timelines.values())
-        steps = sampler["burn_in"] + sampler["draws"] * sampler["steps_between_draws"]
-        settings = (f"2-layer deep linear network, animals and plants, SGLD {label}, gamma {sampler['gamma']:g}, "
-                    f"n_beta {sampler['n_beta']:g}, {sampler['chains']} chains x {steps:,} steps; "
-                    f"{len(summary['inits'])} initializations x {len(summary['seeds'])} sampler seeds; "
-                    f"animal vs plant learned by step {first:.0f}, mammal vs bird by {second:.0f}")
-        early = [r for r in rows if float(r["step"]) < first]
-        late = [r for r in rows if first <= float(r["step"]) < second]
-        for claim, part, sign in (("a dog sample helps a sparrow sample while animal vs plant is learned", early, -1),
-                                  ("a dog sample hurts a sparrow sample while mammal vs bird is learned", late, +1)):
-            gate = rules.convergence_gate(
-                (float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"]))) for r in part
+    pairs = read_rows(path)
+    rows = [r for r in pairs if r["pair"] == "dog->sparrow"]
+    summary = json.loads((path.parent / "remeasure_summary.json").read_text(encoding="utf-8"))
+    files = [rel(root, path), rel(root, path.parent / "remeasure_summary.json")]
+    timelines = summary["timelines"]
+    sampler = summary["sampler"]
+    # the windows: before the kingdom mode's (animal vs plant, level 1) half-strength step, then
+    # up to the first class mode's (mammal vs bird, level 2), each the mean over the
+    # initializations of the network's own modes (mode 0 is the root: what every item shares)
+    first = statistics.fmean(_level_half_step(t, 1) for t in timelines.values())
+    second = statistics.fmean(_level_half_step(t, 2) for t in timelines.values())
+    steps = sampler["burn_in"] + sampler["draws"] * sampler["steps_between_draws"]
+    settings = (f"2-layer deep linear network, animals and plants, SGLD {label}, gamma {sampler['gamma']:g}, "
+                f"n_beta {sampler['n_beta']:g}, {sampler['chains']} chains x {steps:,} steps; "
+                f"{len(summary['inits'])} initializations x {len(summary['seeds'])} sampler seeds; "
+                f"animal vs plant learned by step {first:.0f}, mammal vs bird by {second:.0f}")
+    early = [r for r in rows if float(r["step"]) < first]
+    late = [r for r in rows if first <= float(r["step"]) < second]
+    for claim, part, sign in (("a dog sample helps a sparrow sample while animal vs plant is learned", early, -1),
+                              ("a dog sample hurts a sparrow sample while mammal vs bird is learned", late, +1)):
+        gate = rules.convergence_gate(
+            (float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"]))) for r in part
+        )
+        signed = [r for r in part if float(r["z"]) * sign >= 2.0]
+        against = [r for r in part if float(r["z"]) * sign <= -2.0]
+        cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction, "
+                 f"{len(against)} against it; converged {gate['n_converged']}/{gate['n']} (max R-hat "
+                 f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})")
+        if not part:
+            out.append(
+                verdict_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files)
             )
-            signed = [r for r in part if float(r["z"]) * sign >= 2.0]
-            against = [r for r in part if float(r["z"]) * sign <= -2.0]
-            cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction, "
-                     f"{len(against)} against it; converged {gate['n_converged']}/{gate['n']} (max R-hat "
-                     f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})")
-            if not part:
-                out.append(
-                    verdict_row("B", claim, label, settings, "no checkpoints in the window", "not tested", "", files)
-                )
-            elif not gate["passed"]:
-                out.append(verdict_row("B", claim, label, settings, cells, "inconclusive",
-                                       "the chains did not converge on the checkpoints the claim rests on", files))
-            else:
-                why = ("converged chains; the sign at |z| >= 2 (error: spread over initializations and sampler "
-                       "seeds)" + (f"; in the paper's direction at steps {_steps_of(signed)}" if signed else "")
-                       + (f"; against it at steps {_steps_of(against)}" if against else ""))
-                out.append(verdict_row("B", claim, label, settings, cells,
-                                       "reproduced" if signed and not against else "not reproduced", why, files))
-        gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
-                                      for r in pairs)
-        peaks = summary.get("peak_vs_mode_transition_by_common_level") or {}
-        if peaks:
-            parts, inside = [], []
-            for level, v in sorted(peaks.items(), key=lambda kv: int(kv[0])):
-                for kind, key, iqr in (("helpful", "median_helpful_minus_transition", "iqr_helpful"),
-                                       ("harmful", "median_harmful_minus_transition_below", "iqr_harmful")):
-                    low, high = v[iqr]
-                    inside.append(low <= 0 <= high)
-                    parts.append(f"level {level} {kind} {v[key]:+.0f} [{low:+.0f}, {high:+.0f}]")
-            cells = ("peak step minus the mode transition (median [IQR] over pairs, initializations and seeds): "
-                     + "; ".join(parts) + f"; converged {gate['n_converged']}/{gate['n']}")
-            verdict = ("inconclusive" if not gate["passed"] else "reproduced" if all(inside) else "not reproduced")
-            why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
-                   f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
-            out.append(verdict_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's "
-                                        "mode transitions)", label, settings, cells, verdict, why, files))
-        phases_path = path.parent / "phases.csv"
-        if phases_path.is_file():
-            cases = [r for r in read_rows(phases_path) if r["entry"] == "all entries"]
-            dominant = [r for r in cases if float(r["share"]) > 0.5 and float(r["z"] or "nan") >= 2.0]
-            above = [r for r in cases if float(r["z"] or "nan") >= 2.0]
-            shares = [float(r["share"]) for r in cases]
-            cells = (f"{len(cases)} (network, mode) cases whose draws straddle the mode's half strength; between-phase "
-                     f"share of all entries {min(shares):.2f}-{max(shares):.2f} (median "
-                     f"{statistics.median(shares):.2f}); above its Gaussian null by >= 2 sd in {len(above)}, above "
-                     f"0.5 and the null in {len(dominant)}") if cases else "no checkpoint straddles a transition"
-            verdict = ("not tested" if not cases else "inconclusive" if not gate["passed"] else
-                       "reproduced" if 2 * len(dominant) > len(cases) else "not reproduced")
-            why = ("the draws of no checkpoint straddle a mode's half strength" if not cases else
-                   "the chains did not converge on every checkpoint" if not gate["passed"] else
-                   "phases by solution (the transitioning mode learned or not, per draw); a majority of cases must "
-                   "have a between-phase share above 0.5 and above its Gaussian null")
-            out.append(verdict_row("B", "at a transition the influence is mostly between-phase (law of total "
-                                        "covariance, phases by solution)", label, settings, cells, verdict, why,
-                                   files + [rel(root, phases_path)]))
-        causal = summary.get("causal_windows") or []
-        pooled = [c for c in causal if c["seed"] == "all" and c["windows"] == "all"]
-        if pooled:
-            p = combined_p([c["p_value"] for c in pooled])
-            cells = (f"{len(pooled)} initializations: agreement " + ", ".join(f"{c['agreement']:.2f}" for c in pooled)
-                     + " against null means " + ", ".join(f"{c['null_mean']:.2f}" for c in pooled)
-                     + "; per-initialization p " + ", ".join(f"{c['p_value']:.2g}" for c in pooled)
-                     + f"; Fisher combined p {p:.3g}")
-            verdict = ("inconclusive" if not gate["passed"] else "reproduced" if p < rules.ALPHA else "inconclusive")
-            why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
-                   "the window of largest |BIF| matches the window whose removal matters most more often than "
-                   "the pair-permuted null" if p < rules.ALPHA else
-                   f"not detected at {len(pooled)} initializations (the paper gives no effect size to power against)")
-            out.append(verdict_row("B", "the window of largest influence is the window where leaving the sample out "
-                                        "of training matters most (causal windows)", label, settings, cells, verdict,
-                                   why, files))
+        elif not gate["passed"]:
+            out.append(verdict_row("B", claim, label, settings, cells, "inconclusive",
+                                   "the chains did not converge on the checkpoints the claim rests on", files))
+        else:
+            why = ("converged chains; the sign at |z| >= 2 (error: spread over initializations and sampler "
+                   "seeds)" + (f"; in the paper's direction at steps {_steps_of(signed)}" if signed else "")
+                   + (f"; against it at steps {_steps_of(against)}" if against else ""))
+            out.append(verdict_row("B", claim, label, settings, cells,
+                                   "reproduced" if signed and not against else "not reproduced", why, files))
+    gate = rules.convergence_gate((float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"])))
+                                  for r in pairs)
+    peaks = summary.get("peak_vs_mode_transition_by_common_level") or {}
+    if peaks:
+        parts, inside = [], []
+        for level, v in sorted(peaks.items(), key=lambda kv: int(kv[0])):
+            for kind, key, iqr in (("helpful", "median_helpful_minus_transition", "iqr_helpful"),
+                                   ("harmful", "median_harmful_minus_transition_below", "iqr_harmful")):
+                low, high = v[iqr]
+                inside.append(low <= 0 <= high)
+                parts.append(f"level {level} {kind} {v[key]:+.0f} [{low:+.0f}, {high:+.0f}]")
+        cells = ("peak step minus the mode transition (median [IQR] over pairs, initializations and seeds): "
+                 + "; ".join(parts) + f"; converged {gate['n_converged']}/{gate['n']}")
+        verdict = ("inconclusive" if not gate["passed"] else "reproduced" if all(inside) else "not reproduced")
+        why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
+               f"{sum(inside)} of {len(inside)} offsets' interquartile ranges hold 0")
+        out.append(verdict_row("B", "the influence peaks sit at the branch points of the hierarchy (the network's "
+                                    "mode transitions)", label, settings, cells, verdict, why, files))
+    phases_path = path.parent / "phases.csv"
+    if phases_path.is_file():
+        cases = [r for r in read_rows(phases_path) if r["entry"] == "all entries"]
+        dominant = [r for r in cases if float(r["share"]) > 0.5 and float(r["z"] or "nan") >= 2.0]
+        above = [r for r in cases if float(r["z"] or "nan") >= 2.0]
+        shares = [float(r["share"]) for r in cases]
+        cells = (f"{len(cases)} (network, mode) cases whose draws straddle the mode's half strength; between-phase "
+                 f"share of all entries {min(shares):.2f}-{max(shares):.2f} (median "
+                 f"{statistics.median(shares):.2f}); above its Gaussian null by >= 2 sd in {len(above)}, above "
+                 f"0.5 and the null in {len(dominant)}") if cases else "no checkpoint straddles a transition"
+        verdict = ("not tested" if not cases else "inconclusive" if not gate["passed"] else
+                   "reproduced" if 2 * len(dominant) > len(cases) else "not reproduced")
+        why = ("the draws of no checkpoint straddle a mode's half strength" if not cases else
+               "the chains did not converge on every checkpoint" if not gate["passed"] else
+               "phases by solution (the transitioning mode learned or not, per draw); a majority of cases must "
+               "have a between-phase share above 0.5 and above its Gaussian null")
+        out.append(verdict_row("B", "at a transition the influence is mostly between-phase (law of total "
+                                    "covariance, phases by solution)", label, settings, cells, verdict, why,
+                               files + [rel(root, phases_path)]))
+    causal = summary.get("causal_windows") or []
+    pooled = [c for c in causal if c["seed"] == "all" and c["windows"] == "all"]
+    if pooled:
+        p = combined_p([c["p_value"] for c in pooled])
+        cells = (f"{len(pooled)} initializations: agreement " + ", ".join(f"{c['agreement']:.2f}" for c in pooled)
+                 + " against null means " + ", ".join(f"{c['null_mean']:.2f}" for c in pooled)
+                 + "; per-initialization p " + ", ".join(f"{c['p_value']:.2g}" for c in pooled)
+                 + f"; Fisher combined p {p:.3g}")
+        verdict = ("inconclusive" if not gate["passed"] else "reproduced" if p < rules.ALPHA else "inconclusive")
+        why = ("the chains did not converge on every checkpoint" if not gate["passed"] else
+               "the window of largest |BIF| matches the window whose removal matters most more often than "
+               "the pair-permuted null" if p < rules.ALPHA else
+               f"not detected at {len(pooled)} initializations (the paper gives no effect size to power against)")
+        out.append(verdict_row("B", "the window of largest influence is the window where leaving the sample out "
+                                    "of training matters most (causal windows)", label, settings, cells, verdict,
+                               why, files))
     return out
 
 
@@ -227,8 +275,9 @@ def lm_rows(root: Path) -> list[dict[str, str]]:
         if regimes.count(regime) > 1:
             regime = f"{regime}, {draws}"
         path = rel(root, folder / "claims.csv")
-        out += _rise_and_fall_row(rows, regime, settings, [path])
-        out += _sign_change_row(rows, regime, settings, [path])
+        gate = rules.locality_gate(table_locality(rows))
+        out += gated(_rise_and_fall_row(rows, regime, settings, [path]), gate)
+        out += gated(_sign_change_row(rows, regime, settings, [path]), gate)
     return out
 
 
@@ -317,19 +366,20 @@ def joined_rows(root: Path) -> list[dict[str, str]]:
     rows = [r for p in paths for r in read_rows(p)]
     gate = rules.convergence_gate((float(r["max_rhat"]), float(r["min_ess_bulk"])) for r in rows
                                   if r.get("max_rhat") not in (None, ""))
-    return [verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes "
-                             "when a run leaves the shortcut", "R2 influence runs",
-                        "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
-                        f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
-                        f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})",
-                        "inconclusive",
-                        # converged chains alone decide nothing: the prediction (a peak at the
-                        # onset, mostly between-phase against its null, in leavers and not in
-                        # controls) has no rule over these tables yet
-                        "unconverged chains, no Gaussian null, and per-draw phase labels that do not separate solutions"
-                        if not gate["passed"] else "converged chains, but the prediction (a peak at the onset, mostly "
-                        "between-phase against its Gaussian null, leavers against controls) is not tested from these "
-                        "tables", [rel(root, p) for p in paths])]
+    row = verdict_row("B", "(the joined study) anti-shortcut examples' influence on the adversarial loss reorganizes "
+                           "when a run leaves the shortcut", "R2 influence runs",
+                      "1-layer length-5 runs, 7 seeds (3 leaving, 4 controls), SGLD per checkpoint",
+                      f"{len(paths)} runs, {gate['n']} rows; converged {gate['n_converged']} (max R-hat "
+                      f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})",
+                      "inconclusive",
+                      # converged chains alone decide nothing: the prediction (a peak at the
+                      # onset, mostly between-phase against its null, in leavers and not in
+                      # controls) has no rule over these tables yet
+                      "unconverged chains, no Gaussian null, and per-draw phase labels that do not separate solutions"
+                      if not gate["passed"] else "converged chains, but the prediction (a peak at the onset, mostly "
+                      "between-phase against its Gaussian null, leavers against controls) is not tested from these "
+                      "tables", [rel(root, p) for p in paths])
+    return gated([row], rules.locality_gate(table_locality(rows)))
 
 
 #: The joined study measured again (docs/influence.md, "What deciding it takes"): the runs'
@@ -435,7 +485,8 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
         )
     else:
         verdict, why = "inconclusive", "the leavers disagree, or do not differ from the controls"
-    return [
+    locality = rules.locality_gate(table_locality([r for s in leavers + controls for r in tables[s]]))
+    return gated([
         verdict_row(
             "B",
             "(the joined study) anti-shortcut examples' influence on the adversarial loss peaks at "
@@ -450,7 +501,7 @@ def joined_redo_rows(root: Path) -> list[dict[str, str]]:
             files,
             result,
         )
-    ]
+    ], locality)
 
 
 def paper_b_rows(root: Path = ROOT) -> list[dict[str, str]]:

@@ -160,6 +160,43 @@ def convergence_gate(diagnostics: Iterable[tuple[float | None, float | None]]) -
             "max_rhat": max(rhats) if rhats else None, "min_ess": min(esses) if esses else None}
 
 
+def locality_gate(rows: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """Rule 3b: an SGLD verdict needs local chains too (:mod:`interp_toolkit.analyses.bif.locality`:
+    the draws climbed at most 10% of the gap between the checkpoint's loss and the loss with the
+    solution gone). ``rows`` are the locality rows the claim rests on (a ``local`` and a
+    ``worst_climb`` value each); None: locality was never measured for them.
+
+    Returns:
+        ``passed``, ``measured``, ``n``, ``n_local``, ``worst_climb``.
+    """
+    if rows is None:
+        return {"passed": False, "measured": False, "n": 0, "n_local": 0, "worst_climb": None}
+    rows = list(rows)
+    flags = [str(r["local"]) == "True" for r in rows]
+    climbs = [float(r["worst_climb"]) for r in rows if r.get("worst_climb") not in (None, "", "nan")]
+    return {"passed": bool(rows) and all(flags), "measured": bool(rows), "n": len(rows), "n_local": sum(flags),
+            "worst_climb": max(climbs) if climbs else None}
+
+
+def regate(verdict: str, why: str, gate: Mapping[str, Any]) -> tuple[str, str]:
+    """A verdict read from SGLD estimates, after the locality gate: ``reproduced`` and ``not
+    reproduced`` stand only on local chains; otherwise ``inconclusive``, saying why (unmeasured,
+    or how many rows failed) and what it would take. ``inconclusive`` and ``not tested`` stay."""
+    if gate["passed"]:
+        climb = "n/a" if gate["worst_climb"] is None else f"{gate['worst_climb']:.1%}"
+        return verdict, f"{why}; local chains ({gate['n_local']}/{gate['n']}, worst climb {climb} of the loss gap)"
+    if verdict not in ("reproduced", "not reproduced"):
+        return verdict, why
+    if not gate["measured"]:
+        return "inconclusive", (f"{verdict} on converged chains, but their locality was never measured (an SGLD "
+                                "verdict needs local chains: re-measure the rows it reads with the locality gate, "
+                                f"which bif, bif-lm and influence now record); {why}")
+    climb = "n/a" if gate["worst_climb"] is None else f"{gate['worst_climb']:.0%}"
+    return "inconclusive", (f"{verdict} on converged chains, but {gate['n'] - gate['n_local']} of {gate['n']} "
+                            f"checkpoints' draws were not local (worst climb {climb} of the loss gap; at most 10%): "
+                            f"re-measure at a local setting; {why}")
+
+
 def after_peak(steps: Sequence[float], values: Sequence[float], by_magnitude: bool = True) -> dict[str, Any]:
     """Rule 4: where the peak (largest ``|value|``, or largest value) sits and whether any
     checkpoint comes after it (``observable``: a fall can be seen)."""

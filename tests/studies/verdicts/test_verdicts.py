@@ -223,35 +223,53 @@ def test_a_sign_claim_needs_every_resolved_checkpoint_in_the_papers_direction(tm
     (rung / "remeasure_summary.json").write_text(json.dumps({
         "timelines": {"0": timeline}, "inits": [0], "seeds": [0],
         "sampler": {"gamma": 100, "n_beta": 400, "chains": 4, "burn_in": 100, "draws": 10, "steps_between_draws": 1}}))
+    _toy_locality(rung, local=True)
     early, late = claims_bif.toy_rows(tmp_path)[:2]
     assert "animal vs plant learned by step 400, mammal vs bird by 600" in early["settings"]
     assert early["verdict"] == "not reproduced in eps 1e-3"  # helpful at 50, harmful at 214 and 300
     assert "in the paper's direction at steps 50; against it at steps 214, 300" in early["why"]
     assert late["verdict"] == "reproduced in eps 1e-3"  # harmful at 450, inside [400, 600)
+    assert "docs/bif/ladder/eps1e-3/locality.csv" in late["files"]
+    # rule 3b: one replica whose draws left the solution makes every verdict of the rung inconclusive
+    _toy_locality(rung, local=False)
+    early, late = claims_bif.toy_rows(tmp_path)[:2]
+    assert early["verdict"] == late["verdict"] == "inconclusive in eps 1e-3"
+    assert "1 of 2 checkpoints' draws were not local (worst climb 40%" in late["why"]
+    assert late["why"].endswith("inside [400, 600)") or "reproduced on converged chains" in late["why"]
+    (rung / "locality.csv").unlink()  # never measured: no verdict either
+    late = claims_bif.toy_rows(tmp_path)[1]
+    assert late["verdict"] == "inconclusive in eps 1e-3" and "locality was never measured" in late["why"]
+
+
+def _toy_locality(rung, local):
+    lines = ["eps,init,step,checkpoint_loss,reference_loss,mean_draw_loss,worst_climb,mean_distance,prior_radius,local",
+             "0.001,0,50,1.0,2.0,1.01,0.01,0.1,0.5,True",
+             f"0.001,0,450,0.2,2.0,0.9,{0.01 if local else 0.4},0.1,0.5,{local}"]
+    (rung / "locality.csv").write_text("\n".join(lines) + "\n")
 
 
 def test_a_rise_and_fall_without_a_checkpoint_after_the_peak_is_not_tested(tmp_path):
     folder = tmp_path / "docs" / "lm_bif"
     folder.mkdir(parents=True)
-    lines = ["series,seed,step,bif,stderr,rhat,ess"]
-    lines += [f"induction->induction,0,{step},{value},0.1,1.001,500" for step, value in ((0, -0.1), (500, -1.0),
-                                                                                         (1000, -2.0))]
-    lines += [f"open->close - close->open,0,{step},0.1,0.1,1.001,500" for step in (0, 500, 1000)]
+    lines = ["series,seed,step,bif,stderr,rhat,ess,climb,local"]
+    lines += [f"induction->induction,0,{step},{value},0.1,1.001,500,0.02,True" for step, value in
+              ((0, -0.1), (500, -1.0), (1000, -2.0))]
+    lines += [f"open->close - close->open,0,{step},0.1,0.1,1.001,500,0.02,True" for step in (0, 500, 1000)]
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
     (folder / "claims_study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
         "chains": 8, "draws": 200, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
     rise = claims_bif.lm_rows(tmp_path)[0]
     assert rise["verdict"] == "not tested in testbed, 1,000 steps" and "train past the peak" in rise["why"]
-    lines[3] = "induction->induction,0,1000,-0.5,0.1,1.001,500"  # now the peak (step 500) has one after it
+    lines[3] = "induction->induction,0,1000,-0.5,0.1,1.001,500,0.02,True"  # now the peak (step 500) has one after it
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
     assert claims_bif.lm_rows(tmp_path)[0]["verdict"] == "reproduced in testbed, 1,000 steps"
 
 
-def _lm_claims(folder, induction, delimiter=((0, 0.1), (500, 0.1), (1000, 0.1)), rhat=1.001):
+def _lm_claims(folder, induction, delimiter=((0, 0.1), (500, 0.1), (1000, 0.1)), rhat=1.001, local="True"):
     folder.mkdir(parents=True, exist_ok=True)
-    lines = ["series,seed,step,bif,stderr,rhat,ess"]
-    lines += [f"induction->induction,0,{step},{value},0.1,{rhat},500" for step, value in induction]
-    lines += [f"open->close - close->open,0,{step},{value},0.1,1.001,500" for step, value in delimiter]
+    lines = ["series,seed,step,bif,stderr,rhat,ess,climb,local"]
+    lines += [f"induction->induction,0,{step},{value},0.1,{rhat},500,0.02,{local}" for step, value in induction]
+    lines += [f"open->close - close->open,0,{step},{value},0.1,1.001,500,0.02,{local}" for step, value in delimiter]
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
     (folder / "claims_study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
         "chains": 8, "draws": 200, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
@@ -368,11 +386,11 @@ def test_the_joined_study_is_never_reproduced_by_converged_chains_alone(tmp_path
     assert row["verdict"].startswith("inconclusive") and "unconverged" in row["why"]
 
 
-def _influence_table(path, values, rhat=1.003, between=0.01):
-    lines = ["epoch,train_group,query_set,bif,stderr,between,max_rhat,min_ess_bulk"]
+def _influence_table(path, values, rhat=1.003, between=0.01, gate="converged and local"):
+    lines = ["epoch,train_group,query_set,bif,stderr,between,max_rhat,min_ess_bulk,verdict,climb"]
     for epoch, value in values:
-        lines.append(f"{epoch},anti,adv,{value},0.03,{between},{rhat},250")
-        lines.append(f"{epoch},consistent,adv,0.02,0.01,0.0,{rhat},250")
+        lines.append(f'{epoch},anti,adv,{value},0.03,{between},{rhat},250,"{gate}",0.02')
+        lines.append(f'{epoch},consistent,adv,0.02,0.01,0.0,{rhat},250,"{gate}",0.02')
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -438,3 +456,49 @@ def test_the_joined_redo_row_names_the_draws_its_tables_used(tmp_path):
     path.write_text("\n".join([lines[0] + ",draws"] + [line + (",400" if line.startswith("400,") else ",200")
                                                         for line in lines[1:]]) + "\n", encoding="utf-8")
     assert claims_bif.joined_redo_rows(tmp_path)[0]["regime"] == "R2 influence runs, 4 x 200-400 draws"
+
+
+def test_rule_3b_locality_gate_and_regate():
+    from interp_toolkit.studies.verdicts import rules
+
+    unmeasured = rules.locality_gate(None)
+    assert not unmeasured["passed"] and not unmeasured["measured"]
+    local = rules.locality_gate([{"local": "True", "worst_climb": "0.02"}, {"local": True, "worst_climb": 0.05}])
+    assert local["passed"] and local["worst_climb"] == 0.05
+    far = rules.locality_gate([{"local": "True", "worst_climb": "0.02"}, {"local": "False", "worst_climb": "0.6"}])
+    assert not far["passed"] and far["n_local"] == 1
+    assert rules.regate("reproduced", "because", local) == (
+        "reproduced", "because; local chains (2/2, worst climb 5.0% of the loss gap)")
+    verdict, why = rules.regate("not reproduced", "because", far)
+    assert verdict == "inconclusive" and "1 of 2 checkpoints' draws were not local (worst climb 60%" in why
+    assert rules.regate("not tested", "horizon", unmeasured) == ("not tested", "horizon")  # not an SGLD verdict
+    assert rules.regate("reproduced", "x", unmeasured)[0] == "inconclusive"
+
+
+def test_lm_and_joined_verdicts_need_local_chains(tmp_path):
+    folder = tmp_path / "docs" / "lm_bif"
+    _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, -0.3)))
+    assert claims_bif.lm_rows(tmp_path)[1]["verdict"] == "reproduced in testbed, 1,000 steps"
+    _lm_claims(folder, [(0, -0.1), (500, -1.0), (1000, -0.5)], delimiter=((0, 0.5), (500, 0.1), (1000, -0.3)),
+               local="False")
+    row = claims_bif.lm_rows(tmp_path)[1]
+    assert row["verdict"] == "inconclusive in testbed, 1,000 steps" and "not local" in row["why"]
+    redo = tmp_path / "docs" / "influence" / "redo"
+    redo.mkdir(parents=True)
+    header = "seed,kind,shortcut_epoch,phase2_onset_epoch,first_100pct_adv_epoch,best_adv_acc_after_shortcut," \
+             "final_adv_acc,final_epoch"
+    runs = [f"{s},left the shortcut,40,60,,1.0,1.0,400" for s in range(4)]
+    runs += [f"{s},no phase 2 (outcome code),40,,,0.1,0.05,400" for s in range(4, 8)]
+    (redo / "runs.csv").write_text("\n".join([header, *runs]) + "\n", encoding="utf-8")
+    growing = [(50, -0.3), (100, -0.3), (200, -0.5), (400, -0.9)]
+    for seed in range(8):
+        _influence_table(redo / f"seed{seed}.csv", growing, gate="converged, not local")
+    (row,) = claims_bif.joined_redo_rows(tmp_path)
+    assert row["verdict"].startswith("inconclusive") and "not local" in row["why"]
+    # a table of an earlier version (no verdict / climb columns): locality unmeasured
+    for seed in range(8):
+        path = redo / f"seed{seed}.csv"
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join(",".join(line.split(",")[:8]) for line in lines) + "\n")
+    (row,) = claims_bif.joined_redo_rows(tmp_path)
+    assert row["verdict"].startswith("inconclusive") and "never measured" in row["why"]
