@@ -191,13 +191,13 @@ class LocalizeConfig(Config):
             gamma, 1 / (n_beta x the largest Hessian eigenvalue at the checkpoint));
             --localize.no-auto keeps --gamma and --eps as given.
         target: The largest climb of the prior-only cloud, as a fraction of the gap between the
-            checkpoint's loss and the reference loss (0 < target < 1; default half the gate's 0.1).
+            checkpoint's loss and the reference loss (0 < target < 1; default a quarter of the gate's 0.1).
         probes: Gaussian perturbations per gamma (>= 1).
         max_examples: Posterior examples their loss is measured on (>= 1; the first ones).
     """
 
     auto: bool = True
-    target: float = CLIMB_MAX / 2  # half the gate: the other half is SGLD's (.localize)
+    target: float = CLIMB_MAX / 4  # a quarter of the gate: the rest is SGLD's (.localize)
     probes: int = 8
     max_examples: int = 2048
 

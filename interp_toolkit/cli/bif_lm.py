@@ -82,7 +82,7 @@ class LMBIFCommandConfig(Config):
             per checkpoint until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per
             chain would be exceeded; summary.json records every round and which stopped it).
         localize: How gamma and eps are chosen (--localize.auto, the default: per checkpoint, the
-            smallest gamma whose prior-only cloud climbs at most 5% of the gap between the
+            smallest gamma whose prior-only cloud climbs at most 2.5% of the gap between the
             checkpoint's posterior loss and the unigram loss of the posterior tokens, and
             eps = min(0.3 / gamma, 1 / (n_beta x the largest Hessian eigenvalue at the
             checkpoint)); overrides --gamma and --eps, which --localize.no-auto keeps).

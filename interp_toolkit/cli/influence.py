@@ -92,7 +92,8 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit influence") -> Influe
 def run_config(config: InfluenceCommandConfig) -> int:
     """The ``influence`` handler: computes (or reads the cache), prints the phases, the anti and
     consistent groups' BIF on the adversarial loss per epoch and the files written; returns 0."""
-    from interp_toolkit.studies.influence.measure import calibrate_influence, run_influence
+    from interp_toolkit.studies.influence.calibrate import calibrate_influence
+    from interp_toolkit.studies.influence.measure import run_influence
 
     if config.calibrate:
         from interp_toolkit.studies.bif.checkpoint import calibration_lines

@@ -72,11 +72,16 @@ def test_bif_reports_convergence_and_calibrates(tmp_path, capsys):
     # 2 chains x 5 draws cannot be trusted, and the summary and the output say so
     assert summary["convergence"]["converged"] is False and summary["convergence"]["warnings"]
     assert "NOT converged" in printed and (folder / "diagnostics.png").exists()
-    assert main([*common, "--out", str(tmp_path / "cal"), "--calibrate", "--calibrate-eps", "1e-5", "1e-3"]) == 0
+    assert main([*common, "--out", str(tmp_path / "cal"), "--calibrate", "--calibrate-eps", "1e-5", "1e-3",
+                 "--calibrate-gamma", "100", "1e5"]) == 0
     (calibration,) = (tmp_path / "cal").glob("calibration_*.json")
     report = json.loads(calibration.read_text())
-    assert [row["eps"] for row in report["rows"]] == [1e-5, 1e-3]
-    assert report["recommended_setting"]["eps"] in (1e-5, 1e-3) and calibration.with_suffix(".png").exists()
+    assert sorted((row["eps"], row["gamma"]) for row in report["rows"]) == [
+        (1e-5, 100), (1e-5, 1e5), (1e-3, 100), (1e-3, 1e5)]
+    # an untrained checkpoint on 2 x 5 draws: no setting of this grid keeps its draws local, and a setting that
+    # is not local is never recommended; the report and the output say why and what to try
+    assert not any(row["local"] for row in report["rows"]) and calibration.with_suffix(".png").exists()
+    assert report["recommended_setting"] is None and "NO setting was local" in report["reason"]
     printed = capsys.readouterr().out
     assert "recommended:" in printed
     import re
@@ -113,3 +118,38 @@ def test_bif_writes_beside_the_run_keeps_every_calibration_and_names_its_query(t
     kept = sorted((run_dir / "analyses" / "bif").glob("calibration_*.json"))
     assert len(kept) == 2  # the second calibration did not overwrite the first
     assert sorted(len(json.loads(p.read_text())["rows"]) for p in kept) == [1, 2]
+
+
+def test_bif_reports_locality_and_its_derived_gamma_and_refuses_a_bad_target(tmp_path, capsys):
+    task = MPSPConfig(seq_len=4, n_values=5, r=0.75, n_train=64, n_eval=16)
+    model = build_model(ModelConfig(n_layers=1, n_heads=1, d_model=16, d_mlp=16, **task.model_dims()))
+    checkpoint = save_checkpoint(model, tmp_path / "epoch_000010.safetensors", {"epoch": 10})
+    (tmp_path / "task.json").write_text(json.dumps(task.to_dict()))
+    common = [str(checkpoint), "--task-config", str(tmp_path / "task.json"), "--n-attribution", "16",
+              "--n-query", "8", "--no-adaptive", "--chains", "2", "--draws", "5", "--burn-in", "5", "--no-progress"]
+    capsys.readouterr()
+    assert main([*common, "--out", str(tmp_path / "auto")]) == 0
+    captured = capsys.readouterr()
+    (folder,) = (tmp_path / "auto").glob("bif_*")
+    summary = json.loads((folder / "summary.json").read_text())
+    locality, found = summary["locality"], summary["localization"]
+    assert locality["reference"] == "label-marginal cross-entropy" and locality["n_parameters"] > 0
+    assert summary["sampler_used"]["gamma"] == found["gamma"] and summary["sampler_used"]["eps"] == found["eps"]
+    assert summary["sampling_verdict"] == "not converged"  # 2 chains x 5 draws
+    assert "sampling verdict: not converged" in captured.out and "locality: " in captured.out
+    assert "note: localization: gamma" in captured.err
+    # group means with their jackknife errors, in the summary and the output
+    errors = summary["mean_bif_on_query_loss_stderr"]
+    assert set(errors) == set(summary["mean_bif_on_query_loss"]) and all(e is None or e >= 0 for e in errors.values())
+    assert "(jackknife)" in captured.out
+    # --localize.no-auto keeps --gamma and --eps as given
+    assert main([*common, "--out", str(tmp_path / "fixed"), "--localize.no-auto", "--gamma", "100",
+                 "--eps", "1e-4"]) == 0
+    (folder,) = (tmp_path / "fixed").glob("bif_*")
+    fixed = json.loads((folder / "summary.json").read_text())
+    assert fixed["localization"] is None and (fixed["sampler_used"]["gamma"], fixed["sampler_used"]["eps"]) == (
+        100.0, 1e-4)
+    capsys.readouterr()
+    assert main([*common, "--localize.target", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "target" in err and "1.5" in err and err.count("error:") == 1 and "Traceback" not in err

@@ -40,7 +40,6 @@ ones (a permutation test). The CLI is ``interp-toolkit influence RUN_DIR``.
 
 from __future__ import annotations
 
-import csv
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,19 +61,15 @@ from interp_toolkit.studies.influence.phases import (
     solution_labels,
     training_phase,
 )
+from interp_toolkit.studies.influence.table import QUERY_SETS, influence_rows, write_influence_csv
 
 __all__ = [
-    "CSV_COLUMNS",
-    "GROUP_ORDER",
     "InfluenceConfig",
     "InfluenceResult",
     "VERSION",
     "attribution_rows",
-    "calibrate_influence",
     "checkpoint_influence",
     "influence_output_dir",
-    "influence_rows",
-    "read_influence_csv",
     "run_influence",
     "training_groups",
 ]
@@ -82,11 +77,6 @@ __all__ = [
 #: Part of every cache key: bump when a record's numbers or fields change (2: locality, derived
 #: gamma and adaptive rounds).
 VERSION = 2
-QUERY_SETS = ("adv", "val")
-GROUP_ORDER = ("consistent", "anti", "anti_memorized", "anti_not_memorized")
-CSV_COLUMNS = ("epoch", "phase", "train_group", "query_set", "bif", "stderr", "within", "between",
-               "within_stderr", "between_stderr", "phase2_draw_share", "n_examples", "amplification",
-               "grad_cos", "adv_acc", "val_acc", "converged", "max_rhat", "min_ess_bulk", "verdict", "climb")
 #: Below this adversarial accuracy a checkpoint has not learned the rule, so an anti-shortcut
 #: training example it classifies correctly is fitted without it (memorized).
 MEMORIZED_BELOW_ADV_ACC = 0.5
@@ -120,7 +110,7 @@ class InfluenceConfig(Config):
             burn-in double until R-hat <= 1.01 and ESS >= 100, or --max-steps SGLD steps per
             chain would be exceeded; each checkpoint's record keeps its rounds).
         localize: How gamma and eps are chosen (--localize.auto, the default: per checkpoint, the
-            smallest gamma whose prior-only cloud climbs at most 5% of the gap between the
+            smallest gamma whose prior-only cloud climbs at most 2.5% of the gap between the
             checkpoint's training loss and the label-marginal loss, and eps = min(0.3 / gamma,
             1 / (n_beta x the largest Hessian eigenvalue at the checkpoint)); overrides --gamma
             and --eps, which --localize.no-auto keeps).
@@ -432,75 +422,7 @@ def _between_share_null(result: Any, recorder: _DrawAccuracies, n_train: int, gr
 # --------------------------------------------------------------------------- a run
 
 
-def influence_rows(epoch: int, phase: str, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The CSV rows (:data:`CSV_COLUMNS`) of one checkpoint's record."""
-    conv = record.get("convergence") or {}
-    amp = record["amplification"]
-    rows = []
-    # cache entries are JSON with sorted keys: the groups' order is fixed here, not by the file
-    order = {name: i for i, name in enumerate(GROUP_ORDER)}
-    for group in sorted(record["groups"], key=lambda g: (order.get(g, len(order)), g)):
-        values = record["groups"][group]
-        for query in QUERY_SETS:
-            entry = values[query]
-            rows.append({
-                "epoch": epoch, "phase": phase, "train_group": group, "query_set": query,
-                "bif": entry["bif"], "stderr": entry["stderr"],
-                "within": entry.get("within", float("nan")), "between": entry.get("between", float("nan")),
-                "within_stderr": entry.get("within_stderr", float("nan")),
-                "between_stderr": entry.get("between_stderr", float("nan")),
-                "phase2_draw_share": record["phase2_draw_share"], "n_examples": values["n_examples"],
-                "amplification": amp["minority_amplification"], "grad_cos": amp["conflict_cos"],
-                "adv_acc": record["accuracy"]["adv"], "val_acc": record["accuracy"]["val"],
-                "converged": conv.get("converged"), "max_rhat": conv.get("max_rhat"),
-                "min_ess_bulk": conv.get("min_ess_bulk"),
-                # the joint gate (records of earlier versions: no locality, so not local)
-                "verdict": record.get("sampling_verdict") or ("not converged" if not conv.get("converged")
-                                                              else "converged, not local"),
-                "climb": (record.get("locality") or {}).get("worst_climb"),
-            })
-    return rows
-
-
-def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    import io
-
-    from interp_toolkit.io import atomic_write_text
-
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: row.get(k) for k in CSV_COLUMNS})
-    return atomic_write_text(path, buffer.getvalue())
-
-
-def read_influence_csv(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of an ``influence.csv`` with numbers parsed (the figures regenerate from these)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path} does not exist (expected an influence.csv written by interp-toolkit influence)")
-    rows = []
-    with path.open(newline="") as handle:
-        for raw in csv.DictReader(handle):
-            row: dict[str, Any] = dict(raw)
-            for key in CSV_COLUMNS:
-                if key in ("phase", "train_group", "query_set"):
-                    continue
-                value = row.get(key)
-                if key == "converged":
-                    row[key] = value == "True"
-                elif key == "verdict":
-                    row[key] = value or None
-                elif key in ("epoch", "n_examples"):
-                    row[key] = int(value) if value else None
-                else:
-                    row[key] = float(value) if value not in (None, "", "None") else float("nan")
-            rows.append(row)
-    return rows
-
-
-def _selected_checkpoints(run_dir: Path, args: InfluenceConfig) -> list[tuple[int, Path]]:
+def selected_checkpoints(run_dir: Path, args: InfluenceConfig) -> list[tuple[int, Path]]:
     from interp_toolkit.runs.resume import list_checkpoints
 
     checkpoints = list_checkpoints(run_dir)
@@ -524,7 +446,7 @@ class InfluenceResult:
     """What :func:`run_influence` did.
 
     Attributes:
-        rows: The CSV rows (:data:`CSV_COLUMNS`).
+        rows: The CSV rows (:data:`~interp_toolkit.studies.influence.table.CSV_COLUMNS`).
         records: Epoch -> the checkpoint's full record (per-example values included).
         outcome: The run's outcome record; ``phases`` its phases in words.
         csv_path, figure_path: Files written.
@@ -578,7 +500,7 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
     run_dir = Path(run_dir)
     out = influence_output_dir(run_dir, out)
     check_output_dir(out, "--out")
-    checkpoints = _selected_checkpoints(run_dir, config)
+    checkpoints = selected_checkpoints(run_dir, config)
     check_checkpoints_belong_to_run(run_dir, checkpoints)
     splits = splits_from_run(run_dir)
     missing = [name for name in ("train", *QUERY_SETS) if name not in splits]
@@ -619,7 +541,7 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
         records[epoch] = record
         rows.extend(influence_rows(epoch, training_phase(epoch, outcome), record))
     cache.report()
-    csv_path = _write_csv(out / "influence.csv", rows)
+    csv_path = write_influence_csv(out / "influence.csv", rows)
     from interp_toolkit.studies.influence.plot import (
         plot_influence,  # the drawing imports this module
     )
@@ -633,73 +555,3 @@ def run_influence(run_dir: str | Path | None, config: InfluenceConfig | None = N
         "seconds_per_checkpoint": {e: r["seconds"] for e, r in records.items()},
     })
     return InfluenceResult(rows, records, outcome, phases, csv_path, figure_path, computed, hits)
-
-
-def calibrate_influence(run_dir: str | Path | None, config: InfluenceConfig | None = None, *,
-                        eps: Sequence[float] = (), gamma: Sequence[float] = (), n_beta: Sequence[float] = (),
-                        out: str | Path | None = None, device: str = "cpu", format: str = "png") -> dict[str, Any]:
-    """The sampler calibration sweep of ``interp-toolkit influence --calibrate``, at the first
-    checkpoint the study would measure: the study's posterior (the run's whole training split,
-    readout cross-entropy), its scored training rows as the attribution set and its adversarial
-    query examples' losses as the observables; ``eps`` x ``gamma`` (x ``n_beta``) around the
-    study's sampler (derived per checkpoint with ``config.localize.auto``; defaults: eps / 10,
-    eps, eps * 10; its gamma; its n_beta), every setting gated for locality against the
-    label-marginal loss (a non-local one is never recommended). Writes
-    ``OUT/calibration_<key>.json`` and its figure; returns the JSON plus ``path``.
-
-    Raises:
-        UserError: As :func:`run_influence`, before any sampling.
-    """
-    from interp_toolkit.analyses.bif.calibration import calibrate_sampler, plot_calibration
-    from interp_toolkit.analyses.bif.diagnostics import advice_for
-    from interp_toolkit.analyses.bif.locality import label_marginal_loss
-    from interp_toolkit.analyses.bif.localize import local_gamma, localized_sampler
-    from interp_toolkit.analyses.over_checkpoints import splits_from_run
-    from interp_toolkit.checkpoint import load_checkpoint
-    from interp_toolkit.devices import resolve_device
-    from interp_toolkit.io import atomic_write_json, config_hash, file_digest
-    from interp_toolkit.plotting import check_format, save_figure
-    from interp_toolkit.studies.bif.checkpoint import readout_correct, readout_example_loss
-
-    format = check_format(format)
-    if run_dir is None or not Path(run_dir).is_dir():
-        raise UserError(f"run directory {run_dir} does not exist (expected an MPSP run directory)")
-    config = config if config is not None else InfluenceConfig()
-    run_dir = Path(run_dir)
-    epoch, path = _selected_checkpoints(run_dir, config)[0]
-    splits = splits_from_run(run_dir)
-    if "train" not in splits or "adv" not in splits or getattr(splits["train"], "agrees", None) is None:
-        raise UserError(f"the task of {run_dir} needs splits train and adv and train.agrees for the influence study")
-    device = str(resolve_device(device or "cpu"))
-    model, _ = load_checkpoint(path, device=device)
-    train, adv = splits["train"], splits["adv"]
-    posterior = (train.tokens.to(device), train.labels.to(device))
-    rows = attribution_rows(train.agrees, config.n_consistent, config.sampler.seed)
-    scored = (train.tokens[rows].to(device), train.labels[rows].to(device))
-    query = (adv.tokens[: config.n_query].to(device), adv.labels[: config.n_query].to(device))
-    reference, reference_loss = "label-marginal cross-entropy", label_marginal_loss(train.labels)
-    base = config.sampler
-    if base.batch_size is not None and base.batch_size > len(train):
-        base = SamplerConfig.from_dict({**base.to_dict(), "batch_size": None})
-    localization = None
-    if config.localize.auto:
-        localization = local_gamma(model, posterior, readout_example_loss, reference_loss=reference_loss,
-                                   reference=reference, config=config.localize, param_patterns=base.param_patterns,
-                                   seed=base.seed, eval_batch_size=base.eval_batch_size,
-                                   n_beta=base.resolved_n_beta(len(train)))
-        base = localized_sampler(base, localization)
-    eps = tuple(eps) or (base.eps / 10, base.eps, base.eps * 10)
-    calibration = calibrate_sampler(model, posterior, query, readout_example_loss, base, eps=eps,
-                                    gamma=tuple(gamma) or None, n_beta=tuple(n_beta) or None,
-                                    attribution_data=scored, reference_loss=reference_loss, reference=reference,
-                                    accuracy_fn=readout_correct, advice=advice_for("influence"))
-    report = {"run_dir": str(run_dir), "epoch": epoch, "checkpoint": str(path), **calibration.to_dict(),
-              "localization": None if localization is None else localization.to_dict()}
-    key = config_hash({"checkpoint": file_digest(path), "eps": list(eps), "gamma": list(gamma),
-                       "n_beta": list(n_beta), "sampler": base.to_dict(), "n_query": config.n_query,
-                       "n_consistent": config.n_consistent}, 10)
-    out_dir = influence_output_dir(run_dir, out)
-    target = out_dir / f"calibration_{key}.json"
-    atomic_write_json(target, report)
-    save_figure(plot_calibration(calibration), out_dir / f"calibration_{key}", format)
-    return {**report, "path": str(target)}

@@ -18,8 +18,8 @@ def plot_influence(rows: Sequence[Mapping[str, Any]], outcome: Mapping[str, Any]
     amplification in a panel beside it (same epoch axis).
 
     Args:
-        rows: :data:`~interp_toolkit.studies.influence.measure.CSV_COLUMNS` rows
-            (:func:`~interp_toolkit.studies.influence.measure.read_influence_csv` or ``InfluenceResult.rows``).
+        rows: :data:`~interp_toolkit.studies.influence.table.CSV_COLUMNS` rows
+            (:func:`~interp_toolkit.studies.influence.table.read_influence_csv` or ``InfluenceResult.rows``).
         outcome: The run's outcome record (phase shading; default: from the rows' ``phase``).
         query_set: ``adv`` or ``val``.
         title: Figure title (e.g. the run's name).

@@ -165,8 +165,8 @@ def write_figures(out: Path, dest: Path) -> dict[str, Any]:
     from interp_toolkit.analyses.over_checkpoints import splits_from_run
     from interp_toolkit.plotting import save_figure
     from interp_toolkit.studies.influence.examples import onset_examples
-    from interp_toolkit.studies.influence.measure import read_influence_csv
     from interp_toolkit.studies.influence.plot import plot_influence, plot_influence_summary
+    from interp_toolkit.studies.influence.table import read_influence_csv
 
     dest.mkdir(parents=True, exist_ok=True)
     runs, kinds, numbers = {}, {}, {}

@@ -214,3 +214,20 @@ def test_the_step_size_allows_for_a_stiff_likelihood():
     assert stiff.gamma == alone.gamma and stiff.curvature == pytest.approx(40.0, rel=1e-3)
     assert stiff.eps == pytest.approx(min(EPS_GAMMA / stiff.gamma, EPS_STIFF / (1e4 * stiff.curvature)))
     assert stiff.eps < alone.eps and "lambda_max" in stiff.describe()
+
+
+def test_calibration_recommends_the_local_setting_over_a_converged_non_local_one():
+    from interp_toolkit.analyses.bif import calibrate_sampler
+
+    found = local_gamma(Basin(), A, loss_fn, reference_loss=CHANCE, reference="chance")
+    base = SamplerConfig(**LONG)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        calibration = calibrate_sampler(Basin(), A, A[:8], loss_fn, base, eps=[found.eps], gamma=[100.0, found.gamma],
+                                        reference_loss=CHANCE, reference="chance", accuracy_fn=correct)
+    by_gamma = {row.gamma: row for row in calibration.rows}
+    # gamma 100 is the looser posterior, and its draws leave the ball whatever the step size
+    assert not by_gamma[100.0].local and by_gamma[100.0].climb > CLIMB_MAX
+    assert by_gamma[found.gamma].local
+    best = calibration.rows[calibration.recommended]
+    assert best.gamma == found.gamma and best.local

@@ -14,9 +14,9 @@ from interp_toolkit.model import ModelConfig
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.mpsp import train_mpsp
 from interp_toolkit.studies.influence.examples import onset_examples
-from interp_toolkit.studies.influence.measure import CSV_COLUMNS, read_influence_csv
 from interp_toolkit.studies.influence.phases import draw_phase_threshold, training_phase
 from interp_toolkit.studies.influence.plot import plot_influence, plot_influence_summary
+from interp_toolkit.studies.influence.table import CSV_COLUMNS, read_influence_csv
 from interp_toolkit.tasks.mpsp import MPSPConfig
 
 torch.set_num_threads(1)
@@ -53,6 +53,9 @@ def test_influence_calibrate_gates_every_setting_for_locality(tiny_run, tmp_path
     recommended = report["recommended"]
     assert recommended is None or report["rows"][recommended]["local"]  # never a non-local setting
     assert "recommended:" in printed and path.with_suffix(".png").is_file()
+    assert main(["influence", str(tiny_run), "--out", str(out), *TINY, "--calibrate", "--calibrate-eps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "calibrate_eps" in err and err.count("error:") == 1 and "Traceback" not in err
 
 
 def test_influence_command_writes_csv_figure_and_reads_its_cache(tiny_run, tmp_path, capsys):
