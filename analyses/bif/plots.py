@@ -142,7 +142,7 @@ def plot_diagnostics(
     from .diagnostics import ESS_MIN, RHAT_MAX
 
     with style():
-        fig, axes = new_panels(4, ax, ncols=2, figsize=(11, 7.5))
+        fig, axes = new_panels(4, ax, ncols=2, figsize=(14, 8))  # wide: the legends sit outside
         for chain, trace in enumerate(np.asarray(loss_trace, dtype=float)):
             axes[0].plot(np.arange(trace.size) * steps_per_point, trace, lw=0.6, label=f"chain {chain}")
         axes[0].set(title="SGLD minibatch loss", xlabel="SGLD step", ylabel="loss")
@@ -200,6 +200,9 @@ def plot_diagnostics(
         axes[2].set(xscale="log", title=f"tracked entries ({rhat.size}, dots) and scalar traces (stars): "
                                         "split R-hat vs ESS; hollow: failing",
                     xlabel="effective sample size (all chains)", ylabel="split R-hat")
+        from matplotlib.ticker import NullFormatter
+
+        axes[2].xaxis.set_minor_formatter(NullFormatter())  # 2x10^2, 3x10^2, ... overprint each other
         legend_outside(axes[2])
         share = convergence.between_chain_share.double().numpy().reshape(-1)
         # entries near 0 have shares of any size: shown clipped to [-3, 3]
