@@ -12,6 +12,11 @@ from interp_toolkit.errors import UserError
 #: The locality gate (:mod:`.locality`): the largest fraction of the gap between the
 #: checkpoint's loss and the reference loss that any chain's draws may climb.
 CLIMB_MAX = 0.10
+#: Convergence thresholds of Vehtari et al. (2021): R-hat above 1.01 or fewer than 100 effective
+#: draws (over all chains) marks an estimate as not converged (here, torch-free, so that the
+#: verdict engine reads the same numbers as the sampler).
+RHAT_MAX = 1.01
+ESS_MIN = 100.0
 
 
 class SamplerDivergenceError(UserError):

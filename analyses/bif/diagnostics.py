@@ -26,6 +26,9 @@ from torch import Tensor
 
 from interp_toolkit.errors import UserError
 
+# Vehtari et al. (2021)'s thresholds, defined torch-free for the verdict engine
+from .config import ESS_MIN, RHAT_MAX
+
 __all__ = [
     "ConvergenceDiagnostics",
     "ADVICE",
@@ -42,10 +45,6 @@ __all__ = [
     "tracked_indices",
 ]
 
-#: Thresholds of Vehtari et al. (2021): R-hat above 1.01 or fewer than 100 effective draws
-#: (over all chains) marks an estimate as not converged.
-RHAT_MAX = 1.01
-ESS_MIN = 100.0
 #: Rows / columns whose per-draw values are kept for the per-entry diagnostics.
 DEFAULT_TRACKED = 16
 

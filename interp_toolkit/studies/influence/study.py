@@ -113,8 +113,14 @@ def table_outcomes(out: Path, dest: Path) -> list[dict[str, Any]]:
                      "best_adv_acc_after_shortcut": max(m["adv_acc"] for m in metrics
                                                         if m["epoch"] >= (outcome.get("shortcut_epoch") or 0)),
                      "final_adv_acc": final, "final_epoch": metrics[-1]["epoch"]})
-    lines = [",".join(rows[0])] + [",".join("" if v is None else str(v) for v in row.values()) for row in rows]
-    atomic_write_text(dest, "\n".join(lines) + "\n")
+    import csv
+    import io
+
+    buffer = io.StringIO()  # the csv module quotes a kind with a comma ("rising, no onset")
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    atomic_write_text(dest, buffer.getvalue())
     for row in rows:
         print(*row.values(), flush=True)
     return rows

@@ -14,8 +14,11 @@ from interp_toolkit.studies.verdicts import rules
 #: The repository the committed tables live in.
 ROOT = Path(__file__).resolve().parents[3]
 
-FIELDS = ["paper", "claim", "regime", "settings", "cells", "difference", "low", "high", "p", "power", "verdict",
-          "why", "files"]
+#: ``horizon``: how long the runs behind a row trained, and the paper's horizon beside it;
+#: ``test``: the test behind ``p`` and ``power`` (rate contrasts: the Fisher exact test, with
+#: the Newcombe interval in ``low`` / ``high``).
+FIELDS = ["paper", "claim", "regime", "settings", "horizon", "cells", "difference", "low", "high", "p", "test",
+          "power", "verdict", "why", "files"]
 
 def rel(root: Path, path: Path) -> str:
     """``path`` relative to the repository ``root`` (as the tables name their files)."""
@@ -48,16 +51,16 @@ def fmt_ess(value: Any) -> str:
 
 
 def verdict_row(paper: str, claim: str, regime: str, settings: str, cells: str, verdict: str, why: str,
-                files: Sequence[str], result: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """One verdict row (:data:`FIELDS`): the verdict is named with its regime, the interval and
-    p come from ``result`` (a contrast) when there is one."""
+                files: Sequence[str], result: Mapping[str, Any] | None = None, horizon: str = "") -> dict[str, str]:
+    """One verdict row (:data:`FIELDS`): the verdict is named with its regime, the interval,
+    p and its test come from ``result`` (a contrast) when there is one."""
     result = result or {}
-    return {"paper": paper, "claim": claim, "regime": regime, "settings": settings, "cells": cells,
+    return {"paper": paper, "claim": claim, "regime": regime, "settings": settings, "horizon": horizon,
+            "cells": cells, "test": str(result.get("test", "")),
             "difference": fmt(result.get("difference")), "low": fmt(result.get("low")),
             "high": fmt(result.get("high")), "p": fmt(result.get("p", result.get("fisher_p"))),
             "power": fmt(result.get("power"), 2), "verdict": rules.in_regime(verdict, regime), "why": why,
             "files": " ".join(files)}
-
 
 
 __all__ = ["FIELDS", "ROOT", "fmt", "read_rows", "rel", "verdict_row"]

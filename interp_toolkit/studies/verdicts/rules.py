@@ -7,13 +7,26 @@ The rules, applied in this order:
    beside it as this project's variant, under their own claim). No run of the claim's kind in
    R: ``not tested in R``.
 2. **Rate contrasts** (a generalization rate higher in one cell than in another): with the
-   difference ``d = rate_a - rate_b``, its 95% Newcombe interval and the two-sided Fisher p, the
-   claim is ``reproduced in R`` when ``d`` has the paper's sign and the interval excludes 0,
-   with at least :data:`MIN_SEEDS` seeds per cell (fewer: ``inconclusive``). Otherwise it is
-   ``not reproduced in R`` only when the same rule had at least :data:`POWER_MIN` power to see
-   the paper's effect at the cell sizes used, else ``inconclusive in R``. Power is exact: both
-   binomials are enumerated at the paper's rates (:func:`detection_power`). A claim whose paper
-   gives no rates is powered at the headline's effect (this project's choice, named in the row).
+   difference ``d = rate_a - rate_b``, the two-sided Fisher exact p (:data:`TEST`) and the 95%
+   Newcombe interval beside it, the claim is ``reproduced in R`` only when the exact test
+   rejects at :data:`ALPHA` and ``d`` has the paper's sign, with at least :data:`MIN_SEEDS`
+   seeds per cell (fewer: ``inconclusive``). Otherwise it is ``not reproduced in R`` only when
+   that same test had at least :data:`POWER_MIN` power to see the paper's effect at the cell
+   sizes used *and* the runs trained to the paper's horizon (:data:`PAPER_HORIZON_EPOCHS`),
+   else ``inconclusive in R``. Power is exact: both binomials are enumerated at the paper's
+   rates and every table is put to the Fisher test (:func:`detection_power`); "seeds per cell
+   for 80%" is computed for the same rule and never advises fewer than :data:`MIN_SEEDS`.
+   A claim whose paper gives no rates is powered at an effect this project chose (named in
+   the row).
+2b. **Horizon**: the paper's criterion is met at any time within its horizon, so a count can
+   only grow with training. Short of that horizon, an undetected contrast is ``not
+   reproduced`` only where the cell the paper puts low already rejects the paper's rate for it
+   (an exact one-sided binomial test at :data:`ALPHA`; at a paper rate of 0, any success):
+   no longer training can restore that rate. Otherwise it is ``inconclusive``, "not reached
+   within H epochs" when both cells sit at 0. Every row names its horizon.
+2c. **Search seeds**: a row on the seeds of the search that selected its setting is
+   ``exploratory`` whatever its numbers (a regime chosen on search seeds is decided on fresh
+   ones); the numbers stay in the row.
 3. **SGLD claims** need converged chains on the quantities they rest on (split R-hat <=
    :data:`RHAT_MAX` and ESS >= :data:`ESS_MIN`); otherwise ``inconclusive`` whatever the sign.
 4. **Rise and fall** needs checkpoints after the peak: a peak at the last checkpoint
@@ -32,17 +45,21 @@ import functools
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+# The convergence rule of every SGLD verdict is the sampler's own (analyses/bif/config.py).
+from interp_toolkit.analyses.bif.config import ESS_MIN, RHAT_MAX
 from interp_toolkit.errors import UserError
 from interp_toolkit.studies.common.statistics import fisher_exact_p, newcombe_interval
 
 #: The four verdicts (each followed by "in R").
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not tested")
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not tested", "exploratory")
 #: Power a "not reproduced" needs (to see the paper's effect at the cell sizes used).
 POWER_MIN = 0.8
-#: The convergence rule of every SGLD verdict (the toolkit's own, analyses/bif/diagnostics.py).
-RHAT_MAX = 1.01
-ESS_MIN = 100.0
 ALPHA = 0.05
+#: The exact test every rate verdict, its power and its seed advice rest on.
+TEST = "two-sided Fisher exact test"
+#: The shortcut-saturation paper's horizon: "100% adversarial accuracy at any time within
+#: 15,000 epochs".
+PAPER_HORIZON_EPOCHS = 15_000
 #: Fewest seeds per cell for a rate verdict either way (the paper's effect sizes make a few
 #: seeds look powerful, but a cell this small says little about a rate).
 MIN_SEEDS = 8
@@ -55,22 +72,49 @@ def _check_cell(name: str, k: int, n: int) -> None:
         raise UserError(f"{name}: k must be an integer in [0, n={n}], got {k!r}")
 
 
+@functools.lru_cache(maxsize=512)
+def fisher_table(n_a: int, n_b: int) -> tuple[tuple[float, ...], ...]:
+    """Two-sided Fisher exact p of every table ``(k_a of n_a, k_b of n_b)``: ``[k_a][k_b]``.
+
+    Conditional on the total ``K = k_a + k_b``, ``k_a`` is hypergeometric; the two-sided p sums
+    the probabilities of the tables no more likely than the observed one (with scipy's relative
+    tolerance of 1e-7 for ties), which is ``scipy.stats.fisher_exact``'s p (tested entry by entry).
+    """
+    import numpy as np
+    from scipy.stats import hypergeom
+
+    _check_cell("fisher_table", 0, n_a)
+    _check_cell("fisher_table", 0, n_b)
+    total = n_a + n_b
+    table = np.ones((n_a + 1, n_b + 1))
+    for k in range(total + 1):
+        support = np.arange(max(0, k - n_b), min(k, n_a) + 1)
+        pmf = hypergeom.pmf(support, total, n_a, k)
+        # p of each observed k_a: the mass of every table at most as likely (row i of the matrix)
+        p = np.where(pmf[None, :] <= pmf[:, None] * (1 + 1e-7), pmf[None, :], 0.0).sum(axis=1)
+        table[support, k - support] = np.minimum(p, 1.0)
+    return tuple(tuple(float(v) for v in row) for row in table)
+
+
 def detects(k_a: int, n_a: int, k_b: int, n_b: int, sign: int) -> bool:
-    """The detection rule: ``k_a/n_a - k_b/n_b`` has ``sign`` (+1 or -1) and its 95% Newcombe
-    interval excludes 0."""
-    diff, low, high = newcombe_interval(k_a, n_a, k_b, n_b)
-    return (low > 0.0) if sign > 0 else (high < 0.0)
+    """The detection rule: ``k_a/n_a - k_b/n_b`` has ``sign`` (+1 or -1) and the two-sided
+    Fisher exact test rejects equal rates at :data:`ALPHA`."""
+    _check_cell("cell a", k_a, n_a)
+    _check_cell("cell b", k_b, n_b)
+    diff = k_a / n_a - k_b / n_b
+    return (diff > 0 if sign > 0 else diff < 0) and fisher_table(n_a, n_b)[k_a][k_b] < ALPHA
 
 
 @functools.lru_cache(maxsize=4096)
 def detection_power(n_a: int, n_b: int, p_a: float, p_b: float) -> float:
     """Exact probability that :func:`detects` sees ``p_a - p_b``'s sign when the true rates are
     ``p_a`` and ``p_b`` and the cells hold ``n_a`` and ``n_b`` seeds: the sum over every
-    ``(k_a, k_b)`` of the two binomial probabilities where the rule detects.
+    ``(k_a, k_b)`` of the two binomial probabilities where the Fisher test rejects with that sign.
 
     Raises:
-        ValueError: bad sizes or rates, or ``p_a == p_b`` (no effect to detect).
+        UserError: bad sizes or rates, or ``p_a == p_b`` (no effect to detect).
     """
+    import numpy as np
     from scipy.stats import binom
 
     _check_cell("detection_power", 0, n_a)
@@ -81,31 +125,47 @@ def detection_power(n_a: int, n_b: int, p_a: float, p_b: float) -> float:
     if p_a == p_b:
         raise UserError(f"detection_power: the rates are equal ({p_a}); there is no effect to detect")
     sign = 1 if p_a > p_b else -1
-    probs_a = binom.pmf(range(n_a + 1), n_a, p_a)
-    probs_b = binom.pmf(range(n_b + 1), n_b, p_b)
-    power = 0.0
-    for k_a in range(n_a + 1):
-        for k_b in range(n_b + 1):
-            if probs_a[k_a] * probs_b[k_b] > 0 and detects(k_a, n_a, k_b, n_b, sign):
-                power += float(probs_a[k_a] * probs_b[k_b])
-    return min(1.0, power)
+    probs = np.outer(binom.pmf(range(n_a + 1), n_a, p_a), binom.pmf(range(n_b + 1), n_b, p_b))
+    k_a, k_b = np.meshgrid(np.arange(n_a + 1), np.arange(n_b + 1), indexing="ij")
+    diff = k_a / n_a - k_b / n_b
+    hit = (np.asarray(fisher_table(n_a, n_b)) < ALPHA) & ((diff > 0) if sign > 0 else (diff < 0))
+    return min(1.0, float(probs[hit].sum()))
 
 
-def rate_verdict(k_a: int, n_a: int, k_b: int, n_b: int, paper_a: float, paper_b: float) -> dict[str, Any]:
-    """Rule 2 on one contrast: cell a (``k_a`` of ``n_a`` seeds generalized) against cell b,
-    the paper's rates ``paper_a`` and ``paper_b`` giving the sign and the effect to power.
+def binomial_above(k: int, n: int, rate: float) -> float:
+    """Exact one-sided binomial p of ``k`` or more successes in ``n`` at ``rate`` (0 successes
+    are expected at a rate of 0, so any success gives p = 0)."""
+    from scipy.stats import binom
+
+    _check_cell("binomial_above", k, n)
+    return float(binom.sf(k - 1, n, rate)) if k > 0 else 1.0
+
+
+def rate_verdict(k_a: int, n_a: int, k_b: int, n_b: int, paper_a: float, paper_b: float, *,
+                 horizon: float | None = None, paper_horizon: float = PAPER_HORIZON_EPOCHS) -> dict[str, Any]:
+    """Rules 2 and 2b on one contrast: cell a (``k_a`` of ``n_a`` seeds succeeded) against cell
+    b, the paper's rates ``paper_a`` and ``paper_b`` giving the sign and the effect to power.
+
+    Args:
+        horizon: Epochs the runs trained (their criterion could be met at any time up to it);
+            None: the paper's horizon (a contrast of rates alone, no training behind it).
+        paper_horizon: The paper's horizon in the same unit.
 
     Returns:
-        ``verdict`` (without "in R"), ``difference``, ``low``, ``high``, ``fisher_p``,
-        ``power`` and ``why`` (one sentence).
+        ``verdict`` (without "in R"), ``difference``, ``low``, ``high`` (Newcombe), ``fisher_p``,
+        ``power`` (of the Fisher rule at the paper's rates), ``test`` and ``why`` (one sentence).
     """
     _check_cell("cell a", k_a, n_a)
     _check_cell("cell b", k_b, n_b)
+    if horizon is not None and not (isinstance(horizon, (int, float)) and horizon > 0):
+        raise UserError(f"rate_verdict: horizon must be a positive number of epochs, got {horizon!r}")
     sign = 1 if paper_a > paper_b else -1
     diff, low, high = newcombe_interval(k_a, n_a, k_b, n_b)
     p = fisher_exact_p(k_a, n_a, k_b, n_b)
     power = detection_power(n_a, n_b, float(paper_a), float(paper_b))
-    row = {"difference": diff, "low": low, "high": high, "fisher_p": p, "power": power}
+    row = {"difference": diff, "low": low, "high": high, "fisher_p": p, "power": power, "test": TEST}
+    short = horizon is not None and horizon < paper_horizon
+    within = f" within {horizon:,.0f} epochs (the paper's horizon: {paper_horizon:,.0f})" if short else ""
     if min(n_a, n_b) < MIN_SEEDS:
         return {**row, "verdict": "inconclusive",
                 "why": f"a cell of {min(n_a, n_b)} seed{'s' if min(n_a, n_b) != 1 else ''} "
@@ -113,26 +173,46 @@ def rate_verdict(k_a: int, n_a: int, k_b: int, n_b: int, paper_a: float, paper_b
     if detects(k_a, n_a, k_b, n_b, sign):
         # The verdict is about the direction; whether the paper's size fits is said beside it.
         effect = float(paper_a) - float(paper_b)
-        size = ("the paper's difference ({:+.2f}) lies inside it" if low <= effect <= high
-                else "the paper's difference ({:+.2f}) lies outside it: the direction, not the size").format(effect)
+        size = ("the paper's difference ({:+.2f}) lies inside the 95% interval" if low <= effect <= high
+                else "the paper's difference ({:+.2f}) lies outside the 95% interval: the direction, not the "
+                     "size").format(effect)
         return {**row, "verdict": "reproduced",
-                "why": f"the difference has the paper's sign and its 95% interval excludes 0; {size}"}
+                "why": f"the Fisher exact test rejects equal rates (p = {p:.3g} < {ALPHA}) with the paper's "
+                       f"sign{within}; {size}"}
+    low_cell = (k_b, n_b, paper_b) if sign > 0 else (k_a, n_a, paper_a)
+    rejects_low = binomial_above(*low_cell)
+    if short:
+        k, n, rate = low_cell
+        if rejects_low < ALPHA:
+            return {**row, "verdict": "not reproduced",
+                    "why": f"not detected (Fisher p = {p:.3g}), and the cell the paper puts at {rate:.0%} already "
+                           f"has {k}/{n}{within} (exact binomial p = {rejects_low:.2g}): a count that only grows "
+                           "with training cannot return to the paper's rate at any horizon"}
+        if k_a == k_b == 0:
+            return {**row, "verdict": "inconclusive",
+                    "why": f"not reached{within}: both cells at 0, so the contrast is undecided until the "
+                           "runs train to the paper's horizon"}
+        return {**row, "verdict": "inconclusive",
+                "why": f"not detected (Fisher p = {p:.3g}){within}: the power at the paper's rates holds at its "
+                       "horizon only"}
     if power >= POWER_MIN:
         return {**row, "verdict": "not reproduced",
-                "why": f"not detected, with {power:.0%} power to detect the paper's effect at these cell sizes"}
+                "why": f"not detected (Fisher p = {p:.3g}), with {power:.0%} power for the Fisher test to detect "
+                       "the paper's effect at these cell sizes"}
     return {**row, "verdict": "inconclusive",
-            "why": f"not detected, but the cells had only {power:.0%} power to detect the paper's effect "
-                   f"(a 'not reproduced' needs {POWER_MIN:.0%})"}
+            "why": f"not detected (Fisher p = {p:.3g}), but the Fisher test had only {power:.0%} power to detect "
+                   f"the paper's effect at these cell sizes (a 'not reproduced' needs {POWER_MIN:.0%})"}
 
 
 def seeds_for_power(p_a: float, p_b: float, target: float = POWER_MIN, limit: int = 400) -> int | None:
-    """The smallest equal cell size with ``target`` power for ``p_a`` vs ``p_b`` (what an
-    ``inconclusive`` would take), or None above ``limit`` seeds per cell."""
-    n = 2
+    """The smallest equal cell size, at least :data:`MIN_SEEDS`, at which the Fisher rule has
+    ``target`` power for ``p_a`` vs ``p_b`` (what an ``inconclusive`` would take), or None above
+    ``limit`` seeds per cell."""
+    n = MIN_SEEDS
     while n <= limit:
         if detection_power(n, n, p_a, p_b) >= target:
             return n
-        n += 1 if n < 40 else 8
+        n += 1 if n < 60 else 8
     return None
 
 
@@ -230,6 +310,7 @@ def holm_family(rows: Sequence[Mapping[str, Any]], key: str = "fisher_p") -> lis
 
 
 __all__ = [
-    "ALPHA", "ESS_MIN", "MIN_SEEDS", "POWER_MIN", "RHAT_MAX", "VERDICTS", "after_peak", "convergence_gate", "converged",
-    "detection_power", "detects", "holm_family", "in_regime", "observed", "rate_verdict", "seeds_for_power",
+    "ALPHA", "ESS_MIN", "MIN_SEEDS", "PAPER_HORIZON_EPOCHS", "POWER_MIN", "RHAT_MAX", "TEST", "VERDICTS", "after_peak",
+    "binomial_above", "convergence_gate", "converged", "detection_power", "detects", "fisher_table", "holm_family",
+    "in_regime", "observed", "rate_verdict", "seeds_for_power",
 ]

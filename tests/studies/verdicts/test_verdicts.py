@@ -42,13 +42,119 @@ def test_power_rule_small_cells_are_inconclusive():
 
 
 def test_a_reproduced_direction_says_whether_the_papers_size_fits():
-    """16/16 vs 12/16 has the paper's sign and excludes 0, but the paper's +0.77 lies far above
-    the interval: reproduced (the direction), with the size said beside it."""
-    small_effect = rate_verdict(16, 16, 12, 16, 23 / 30, 0.0)
+    """30/30 vs 20/30 has the paper's sign and the Fisher test rejects, but the paper's +0.77 lies
+    far above the interval: reproduced (the direction), with the size said beside it."""
+    small_effect = rate_verdict(30, 30, 20, 30, 23 / 30, 0.0)
     assert small_effect["verdict"] == "reproduced" and small_effect["high"] < 23 / 30
-    assert "the paper's difference (+0.77) lies outside it: the direction, not the size" in small_effect["why"]
+    assert "lies outside the 95% interval: the direction, not the size" in small_effect["why"]
     fits = rate_verdict(10, 30, 0, 30, 10 / 30, 0.0)
-    assert "the paper's difference (+0.33) lies inside it" in fits["why"]
+    assert "the paper's difference (+0.33) lies inside the 95% interval" in fits["why"]
+
+
+def test_reproduced_needs_the_exact_test_not_the_interval():
+    """The issue's rows: Newcombe excludes 0 but the two-sided Fisher test does not reject."""
+    from interp_toolkit.studies.verdicts.rules import TEST
+
+    for k_a, n_a, k_b, n_b, p in ((8, 8, 4, 8, 0.077), (16, 16, 12, 16, 0.101)):
+        verdict = rate_verdict(k_a, n_a, k_b, n_b, 23 / 30, 0.0)
+        assert verdict["low"] > 0  # the interval alone would have said reproduced
+        assert verdict["fisher_p"] == pytest.approx(p, abs=1e-3) and verdict["verdict"] != "reproduced"
+        assert verdict["test"] == TEST
+
+
+def test_the_fisher_table_is_scipys_test_entry_by_entry():
+    from scipy.stats import fisher_exact
+
+    from interp_toolkit.studies.verdicts.rules import fisher_table
+
+    for n_a, n_b in ((1, 1), (4, 7), (8, 8), (12, 5), (16, 16)):
+        table = fisher_table(n_a, n_b)
+        for k_a in range(n_a + 1):
+            for k_b in range(n_b + 1):
+                expected = fisher_exact([[k_a, n_a - k_a], [k_b, n_b - k_b]]).pvalue
+                assert table[k_a][k_b] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_power_and_seed_advice_are_the_fisher_rules():
+    """At 16 seeds per cell the paper's 1-layer rates (10/30 vs 0/30) give the Fisher test 0.66
+    power (the interval rule: 0.83); 80% needs 19 per cell, the 2-layer effect 8 (the interval
+    rule said 5); the advice never goes below the minimum cell size (all vs none would need 4)."""
+    assert detection_power(16, 16, 10 / 30, 0.0) == pytest.approx(0.66, abs=0.01)
+    assert seeds_for_power(10 / 30, 0.0) == 19
+    assert seeds_for_power(23 / 30, 0.0) == 8 and detection_power(7, 7, 23 / 30, 0.0) < POWER_MIN
+    assert seeds_for_power(1.0, 0.0) == MIN_SEEDS and detection_power(4, 4, 1.0, 0.0) >= POWER_MIN
+
+
+def test_a_verdict_short_of_the_papers_horizon():
+    """Counts only grow with training: 0/16 vs 0/16 at 1,000 epochs is "not reached", not a
+    failure; a low cell that already rejects the paper's 0% stands at any horizon."""
+    from interp_toolkit.studies.verdicts.rules import binomial_above
+
+    none = rate_verdict(0, 16, 0, 16, 23 / 30, 0.0, horizon=1000)
+    assert none["verdict"] == "inconclusive" and none["power"] >= POWER_MIN
+    assert "not reached within 1,000 epochs (the paper's horizon: 15,000)" in none["why"]
+    assert rate_verdict(0, 16, 0, 16, 23 / 30, 0.0, horizon=15000)["verdict"] == "not reproduced"
+    stands = rate_verdict(16, 16, 13, 16, 23 / 30, 0.0, horizon=300)
+    assert stands["verdict"] == "not reproduced" and "13/16" in stands["why"]
+    # a low cell at a paper rate above 0 must reject it by the exact binomial test
+    assert binomial_above(7, 30, 1 / 3) > 0.05 and binomial_above(0, 8, 0.0) == 1.0 and binomial_above(1, 8, 0.0) == 0
+    some = rate_verdict(3, 16, 2, 16, 23 / 30, 0.0, horizon=300)
+    assert some["verdict"] == "not reproduced"  # 2/16 against the paper's 0%
+    open_ = rate_verdict(3, 16, 7, 30, 1.0, 1 / 3, horizon=1000)
+    assert open_["verdict"] == "inconclusive" and "holds at its horizon only" in open_["why"]
+    with pytest.raises(UserError, match="horizon"):
+        rate_verdict(0, 8, 0, 8, 0.5, 0.0, horizon=0)
+
+
+def test_a_row_on_search_seeds_is_exploratory():
+    base = {**claims_table.R1.where, "seq_len": "6", "n_layers": "2", "status": "finished", "steps": "9600",
+            "decay_clocks": "6.72", "max_adv_acc": "1.0", "generalized": "True", "transient": "False"}
+    search = [{**base, "r": r, "seed": str(s), "study": "regime_axes_b_len67_b512_wd0.7_2L"}
+              for r in ("0.9", "0.5") for s in range(8)]
+    for row in search[8:]:
+        row["max_adv_acc"] = "0.5"
+    claim = claims_table.rate_claim(search, "c", claims_table.R1_LEN6, 2, 0.9, 0.5, (23 / 30, 0.0), ["f"],
+                                    criterion="adversarial")
+    assert claim["verdict"] == "exploratory in R1 at length 6"
+    assert "by the rules alone: reproduced" in claim["why"] and claim["p"]  # the numbers stay in the row
+    assert claim["horizon"].startswith("300 epochs = 9,600 steps = 6.72 decay clocks (the paper: 15,000")
+    fresh = [{**row, "study": claims_table.CONFIRM_LEN6} for row in search]
+    confirm = claims_table.rate_claim(fresh, "c", claims_table.R1_LEN6_CONFIRM, 2, 0.9, 0.5, (23 / 30, 0.0), ["f"],
+                                      criterion="adversarial")
+    assert confirm["verdict"] == "reproduced in R1 at length 6, fresh seeds"
+
+
+def test_r1_keeps_runs_of_another_initialization_apart():
+    base = {**claims_table.R1.where, "n_layers": "2", "r": "0.9", "seed": "1", "status": "finished"}
+    torch_init = {**base, "seed": "2", "model.init": "torch"}
+    assert [r["seed"] for r in claims_table.cell_rows([base, torch_init], claims_table.R1, 2, 0.9)] == ["1"]
+
+
+def test_the_causal_window_rows_are_one_family_over_the_step_sizes():
+    rows = [{"regime": f"eps {e}", "verdict": f"reproduced in eps {e}", "why": "", "_causal_p": p,
+             "_causal_single": 1} for e, p in (("a", 0.0418), ("b", 1.0), ("c", 0.97), ("d", 1.0))]
+    claims_bif._correct_causal(rows)
+    assert rows[0]["verdict"] == "inconclusive in eps a" and "Holm-adjusted over the 4 step sizes" in rows[0]["why"]
+    assert "0.167" in rows[0]["why"] and all("_causal_p" not in r for r in rows)
+    strong = [{"regime": "x", "verdict": "", "why": "", "_causal_p": 0.001, "_causal_single": 3},
+              {"regime": "y", "verdict": "", "why": "", "_causal_p": 0.5, "_causal_single": 0}]
+    claims_bif._correct_causal(strong)
+    assert strong[0]["verdict"] == "reproduced in x" and strong[1]["verdict"] == "inconclusive in y"
+
+
+def test_every_committed_csv_reads_back_with_a_strict_reader():
+    """Every CSV the repository commits has as many fields in each row as in its header (a
+    comma inside an unquoted field would shift every column after it)."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "*.csv"], cwd=ROOT, capture_output=True, text=True, check=True)
+    paths = [ROOT / name for name in listed.stdout.split()]
+    assert paths
+    for path in paths:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle, strict=True))
+        widths = {len(row) for row in rows if row}
+        assert len(widths) <= 1, (path, widths)
 
 
 def test_power_is_exact_enumeration():
@@ -67,7 +173,7 @@ def test_power_is_exact_enumeration():
 
 
 def test_cells_below_the_minimum_are_inconclusive_even_with_power():
-    verdict = rate_verdict(0, 2, 0, 16, 23 / 30, 0.0)
+    verdict = rate_verdict(0, 4, 0, 16, 1.0, 0.0)
     assert verdict["power"] > POWER_MIN and verdict["verdict"] == "inconclusive"
     assert f"needs {MIN_SEEDS}" in verdict["why"]
 
@@ -154,9 +260,11 @@ def test_a_headline_contrast_counts_the_papers_criterion_and_the_stricter_one_be
     claim = "2-layer models: more seeds reach 100% adversarial accuracy"
     paper, stricter = claims_table.headline_claims(rows, claim, claims_table.R0, 2, 0.9, 0.5, (0.77, 0.0), [])
     assert paper["claim"] == claim and paper["cells"] == "2L r = 0.9: 16/16; r = 0.5: 13/16"
-    assert paper["verdict"] == "not reproduced in R0"  # [-0.04, +0.43] holds 0; power to see 77 points
+    assert paper["verdict"] == "not reproduced in R0"  # Fisher p 0.23: 13/16 already rejects the paper's 0%
+    # the stricter count: Newcombe excludes 0, but the Fisher test (p 0.10) does not reject
     assert (
-        stricter["claim"].startswith("(this project's stricter criterion") and stricter["verdict"] == "reproduced in R0"
+        stricter["claim"].startswith("(this project's stricter criterion")
+        and stricter["verdict"] == "not reproduced in R0" and float(stricter["low"]) > 0
     )
     assert stricter["cells"] == "2L r = 0.9: 16/16; r = 0.5: 12/16"
     agreeing = [r for r in rows if r["seed"] != "12"]
@@ -170,7 +278,8 @@ def test_every_claim_has_a_verdict_and_its_files():
         rows = build(ROOT)
         assert rows, paper
         for row in rows:
-            assert row["verdict"].split(" in ")[0] in ("reproduced", "not reproduced", "inconclusive", "not tested")
+            assert row["verdict"].split(" in ")[0] in ("reproduced", "not reproduced", "inconclusive", "not tested",
+                                                       "exploratory")
             assert row["verdict"].endswith(" in " + row["regime"])
             for file in row["files"].split():
                 assert (ROOT / file).is_file(), file
@@ -187,7 +296,9 @@ def test_committed_verdicts_regenerate_byte_for_byte():
         assert (ROOT / relative).read_text(encoding="utf-8") == text, relative
     rows = list(csv.DictReader(io.StringIO((ROOT / "docs" / "reproduction" / "verdicts.csv").read_text())))
     headline = [r for r in rows if r["claim"].startswith("2-layer models") and r["regime"] == "R0"]
-    assert headline and headline[0]["verdict"] == "not reproduced in R0"
+    # R0's 0/16 vs 0/16 at 1,000 epochs: not reached short of the paper's 15,000, so undecided
+    assert headline and headline[0]["verdict"] == "inconclusive in R0"
+    assert "not reached within 1,000" in headline[0]["why"]
 
 
 def _rung(eps, verdict, why="converged chains"):
@@ -248,7 +359,7 @@ def _toy_locality(rung, local):
     (rung / "locality.csv").write_text("\n".join(lines) + "\n")
 
 
-def test_a_rise_and_fall_without_a_checkpoint_after_the_peak_is_not_tested(tmp_path):
+def test_a_rise_and_fall_without_a_checkpoint_after_the_peak_is_inconclusive(tmp_path):
     folder = tmp_path / "docs" / "lm_bif"
     folder.mkdir(parents=True)
     lines = ["series,seed,step,bif,stderr,rhat,ess,climb,local"]
@@ -259,7 +370,8 @@ def test_a_rise_and_fall_without_a_checkpoint_after_the_peak_is_not_tested(tmp_p
     (folder / "claims_study.json").write_text(json.dumps({"total_steps": 1000, "sampler": {
         "chains": 8, "draws": 200, "burn_in": 200, "eps": 1e-3, "gamma": 100.0}}))
     rise = claims_bif.lm_rows(tmp_path)[0]
-    assert rise["verdict"] == "not tested in testbed, 1,000 steps" and "train past the peak" in rise["why"]
+    assert rise["verdict"] == "inconclusive in testbed, 1,000 steps" and "train past the peak" in rise["why"]
+    assert "the peak is the last checkpoint measured in 1 of 1 seeds" in rise["why"]
     lines[3] = "induction->induction,0,1000,-0.5,0.1,1.001,500,0.02,True"  # now the peak (step 500) has one after it
     (folder / "claims.csv").write_text("\n".join(lines) + "\n")
     assert claims_bif.lm_rows(tmp_path)[0]["verdict"] == "reproduced in testbed, 1,000 steps"
@@ -333,7 +445,7 @@ def test_a_pipe_in_a_cell_does_not_split_the_markdown_row():
                                "why")}
     row.update(claim="c", cells="4 with |z| >= 2", verdict="v", why="w")
     line = claims_table.to_markdown([row]).splitlines()[-1]
-    assert line.replace("\\|", "").count("|") == 7  # 6 cells, escaped pipes inside
+    assert line.replace("\\|", "").count("|") == 8  # 7 cells, escaped pipes inside
 
 
 def test_a_run_with_a_warmup_or_a_schedule_never_pools_into_a_constant_lr_regime():
