@@ -18,11 +18,11 @@ from typing import Any, Mapping, Sequence
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformer_lens.utilities import get_act_name
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
+from interp_toolkit.progress import progress_bar
 
 from ._common import (
     METRICS,
@@ -210,7 +210,7 @@ def ablation(
         n: Use at most this many examples of each split (``None``: all).
         seed: Seed of resampling.
         classes: Output indices of the classes (default: all outputs).
-        progress: Show a tqdm bar.
+        progress: Show a progress bar (plain lines where stderr is not a terminal).
 
     Returns:
         :class:`AnalysisResult` (see the module docstring for columns and tensors).
@@ -240,7 +240,7 @@ def ablation(
                 _, cache = model.run_with_cache(ref_tokens.to(device), names_filter=lambda name: name in hook_names)
                 ref_acts = {name: cache[name] for name in hook_names}
             clean_logits, ablated_logits, labels = {}, {}, {}
-            bar = tqdm(total=len(comps) * len(split_names), desc=f"{method} ablation", disable=not progress)
+            bar = progress_bar(total=len(comps) * len(split_names), desc=f"{method} ablation", disable=not progress)
             for split in split_names:
                 tokens, split_labels = first_n(splits[split], n)
                 tokens = tokens.to(device)

@@ -36,10 +36,10 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from torch.func import functional_call, grad, vmap
-from tqdm.auto import tqdm
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
+from interp_toolkit.progress import progress_bar
 
 from ._common import (
     AnalysisResult,
@@ -144,7 +144,7 @@ def _chunked_grads(model: HookedModel, tokens: Tensor, labels: Tensor, position:
     params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
     buffers = {k: v.detach() for k, v in model.named_buffers()}
     grad_fn = vmap(grad(_loss_fn(model, buffers, position)), in_dims=(None, 0, 0))
-    for start in tqdm(range(0, tokens.shape[0], chunk_size), desc="per-example grads", disable=not progress):
+    for start in progress_bar(range(0, tokens.shape[0], chunk_size), desc="per-example grads", disable=not progress):
         yield grad_fn(params, tokens[start:start + chunk_size].to(device), labels[start:start + chunk_size].to(device))
 
 
@@ -300,7 +300,7 @@ def gradient_conflict(
         n: Use at most this many examples (``None``: all).
         chunk_size: Examples per vmap call (bounds memory).
         groups: Parameter groups (default :func:`parameter_groups`).
-        progress: Show a tqdm bar.
+        progress: Show a progress bar (plain lines where stderr is not a terminal).
 
     Returns:
         :class:`AnalysisResult` as :func:`compute_gradient_conflict`.

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from tqdm.auto import tqdm
-
 from interp_toolkit import __version__
 from interp_toolkit.checkpoint import load_checkpoint
 from interp_toolkit.errors import UserError
@@ -34,6 +32,7 @@ from interp_toolkit.io import (
     CheckpointCache,
     config_hash,
 )
+from interp_toolkit.progress import progress_bar
 from interp_toolkit.runs import layout
 from interp_toolkit.runs.layout import metrics_path
 from interp_toolkit.runs.metrics import read_metrics
@@ -248,7 +247,7 @@ def over_checkpoints(
             ``last``) gives ``<name>_epochs_...`` beside them (:func:`selection_stem`), never
             overwriting the full result. Per-checkpoint cache entries are shared by both.
         plot: Also write the PNG.
-        progress: Show a tqdm bar over checkpoints.
+        progress: Show a progress bar (plain lines where stderr is not a terminal) over checkpoints.
         device: Where to load each checkpoint (default CPU); not part of the cache key.
         figure_format: ``png``, ``svg`` or ``pdf`` (the figure's file suffix).
         version: The analysis's version, a positive int in the cache key (default: the
@@ -300,7 +299,7 @@ def over_checkpoints(
 
     rows: list[dict[str, Any]] = []
     computed, hits = [], []
-    for epoch, path in tqdm(checkpoints, desc=f"{label} over checkpoints", disable=not progress):
+    for epoch, path in progress_bar(checkpoints, desc=f"{label} over checkpoints", disable=not progress):
         cache_path = cache.path(epoch, path, settings)
         entry = cache.read(cache_path, epoch)
         cached = entry.get("rows") if entry is not None else None

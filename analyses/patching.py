@@ -51,10 +51,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.model import HookedModel
+from interp_toolkit.progress import progress_bar
 
 from ._common import (
     METRICS,
@@ -153,11 +153,11 @@ def compute_patching(
         positions: Patch each of these positions separately; ``None`` patches all
             positions at once (one column).
         metric: Logits -> scalar.
-        progress: Show a tqdm bar.
+        progress: Show a progress bar (plain lines where stderr is not a terminal).
     """
     columns: list[list[int] | None] = [None] if positions is None else [[p] for p in positions]
     out = torch.zeros(len(components), len(columns))
-    bar = tqdm(total=out.numel(), desc="patching", disable=not progress)
+    bar = progress_bar(total=out.numel(), desc="patching", disable=not progress)
     with torch.no_grad():
         for i, comp in enumerate(components):
             source = source_acts[comp.hook_name]
@@ -265,7 +265,7 @@ def activation_patching(
         metric: ``logit_diff``, ``loss`` or ``accuracy`` at ``readout_position``.
         readout_position: Position whose logits are scored.
         classes: Output indices of the classes (default: all outputs).
-        progress: Show a tqdm bar.
+        progress: Show a progress bar (plain lines where stderr is not a terminal).
         gap_atol, gap_rtol: ``normalized`` is NaN (with a warning) when
             ``|source - target|`` is under ``max(gap_atol, gap_rtol * max(|source|, |target|))``.
 

@@ -43,6 +43,21 @@ def _process_umask() -> int:
 _UMASK = _process_umask()
 
 
+def remove_orphan_temps(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temp files a writer killed mid-write left in ``directory`` (the
+    ``.NAME.*.tmp`` of :func:`atomic_write_bytes`; the target itself was never replaced, so
+    nothing is lost). Call it only while holding the directory's lock: a live writer's temp
+    file has the same name. Returns the paths removed."""
+    directory = Path(directory)
+    removed = []
+    if directory.is_dir():
+        for path in directory.glob(".*.tmp"):
+            if path.is_file():
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temp file in the same directory and a rename.
 

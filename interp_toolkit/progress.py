@@ -30,7 +30,7 @@ class QuietProgress:
         self.iterable = iterable
         if total is None and iterable is not None and hasattr(iterable, "__len__"):
             total = len(iterable)  # type: ignore[arg-type]
-        self.total, self.desc, self.n = total, desc, initial
+        self.total, self.desc, self.n, self.postfix = total, desc, initial, ""
         self.stream = stream if stream is not None else sys.stderr
         self.started = time.perf_counter()
         self._next = self._threshold(initial)
@@ -46,8 +46,9 @@ class QuietProgress:
         self.n += n
         if self.total and self.n >= self._next:
             elapsed = time.perf_counter() - self.started
+            postfix = f", {self.postfix}" if self.postfix else ""
             self.stream.write(f"{self.desc}: {100 * self.n / self.total:.0f}% ({self.n}/{self.total}, "
-                              f"{elapsed:.0f} s)\n")
+                              f"{elapsed:.0f} s{postfix})\n")
             self.stream.flush()
             self._next = self._threshold(self.n)
 
@@ -58,7 +59,11 @@ class QuietProgress:
             self.update(1)
 
     def set_postfix(self, *args: Any, **kwargs: Any) -> None:
-        """Accepted for tqdm's interface; a quiet line carries no postfix."""
+        """Accepted for tqdm's interface; a quiet line carries no postfix dict."""
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        """The text the next lines end with (tqdm's ``set_postfix_str``; e.g. ``runs 3/16``)."""
+        self.postfix = str(text)
 
     def close(self) -> None:
         """Nothing to clear (every line ended with a newline)."""

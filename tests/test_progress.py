@@ -34,3 +34,25 @@ def test_progress_bar_is_quiet_off_a_terminal(capsys):
     bar.update(10)
     assert capsys.readouterr().err.startswith("SGLD: 100%")
     assert not isinstance(progress_bar(total=10, disable=True), QuietProgress)
+
+
+def test_quiet_progress_lines_carry_the_postfix_text():
+    stream = io.StringIO()
+    bar = QuietProgress(total=20, desc="sweep", stream=stream)
+    bar.set_postfix_str("runs 3/16")
+    bar.update(20)
+    assert stream.getvalue().rstrip().endswith("s, runs 3/16)")
+
+
+def test_training_and_sweeps_write_plain_lines_into_a_log(tmp_path, capsys):
+    """The training loop's bar off a terminal: plain lines, no carriage returns."""
+    from interp_toolkit.model import ModelConfig
+    from interp_toolkit.runs.config import TrainConfig
+    from interp_toolkit.runs.mpsp import train_mpsp
+    from interp_toolkit.tasks.mpsp import MPSPConfig
+
+    task = MPSPConfig(seq_len=4, n_values=5, r=0.9, n_train=64, n_eval=16)
+    model = ModelConfig(n_layers=1, n_heads=1, d_model=16, d_mlp=16, **task.model_dims())
+    train_mpsp(task, model, TrainConfig(epochs=40, eval_every=10, progress=True), run_dir=tmp_path / "run")
+    err = capsys.readouterr().err
+    assert "\r" not in err and "100% (40/40" in err

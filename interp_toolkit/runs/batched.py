@@ -71,6 +71,7 @@ from interp_toolkit.runs.resume import (
 from interp_toolkit.runs.trainer import (
     Split,
     TrainConfig,
+    clear_killed_writes,
     run_identity,
     validate_splits,
     with_split_task,
@@ -347,6 +348,7 @@ def train_batched(
     try:
         for run_dir in dirs:
             locks.append(DirectoryLock(run_dir, "run directory").acquire())
+            clear_killed_writes(Path(run_dir))
         if overwrite:
             for run_dir in dirs:
                 move_aside(run_dir)

@@ -20,11 +20,11 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from interp_toolkit.callbacks import dispatch
 from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.io import append_jsonl, atomic_write_bytes
+from interp_toolkit.progress import progress_bar
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.extend import carried_fields, clear_run_outputs, keep_final_state
 from interp_toolkit.runs.layout import METRICS, curves_path
@@ -291,7 +291,7 @@ class TrainingLoop:
             if len(resumed) < len(self.states):
                 self._log_evaluation(0, resumed)
         self.started = time.perf_counter()
-        bar = tqdm(range(self.start_epoch + 1, cfg.epochs + 1), desc=self.description, disable=not cfg.progress,
+        bar = progress_bar(range(self.start_epoch + 1, cfg.epochs + 1), desc=self.description, disable=not cfg.progress,
                    initial=self.start_epoch, total=cfg.epochs, leave=False)
         # the learning rate is a function of the global step, so a resumed run follows the
         # schedule exactly; clipping bounds each member's own gradient norm

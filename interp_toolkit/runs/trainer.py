@@ -299,6 +299,7 @@ def train(
     # A bad or absent device fails here, before the directory is locked or created.
     target_device = resolve_device(cfg.device) if cfg.device is not None else None
     lock = DirectoryLock(run_dir, "run directory").acquire()
+    clear_killed_writes(Path(run_dir))
     try:
         return _train_locked(model, splits, cfg, Path(run_dir), run_info, overwrite, model_cfg, callbacks,
                              target_device, extend_from)
@@ -306,6 +307,16 @@ def train(
         raise interrupted(err, run_dir) from None
     finally:
         lock.release()
+
+
+def clear_killed_writes(run_dir: Path) -> None:
+    """The temp files of a writer killed mid-write (the run's lock is held: no writer is live),
+    so a resumed run's folder holds what an uninterrupted one does."""
+    from interp_toolkit.io import remove_orphan_temps
+    from interp_toolkit.runs.layout import CHECKPOINTS
+
+    for folder in (run_dir, run_dir / CHECKPOINTS):
+        remove_orphan_temps(folder)
 
 
 def interrupted(err: KeyboardInterrupt, run_dir: str | Path) -> KeyboardInterrupt:

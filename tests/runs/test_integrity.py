@@ -136,6 +136,22 @@ def test_unflipped_resume_state_resumes(interrupted_run, tmp_path, capsys):
     assert "resumed from epoch 3" in capsys.readouterr().out
 
 
+def test_a_writer_killed_mid_write_leaves_no_temp_file_after_the_resume(interrupted_run, finished_run, tmp_path,
+                                                                        capsys):
+    """kill -9 during an atomic write leaves its ``.NAME.*.tmp`` (the target is untouched): the
+    resumed run, holding the lock, removes it and ends byte-identical to an uninterrupted run."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(interrupted_run, run_dir)
+    (run_dir / "checkpoints" / ".epoch_000004.safetensors.r41391.tmp").write_bytes(b"half a checkpoint")
+    (run_dir / ".metrics.jsonl.abc.tmp").write_bytes(b"{")
+    capsys.readouterr()
+    assert main(train_args(run_dir)) == 0
+    assert not list(run_dir.rglob("*.tmp"))
+    done = {k: v for k, v in digests(run_dir).items() if not k.endswith(".log")}
+    reference = {k: v for k, v in digests(finished_run).items() if not k.endswith(".log")}
+    assert set(done) == set(reference)
+
+
 def test_resume_state_with_other_weights_than_its_checkpoint_is_refused(interrupted_run, tmp_path, capsys):
     """A resume state re-digested after an edit passes its own digests; the checkpoint of
     the same epoch (digest-verified) tells it is not this run's history."""

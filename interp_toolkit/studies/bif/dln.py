@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import config_hash, load_artifact, save_artifact, tensor_digest
+from interp_toolkit.progress import progress_bar
 from interp_toolkit.runs.layout import CHECKPOINTS
 from interp_toolkit.runs.record import is_finished, read_run_record, write_record
 from interp_toolkit.tasks.dln import (
@@ -102,7 +102,7 @@ class DLNTrainConfig:
         steps: Gradient steps (>= 1).
         n_checkpoints: Approximate number of log-spaced checkpoints (>= 2; 0 and the last
             step always included).
-        progress: Show a tqdm bar.
+        progress: Show a progress bar (plain lines where stderr is not a terminal).
     """
 
     lr: float = 0.05
@@ -229,7 +229,7 @@ def train_dln(
                 _save_state(run_dir / CHECKPOINTS / f"step_{step:06d}.safetensors", current, {"step": step})
 
     keep(start, model)
-    bar = tqdm(total=train_cfg.steps - start, desc="DLN GD", disable=not train_cfg.progress, leave=False)
+    bar = progress_bar(total=train_cfg.steps - start, desc="DLN GD", disable=not train_cfg.progress, leave=False)
 
     def on_step(step: int, current: DeepLinearNetwork) -> None:
         bar.update(1)

@@ -29,7 +29,9 @@ def ray_session(address: str | None) -> Iterator[Any]:
         raise UserError("backend 'ray' needs Ray: pip install 'interp-toolkit[ray]'") from err
     started_here = False
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, ignore_reinit_error=True)
+        # no address: a new local Ray ("local"), never a cluster that a stale
+        # /tmp/ray/ray_current_cluster file points to (pass "auto" to join a running one)
+        ray.init(address=address or "local", include_dashboard=False, ignore_reinit_error=True)
         started_here = True
     try:
         yield ray

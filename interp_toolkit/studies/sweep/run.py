@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from tqdm.auto import tqdm
-
 from interp_toolkit.callbacks import as_callbacks
 from interp_toolkit.errors import UserError
 from interp_toolkit.io import atomic_write_json
+from interp_toolkit.progress import progress_bar
 from interp_toolkit.runs.metrics import read_run_metrics
 from interp_toolkit.studies.grid.config import (
     SweepConfig,
@@ -175,8 +174,9 @@ def run_sweep(
         backend: ``"local"`` (process pool) or ``"ray"``.
         workers: Local processes (default: CPU count, at most one per job).
         address: Ray cluster address (default: an existing ``ray.init`` or a local one).
-        progress: Show a tqdm bar over every run's evaluations (it advances per
-            evaluation; a run that ends early fills its remaining ones).
+        progress: Show a progress bar over every run's evaluations (plain lines where stderr
+            is not a terminal; it advances per evaluation, and a run that ends early fills its
+            remaining ones).
         report: Write the report (table, plots) into ``study_dir`` at the end.
         callbacks: :class:`interp_toolkit.callbacks.Callback` objects given to every run's
             trainer, e.g. ``[TensorBoardLogger()]`` (``tensorboard --logdir STUDY_DIR`` then
@@ -314,7 +314,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     evaluations = len(cell_configs(cfg, cfg.cells()[0], cfg.seeds[0])[2].evaluation_epochs())
     for job in todo:
         job["evaluations_per_run"] = evaluations
-    bar = tqdm(total=cfg.n_runs() * evaluations, initial=(n_cached + n_recorded) * evaluations, unit="eval",
+    bar = progress_bar(total=cfg.n_runs() * evaluations, initial=(n_cached + n_recorded) * evaluations, unit="eval",
                desc=f"sweep {cfg.name} [{backend}]", disable=not progress, file=sys.stderr)
     to_train = [{**job, "runs": [run for run in job["runs"] if run["run_dir"] not in finished]} for job in todo]
     tracker = SweepProgress(bar, to_train, cfg.n_runs(), n_cached + n_recorded, log_every=log_every, name=cfg.name,

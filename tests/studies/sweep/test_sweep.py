@@ -338,7 +338,7 @@ def test_dry_run_says_where_each_run_stands(smoke_local, tmp_path, capsys):
 
 def test_ray_backend_gives_same_table(smoke_local, tmp_path):
     import ray
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         result = run_sweep(preset("smoke"), tmp_path / "ray", backend="ray", progress=False)
     finally:
@@ -582,7 +582,7 @@ def test_sweep_callbacks_and_progress_per_evaluation(tmp_path, monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(sweep_module, "tqdm", RecordingBar)
+    monkeypatch.setattr(sweep_module, "progress_bar", RecordingBar)
     counter = _CountingCallback()
     cfg = preset("smoke", ratios=[0.9], epochs=20)
     result = run_sweep(cfg, tmp_path / "study", workers=1, report=False, callbacks=[counter])
