@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from .sampler import SamplerDiagnostics
 
 __all__ = [
-    "CLIMB_MAX", "GAP_FLOOR", "LOCALITY_ADVICE", "Locality", "VERDICTS", "label_marginal_loss", "locality_of",
+    "CLIMB_MAX", "GAP_FLOOR", "LOCALITY_ADVICE", "Locality", "VERDICTS", "label_marginal_loss", "locality_of", "loss_gap",
     "measure_locality", "sampling_verdict", "unigram_loss",
 ]
 
@@ -216,15 +216,11 @@ def measure_locality(
         reference_loss = float("nan")
         climb = [float("nan")] * draw_loss.shape[0]
     else:
-        gap = float(reference_loss) - float(checkpoint_loss)
-        floor = GAP_FLOOR * abs(float(reference_loss))
-        if gap < floor:
-            # a checkpoint that has learned (almost) nothing holds no solution to leave: a fraction
-            # of a vanishing gap would be noise, so the climb is measured against a tenth of the reference
+        gap, floored = loss_gap(float(checkpoint_loss), float(reference_loss))
+        if floored:
             notes.append(f"the checkpoint's loss {checkpoint_loss:.4g} is within {GAP_FLOOR:.0%} of the {reference} "
                          f"{reference_loss:.4g} (it has learned little): the climb is a fraction of "
                          f"{GAP_FLOOR:.0%} of the reference, not of the gap")
-            gap = max(floor, 1e-12)
         climb = ((draw_loss.mean(1) - float(checkpoint_loss)) / gap).tolist()
     radius = math.sqrt(n_parameters / gamma) if gamma > 0 else float("inf")
     accuracy = None if draw_accuracy is None else torch.as_tensor(draw_accuracy).double().mean(1).tolist()
@@ -234,6 +230,18 @@ def measure_locality(
         n_parameters=int(n_parameters), checkpoint_accuracy=checkpoint_accuracy, draw_accuracy=accuracy,
         climb_max=climb_max, notes=notes,
     )
+
+
+def loss_gap(checkpoint_loss: float, reference_loss: float) -> tuple[float, bool]:
+    """``(gap, floored)``: the loss gap a climb is a fraction of, ``reference - checkpoint``,
+    floored at :data:`GAP_FLOOR` of the reference (``floored`` then True). A checkpoint that
+    has learned (almost) nothing holds no solution to leave, and a fraction of a vanishing gap
+    would be noise; the gate and the gamma ladder (:mod:`.localize`) read the same gap."""
+    gap = reference_loss - checkpoint_loss
+    floor = GAP_FLOOR * abs(reference_loss)
+    if gap < floor:
+        return max(floor, 1e-12), True
+    return gap, False
 
 
 def locality_of(diagnostics: "SamplerDiagnostics", config: "SamplerConfig", reference_loss: float | None,

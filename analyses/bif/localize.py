@@ -44,6 +44,7 @@ from interp_toolkit.errors import UserError
 
 from .config import LocalizeConfig, SamplerConfig
 from .data import DataLike, LossFn, data_length, index_data, per_example_losses
+from .locality import GAP_FLOOR, loss_gap
 from .sampler import _select_parameters
 
 __all__ = ["EPS_GAMMA", "EPS_STIFF", "GAMMA_LADDER", "LocalGamma", "local_gamma",
@@ -166,12 +167,11 @@ def _ladder(model: nn.Module, data: DataLike, loss_fn: LossFn, reference_loss: f
     notes = []
     try:
         checkpoint_loss = float(losses(model).double().mean())
-        gap = reference_loss - checkpoint_loss
-        if gap <= 0:
-            notes.append(f"the checkpoint's loss {checkpoint_loss:.4g} is not below the {reference} "
-                         f"{reference_loss:.4g}: nothing to stay near; gamma is the ladder's smallest")
-            gamma = GAMMA_LADDER[0]
-            return LocalGamma(gamma, EPS_GAMMA / gamma, {gamma: 0.0}, config.target, True, reference, notes)
+        gap, floored = loss_gap(checkpoint_loss, reference_loss)  # the gate's own gap
+        if floored:
+            notes.append(f"the checkpoint's loss {checkpoint_loss:.4g} is within {GAP_FLOOR:.0%} of the {reference} "
+                         f"{reference_loss:.4g} (it has learned little): the cloud's climb is a fraction of "
+                         f"{GAP_FLOOR:.0%} of the reference, as the gate's is")
         gen = torch.Generator().manual_seed(seed)
         climbs: dict[float, float] = {}
         for gamma in GAMMA_LADDER:

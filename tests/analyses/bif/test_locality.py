@@ -231,3 +231,18 @@ def test_calibration_recommends_the_local_setting_over_a_converged_non_local_one
     assert by_gamma[found.gamma].local
     best = calibration.rows[calibration.recommended]
     assert best.gamma == found.gamma and best.local
+
+
+def test_a_checkpoint_above_its_reference_is_localized_against_the_gates_floored_gap():
+    """An untrained checkpoint (loss at or above the reference) has no solution to leave, so the
+    gate measures a climb against 10% of the reference; the ladder reads that same gap instead
+    of taking its smallest gamma unseen (which let an untrained LM's draws climb 20-50%)."""
+    from interp_toolkit.analyses.bif.localize import GAMMA_LADDER
+    from interp_toolkit.analyses.bif.locality import GAP_FLOOR, loss_gap
+
+    checkpoint = float(loss_fn(Basin(), A).detach().mean())
+    assert loss_gap(checkpoint, checkpoint / 2) == (pytest.approx(GAP_FLOOR * checkpoint / 2), True)
+    assert loss_gap(0.1, 0.7) == (pytest.approx(0.6), False)
+    found = local_gamma(Basin(), A, loss_fn, reference_loss=checkpoint / 2, reference="a loss below the checkpoint's")
+    assert found.gamma > GAMMA_LADDER[0] and found.climbs[found.gamma] <= found.target
+    assert any("learned little" in note for note in found.notes)
