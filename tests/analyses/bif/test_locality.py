@@ -237,8 +237,8 @@ def test_a_checkpoint_above_its_reference_is_localized_against_the_gates_floored
     """An untrained checkpoint (loss at or above the reference) has no solution to leave, so the
     gate measures a climb against 10% of the reference; the ladder reads that same gap instead
     of taking its smallest gamma unseen (which let an untrained LM's draws climb 20-50%)."""
-    from interp_toolkit.analyses.bif.localize import GAMMA_LADDER
     from interp_toolkit.analyses.bif.locality import GAP_FLOOR, loss_gap
+    from interp_toolkit.analyses.bif.localize import GAMMA_LADDER
 
     checkpoint = float(loss_fn(Basin(), A).detach().mean())
     assert loss_gap(checkpoint, checkpoint / 2) == (pytest.approx(GAP_FLOOR * checkpoint / 2), True)
