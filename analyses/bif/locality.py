@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     from .sampler import SamplerDiagnostics
 
 __all__ = [
-    "CLIMB_MAX", "GAP_FLOOR", "LOCALITY_ADVICE", "Locality", "VERDICTS", "label_marginal_loss", "locality_of", "loss_gap",
-    "measure_locality", "sampling_verdict", "unigram_loss",
+    "CLIMB_MAX", "GAP_FLOOR", "LOCALITY_ADVICE", "Locality", "VERDICTS", "label_marginal_loss", "locality_of",
+    "loss_gap", "measure_locality", "sampling_verdict", "unigram_loss",
 ]
 
 #: The smallest gap the climb is a fraction of, as a fraction of the reference loss (a checkpoint
