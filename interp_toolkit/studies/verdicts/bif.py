@@ -160,8 +160,8 @@ def _toy_rung_rows(root: Path, label: str, path: Path) -> list[dict[str, str]]:
         gate = rules.convergence_gate(
             (float(r["max_rhat"]), min(float(r["min_ess_bulk"]), float(r["min_ess_tail"]))) for r in part
         )
-        signed = [r for r in part if float(r["z"]) * sign >= 2.0]
-        against = [r for r in part if float(r["z"]) * sign <= -2.0]
+        signed = [r for r in part if float(r["z"]) * sign >= rules.Z_MIN]
+        against = [r for r in part if float(r["z"]) * sign <= -rules.Z_MIN]
         cells = (f"{len(part)} checkpoints; {len(signed)} with |z| >= 2 in the paper's direction, "
                  f"{len(against)} against it; converged {gate['n_converged']}/{gate['n']} (max R-hat "
                  f"{fmt_rhat(gate['max_rhat'])}, min ESS {fmt_ess(gate['min_ess'])})")
@@ -199,8 +199,8 @@ def _toy_rung_rows(root: Path, label: str, path: Path) -> list[dict[str, str]]:
     phases_path = path.parent / "phases.csv"
     if phases_path.is_file():
         cases = [r for r in read_rows(phases_path) if r["entry"] == "all entries"]
-        dominant = [r for r in cases if float(r["share"]) > 0.5 and float(r["z"] or "nan") >= 2.0]
-        above = [r for r in cases if float(r["z"] or "nan") >= 2.0]
+        dominant = [r for r in cases if float(r["share"]) > 0.5 and float(r["z"] or "nan") >= rules.Z_MIN]
+        above = [r for r in cases if float(r["z"] or "nan") >= rules.Z_MIN]
         shares = [float(r["share"]) for r in cases]
         cells = (f"{len(cases)} (network, mode) cases whose draws straddle the mode's half strength; between-phase "
                  f"share of all entries {min(shares):.2f}-{max(shares):.2f} (median "
@@ -263,9 +263,7 @@ def _correct_causal(rows: list[dict[str, Any]]) -> None:
                          "not detected after the correction (the paper gives no effect size to power against)"))
 
 
-#: Checkpoints after the peak that a converged, unmeasured fall needs before it is "not
-#: reproduced" (a fall that is there has room to show on a schedule like the testbed's).
-MIN_AFTER_PEAK = 8
+MIN_AFTER_PEAK = rules.MIN_AFTER_PEAK
 
 
 def lm_studies(root: Path) -> list[Path]:
@@ -448,7 +446,7 @@ def grows_past_onset(rows: Sequence[Mapping[str, str]], onset: int) -> dict[str,
     share = float(first["between"]) / float(first["bif"]) if float(first["bif"]) != 0 else float("nan")
     best = max(range(len(zs)), key=zs.__getitem__) if zs else None
     return {"onset_epoch": int(first["epoch"]), "peak_epoch": int(peak["epoch"]), "z_later": max(zs, default=0.0),
-            "grows": max(zs, default=0.0) >= 2.0, "between_share": share,
+            "grows": max(zs, default=0.0) >= rules.Z_MIN, "between_share": share,
             # the later checkpoint's excess over the onset's |BIF|, and the excess z 2 needs there
             "excess": zs[best] * errors[best] if best is not None else 0.0,
             "detectable": 2.0 * errors[best] if best is not None else float("nan")}

@@ -57,6 +57,11 @@ POWER_MIN = 0.8
 ALPHA = 0.05
 #: The exact test every rate verdict, its power and its seed advice rest on.
 TEST = "two-sided Fisher exact test"
+#: A signed SGLD estimate is "measured" at |z| >= this (paper B's sign, rise, fall and growth rules).
+Z_MIN = 2.0
+#: Checkpoints after the peak that a converged, unmeasured fall needs before it is "not
+#: reproduced" (a fall that is there has room to show on a schedule like the testbed's).
+MIN_AFTER_PEAK = 8
 #: The shortcut-saturation paper's horizon: "100% adversarial accuracy at any time within
 #: 15,000 epochs".
 PAPER_HORIZON_EPOCHS = 15_000
@@ -310,7 +315,7 @@ def holm_family(rows: Sequence[Mapping[str, Any]], key: str = "fisher_p") -> lis
 
 
 __all__ = [
-    "ALPHA", "ESS_MIN", "MIN_SEEDS", "PAPER_HORIZON_EPOCHS", "POWER_MIN", "RHAT_MAX", "TEST", "VERDICTS", "after_peak",
+    "ALPHA", "ESS_MIN", "MIN_AFTER_PEAK", "MIN_SEEDS", "PAPER_HORIZON_EPOCHS", "POWER_MIN", "RHAT_MAX", "TEST", "VERDICTS", "after_peak",
     "binomial_above", "convergence_gate", "converged", "detection_power", "detects", "fisher_table", "holm_family",
-    "in_regime", "observed", "rate_verdict", "seeds_for_power",
+    "in_regime", "observed", "rate_verdict", "seeds_for_power", "Z_MIN",
 ]
