@@ -315,7 +315,7 @@ def holm_family(rows: Sequence[Mapping[str, Any]], key: str = "fisher_p") -> lis
 
 
 __all__ = [
-    "ALPHA", "ESS_MIN", "MIN_AFTER_PEAK", "MIN_SEEDS", "PAPER_HORIZON_EPOCHS", "POWER_MIN", "RHAT_MAX", "TEST", "VERDICTS", "after_peak",
-    "binomial_above", "convergence_gate", "converged", "detection_power", "detects", "fisher_table", "holm_family",
-    "in_regime", "observed", "rate_verdict", "seeds_for_power", "Z_MIN",
+    "ALPHA", "ESS_MIN", "MIN_AFTER_PEAK", "MIN_SEEDS", "PAPER_HORIZON_EPOCHS", "POWER_MIN", "RHAT_MAX", "TEST",
+    "VERDICTS", "after_peak", "binomial_above", "convergence_gate", "converged", "detection_power", "detects",
+    "fisher_table", "holm_family", "in_regime", "observed", "rate_verdict", "seeds_for_power", "Z_MIN",
 ]
