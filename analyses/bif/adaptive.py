@@ -33,7 +33,7 @@ from interp_toolkit.errors import UserError
 
 from .config import SamplerConfig
 
-__all__ = ["ROUNDS_DIR", "AdaptiveConfig", "AdaptiveRecord", "keep_final_round", "until_converged"]
+__all__ = ["ROUNDS_DIR", "AdaptiveConfig", "AdaptiveRecord", "check_budget", "keep_final_round", "until_converged"]
 
 #: Folder (inside a command's output folder) caching every round; the last is copied beside it.
 ROUNDS_DIR = "rounds"
@@ -132,6 +132,23 @@ def _summary(config: SamplerConfig, convergence: Any, diverged: bool = False, lo
             "min_ess_tail": summary.get("min_ess_tail"), "converged": bool(summary.get("converged", False))}
 
 
+def check_budget(config: SamplerConfig, adaptive: AdaptiveConfig) -> None:
+    """Refuse, before any work, a first round longer than the adaptive budget (it used to run,
+    then report the budget as "ran out") and a longest round whose traces the machine cannot hold.
+
+    Raises:
+        UserError: Naming the steps per chain, the budget and the flags that set them.
+    """
+    from .config import check_memory
+
+    if adaptive.adaptive and config.total_steps > adaptive.max_steps:
+        raise UserError(f"the first round alone takes {config.total_steps:,} SGLD steps per chain (burn-in "
+                        f"{config.burn_in:,} + draws {config.draws:,} x {config.steps_between_draws} between draws), "
+                        f"more than the budget max_steps = {adaptive.max_steps:,} (--max-steps): raise the budget, or "
+                        "lower draws or burn-in")
+    check_memory(config)
+
+
 def until_converged(run: Callable[[SamplerConfig], R], config: SamplerConfig, adaptive: AdaptiveConfig,
                     convergence_of: Callable[[R], Any] = lambda result: getattr(result, "convergence", None),
                     on_round: Callable[[dict[str, Any]], None] | None = None,
@@ -158,6 +175,7 @@ def until_converged(run: Callable[[SamplerConfig], R], config: SamplerConfig, ad
         raise TypeError(f"adaptive must be an AdaptiveConfig, got {type(adaptive).__name__}")
     from .config import SamplerDivergenceError
 
+    check_budget(config, adaptive)
     record = AdaptiveRecord(max_steps=adaptive.max_steps)
     current = config
     backoffs = 0

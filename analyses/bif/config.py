@@ -213,3 +213,39 @@ class LocalizeConfig(Config):
         for name in ("probes", "max_examples"):
             value = getattr(self, name)
             self.check(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1, "an integer >= 1")
+
+
+#: Per-draw float64 values the estimators keep besides the sampler's own traces: the tracked
+#: entries (analyses.bif.diagnostics.DEFAULT_TRACKED squared) and the scalar traces, rounded up.
+_PER_DRAW_VALUES = 16 * 16 + 16
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's physical memory (None where the OS does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def trace_bytes(config: "SamplerConfig") -> int:
+    """Bytes the per-step and per-draw traces of ``config`` take (float64): the loss and
+    distance of every step, and per draw the locality numbers and the tracked diagnostics."""
+    return 8 * config.chains * (2 * config.total_steps + (3 + _PER_DRAW_VALUES) * config.draws)
+
+
+def check_memory(config: "SamplerConfig", available: int | None = None) -> None:
+    """Refuse a chain length whose traces alone exceed half the machine's memory, before any
+    work (``--draws 99999999999`` used to start, then die allocating 51 TB).
+
+    Raises:
+        UserError: Naming chains, draws and steps, the bytes needed and the memory there is.
+    """
+    available = physical_memory_bytes() if available is None else available
+    need = trace_bytes(config)
+    if available is not None and need > available // 2:
+        raise UserError(f"{config.chains} chains x {config.draws:,} draws ({config.total_steps:,} SGLD steps per "
+                        f"chain) need {need / 2**30:,.1f} GiB for their traces alone, more than half of this "
+                        f"machine's {available / 2**30:,.1f} GiB: lower draws or chains")

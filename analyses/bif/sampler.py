@@ -16,7 +16,7 @@ from interp_toolkit.callbacks import as_callbacks, dispatch
 from interp_toolkit.errors import UserError
 from interp_toolkit.progress import progress_bar
 
-from .config import SamplerConfig, SamplerDivergenceError
+from .config import SamplerConfig, SamplerDivergenceError, check_memory
 from .data import DataLike, LossFn, Observable, data_length, index_data, per_example_losses
 from .sgld import SGLD
 
@@ -145,6 +145,7 @@ def sample_sgld(
         raise UserError("train_data has no examples")
     if config.batch_size is not None and config.batch_size > n_train:
         raise UserError(f"SamplerConfig.batch_size {config.batch_size} exceeds the {n_train} training examples")
+    check_memory(config)  # a chain length that cannot be held is refused before any forward pass
     n_beta = config.resolved_n_beta(n_train)
     params = _select_parameters(model, config.param_patterns)
     param_ids = {id(p) for _, p in params}

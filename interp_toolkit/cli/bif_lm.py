@@ -173,6 +173,9 @@ class LMBIFCommandConfig(Config):
                    "'token_mean' or 'group_means'")
         self.check("stderr_method", self.stderr_method in ("jackknife", "per_chain"), "'jackknife' or 'per_chain'")
         check_calibration_grids(self)
+        from interp_toolkit.analyses.bif.adaptive import check_budget
+
+        check_budget(self.sampler, self.convergence)  # sized before any checkpoint is read
 
 
 def text_classes_config(args: LMBIFCommandConfig) -> TextClassesConfig | None:

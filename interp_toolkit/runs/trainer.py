@@ -173,6 +173,12 @@ def validate_splits(splits: Mapping[str, Split], cfg: TrainConfig, model_cfg: An
         if model_cfg is not None:  # out-of-vocabulary ids would fail deep inside the model
             check_token_ids(name, split.tokens, model_cfg.d_vocab)
             check_label_ids(name, split.labels, model_cfg.d_vocab_out or model_cfg.d_vocab)
+    total = cfg.epochs * cfg.steps_per_epoch(len(splits[cfg.train_split].labels))
+    if cfg.warmup_steps and cfg.warmup_steps >= total:
+        # the learning rate would never reach lr: refused, not warned (the run is not the one asked)
+        raise UserError(f"--train.warmup-steps {cfg.warmup_steps:,} is not below the run's {total:,} optimizer steps "
+                        f"({cfg.epochs:,} epochs x {cfg.steps_per_epoch(len(splits[cfg.train_split].labels)):,} "
+                        "steps): the learning rate would never reach --lr; shorten the warmup or train longer")
 
 
 def given_model_config(model: Any, model_config: Any) -> Any:

@@ -219,3 +219,13 @@ def test_flipped_checkpoint_is_refused_naming_the_file(finished_run, tmp_path, f
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "epoch_000006.safetensors" in err
     assert not (run_dir / "analyses" / "weight_norms" / "weight_norms.csv").exists()
+
+
+def test_a_warmup_as_long_as_the_run_is_refused_before_anything_is_written(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    assert main(train_args(run_dir, 6, "--train.warmup-steps", "100000000000000000000")) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "never reach --lr" in err and "6 optimizer steps" in err
+    assert not run_dir.exists() or not any(run_dir.iterdir())
+    assert main(train_args(run_dir, 6, "--train.warmup-steps", "5")) == 0  # shorter than the run: trains

@@ -70,6 +70,9 @@ class CheckpointBIFConfig(Config):
         if isinstance(self.sampler.chains, int) and self.sampler.chains < 2:
             raise UserError(f"--chains {self.sampler.chains}: a BIF needs at least 2 chains (its standard error is "
                             "a leave-one-chain-out jackknife, NaN with one chain)")
+        from interp_toolkit.analyses.bif.adaptive import check_budget
+
+        check_budget(self.sampler, self.convergence)  # sized before any work
 
 
 def bif_output_dir(checkpoint: str | Path | None, out: str | Path | None = None) -> Path:

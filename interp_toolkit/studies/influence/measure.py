@@ -138,6 +138,9 @@ class InfluenceConfig(Config):
         if isinstance(self.sampler.chains, int) and self.sampler.chains < 2:
             raise UserError(f"--chains {self.sampler.chains}: the influence study needs at least 2 chains (its "
                             "standard errors are a leave-one-chain-out jackknife)")
+        from interp_toolkit.analyses.bif.adaptive import check_budget
+
+        check_budget(self.sampler, self.convergence)  # sized before any checkpoint is read
 
 
 def influence_output_dir(run_dir: str | Path, out: str | Path | None = None) -> Path:

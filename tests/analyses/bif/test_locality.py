@@ -246,3 +246,27 @@ def test_a_checkpoint_above_its_reference_is_localized_against_the_gates_floored
     found = local_gamma(Basin(), A, loss_fn, reference_loss=checkpoint / 2, reference="a loss below the checkpoint's")
     assert found.gamma > GAMMA_LADDER[0] and found.climbs[found.gamma] <= found.target
     assert any("learned little" in note for note in found.notes)
+
+
+def test_chain_lengths_are_sized_before_any_work(tmp_path, capsys):
+    """A first round beyond --max-steps and traces beyond the machine's memory are refused at
+    parse time, naming the numbers (they used to start, then fail or overrun silently)."""
+    from interp_toolkit.analyses.bif.adaptive import AdaptiveConfig, check_budget
+    from interp_toolkit.analyses.bif.config import check_memory, trace_bytes
+    from interp_toolkit.cli import main
+
+    long = SamplerConfig(draws=10, burn_in=10, steps_between_draws=1)
+    with pytest.raises(UserError, match=r"first round alone takes 20 SGLD steps .* max_steps = 5 \(--max-steps\)"):
+        check_budget(long, AdaptiveConfig(max_steps=5))
+    check_budget(long, AdaptiveConfig(adaptive=False, max_steps=5))  # one round asked for: no budget to exceed
+    huge = SamplerConfig(draws=99_999_999_999, burn_in=10)
+    assert trace_bytes(huge) > 10**13
+    with pytest.raises(UserError, match=r"4 chains x 99,999,999,999 draws .* GiB"):
+        check_memory(huge, available=16 * 2**30)
+    check_memory(long, available=16 * 2**30)
+    for argv in (["bif", str(tmp_path / "x.safetensors"), "--draws", "99999999999", "--max-steps", "100"],
+                 ["bif", str(tmp_path / "x.safetensors"), "--draws", "99999999999", "--no-adaptive"]):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("error:") == 1 and ("--max-steps" in err or "GiB" in err)
