@@ -23,6 +23,7 @@ No anchor does this: devinterp leaves convergence to the user.
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,7 @@ def until_converged(run: Callable[[SamplerConfig], R], config: SamplerConfig, ad
     while True:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            started = time.perf_counter()
             try:
                 result = run(current)
             except SamplerDivergenceError:
@@ -189,7 +191,8 @@ def until_converged(run: Callable[[SamplerConfig], R], config: SamplerConfig, ad
                     raise
                 record.rounds.append(_summary(current, None, diverged=True))
                 if on_round is not None:
-                    on_round(record.rounds[-1])
+                    # the round's cost goes to the notice, not the record (a cached rerun reads the same)
+                    on_round({**record.rounds[-1], "seconds": time.perf_counter() - started})
                 current = dataclasses.replace(current, eps=current.eps / BACKOFF)
                 backoffs += 1
                 continue
@@ -197,7 +200,7 @@ def until_converged(run: Callable[[SamplerConfig], R], config: SamplerConfig, ad
         summary = _summary(current, convergence_of(result), locality=locality)
         record.rounds.append(summary)
         if on_round is not None:
-            on_round(summary)
+            on_round({**summary, "seconds": time.perf_counter() - started})
         heated = (local_backoff and locality is not None and not locality.local
                   and locality.worst_climb == locality.worst_climb)  # measured (not NaN) and failed
         if heated and adaptive.adaptive and backoffs < MAX_BACKOFFS:

@@ -317,16 +317,19 @@ def locality_kwargs(inputs: dict[str, Any], command: str) -> dict[str, Any]:
 
 
 def round_notice(summary: dict[str, Any]) -> None:
-    """One ``note:`` line per adaptive round that did not converge (long work shows progress)."""
+    """One ``note:`` line per adaptive round that did not converge (long work shows progress),
+    with its cost: SGLD steps per chain and seconds."""
+    cost = f" ({summary['steps_per_chain']:,} steps per chain"
+    cost += f", {summary['seconds']:.0f} s)" if summary.get("seconds") is not None else ")"
     if summary["diverged"]:
-        notice(f"SGLD diverged at eps {summary['eps']:.3g}; rerunning at a third of it")
+        notice(f"SGLD diverged at eps {summary['eps']:.3g}{cost}; rerunning at a third of it")
     elif summary.get("local") is False and summary.get("climb") is not None:
-        notice(f"BIF at {summary['draws']} draws, eps {summary['eps']:.3g}: NOT local (the draws climbed "
+        notice(f"BIF at {summary['draws']} draws, eps {summary['eps']:.3g}{cost}: NOT local (the draws climbed "
                f"{summary['climb']:.0%} of the loss gap; the gate allows 10%)")
     elif not summary["converged"]:
         rhat, bulk, tail = (summary[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail"))
-        notice(f"BIF at {summary['draws']} draws after {summary['burn_in']} burn-in steps per chain: not converged "
-               f"(max R-hat {'n/a' if rhat is None else f'{rhat:.3f}'}, min ESS "
+        notice(f"BIF at {summary['draws']} draws after {summary['burn_in']} burn-in steps per chain{cost}: not "
+               f"converged (max R-hat {'n/a' if rhat is None else f'{rhat:.3f}'}, min ESS "
                f"{'n/a' if bulk is None else f'{bulk:.0f}'} / {'n/a' if tail is None else f'{tail:.0f}'})")
 
 
