@@ -50,7 +50,8 @@ COMMANDS = _documented_commands()
 def test_docs_give_the_commands_of_every_committed_table():
     assert set(COMMANDS) == {"docs/reproduction", "docs/reproduction/headline", "docs/reproduction/regime",
                              "docs/reproduction/claims", "docs/reproduction/r0", "docs/reproduction/axes",
-                             "docs/reproduction/axes_clock/2L", "docs/reproduction/axes_clock/1L"}
+                             "docs/reproduction/axes_clock/2L", "docs/reproduction/axes_clock/1L",
+                             "docs/reproduction/confirm_len7"}
 
 
 @pytest.mark.parametrize("out", sorted(COMMANDS))
