@@ -85,6 +85,17 @@ class SweepCommandConfig(Config):
             trained again; the study's report includes them.
         extend_from: Study directories of this sweep at fewer epochs: a run not started here
             continues the same run there (from its final state) instead of training from epoch 0.
+        state: A campaign's state folder (e.g. docs/reproduction/literal/state, committed): every
+            run of the grid it holds further along is restored into the study directory first (a
+            fresh machine continues it), and every run's compact state (record, metrics,
+            checkpoints, resume state) is saved there at the end, with the session's cost in
+            campaign.json and a status table in status.md. SIGTERM then pauses the runs at their
+            epoch's end instead of interrupting them.
+        budget: With --state: stop after this much wall time (2h30m, 90m, 45s, or seconds),
+            every run paused at its epoch's end and saved; the next call continues them.
+        status: With --state: print where every run of the campaign stands (epochs done, best
+            adversarial accuracy, the epoch it met the criterion, core-hours left at the measured
+            rate), write it to the state folder's status.md, and exit.
         sweep: The grid and the training settings of every run (its ``device``, ``--device``:
             cpu, cuda, cuda:N or auto, is checked before any work).
     """
@@ -106,6 +117,9 @@ class SweepCommandConfig(Config):
     wandb_group: Optional[str] = None  # noqa: UP007
     recorded: list[Path] = field(default_factory=list)
     extend_from: list[Path] = field(default_factory=list)
+    state: Optional[Path] = None  # noqa: UP007
+    budget: Optional[str] = None  # noqa: UP007
+    status: bool = False
     sweep: SweepConfig = field(default_factory=lambda: SweepConfig.from_dict(PRESETS["smoke"]))
 
     def __post_init__(self) -> None:
@@ -121,8 +135,16 @@ class SweepCommandConfig(Config):
                                                            and isinstance(self.log_every, (int, float))
                                                            and self.log_every > 0),
                    "a positive number of seconds or None")
+        self.check("budget", self.budget is None or self.state is not None, "given with --state (a campaign)")
+        self.check("status", not self.status or self.state is not None, "given with --state (a campaign)")
+        if self.budget is not None:
+            from interp_toolkit.studies.sweep.campaign import parse_duration
+
+            parse_duration(self.budget)
         if isinstance(self.out, str):
             self.out = Path(self.out)
+        if isinstance(self.state, str):
+            self.state = Path(self.state)
         self.recorded = [Path(p) for p in self.recorded]
         self.extend_from = [Path(p) for p in self.extend_from]
 
@@ -402,6 +424,8 @@ def run_config(args: SweepCommandConfig) -> int:
         for line in progress_lines(plan["runs"]):
             print(line)
         return 0
+    if args.state is not None:
+        return _run_campaign(args)
     from interp_toolkit.loggers import loggers_from_flags
     from interp_toolkit.studies.grid.study import default_study_dir
 
@@ -424,6 +448,49 @@ def run_config(args: SweepCommandConfig) -> int:
         print(f"error: {len(result.failed)} run(s) of the sweep failed (listed above, with the run directories "
               "to inspect); the others finished; rerun the same command to resume them", file=sys.stderr)
         return 2
+    return 0
+
+
+def _run_campaign(args: SweepCommandConfig) -> int:
+    """``interp-toolkit sweep --state DIR [--budget T | --status]``: one session of a campaign."""
+    from interp_toolkit.studies.grid.study import default_study_dir
+    from interp_toolkit.studies.sweep.campaign import (
+        campaign_status,
+        parse_duration,
+        run_campaign,
+        status_table,
+        write_status,
+    )
+
+    assert args.state is not None
+    if args.status:
+        print(status_table(campaign_status(args.sweep, args.state)), end="")
+        print(f"written to {write_status(args.sweep, args.state)}")
+        return 0
+    from interp_toolkit.loggers import loggers_from_flags
+
+    study_dir = args.out if args.out is not None else default_study_dir(args.sweep)
+    budget = parse_duration(args.budget) if args.budget is not None else None
+    done = run_campaign(args.sweep, study_dir, args.state, budget, workers=args.workers, progress=not args.quiet,
+                        log_every=args.log_every, callbacks=loggers_from_flags(args, group=Path(study_dir).name),
+                        recorded=args.recorded)
+    result, session = done["result"], done["session"]
+    if done["restored"]:
+        print(f"restored {len(done['restored'])} run(s) from {args.state}")
+    print(f"study {result.study_dir}: {len(result.rows)} runs finished, {len(result.paused)} paused, "
+          f"{len(result.failed)} failed in {session['wall_s']:.0f} s; state saved to {args.state} "
+          f"({done['bytes_saved'] / 1e6:.1f} MB written)")
+    print(status_table(campaign_status(args.sweep, args.state)), end="")
+    if result.failed:
+        import sys
+
+        for row in result.failed:
+            print(f"failed run {row['run_dir']}: {' '.join(row['error'].split())}", file=sys.stderr)
+        print(f"error: {len(result.failed)} run(s) of the campaign failed (listed above); rerun the same command "
+              "to resume them", file=sys.stderr)
+        return 2
+    if result.paused:
+        print("paused: rerun the same command (here or on a fresh clone holding the state folder) to continue")
     return 0
 
 

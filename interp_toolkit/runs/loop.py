@@ -25,6 +25,7 @@ from interp_toolkit.callbacks import dispatch
 from interp_toolkit.checkpoint import save_checkpoint
 from interp_toolkit.io import append_jsonl, atomic_write_bytes
 from interp_toolkit.progress import progress_bar
+from interp_toolkit.runs import pause
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.extend import carried_fields, clear_run_outputs, keep_final_state
 from interp_toolkit.runs.layout import METRICS, curves_path
@@ -273,6 +274,15 @@ class TrainingLoop:
                 dispatch(self.callbacks, "on_checkpoint", run_dir, checkpoint_path(run_dir, epoch), epoch)
         return results
 
+    def _pause(self, epoch: int, reason: str, eval_epochs: set[int]) -> None:
+        """Save every active member's resume state at ``epoch`` (an evaluation epoch's is saved
+        already) and raise :class:`~interp_toolkit.runs.pause.TrainingPaused`."""
+        if epoch not in eval_epochs:  # not a checkpoint epoch either: the resume state alone
+            for j in range(len(self.active)):
+                self._save(j, epoch, {})
+        self.members.finish()
+        raise pause.TrainingPaused(epoch, reason)
+
     # ------------------------------------------------------------------ training
 
     def run(self, device: torch.device | str) -> dict[int, int | None]:
@@ -298,6 +308,9 @@ class TrainingLoop:
         per_epoch = cfg.steps_per_epoch(len(labels))
         total_steps = cfg.epochs * per_epoch
         for epoch in bar:
+            if epoch > self.start_epoch + 1 and (reason := pause.requested()) is not None:
+                bar.close()
+                self._pause(epoch - 1, reason, eval_epochs)
             for batch, idx in enumerate(epoch_minibatches(len(labels), cfg.batch_size, self.shuffle_gen, device)):
                 losses = members.gradients(tokens[idx], labels[idx])
                 if not bool(torch.isfinite(losses).all()):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from interp_toolkit.errors import UserError
+from interp_toolkit.runs import pause
 from interp_toolkit.studies.grid.config import SweepConfig, cell_configs, stop_rule_of
 from interp_toolkit.studies.grid.study import has_outcome, read_outcome, write_outcome
 from interp_toolkit.threads import with_threads
@@ -203,25 +204,63 @@ def run_job(job: Mapping[str, Any], threads: int = 1, callbacks: Sequence[Any] |
             except UserError as err:
                 failed[i] = str(err)
         todo = [i for i in todo if i not in failed]
+    paused: dict[int, int | None] = {}
     if todo:
-        result = train_batched(
-            [per_run[i][1] for i in todo], splits, per_run[0][2], [job["runs"][i]["run_dir"] for i in todo],
-            [per_run[i][3] for i in todo],
-            stop_rule=stop_rule, device=device, extend_from=[job["runs"][i].get("extend_from") for i in todo],
-            callbacks=[*(callbacks or []), *([_ProgressEvents(events)] if events is not None else [])],
-        )
-        for j, i in enumerate(todo):
-            run_dir = Path(job["runs"][i]["run_dir"])
-            outcome = outcome_of_run(run_dir, cell["r"], modulus, cfg.outcome_thresholds())
-            outcome.update(resumed_from=result.resumed_from[j], stopped_early_at=result.stopped_early_at[j])
-            write_outcome(run_dir, outcome)
+        if "pause" in job:  # a campaign: pause at the deadline or on SIGTERM, at an epoch's end
+            pause.arm(job["pause"].get("deadline"), flag=job["pause"].get("flag"))
+        try:
+            if "pause" in job and pause.requested():  # spent before this job began: it waits
+                raise pause.TrainingPaused(-1, str(pause.requested()))
+            result = train_batched(
+                [per_run[i][1] for i in todo], splits, per_run[0][2], [job["runs"][i]["run_dir"] for i in todo],
+                [per_run[i][3] for i in todo],
+                stop_rule=stop_rule, device=device, extend_from=[job["runs"][i].get("extend_from") for i in todo],
+                callbacks=[*(callbacks or []), *([_ProgressEvents(events)] if events is not None else [])],
+            )
+        except pause.TrainingPaused:
+            paused = _write_outcomes_of_finished(job, todo, cfg, modulus)
+        else:
+            for j, i in enumerate(todo):
+                run_dir = Path(job["runs"][i]["run_dir"])
+                outcome = outcome_of_run(run_dir, cell["r"], modulus, cfg.outcome_thresholds())
+                outcome.update(resumed_from=result.resumed_from[j], stopped_early_at=result.stopped_early_at[j])
+                write_outcome(run_dir, outcome)
+        finally:
+            pause.disarm()
     rows = []
     for i, run in enumerate(job["runs"]):
         if i in failed:
             rows.append({**cell, "seed": run["seed"], "run_dir": run["run_dir"], "error": failed[i]})
             continue
+        if i in paused:
+            rows.append({**cell, "seed": run["seed"], "run_dir": run["run_dir"], "paused": paused[i]})
+            continue
         rows.append({**cell, "seed": run["seed"], "run_dir": run["run_dir"], **read_outcome(run["run_dir"])})
     return rows
+
+
+def _write_outcomes_of_finished(job: Mapping[str, Any], todo: Sequence[int], cfg: SweepConfig,
+                                modulus: int) -> dict[int, int | None]:
+    """After a pause: the outcome of every run of ``todo`` whose training is over (stopped early
+    before the pause); returns ``{index: epoch its resume state ends}`` of the others."""
+    from interp_toolkit.runs.record import is_finished, read_record
+    from interp_toolkit.runs.resume import saved_epoch
+    from interp_toolkit.studies.common.outcomes import outcome_of_run
+
+    paused: dict[int, int | None] = {}
+    for i in todo:
+        run_dir = Path(job["runs"][i]["run_dir"])
+        try:
+            record = read_record(run_dir)
+        except UserError:  # not started: its group had not begun
+            record = {}
+        if not is_finished(record):
+            paused[i] = saved_epoch(run_dir) if run_dir.is_dir() else None
+            continue
+        outcome = outcome_of_run(run_dir, job["cell"]["r"], modulus, cfg.outcome_thresholds())
+        outcome.update(resumed_from=record.get("resumed_from"), stopped_early_at=record.get("stopped_early_at"))
+        write_outcome(run_dir, outcome)
+    return paused
 
 
 def job_device(job: Mapping[str, Any]) -> str:

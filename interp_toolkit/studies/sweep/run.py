@@ -161,6 +161,9 @@ def run_sweep(
     extend_from: Sequence[str | Path] = (),
     jobs_per_gpu: int | None = None,
     retries: int = 3,
+    pausable: bool = False,
+    pause_at: float | None = None,
+    pause_flag: str | Path | None = None,
 ) -> SweepResult:
     """Run (or finish) a sweep; each run's directory is keyed by its config.
 
@@ -200,6 +203,13 @@ def run_sweep(
             :func:`interp_toolkit.studies.sweep.resources.jobs_per_gpu`.
         retries: Times a job whose worker died is run again (Ray: its task, on any node; the
             local pool: in a fresh pool); the retry resumes every run from its directory.
+        pausable: A campaign's sweep (:mod:`interp_toolkit.studies.sweep.campaign`): SIGTERM
+            pauses every run at its next epoch end (:mod:`interp_toolkit.runs.pause`) instead of
+            interrupting it; the paused runs are the result's ``paused`` rows.
+        pause_at: With ``pausable``: pause at the first epoch end at or after this
+            ``time.time()`` instant as well (a wall-clock budget).
+        pause_flag: With ``pausable``: a file whose appearance pauses every worker (the
+            driver's SIGTERM handler creates it: :func:`~interp_toolkit.studies.sweep.campaign.sigterm_pauses`).
 
     A job that fails (raises, or its worker dies past the retries) fails alone: its runs are
     in the result's ``failed`` rows, naming their directories, while the other jobs finish.
@@ -235,7 +245,9 @@ def run_sweep(
         with contextlib.ExitStack() as stack:
             ray = stack.enter_context(ray_backend.ray_session(address)) if backend == "ray" else None
             return _run_sweep_locked(cfg, study_dir, backend, workers, ray, progress, report, callbacks,
-                                     recorded_table, log_every, extend_from, recorded, jobs_per_gpu, retries)
+                                     recorded_table, log_every, extend_from, recorded, jobs_per_gpu, retries,
+                                     {"deadline": pause_at, "flag": None if pause_flag is None else str(pause_flag)}
+                                     if pausable or pause_at is not None else None)
 
 
 @dataclass
@@ -270,7 +282,7 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
                       recorded_table: tuple[list[str], dict[str, dict[str, str]]] = ([], {}),
                       log_every: float | None = None, extend_from: Sequence[Path] = (),
                       recorded: Sequence[str | Path] = (), jobs_per_gpu: int | None = None,
-                      retries: int = 3) -> SweepResult:
+                      retries: int = 3, pause: Mapping[str, Any] | None = None) -> SweepResult:
     """:func:`run_sweep` once ``study_dir`` is locked by this process (``ray``: the connected
     module for the Ray backend, else None)."""
     check_study_dir(cfg, study_dir)
@@ -284,6 +296,8 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     jobs = plan_jobs(cfg, study_dir, extend_from, seeds=resources.seeds_per_job)
     for job in jobs:
         job["device"] = resources.device
+        if pause is not None:
+            job["pause"] = dict(pause)
     header, recorded_runs = recorded_table
     taken: list[dict[str, str]] = []
     if recorded_runs:
@@ -337,14 +351,16 @@ def _run_sweep_locked(cfg: SweepConfig, study_dir: Path, backend: str, workers: 
     failed = [row for row in rows if "error" in row]
     for row in failed:  # so the report says "failed", not "training"
         write_failure(row["run_dir"], row["error"])
-    rows = [row for row in rows if "error" not in row]
+    paused = [row for row in rows if "paused" in row and "error" not in row]
+    rows = [row for row in rows if "error" not in row and "paused" not in row]
     rows.sort(key=lambda row: (row["task"], row["n_layers"], row["n_heads"], row["weight_decay"],
                                row["r"], row["seed"], row["run_dir"]))
     if report:
         from interp_toolkit.studies.report.write import write_report
 
         write_report(study_dir, print_table=False)
-    return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started, failed, n_recorded, placements)
+    return SweepResult(study_dir, rows, n_cached, time.perf_counter() - started, failed, n_recorded, placements,
+                       paused)
 
 
 def run_job_cached(job: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -370,6 +386,8 @@ class SweepResult:
         placements: One entry per job run here: where it ran (host, PID,
             ``CUDA_VISIBLE_DEVICES``; on Ray its node and GPU ids), the device it resolved on
             its worker, and its run directories.
+        paused: Rows of a campaign's runs paused on its budget or SIGTERM (``paused``: the epoch
+            their resume state ends; rerunning the sweep continues them from there).
     """
 
     study_dir: Path
@@ -379,6 +397,7 @@ class SweepResult:
     failed: list[dict[str, Any]] = field(default_factory=list)
     n_recorded: int = 0
     placements: list[dict[str, Any]] = field(default_factory=list)
+    paused: list[dict[str, Any]] = field(default_factory=list)
 
 
 def plan_jobs(cfg: SweepConfig, study_dir: Path, extend_from: Sequence[str | Path] = (),
