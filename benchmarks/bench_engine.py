@@ -1,6 +1,7 @@
 """Seconds per full-batch AdamW epoch: the bridge, a bare all-positions module, the fast engine.
 
 Run: python benchmarks/bench_engine.py [--quick] [--n 16384] [--seq-len 10] [--threads 2] [--clock cpu]
+     [--compare-positions 24576]
 
 Everything is measured side by side in one run (the machines are shared and noisy: read
 the ratios, not the absolute times):
@@ -8,7 +9,9 @@ the ratios, not the absolute times):
 * (a) ``bridge``: a plain TransformerLens loop over the ``TransformerBridge`` (full forward,
   cross-entropy at the readout, ``torch.optim.AdamW``), what ``train()`` did before the engine;
 * (b) ``bare``: a bare PyTorch module of the same shape computing every position;
-* (c) ``engine``: :class:`interp_toolkit.runs.forward.ReadoutForward` (``train()``'s default).
+* (c) ``engine``: :class:`interp_toolkit.runs.forward.ReadoutForward` (``train()``'s default),
+  and beside it the same engine in passes of ``--compare-positions`` positions per thread (the
+  gradient of a full batch is summed over passes; ``runs.cost.CPU_MEMBER_POSITIONS_PER_PASS``).
 
 Useful GFLOP per epoch counts a dense implementation of what the loss needs (every position
 below the last layer, the readout position only in the last; forward + backward = 3x
@@ -36,7 +39,7 @@ import torch.nn.functional as F
 
 from interp_toolkit import ModelConfig, build_model
 from interp_toolkit.runs.batched import StackedModel, batched_readout_loss
-from interp_toolkit.runs.cost import step_flops
+from interp_toolkit.runs.cost import CPU_MEMBER_POSITIONS_PER_PASS, default_engine_chunk, step_flops
 from interp_toolkit.runs.forward import ReadoutForward
 from interp_toolkit.runs.optim import StackedAdamW
 from interp_toolkit.runs.trainer import readout_loss
@@ -105,7 +108,7 @@ def _timed(fn) -> float:
     return CLOCK() - start
 
 
-def engine_step_fn(cfg: ModelConfig, tokens, labels):
+def engine_step_fn(cfg: ModelConfig, tokens, labels, chunk: int | None = None):
     model = build_model(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.1)
     forward = ReadoutForward(model, -1)
@@ -113,13 +116,13 @@ def engine_step_fn(cfg: ModelConfig, tokens, labels):
 
     def engine_step():  # what train() does per full-batch step
         optimizer.zero_grad(set_to_none=True)
-        forward.backward(tokens, labels)
+        forward.backward(tokens, labels, chunk_size=chunk)
         optimizer.step()
 
     return engine_step
 
 
-def single_runs(cfg: ModelConfig, tokens, labels, epochs: int) -> dict[str, float]:
+def single_runs(cfg: ModelConfig, tokens, labels, epochs: int, other_chunk: int | None = None) -> dict[str, float]:
     model = build_model(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.1)
 
@@ -138,8 +141,10 @@ def single_runs(cfg: ModelConfig, tokens, labels, epochs: int) -> dict[str, floa
         loss.backward()
         bare_opt.step()
 
-    return interleaved({"bridge": bridge_step, "bare": bare_step,
-                        "engine": engine_step_fn(cfg, tokens, labels)}, epochs)
+    steps = {"bridge": bridge_step, "bare": bare_step, "engine": engine_step_fn(cfg, tokens, labels)}
+    if other_chunk is not None:  # the same engine with another pass size, side by side
+        steps["engine@"] = engine_step_fn(cfg, tokens, labels, other_chunk)
+    return interleaved(steps, epochs)
 
 
 def stacked_vs_sequential(cfg: ModelConfig, k: int, tokens, labels, epochs: int) -> tuple[float, float]:
@@ -165,6 +170,10 @@ def main() -> None:
     parser.add_argument("--layers", default="1,2")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="time by the wall clock or by this process's CPU time (for --threads 1 under load)")
+    parser.add_argument("--compare-positions", type=int, default=24_576,
+                        help="also time the engine with passes of this many positions per thread, side by "
+                             "side (default: the pass size before it was measured down to "
+                             "CPU_MEMBER_POSITIONS_PER_PASS; 0: skip)")
     parser.add_argument("--quick", action="store_true", help="n=2,048, 2 epochs, K=1,4 (a smoke run under load)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # progress shows when redirected to a file
@@ -186,7 +195,9 @@ def main() -> None:
         cfg = ModelConfig(n_layers=n_layers, n_heads=2, **task.model_dims())
         useful = step_flops(cfg, args.n, n_pos, readout_only=True) / 1e9
         everything = step_flops(cfg, args.n, n_pos, readout_only=False) / 1e9
-        times = single_runs(cfg, tokens, labels, args.epochs)
+        other = (max(32, args.compare_positions * args.threads // n_pos)
+                 if args.compare_positions else None)
+        times = single_runs(cfg, tokens, labels, args.epochs, other)
         print(f"\n{n_layers}L: useful {useful:.1f} GFLOP/epoch (all positions: {everything:.1f})")
         print(f"  {'path':<8} {'s/epoch':>8} {'vs bridge':>10} {'useful GFLOP/s':>15} {'of sgemm':>9}")
         for name in ("bridge", "bare", "engine"):
@@ -194,6 +205,12 @@ def main() -> None:
             print(f"  {name:<8} {times[name]:8.3f} {times['bridge'] / times[name]:9.2f}x {rate:15.1f} "
                   f"{rate / peak:8.0%}")
         print(f"  engine vs bare: {times['bare'] / times['engine']:.2f}x faster")
+        if other is not None:
+            chunk = default_engine_chunk(1, args.n, "cpu", None, n_pos)
+            print(f"  engine in passes of {chunk} examples ({CPU_MEMBER_POSITIONS_PER_PASS:,} positions per "
+                  f"thread): {times['engine']:.3f} s/epoch; in passes of {other} "
+                  f"({args.compare_positions:,} per thread): {times['engine@']:.3f}; "
+                  f"{times['engine@'] / times['engine']:.2f}x faster")
         for k in ks:
             stacked, single = stacked_vs_sequential(cfg, k, tokens, labels, max(2, args.epochs - 1))
             print(f"  K={k:<3} stacked: {k / stacked:6.2f} seed-epochs/s; K sequential engine runs: "

@@ -14,13 +14,23 @@ from interp_toolkit.devices import resolve_device
 
 #: Member-positions (members x examples x positions) per forward/backward pass on CPU. A
 #: step's gradient is accumulated over passes of this size: their activations stay near the
-#: caches instead of growing with K x n (measured at n = 4,096, 6 positions, 2 layers, one
-#: thread: a pass of ~4,096 member-examples took 0.65 s per seed-epoch against 0.75 s for one
-#: member's full batch in one pass and 0.85 s for 16 members x 1,024 examples). Scaled by
-#: the torch thread count: with more threads every op must be larger to pay for the
-#: fork/join (2 threads on a loaded machine: 4.5 s per 1-layer epoch at n = 16,384 in
-#: passes of 2,234 examples, 2.6 s in one pass; 1 thread: 0.78 s and 1.33 s).
-CPU_MEMBER_POSITIONS_PER_PASS = 24_576
+#: caches instead of growing with K x n. Scaled by the torch thread count (with more threads
+#: every op must be larger to pay for the fork/join). Measured on an idle 2-core AMD EPYC
+#: (32 MiB L3), n = 16,384, length 8 (9 positions), full batch, seconds per epoch
+#: (``benchmarks/bench_engine.py --compare-positions``):
+#:
+#: ============  =========  =========  =========  =========  =========
+#: positions     4,608      9,216      18,432     24,576     36,864
+#: ============  =========  =========  =========  =========  =========
+#: 2L, 1 thread  0.54       0.55       0.57       0.59-0.63  0.61-0.82
+#: 1L, 1 thread  0.096      0.099      -          0.135      0.155
+#: ============  =========  =========  =========  =========  =========
+#:
+#: and 2L on 2 threads 0.37 s (8,190 per thread), 0.43 (12,285), 0.53 (24,576), 2.3 (one
+#: pass). Below ~1,000 positions the per-op overhead wins again. The pass size sets the
+#: order in which a step's gradient is summed, so a change of it changes trained weights
+#: at float32 rounding (~1e-7 relative per step), never the model or its loss.
+CPU_MEMBER_POSITIONS_PER_PASS = 8_192
 
 
 def default_engine_chunk(n_members: int, n_examples: int, device: str | torch.device = "cpu",
