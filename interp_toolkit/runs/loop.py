@@ -7,7 +7,10 @@ are taken and the optimizer steps: ``trainer.ModelMember``, ``batched.StackedMem
 Everything a run directory sees is done here, once: resume or clear each member's folder,
 write its record, draw the epoch's minibatches, schedule the learning rate by the global
 step, clip, refuse a non-finite loss or evaluation, log every evaluation, save checkpoints
-and the resume state (then tell the callbacks), stop members early, finish their records.
+and the resume state (then tell the callbacks), stop members early, finish their records,
+and pause: when :func:`interp_toolkit.runs.pause.requested` says so (a campaign's budget or
+SIGTERM), the loop saves the resume state of the last finished epoch and raises
+:class:`~interp_toolkit.runs.pause.TrainingPaused`, so the run continues from there byte-identically.
 """
 
 from __future__ import annotations

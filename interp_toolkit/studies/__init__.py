@@ -31,6 +31,7 @@ from interp_toolkit.lazy import lazy_exports
 _EXPORTS = {
     "SweepConfig": "grid.config", "PRESETS": "grid.config", "preset": "grid.config",
     "run_sweep": "sweep.run", "plan_sweep": "sweep.run", "SweepResult": "sweep.run",
+    "run_campaign": "sweep.campaign", "campaign_status": "sweep.campaign",
     "study_sweep": "grid.study", "collect_runs": "grid.study", "read_outcomes_csv": "grid.outcome_table",
     "select_runs": "grid.cells", "parse_cell_spec": "grid.cells", "find_cell": "grid.cells",
     "rate_table": "report.tables", "write_report": "report.write", "write_report_sources": "report.write",
