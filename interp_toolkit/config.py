@@ -20,7 +20,7 @@ import dataclasses
 import io
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar, cast
+from typing import Any, Iterator, Mapping, Sequence, TypeVar, cast
 
 from interp_toolkit.errors import UserError
 
@@ -257,6 +257,7 @@ def parse_config(
         except (ValueError, UserError, TypeError) as err:  # UserError included: name the file the bad value came from
             raise UserError(f"config file {config_file}: {err}") from err
     stderr, stdout = io.StringIO(), _Capture(sys.stdout)
+    _REAL_OUTPUT.append((sys.stdout, sys.stderr))  # user code run while parsing writes here (uncaptured())
     try:
         with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
             # tyro types its result ``C | None`` for an optional default; it never returns None
@@ -270,6 +271,28 @@ def parse_config(
         else:
             sys.stdout.write(clean_help(stdout.getvalue() + stderr.getvalue()))
         raise
+    finally:
+        _REAL_OUTPUT.pop()
+
+
+#: The streams :func:`parse_config` captured, innermost last (user code it runs must not be muted).
+_REAL_OUTPUT: list[tuple[Any, Any]] = []
+
+
+@contextlib.contextmanager
+def uncaptured() -> Iterator[None]:
+    """Within the block, ``sys.stdout`` and ``sys.stderr`` are the streams the flag parser
+    captured, if it is capturing: code of the user's that a config runs while it is parsed
+    (a task factory) prints and warns where the user sees it."""
+    if not _REAL_OUTPUT:
+        yield
+        return
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _REAL_OUTPUT[-1]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 
@@ -391,4 +414,4 @@ def _one_line(text: str) -> str:
 
 
 __all__ = ["SEED_LIMIT", "Config", "check_seed", "load_config_file", "parse_config", "reject_unknown_keys",
-           "split_config_flag"]
+           "split_config_flag", "uncaptured"]

@@ -37,13 +37,15 @@ The worked example is ``examples/custom_task.py``; the guide is docs/custom_task
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from interp_toolkit.errors import UserError
 
@@ -67,9 +69,74 @@ class TaskSplits(dict):
         self.d_vocab_out = d_vocab_out
 
 
-def _spec_error(spec: str, why: str) -> ValueError:
-    return ValueError(f"task factory {spec!r}: {why}; expected 'package.module:function', "
-                      f"'path/to/file.py:function' or the name of a {ENTRY_POINT_GROUP!r} entry point")
+def _spec_error(spec: str, why: str) -> UserError:
+    return UserError(f"task factory {spec!r}: {why}; expected 'package.module:function', "
+                     f"'path/to/file.py:function' or the name of a {ENTRY_POINT_GROUP!r} entry point")
+
+
+def _raised(spec: str, doing: str, err: BaseException) -> UserError:
+    """The factory's own failure, named as the factory's (not the toolkit's)."""
+    lines = str(err).strip().splitlines()
+    last = lines[-1] if lines else ""
+    where = ""
+    if isinstance(err, SyntaxError) and err.filename:
+        where = f" ({err.filename}, line {err.lineno})"
+    return UserError(f"task factory {spec!r} failed while {doing}: {type(err).__name__}: {last}{where}")
+
+
+@contextlib.contextmanager
+def _importable(folder: Path | None) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` within the block (a factory file's helpers beside it)."""
+    entry = str(folder) if folder is not None else None
+    added = entry is not None and entry not in sys.path
+    if added:
+        sys.path.insert(0, str(entry))
+    try:
+        yield
+    finally:
+        if added and entry in sys.path:
+            sys.path.remove(str(entry))
+
+
+def _factory_folder(spec: str) -> Path | None:
+    module, sep, _ = spec.rpartition(":")
+    if sep and module.endswith(".py"):
+        return Path(module).parent
+    return Path.cwd() if sep else None  # a module spec is looked up beside the caller, as `python -m`
+
+
+def call_factory(spec: str, factory: Callable[..., Any], settings: Mapping[str, Any]) -> Any:
+    """``factory(**settings)`` run as the user's code: its prints and warnings reach the user
+    (outside the flag parser's capture), its folder is importable, and what it must not change is
+    checked. UserError naming the factory when it raises, exits, or changes the working folder
+    or torch's default dtype (both restored first: neither is part of a run's identity, so a run
+    would silently depend on them)."""
+    import torch
+
+    from interp_toolkit.config import uncaptured
+
+    cwd, dtype = os.getcwd(), torch.get_default_dtype()
+    try:
+        with uncaptured(), _importable(_factory_folder(spec)):
+            made = factory(**settings)
+    except SystemExit as err:
+        raise UserError(f"task factory {spec!r} called sys.exit({err.code!r}); a factory must return its "
+                        "splits (or raise an exception naming what is wrong)") from None
+    except Exception as err:  # noqa: BLE001 - the user's code: any failure is reported as theirs
+        raise _raised(spec, "building its splits", err) from err
+    finally:
+        changed_cwd, changed_dtype = os.getcwd(), torch.get_default_dtype()
+        os.chdir(cwd)
+        torch.set_default_dtype(dtype)
+    if changed_cwd != cwd:
+        raise UserError(f"task factory {spec!r} changed the working folder from {cwd} to {changed_cwd}; a factory "
+                        "must leave it (run directories and relative paths are resolved against it): use absolute "
+                        "paths instead of os.chdir")
+    if changed_dtype != dtype:
+        raise UserError(f"task factory {spec!r} changed torch's default dtype from {dtype} to {changed_dtype}; a "
+                        "factory must leave it (a run's dtype is not its factory's to set): create tensors with an "
+                        "explicit dtype instead of torch.set_default_dtype")
+    return made
 
 
 def normalize_spec(spec: str) -> str:
@@ -94,10 +161,14 @@ def _load_file(path: Path, spec: str) -> Any:
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:
-        module_spec.loader.exec_module(module)
-    except Exception:
+        with _importable(path.parent):
+            module_spec.loader.exec_module(module)
+    except SystemExit as err:
         del sys.modules[name]
-        raise
+        raise UserError(f"task factory {spec!r}: importing {path} called sys.exit({err.code!r})") from None
+    except Exception as err:  # noqa: BLE001 - the user's file: any failure is reported as theirs
+        del sys.modules[name]
+        raise _raised(spec, f"importing {path}", err) from err
     return module
 
 
@@ -110,8 +181,12 @@ def _import_module(name: str, spec: str) -> Any:
         return importlib.import_module(name)
     except ModuleNotFoundError as err:
         if err.name and name.startswith(err.name):
-            raise _spec_error(spec, f"no module named {err.name!r}") from err
-        raise
+            raise _spec_error(spec, f"no module named {err.name!r} (searched from {cwd})") from err
+        raise _raised(spec, f"importing {name}", err) from err
+    except SystemExit as err:
+        raise UserError(f"task factory {spec!r}: importing {name} called sys.exit({err.code!r})") from None
+    except Exception as err:  # noqa: BLE001 - the user's module: any failure is reported as theirs
+        raise _raised(spec, f"importing {name}", err) from err
     finally:
         if added and cwd in sys.path:
             sys.path.remove(cwd)
@@ -132,7 +207,10 @@ def resolve_factory(spec: str) -> Callable[..., Mapping[str, Any]]:
         if not found:
             known = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
             raise _spec_error(spec, f"no entry point of that name (installed: {known or 'none'})")
-        factory = found[0].load()
+        try:
+            factory = found[0].load()
+        except Exception as err:  # noqa: BLE001 - the distribution's code
+            raise _raised(spec, f"loading entry point {found[0].value!r}", err) from err
     else:
         if not module_name or not function:
             raise _spec_error(spec, "module or function missing")
@@ -163,32 +241,53 @@ def check_settings(spec: str, factory: Callable[..., Any], settings: Mapping[str
 
 
 def check_splits(spec: str, splits: Any) -> None:
-    """ValueError unless a factory's result is a non-empty mapping of splits with integer
-    ``tokens`` ``[n, pos]`` and ``labels`` ``[n]`` (n >= 1), with a ``train`` split."""
+    """UserError, before anything is trained or written, unless a factory's result is a
+    non-empty mapping of string split names (one of them ``train``) to splits whose ``tokens``
+    ``[n, pos]`` and ``labels`` ``[n]`` are ``torch.int64`` CPU tensors with n >= 1 and pos >= 1,
+    non-negative ids, and an optional ``agrees`` that is a bool tensor ``[n]``. The message names
+    the split, the attribute, and its shape, dtype or device."""
     import torch
 
     if not isinstance(splits, Mapping) or not splits:
         raise UserError(f"task factory {spec!r} returned {type(splits).__name__}; expected a non-empty mapping "
-                         "of split name -> split (with .tokens [n, pos] and .labels [n])")
+                        "of split name -> split (with .tokens [n, pos] and .labels [n])")
+    odd = [key for key in splits if not isinstance(key, str) or not key]
+    if odd:
+        raise UserError(f"task factory {spec!r} returned split names {odd!r}; expected non-empty strings "
+                        "('train', 'val', 'adv', ...)")
     if "train" not in splits:
         raise UserError(f"task factory {spec!r} returned splits {sorted(splits)}; expected one named 'train'")
     for name, split in splits.items():
+        where = f"split {name!r} of task factory {spec!r}"
         tokens, labels = getattr(split, "tokens", None), getattr(split, "labels", None)
         if not isinstance(tokens, torch.Tensor) or not isinstance(labels, torch.Tensor):
-            raise UserError(f"split {name!r} of task factory {spec!r} needs tensors .tokens and .labels, got "
-                             f"{type(tokens).__name__} and {type(labels).__name__}")
+            raise UserError(f"{where} needs tensors .tokens and .labels, got "
+                            f"{type(tokens).__name__} and {type(labels).__name__}")
+        for attr, tensor in (("tokens", tokens), ("labels", labels)):
+            if tensor.device.type != "cpu":
+                raise UserError(f"{where}: .{attr} is on device {tensor.device}; expected CPU tensors (the toolkit "
+                                "moves them to --device itself; return them with .cpu())")
+            if tensor.dtype != torch.int64:
+                raise UserError(f"{where}: .{attr} has dtype {tensor.dtype}; expected torch.int64 ids (convert "
+                                f"with .long(): no other dtype is converted for you, so what trains is what you "
+                                "returned)")
         if tokens.dim() != 2 or labels.dim() != 1 or tokens.shape[0] != labels.shape[0] or tokens.shape[0] == 0:
-            raise UserError(f"split {name!r} of task factory {spec!r}: expected .tokens [n, pos] and .labels [n] "
-                             f"with n >= 1, got {tuple(tokens.shape)} and {tuple(labels.shape)}")
-        if tokens.is_floating_point() or labels.is_floating_point():
-            raise UserError(f"split {name!r} of task factory {spec!r}: tokens and labels must be integer ids, "
-                             f"got {tokens.dtype} and {labels.dtype}")
+            raise UserError(f"{where}: expected .tokens [n, pos] and .labels [n] with n >= 1, got "
+                            f"{tuple(tokens.shape)} and {tuple(labels.shape)}")
+        if tokens.shape[1] == 0:
+            raise UserError(f"{where}: .tokens {tuple(tokens.shape)} has no positions; expected [n, pos] with pos >= 1")
         if int(tokens.min()) < 0 or int(labels.min()) < 0:
-            raise UserError(f"split {name!r} of task factory {spec!r} holds a negative token id or label")
+            raise UserError(f"{where} holds a negative token id or label (min token {int(tokens.min())}, "
+                            f"min label {int(labels.min())}); expected ids >= 0")
         agrees = getattr(split, "agrees", None)
-        if agrees is not None and (not isinstance(agrees, torch.Tensor) or agrees.shape != labels.shape):
-            raise UserError(f"split {name!r} of task factory {spec!r}: .agrees must be a bool tensor [n] like "
-                             f".labels, got {getattr(agrees, 'shape', type(agrees).__name__)}")
+        if agrees is None:
+            continue
+        if not isinstance(agrees, torch.Tensor) or agrees.shape != labels.shape:
+            raise UserError(f"{where}: .agrees must be a bool tensor [n] like .labels {tuple(labels.shape)}, got "
+                            f"{tuple(agrees.shape) if isinstance(agrees, torch.Tensor) else type(agrees).__name__}")
+        if agrees.dtype != torch.bool or agrees.device.type != "cpu":
+            raise UserError(f"{where}: .agrees has dtype {agrees.dtype} on {agrees.device}; expected a CPU bool "
+                            "tensor (True where the shortcut agrees with the label; e.g. agrees == 1)")
 
 
 @dataclass
@@ -236,7 +335,7 @@ class CustomTask:
         if self._splits is None:
             factory = resolve_factory(self.factory)
             check_settings(self.factory, factory, self.settings)
-            made = factory(**self.settings)
+            made = call_factory(self.factory, factory, self.settings)
             check_splits(self.factory, made)
             self._splits = made if isinstance(made, TaskSplits) else TaskSplits(made)
         return self._splits
