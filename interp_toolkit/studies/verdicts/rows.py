@@ -29,10 +29,38 @@ def rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """The rows of a committed CSV, as text."""
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+def read_rows(path: Path, required: Sequence[str] = ()) -> list[dict[str, str]]:
+    """The rows of a committed CSV, as text, read strictly: UserError naming the file (and the
+    line) when it is missing, not UTF-8, not a CSV, has no header or no rows, lacks a column of
+    ``required``, or holds a torn row (fewer or more fields than its header). A verdict is
+    never drawn from part of a table."""
+    from interp_toolkit.errors import UserError
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path} does not exist (or is not a file); the verdicts read it")
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames
+            if not header:
+                raise UserError(f"{path} is empty; expected a CSV with a header and one row per entry")
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise UserError(f"{path} lacks the columns {missing}; expected those of the table it was written as")
+            rows = []
+            for row in reader:
+                if None in row or any(v is None for v in row.values()):
+                    raise UserError(f"{path}, line {reader.line_num}: a torn row ({len(header)} columns in the "
+                                    "header, a different number here); the file was cut or edited")
+                rows.append(row)
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason})") from err
+    except csv.Error as err:
+        raise UserError(f"{path} is not a readable CSV ({err})") from err
+    if not rows:
+        raise UserError(f"{path} has a header but no rows; expected one row per entry")
+    return rows
 
 
 def fmt(value: Any, digits: int = 3) -> str:

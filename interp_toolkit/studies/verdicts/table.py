@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -39,7 +40,8 @@ from interp_toolkit.studies.grid.study import OUTCOMES_CSV
 from interp_toolkit.studies.verdicts import rules
 from interp_toolkit.studies.verdicts.bif import joined_redo_rows, joined_rows, lm_rows, paper_b_rows
 from interp_toolkit.studies.verdicts.mechanism import r2_rows
-from interp_toolkit.studies.verdicts.rows import FIELDS, HEADLINE, ROOT, rel, verdict_row
+from interp_toolkit.studies.verdicts.rows import FIELDS, HEADLINE, ROOT, read_rows, rel, verdict_row
+from interp_toolkit.userfiles import read_text_file
 
 BEGIN, END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
 
@@ -171,15 +173,44 @@ R1_FIRST = Regime("R1, first-element shortcut", {**R1.where, "task": "first_pari
 R1_MOD3 = Regime("R1, mod 3", {**R1.where, "task": "max_mod3_sum_mod3"}, "R1 on max_mod3_sum_mod3")
 
 
+#: Columns of outcomes.csv the verdicts read.
+OUTCOME_COLUMNS = ("task", "study", "n_layers", "r", "seed", "status", "generalized", "max_adv_acc", "modulus")
+
+
 def read_outcomes(path: Path) -> list[dict[str, str]]:
-    """outcomes.csv rows, one per distinct run (a run listed by two studies counts once)."""
+    """outcomes.csv rows, one per distinct run (a run listed by two studies counts once), read
+    strictly (:func:`~.rows.read_rows`) and cross-checked: ``generalized`` is ``True`` or
+    ``False``; ``max_adv_acc`` lies in [0, 1]; above chance (r > 1/m) ``generalized`` is the
+    paper's criterion itself (``max_adv_acc`` >= ``threshold``) and at chance it is stricter
+    (both splits at 100%), so it never holds where the criterion does not. UserError naming the
+    run otherwise: a derived flag edited apart from the accuracies it comes from."""
     seen: dict[tuple[str, ...], dict[str, str]] = {}
-    with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            if row.get("status") != "finished":
-                continue
-            seen.setdefault(tuple(_setting(row, c) or "" for c in _SETTING_COLUMNS) + (row["seed"],), row)
+    for line, row in enumerate(read_rows(path, OUTCOME_COLUMNS), 2):
+        if row.get("status") != "finished":
+            continue
+        _check_outcome(path, line, row)
+        seen.setdefault(tuple(_setting(row, c) or "" for c in _SETTING_COLUMNS) + (row["seed"],), row)
     return list(seen.values())
+
+
+def _check_outcome(path: Path, line: int, row: Mapping[str, str]) -> None:
+    where = f"{path}, line {line} (run {row.get('run_dir') or row.get('seed')})"
+    if row["generalized"] not in ("True", "False"):
+        raise UserError(f"{where}: generalized is {row['generalized']!r}; expected True or False")
+    try:
+        acc, r, modulus = float(row["max_adv_acc"]), float(row["r"]), int(row["modulus"])
+        threshold = float(row.get("threshold") or 1.0)
+    except ValueError as err:
+        raise UserError(f"{where}: a number is not a number ({err})") from None
+    if not (0.0 <= acc <= 1.0 and 0.0 <= r <= 1.0 and modulus >= 2 and 0.0 < threshold <= 1.0):
+        raise UserError(f"{where}: max_adv_acc {acc}, r {r}, modulus {modulus} or threshold {threshold} is out of "
+                        "range; expected accuracies and r in [0, 1], a modulus >= 2")
+    met, generalized = acc >= threshold, row["generalized"] == "True"
+    chance = math.isclose(r, 1 / modulus, rel_tol=1e-9)
+    if (r > 1 / modulus and not chance and generalized != met) or (chance and generalized and not met):
+        raise UserError(f"{where}: generalized is {row['generalized']} but max_adv_acc {acc} "
+                        f"{'meets' if met else 'does not meet'} the threshold {threshold}; the flag is derived "
+                        "from the accuracies, so one of them was edited")
 
 
 def cell_rows(rows: Sequence[Mapping[str, str]], regime: Regime, n_layers: int, r: float) -> list[Mapping[str, str]]:
@@ -450,10 +481,9 @@ def rendered(root: Path = ROOT) -> dict[str, str]:
     for build, csv_path, page in TARGETS.values():
         rows = build(root)
         out[csv_path] = to_csv(rows)
-        page_text = (root / page).read_text(encoding="utf-8")
-        out[page] = splice(page_text, to_markdown(rows), page)
+        out[page] = splice(read_text_file(root / page, "verdict page"), to_markdown(rows), page)
     for page, build in PAGES.items():
-        out[page] = splice((root / page).read_text(encoding="utf-8"), to_markdown(build(root)), page)
+        out[page] = splice(read_text_file(root / page, "verdict page"), to_markdown(build(root)), page)
     return out
 
 
@@ -469,12 +499,30 @@ def write_verdicts(root: Path = ROOT) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m interp_toolkit.studies.verdicts.table [REPO]``: rewrite the verdict files of the
-    repository at ``REPO`` (default: the current folder, else the one this module sits in)."""
+    repository at ``REPO`` (default: the current folder, which must be one: there is no fallback
+    into the checkout an installed package came from). Every input is read strictly and every
+    table rendered before any is written, so a refused input (exit 2, one ``error:`` line naming
+    the file) leaves every published table as it was."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    root = Path(args[0]) if args else (Path.cwd() if (Path.cwd() / "docs" / "reproduction").is_dir() else ROOT)
-    for path in write_verdicts(root):
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print(f"error: expected one argument, the repository folder; got {args}", file=sys.stderr)
+        return 2
+    root = Path(args[0]) if args else Path.cwd()
+    if not (root / "docs" / "reproduction").is_dir():
+        # never a fallback into the checkout an installed package came from: it would be rewritten
+        print(f"error: {root} is not an interp-toolkit repository (no docs/reproduction); give its folder: "
+              "python -m interp_toolkit.studies.verdicts.table REPO", file=sys.stderr)
+        return 2
+    try:
+        paths = write_verdicts(root)  # every table is rendered before any is written
+    except (UserError, OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        # every input is a committed file: a missing, undecodable or torn one is refused by name
+        message = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) and err.filename else str(err)
+        print(f"error: {' '.join(message.split())}; nothing was rewritten", file=sys.stderr)
+        return 2
+    for path in paths:
         print(f"wrote {path}")
     return 0
 
