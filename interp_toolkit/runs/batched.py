@@ -45,6 +45,7 @@ from interp_toolkit.model import ModelConfig, build_model
 from interp_toolkit.runs.cost import batched_train_threads
 from interp_toolkit.runs.engine import (
     engine_spec,
+    member_eval_sums,
     param_key_map,
     stacked_grads,
     stacked_logits,
@@ -266,9 +267,9 @@ def evaluate_batched(stacked: StackedModel, splits: Mapping[str, Split], positio
                 logits = stacked_logits(stacked.spec, {**engine_params, **engine_constants}, tokens, position)
             else:
                 logits = forward(stacked.params, stacked.buffers, tokens)  # [k, b, vocab]
-            losses = F.cross_entropy(logits.flatten(0, 1), labels.repeat(k), reduction="none")
-            total_loss += losses.view(k, -1).sum(-1).double().cpu()
-            correct += (logits.argmax(-1) == labels).sum(-1).cpu()
+            loss_sum, hits = member_eval_sums(logits, labels)
+            total_loss += loss_sum
+            correct += hits
         for i in range(k):
             out[i][f"{name}_loss"] = float(total_loss[i]) / n
             out[i][f"{name}_acc"] = int(correct[i]) / n

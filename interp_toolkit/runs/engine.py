@@ -468,6 +468,17 @@ def member_losses(
     return losses.view(k_members, batch).sum(1) / (divisor or batch)
 
 
+def member_eval_sums(
+    logits: Float[Tensor, "member batch vocab_out"], labels: Int[Tensor, " batch"]
+) -> tuple[Float[Tensor, " member"], Int[Tensor, " member"]]:
+    """Per member: the summed cross-entropy (float64, on the CPU) and the number of correct
+    argmaxes over one batch. Every evaluation (one run's and K stacked members') reduces by
+    these same ops, so a run's metrics are the same bytes whether it trained alone or stacked."""
+    k_members, batch, vocab = logits.shape
+    losses = F.cross_entropy(logits.reshape(k_members * batch, vocab), labels.repeat(k_members), reduction="none")
+    return losses.view(k_members, batch).sum(1).double().cpu(), (logits.argmax(-1) == labels).sum(-1).cpu()
+
+
 # ----------------------------------------------------------------------------- many members
 
 
@@ -538,6 +549,7 @@ def stacked_logits(spec: EngineSpec, tensors: Mapping[str, Tensor], tokens: Int[
 
 
 __all__ = [
-    "ENGINES", "EngineFallbackWarning", "EngineSpec", "check_engine_name", "engine_spec", "member_losses",
-    "param_key_map", "readout_logits", "stacked_grads", "stacked_logits", "state_dict_names", "warn_fallback_once",
+    "ENGINES", "EngineFallbackWarning", "EngineSpec", "check_engine_name", "engine_spec", "member_eval_sums",
+    "member_losses", "param_key_map", "readout_logits", "stacked_grads", "stacked_logits", "state_dict_names",
+    "warn_fallback_once",
 ]

@@ -36,6 +36,7 @@ from interp_toolkit.io import (
 from interp_toolkit.model import model_config_of, move_model
 from interp_toolkit.runs.config import TrainConfig
 from interp_toolkit.runs.cost import train_threads
+from interp_toolkit.runs.engine import member_eval_sums
 from interp_toolkit.runs.extend import (
     clear_run_outputs,
     start_from_shorter_run,
@@ -120,15 +121,18 @@ def evaluate(model: Any, splits: Mapping[str, Split], position: int = -1,
     forward = ReadoutForward(model, position, engine)
     out: dict[str, float] = {}
     for name, split in splits.items():
-        total_loss, correct, n = 0.0, 0, len(split.labels)
+        total_loss = torch.zeros(1, dtype=torch.float64)
+        correct = torch.zeros(1, dtype=torch.long)
+        n = len(split.labels)
         for start in range(0, n, batch_size):
             tokens = split.tokens[start : start + batch_size].to(device)
             labels = split.labels[start : start + batch_size].to(device)
-            logits = forward(tokens)
-            total_loss += float(F.cross_entropy(logits, labels, reduction="sum"))
-            correct += int((logits.argmax(-1) == labels).sum())
-        out[f"{name}_loss"] = total_loss / n
-        out[f"{name}_acc"] = correct / n
+            # the reduction of evaluate_batched: a sweep's run and train()'s are the same bytes
+            loss_sum, hits = member_eval_sums(forward(tokens).unsqueeze(0), labels)
+            total_loss += loss_sum
+            correct += hits
+        out[f"{name}_loss"] = float(total_loss[0]) / n
+        out[f"{name}_acc"] = int(correct[0]) / n
     model.train(was_training)
     return out
 

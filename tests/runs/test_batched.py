@@ -191,3 +191,25 @@ def test_batched_resume_from_a_state_saved_at_epoch_0_matches_uninterrupted(tmp_
         for (_, a), (_, b) in zip(ours, theirs):
             ta, tb = load_file(a), load_file(b)
             assert sorted(ta) == sorted(tb) and all(torch.equal(ta[k], tb[k]) for k in ta)
+
+
+@pytest.mark.parametrize("batch_size", [None, 64])
+def test_a_stacked_seed_is_the_same_bytes_as_train(tmp_path, batch_size):
+    """One run key, one set of bytes: a seed trained in a stack (a sweep's job) writes the
+    metrics.jsonl and checkpoint files ``train()`` writes for it alone, with no tolerance."""
+    from interp_toolkit import build_model
+    from interp_toolkit.runs.layout import METRICS
+
+    task, splits, cfgs, train_cfg = _setup(batch_size=batch_size)
+    info = {"task": task.to_dict()}
+    train_batched(cfgs[:2], splits, train_cfg, [tmp_path / f"b{i}" for i in range(2)], [info] * 2)
+    for i, cfg in enumerate(cfgs[:2]):
+        train(build_model(cfg), splits, train_cfg, tmp_path / f"s{i}", info)
+        stacked, alone = tmp_path / f"b{i}", tmp_path / f"s{i}"
+        assert (stacked / METRICS).read_bytes() == (alone / METRICS).read_bytes(), i
+        pairs = list(zip(list_checkpoints(stacked), list_checkpoints(alone), strict=True))
+        assert len(pairs) == 7
+        for (epoch_b, path_b), (epoch_s, path_s) in pairs:
+            assert epoch_b == epoch_s and path_b.read_bytes() == path_s.read_bytes(), (i, epoch_b)
+        rec_b, rec_s = (json.loads((d / "run.json").read_text()) for d in (stacked, alone))
+        assert rec_b["key"] == rec_s["key"]
