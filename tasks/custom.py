@@ -386,6 +386,24 @@ def split_subset(split: Any, index: Any) -> Any:
                            agrees=None if agrees is None else agrees[index])
 
 
+def describe_task(task: Mapping[str, Any] | None) -> str:
+    """A recorded task (``run_info.task``) in a few words, from whatever keys it has: a custom
+    task's name and its factory settings (``majority (n_bits=7, r=0.9)``), an MPSP task's name,
+    r, length and n; never a key the task does not record (no ``None``)."""
+    if not isinstance(task, Mapping) or not task:
+        return "task not recorded"
+    if is_custom_record(task):
+        settings = task.get("settings") or {}
+        inner = ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
+        name = task.get("name") or str(task.get("factory"))
+        return f"{name} ({inner})" if inner else str(name)
+    parts = [str(task.get("name") or "max_parity_sum_parity")]
+    for key, label in (("r", "r = {}"), ("seq_len", "seq_len {}"), ("n_train", "n_train {}")):
+        if task.get(key) is not None:
+            parts.append(label.format(task[key]))
+    return ", ".join(parts)
+
+
 def is_custom_record(task: Mapping[str, Any] | None) -> bool:
     """Whether a recorded task (``run_info.task``) is a custom task's."""
     return isinstance(task, Mapping) and "factory" in task
@@ -400,5 +418,6 @@ def task_splits(task: Any) -> Mapping[str, Any]:
     return make_splits(task)
 
 
-__all__ = ["ENTRY_POINT_GROUP", "CustomTask", "TaskSplits", "check_settings", "check_splits", "is_custom_record",
+__all__ = ["ENTRY_POINT_GROUP", "CustomTask", "TaskSplits", "check_settings", "check_splits", "describe_task",
+           "is_custom_record",
            "normalize_spec", "resolve_factory", "split_subset", "task_splits"]

@@ -36,7 +36,7 @@ from interp_toolkit.errors import TrainingInterrupted, UserError
 
 # name -> (module, one-line help); the module is imported only when the command is used.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("interp_toolkit.cli.train", "train one MPSP model with checkpoints"),
+    "train": ("interp_toolkit.cli.train", "train one model (MPSP, or a task of your own) with checkpoints"),
     "info": ("interp_toolkit.cli.info", "print a checkpoint's config, metadata and accuracies"),
     "demo": ("interp_toolkit.cli.demo",
              "train a small MPSP model that learns the shortcut, then the rule; name its two phases"),
@@ -49,10 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "the shortcut mechanism of a run over its checkpoints: 7-panel figure + tidy CSV"),
     "mechanism-contrast": ("interp_toolkit.cli.mechanism_contrast",
                            "gradient conflict and amplification in runs that generalize vs runs that do not"),
-    "bif": ("interp_toolkit.cli.bif", "Bayesian influence functions at an MPSP checkpoint"),
+    "bif": ("interp_toolkit.cli.bif", "Bayesian influence functions of training examples at a checkpoint"),
     "bif-lm": ("interp_toolkit.cli.bif_lm", "token-level BIF of a language model across checkpoints"),
     "influence": ("interp_toolkit.cli.influence",
-                  "BIF of an MPSP run's training groups on its adversarial loss across checkpoints and phases"),
+                  "BIF of a run's shortcut groups on its adversarial loss across checkpoints and phases"),
 }
 
 INTERRUPTED = 130
@@ -82,9 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="interp-toolkit",
-        description="Mechanistic-interpretability studies on TransformerLens 4: train MPSP models "
-        "with checkpoints, inspect checkpoints, run analyses. `interp-toolkit COMMAND --help` lists "
-        "a command's flags.",
+        description="Mechanistic-interpretability studies on TransformerLens 4: train models "
+        "(MPSP or a task of your own) with checkpoints, inspect checkpoints, run analyses. "
+        "`interp-toolkit COMMAND --help` lists a command's flags.",
     )
     parser.add_argument("--version", action="version", version=f"interp-toolkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -45,8 +45,8 @@ from interp_toolkit.studies.bif.checkpoint import (
 
 __all__ = ["BIFCommandConfig", "DESCRIPTION", "check_calibration_grids", "main", "parse", "run_config"]
 
-DESCRIPTION = ("Bayesian influence of MPSP training examples on query losses at a checkpoint (a "
-               ".safetensors file, or a run directory: its last checkpoint).")
+DESCRIPTION = ("Bayesian influence of training examples (MPSP or a task of your own) on query losses at a "
+               "checkpoint (a .safetensors file, or a run directory: its last checkpoint).")
 
 
 def check_calibration_grids(config: Any) -> None:
@@ -69,7 +69,8 @@ class BIFCommandConfig(CheckpointBIFConfig):
 
     Attributes:
         checkpoint: A .safetensors checkpoint (interp_toolkit format), or a run directory (its last).
-        task_config: MPSPConfig as JSON (default: the run record's; refused if it differs).
+        task_config: An MPSP task config as JSON, for an MPSP checkpoint outside a run (default: the run
+            record's task, MPSP or custom; refused if it differs).
         out: Output / cache directory (default: beside the checkpoint's run,
             RUN_DIR/analyses/bif; for a checkpoint outside a run, analyses/bif beside it).
         device: cpu, cuda, cuda:N or auto.

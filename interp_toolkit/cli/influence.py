@@ -34,7 +34,8 @@ from interp_toolkit.studies.influence.measure import InfluenceConfig
 
 __all__ = ["DESCRIPTION", "InfluenceCommandConfig", "main", "parse", "run_config"]
 
-DESCRIPTION = ("Bayesian influence of an MPSP run's training examples (consistent vs anti-shortcut) on its "
+DESCRIPTION = ("Bayesian influence of a run's training examples (consistent vs anti-shortcut: MPSP, or a task "
+               "of your own with .agrees) on its "
                "adversarial and validation losses across checkpoints, beside the gradient amplification.")
 
 
@@ -45,7 +46,7 @@ class InfluenceCommandConfig(InfluenceConfig):
     and the command's own.
 
     Attributes:
-        run_dir: An MPSP run directory (checkpoints, metrics.jsonl, run.json).
+        run_dir: A run directory (checkpoints, metrics.jsonl, run.json) of MPSP or of a task with .agrees.
         out: Output / cache directory (default RUN_DIR/analyses/influence).
         device: cpu, cuda, cuda:N or auto.
         format: Figure file format (png, svg or pdf).
@@ -85,7 +86,7 @@ def parse(argv: Sequence[str], prog: str = "interp-toolkit influence") -> Influe
     """``argv`` (after ``influence``) -> a validated :class:`InfluenceCommandConfig`."""
     config = parse_config(InfluenceCommandConfig, argv, prog=prog, description=DESCRIPTION)
     if config.run_dir is None:
-        raise UserError("influence needs a RUN_DIR (an MPSP run directory) as its first argument")
+        raise UserError("influence needs a RUN_DIR (a run directory) as its first argument")
     return config
 
 

@@ -20,7 +20,8 @@ from interp_toolkit.errors import UserError
 from interp_toolkit.studies.mechanism.measure import MechanismConfig
 
 DESCRIPTION = ("Accuracies with the two phases marked, gradient cosine, amplification, QK / OV fingerprints, "
-               "minimal-pair patching and ablation per head, over every checkpoint of an MPSP run directory, "
+               "minimal-pair patching and ablation per head, over every checkpoint of a run directory "
+               "(MPSP, or a task of your own), "
                "on one log-scaled epoch axis (one colour per head). Analyses are cached per checkpoint: a rerun "
                "is a cache hit. Writes the figure, a CSV (epoch, head, quantity, value) and a JSON beside it.")
 FORMATS = ("png", "svg", "pdf")
@@ -31,7 +32,7 @@ class MechanismCommandConfig(Config):
     """Settings of ``interp-toolkit mechanism`` (every field is a flag; ``--config FILE`` sets them too).
 
     Attributes:
-        run_dir: Run directory (run.json, metrics.jsonl, checkpoints/) of an MPSP run.
+        run_dir: Run directory (run.json, metrics.jsonl, checkpoints/) of an MPSP or custom-task run.
         out: Figure path (default RUN_DIR/mechanism.<format>); the .csv and .json go beside it.
         format: Figure format (default: the suffix of --out, else png).
         epochs: Checkpoint epochs to analyse (default: all).

@@ -30,7 +30,8 @@ ALIASES: dict[str, str | list[str]] = {
     "--weight-decay": "--train.weight-decay", "--no-log-checkpoints": "--train.no-checkpoint-log-spaced",
     "--quiet": "--train.no-progress", "--device": "--train.device",
 }
-DESCRIPTION = ("Train one MPSP model. Reruns of a finished run recompute nothing; an interrupted run resumes "
+DESCRIPTION = ("Train one model on MPSP, or on a task of your own with --task-factory FILE.py:FUNCTION. "
+               "Reruns of a finished run recompute nothing; an interrupted run resumes "
                "from its last saved epoch. Every field of the task (MPSPConfig), model (ModelConfig) and "
                "training (TrainConfig) configs is a flag; --config FILE (JSON/YAML with sections task, model, "
                "train, run_dir) sets them and flags override it. Short flags: " + short_flags_text(ALIASES) + ".")

@@ -291,3 +291,13 @@ def test_analyze_weight_norms(cli_run, tmp_path, capsys):
     assert header == "epoch,group,norm,n_params"
     code, _, err = run_cli(capsys, "analyze", cli_run, "--analysis", "weight_norms", "--n", "16")
     assert_user_error(code, err, "weight_norms", "'n'")
+
+
+@pytest.mark.parametrize("command", ["train", "bif", "influence", "mechanism"])
+def test_the_help_of_a_command_for_any_task_says_so(command, capsys):
+    """Commands that run on a task of the user's own do not read as MPSP-only."""
+    assert main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "task of your own" in text, text[:400]
+    assert "An MPSP run directory" not in text and "of an MPSP run." not in text
+    assert "MPSP" not in COMMANDS[command][1] or "task of your own" in COMMANDS[command][1]

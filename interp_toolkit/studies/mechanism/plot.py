@@ -24,8 +24,9 @@ from interp_toolkit.studies.mechanism.measure import (
 def _title(result: MechanismResult) -> str:
     task, model = result.task, result.model
     arch = f"{model.get('n_layers', '?')}L{model.get('n_heads', '?')}H"
-    parts = [f"{task.get('name', 'MPSP')}, {arch}, r = {task.get('r')}, seq_len {task.get('seq_len')}, "
-             f"n_train {task.get('n_train')}"]
+    from interp_toolkit.tasks.custom import describe_task
+
+    parts = [f"{arch}, {describe_task(task)}"]  # the task's own recorded settings, whatever its keys
     verdict = ("generalized at epoch {}".format(result.outcome["first_generalized_epoch"])
                if result.outcome.get("generalized") else "not generalized")
     parts.append(f"{result.run_dir.name}: {verdict} (last epoch {result.outcome.get('final_epoch')})")

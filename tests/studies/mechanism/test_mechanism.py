@@ -354,3 +354,15 @@ def test_a_cached_rerun_reads_one_file_and_imports_no_torch(one_run, tmp_path, c
     again = mechanism_over_checkpoints(run_dir, SMALL)
     assert_fields_equal(again.rows, result.rows)  # recomputed (from the per-checkpoint caches)
     assert read_cached_result(run_dir, key) is not None  # and stored again
+
+
+def test_the_title_speaks_of_the_runs_own_task(mech):
+    """A custom task's title names its factory settings (whatever their keys), an MPSP task's
+    its r, length and n; neither shows a key the task does not record."""
+    _, _, result = mech
+    custom = dataclasses.replace(result, task={"name": "majority", "factory": "/x/tasks.py:majority",
+                                               "settings": {"n_bits": 7, "r": 0.9}})
+    first = plot_mechanism(custom).get_suptitle().splitlines()[0]
+    assert "majority (n_bits=7, r=0.9)" in first and "None" not in first and "MPSP" not in first
+    mpsp = plot_mechanism(result).get_suptitle().splitlines()[0]
+    assert f"r = {result.task['r']}" in mpsp and "None" not in mpsp
