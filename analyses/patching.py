@@ -286,6 +286,12 @@ def activation_patching(
     return AnalysisResult(Table(rows), {"patched": patched, "normalized": normalized}, config)
 
 
+def has_minimal_pairs(split: Any) -> bool:
+    """Whether :func:`minimal_pair_patching` can pair ``split``: an MPSP split (its task makes
+    the pairs) or one with its own ``minimal_pairs(seed)``."""
+    return getattr(split, "task", None) is not None or callable(getattr(split, "minimal_pairs", None))
+
+
 def minimal_pair_patching(
     model: HookedModel,
     splits: Mapping[str, Any],
@@ -356,14 +362,14 @@ def minimal_pair_patching(
     # validate positions and components before building pairs (pairs keep the source's shape)
     pos = _check_patching_inputs(src.tokens, src.tokens, positions, readout_position)
     comps = resolve_components(model, components, kinds)
-    if getattr(src, "task", None) is not None:
-        pairs = minimal_pairs(src, seed=seed)
-    elif callable(getattr(src, "minimal_pairs", None)):  # a custom task's own pairs
-        pairs = src.minimal_pairs(seed=seed)
-    else:
+    if not has_minimal_pairs(src):
         raise UserError(f"split {source!r} provides no minimal pairs: minimal-pair patching needs an MPSP split "
                          "(make_split) or a split with a minimal_pairs(seed) method returning pairs one token "
                          "apart whose shortcut agreement flips (docs/custom_tasks.md)")
+    if getattr(src, "task", None) is not None:
+        pairs = minimal_pairs(src, seed=seed)
+    else:  # a custom task's own pairs
+        pairs = src.minimal_pairs(seed=seed)
     if n is not None:
         pairs = pairs.head(n)
     source_tokens, target_tokens = pairs.source.tokens, pairs.target.tokens
@@ -426,6 +432,6 @@ def resample_ablation_damage(
     return result
 
 
-__all__ = ["GAP_ATOL", "GAP_RTOL", "KINDS", "activation_patching", "compute_patching",
+__all__ = ["GAP_ATOL", "GAP_RTOL", "KINDS", "activation_patching", "compute_patching", "has_minimal_pairs",
            "gap_tolerance", "minimal_pair_patching", "normalize_patching", "pair_logit_diff_metric",
            "readout_metric", "resample_ablation_damage"]

@@ -129,3 +129,36 @@ def test_a_factory_that_moved_is_named_when_its_run_is_analysed(tmp_path, capsys
     assert code == 2, err
     assert err.startswith("error: ") and str(path) in err and "does not exist" in err, err
     assert "internal error" not in err
+
+
+def test_mechanism_without_minimal_pairs_skips_patching_up_front(tmp_path, capsys):
+    """A task with .agrees but no minimal pairs gets its mechanism figure, the patching panel
+    marked as not measured, and one note line said before any work (not an error after it)."""
+
+    header = GOOD + """
+    def _read(split):  # the readout token 5 last, as the fingerprints expect
+        split.tokens = torch.cat([split.tokens, torch.full((len(split.labels), 1), 5)], 1)
+        return split
+    """
+    path = _write(tmp_path, textwrap.dedent("""
+        train, val, adv = _read(_split(0, 128)), _read(_split(1)), _read(_split(2))
+        val.labels, adv.labels = (val.tokens[:, 0] % 2), 1 - (adv.tokens[:, 0] % 2)  # all agree / none agrees
+        val.agrees, adv.agrees = torch.ones(64, dtype=torch.bool), torch.zeros(64, dtype=torch.bool)
+        return {'train': train, 'val': val, 'adv': adv}
+    """).replace("\n", "\n    "), header=header)
+    run_dir = tmp_path / "run"
+    code, _, err = _train(capsys, f"{path}:make", run_dir)
+    assert code == 0, err
+    code = main(["mechanism", str(run_dir), "--grad-n", "32", "--fingerprint-n", "32", "--ablation-n", "32"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if "patching" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "minimal_pairs" in notes[0], err
+    assert "error" not in err
+    import csv
+
+    with open(run_dir / "mechanism.csv", newline="") as handle:
+        quantities = {row["quantity"] for row in csv.DictReader(handle)}
+    assert {"grad_cos", "qk_rho", "ablation_acc_adv"} <= quantities  # the other panels were measured
+    assert not any(q.startswith("patch") for q in quantities)
+    assert (run_dir / "mechanism.png").is_file()

@@ -321,6 +321,19 @@ def mechanism_over_checkpoints(
         "ablation": ("ablation", {"method": config.ablation_method, "reference": "train",
                                   "split_names": ["val", "adv"], "kinds": ["head"], "n": config.ablation_n}),
     }
+    # Patching needs minimal pairs on its source split (an MPSP split has them; a custom task may
+    # not): a direction without them is skipped before any work, said once, and its panel says so.
+    from interp_toolkit.analyses.patching import has_minimal_pairs
+
+    unpaired = [source for source in ("val", "adv") if not has_minimal_pairs(splits[source])]
+    if unpaired:
+        from interp_toolkit.errors import notice
+
+        for source in unpaired:
+            runs.pop(f"patching_{source}_to_{'adv' if source == 'val' else 'val'}")
+        notice(f"minimal-pair patching from {' and '.join(unpaired)} skipped: the task of {run_dir} gives no "
+               f"minimal_pairs on split{'s' if len(unpaired) > 1 else ''} {unpaired} (pairs one token apart whose "
+               "shortcut agreement flips; docs/custom_tasks.md); the other panels are drawn")
     tables: dict[str, Any] = {}
     computed: dict[str, list[int]] = {}
     hits: dict[str, list[int]] = {}
@@ -510,7 +523,7 @@ def _tidy(metrics: list[dict[str, Any]], tables: dict[str, Any], minority: str) 
             add(r["epoch"], r["component"], quantity, r[quantity])
     for direction in ("val_to_adv", "adv_to_val"):
         gaps: dict[int, float] = {}
-        for r in tables[f"patching_{direction}"].rows:
+        for r in tables[f"patching_{direction}"].rows if f"patching_{direction}" in tables else []:
             add(r["epoch"], r["component"], f"patch_{direction}", r["patched"] - r["target"])
             add(r["epoch"], r["component"], f"patch_{direction}_normalized", r["normalized"])
             gaps[r["epoch"]] = r["source"] - r["target"]

@@ -179,6 +179,10 @@ def plot_mechanism(result: MechanismResult, ax: Sequence[Any] | None = None) -> 
         per_head(patch, "patch_val_to_adv", "val→adv")
         per_head(patch, "patch_adv_to_val", "adv→val", "--")
         patch.axhline(0, color="grey", lw=0.6)
+        present = {row["quantity"] for row in result.table.rows}
+        if not any(q in present for q in PANEL_QUANTITIES["minimal-pair patching"]):
+            patch.text(0.5, 0.5, "not measured: the task's splits\ngive no minimal pairs", ha="center",
+                       va="center", transform=patch.transAxes, color="grey")
         patch.set(ylabel="minimal-pair patching:\nΔ logit diff (source − target label)")
         style_key(patch, [("full gap", "-", 2.0), ("head, val→adv", "-", 1.2), ("head, adv→val", "--", 1.2)])
         # The gap grows by orders of magnitude when the rule is learned; a symmetric-log axis
