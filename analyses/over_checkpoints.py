@@ -198,6 +198,26 @@ def _callable_key(fn: Callable[..., Any]) -> dict[str, Any]:
     return key
 
 
+def code_digest(fn: Callable[..., Any]) -> str:
+    """A digest of a callable's code: its source where Python can read it (so any edit of the
+    function, its defaults or its docstring changes it), else its compiled code and constants.
+    Part of the cache key of a user's own analysis, so an edited function recomputes."""
+    import hashlib
+    import inspect
+    import marshal
+
+    try:
+        payload = inspect.getsource(fn).encode()
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        try:
+            payload = marshal.dumps(code) if code is not None else repr(fn).encode()
+        except ValueError:
+            payload = repr(fn).encode()
+    defaults = repr(getattr(fn, "__defaults__", None)) + repr(getattr(fn, "__kwdefaults__", None))
+    return hashlib.sha256(payload + defaults.encode()).hexdigest()[:16]
+
+
 def _check_config(label: str, fn: Callable[..., Any], config: Mapping[str, Any]) -> None:
     """ValueError naming config keys the analysis does not accept (before any work)."""
     import inspect
@@ -293,6 +313,11 @@ def over_checkpoints(
         splits = splits_from_run(run_dir)
     data_key = {split_name: fingerprint(split) for split_name, split in sorted(splits.items())}
     fn_key = _callable_key(spec.fn)
+    base = spec.fn
+    while isinstance(base, functools.partial):
+        base = base.func
+    if not any(registered.fn is base for registered in ANALYSES.values()):
+        fn_key["code"] = code_digest(base)  # your own analysis: an edit to it recomputes, never serves stale
     out_dir = Path(out_dir) if out_dir is not None else run_dir / layout.ANALYSES / label
     cache = CheckpointCache(out_dir / "cache", label)
     settings = {"analysis": label, "version": spec.version, "fn": fn_key, "config": config, "data": data_key}
@@ -582,8 +607,9 @@ def over_checkpoints_panel_count(table: Table, spec: AnalysisSpec) -> int:
     return 1 + min(MAX_PANELS, len(_panels(table, spec, _plot_columns(table, spec))[0]))
 
 
-__all__ = ["ANALYSES", "MAX_COLUMNS", "MAX_LINES_PER_PANEL", "MAX_PANELS", "AnalysisSpec", "CheckpointsResult",
-           "check_checkpoints_belong_to_run", "over_checkpoints", "over_checkpoints_panel_count",
-           "plot_over_checkpoints", "plotted_series", "series_key", "splits_from_run"]
+__all__ = ["ANALYSES", "MAX_COLUMNS", "MAX_LINES_PER_PANEL", "MAX_PANELS", "AnalysisResult", "AnalysisSpec",
+           "CheckpointsResult", "Table", "check_checkpoints_belong_to_run", "code_digest", "over_checkpoints",
+           "over_checkpoints_panel_count", "plot_over_checkpoints", "plotted_series", "series_key",
+           "splits_from_run"]
 
 callable_module(__name__)  # ``from interp_toolkit.analyses import over_checkpoints`` is callable either way

@@ -157,3 +157,36 @@ def test_bad_analysis_version_is_refused_before_work(tiny_run, tmp_path, bad):
     with pytest.raises(UserError, match=rf"version must be a positive int .*got {bad!r}"):
         over_checkpoints("fingerprints", run_dir, splits=splits, version=bad, out_dir=tmp_path / "fp")
     assert not (tmp_path / "fp").exists()
+
+
+def test_an_edited_analysis_recomputes_without_a_version_bump(tiny_run, tmp_path):
+    """Your own analysis is keyed on its code: the same function name with an edited body is
+    recomputed, not served from the cache; the unedited one is a hit."""
+    import importlib.util
+    import textwrap
+
+    from interp_toolkit.analyses import AnalysisResult, Table
+
+    run_dir, splits = tiny_run
+    source = textwrap.dedent('''
+        from interp_toolkit.analyses import AnalysisResult, Table
+
+        def norm(model, splits):
+            return AnalysisResult(Table([{"component": "all", "value": float(SCALE)}]))
+    ''')
+
+    def load(scale: int, name: str):
+        path = tmp_path / f"{name}.py"
+        path.write_text(source.replace("SCALE", str(scale)))
+        spec = importlib.util.spec_from_file_location("my_analysis", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.norm
+
+    kwargs = dict(splits=splits, epochs=[6], out_dir=tmp_path / "mine", progress=False, plot=False)
+    first = over_checkpoints(load(1, "a"), run_dir, **kwargs)
+    assert first.computed == [6] and first.rows[0]["value"] == 1.0
+    assert over_checkpoints(load(1, "b"), run_dir, **kwargs).cache_hits == [6]  # same code: a hit
+    edited = over_checkpoints(load(2, "c"), run_dir, **kwargs)
+    assert edited.computed == [6] and edited.rows[0]["value"] == 2.0
+    assert isinstance(AnalysisResult(Table([])).table, Table)
