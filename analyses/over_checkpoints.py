@@ -39,6 +39,8 @@ from interp_toolkit.runs.metrics import read_metrics
 from interp_toolkit.runs.trainer import fingerprint, list_checkpoints
 
 from ._common import AnalysisResult, Table, callable_module
+from ._keys import callable_key as _callable_key
+from ._keys import code_digest
 from .ablation import ablation
 from .fingerprints import fingerprints
 from .gradients import gradient_conflict
@@ -179,43 +181,6 @@ def _resolve(analysis: str | Callable[..., AnalysisResult], name: str | None) ->
                                        spec.version)
     label = name or str(getattr(base, "__name__", "analysis"))
     return label, AnalysisSpec(label, analysis, (), ())
-
-
-def _callable_key(fn: Callable[..., Any]) -> dict[str, Any]:
-    """What identifies a callable in the cache key: its qualified name and, for a
-    ``functools.partial``, its bound arguments (which must be JSON-able)."""
-    bound: dict[str, Any] = {}
-    while isinstance(fn, functools.partial):
-        bound = {**fn.keywords, **bound}
-        if fn.args:
-            bound["__args__"] = list(fn.args)
-        fn = fn.func
-    key = {"name": f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}", "bound": bound}
-    try:
-        json.dumps(key)
-    except TypeError as err:
-        raise UserError(f"arguments bound to the analysis must be JSON-serializable (cache key): {err}") from err
-    return key
-
-
-def code_digest(fn: Callable[..., Any]) -> str:
-    """A digest of a callable's code: its source where Python can read it (so any edit of the
-    function, its defaults or its docstring changes it), else its compiled code and constants.
-    Part of the cache key of a user's own analysis, so an edited function recomputes."""
-    import hashlib
-    import inspect
-    import marshal
-
-    try:
-        payload = inspect.getsource(fn).encode()
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        try:
-            payload = marshal.dumps(code) if code is not None else repr(fn).encode()
-        except ValueError:
-            payload = repr(fn).encode()
-    defaults = repr(getattr(fn, "__defaults__", None)) + repr(getattr(fn, "__kwdefaults__", None))
-    return hashlib.sha256(payload + defaults.encode()).hexdigest()[:16]
 
 
 def _check_config(label: str, fn: Callable[..., Any], config: Mapping[str, Any]) -> None:
